@@ -1,0 +1,53 @@
+"""Split a training graph's nodes into forward and backward.
+
+Exported training graphs carry no forward/backward marker (no ``__backwardpass`` attribute), so the
+backward pass is found by data flow: every node downstream of a gradient seed — a ``*_grad`` tensor that no
+node produces (ORT's loss-gradient initializer) — or of a ``*Grad`` op is backward. Everything else is
+forward, including Shape nodes that ORT's gradient builder placed for backward use (they run early and are
+cheap).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import onnx
+
+from ..errors import OnnxcompError
+
+# Gradient-accumulation and optimizer ops: backward by nature even where no seed reaches them.
+_BACKWARD_OPS = {"InPlaceAccumulatorV2", "InPlaceAccumulator", "ZeroGradient", "AdamWOptimizer",
+                 "SGDOptimizerV2", "YieldOp"}
+
+
+@dataclass
+class Boundary:
+    forward: list[int]          # node indices, in node order
+    backward: list[int]
+    seeds: list[str]            # gradient seeds the backward pass starts from
+    first_backward: int         # node index of the first backward node
+
+    def is_backward(self, node_index: int) -> bool:
+        return node_index in self._backward_set
+
+    def __post_init__(self) -> None:
+        self._backward_set = set(self.backward)
+
+
+def find_boundary(graph: onnx.GraphProto, where: str = "model") -> Boundary:
+    produced = {o for n in graph.node for o in n.output if o}
+    sources = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+    seeds = sorted(s for s in sources if s.endswith("_grad") and s not in produced)
+    tainted = set(seeds)
+    backward: list[int] = []
+    for idx, node in enumerate(graph.node):  # node lists are topologically sorted in ONNX
+        is_grad_op = node.op_type.endswith("Grad") or node.op_type in _BACKWARD_OPS
+        if is_grad_op or any(i in tainted for i in node.input if i):
+            backward.append(idx)
+            tainted.update(o for o in node.output if o)
+    if not backward:
+        raise OnnxcompError(f"{where}: no backward pass found (no gradient ops, no *_grad seed) — this looks "
+                            "like an inference-only graph; pass the training_model.onnx that "
+                            "onnxruntime.training.artifacts.generate_artifacts produced")
+    bset = set(backward)
+    forward = [i for i in range(len(graph.node)) if i not in bset]
+    return Boundary(forward, backward, seeds, backward[0])

@@ -1,0 +1,157 @@
+"""Resolve every tensor's static shape and dtype for one batch size.
+
+ONNX shape inference covers the standard ops; ORT's training ops (com.microsoft ...Grad, BatchNormInternal)
+have no ONNX schema, so their outputs are filled by rules: a gradient named ``X_grad`` has X's shape, and the
+few multi-output training ops get per-output rules.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from ..errors import OnnxcompError
+
+
+@dataclass(frozen=True)
+class TensorType:
+    shape: tuple[int, ...] | None   # None: unknown rank/dims
+    dtype: np.dtype
+
+    @property
+    def nbytes(self) -> int | None:
+        if self.shape is None:
+            return None
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+def _np_dtype(elem_type: int) -> np.dtype:
+    if elem_type == 0:
+        return np.dtype(np.float32)
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+    except KeyError:  # e.g. bfloat16/float8 without a numpy type: size it as uint8/uint16
+        return np.dtype(np.uint16 if elem_type == onnx.TensorProto.BFLOAT16 else np.uint8)
+
+
+def _type_of(value_info: onnx.ValueInfoProto) -> TensorType | None:
+    t = value_info.type.tensor_type
+    if not value_info.type.HasField("tensor_type"):
+        return None
+    dtype = _np_dtype(t.elem_type)
+    if not t.HasField("shape"):
+        return TensorType(None, dtype)
+    dims = []
+    for d in t.shape.dim:
+        if d.HasField("dim_value") and d.dim_value >= 0:
+            dims.append(int(d.dim_value))
+        else:
+            return TensorType(None, dtype)
+    return TensorType(tuple(dims), dtype)
+
+
+def _with_batch(model: onnx.ModelProto, batch: int | None, data_inputs: list[str]) -> onnx.ModelProto:
+    """Copy of the model whose data inputs' first dim is ``batch`` (symbolic dims elsewhere left for inference)."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    if batch is None:
+        return m
+    for vi in m.graph.input:
+        dims = vi.type.tensor_type.shape.dim
+        if dims and (vi.name in data_inputs or not dims[0].HasField("dim_value")):
+            dims[0].Clear()
+            dims[0].dim_value = batch
+    # Intermediate shapes were declared for the exported batch: drop them and let inference redo them.
+    del m.graph.value_info[:]
+    for vi in m.graph.output:
+        vi.type.tensor_type.ClearField("shape")
+    return m
+
+
+def static_batch(model: onnx.ModelProto, data_inputs: list[str]) -> int | None:
+    """The graph's fixed batch size (first dim of its data inputs), None if dynamic."""
+    for vi in model.graph.input:
+        if vi.name in data_inputs:
+            dims = vi.type.tensor_type.shape.dim
+            if dims and dims[0].HasField("dim_value"):
+                return int(dims[0].dim_value)
+    return None
+
+
+def _collect(model: onnx.ModelProto, types: dict[str, TensorType]) -> None:
+    for init in model.graph.initializer:
+        types.setdefault(init.name, TensorType(tuple(int(d) for d in init.dims), _np_dtype(init.data_type)))
+    for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
+        t = _type_of(vi)
+        if t is not None and (vi.name not in types or types[vi.name].shape is None):
+            types[vi.name] = t
+
+
+def resolve_shapes(model: onnx.ModelProto, batch: int | None = None,
+                   data_inputs: list[str] | None = None) -> dict[str, TensorType]:
+    """Shapes and dtypes of graph inputs, initializers and node outputs (unknown ones map to shape None).
+
+    ONNX inference stops at ops it has no schema for, so inference and the training-op rules alternate
+    until nothing new is learnt.
+    """
+    m = _with_batch(model, batch, data_inputs or [])
+    types: dict[str, TensorType] = {}
+    for _ in range(6):
+        try:
+            m = onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
+        except Exception as exc:
+            raise OnnxcompError(f"ONNX shape inference failed{f' for batch {batch}' if batch else ''}: "
+                                f"{str(exc).splitlines()[0]}") from None
+        before = sum(t.shape is not None for t in types.values())
+        _collect(m, types)
+        _fill_training_op_shapes(m.graph, types)
+        if sum(t.shape is not None for t in types.values()) == before:
+            break
+        declared = {vi.name for vi in list(m.graph.value_info) + list(m.graph.input) + list(m.graph.output)}
+        for name, t in types.items():
+            if t.shape is not None and name not in declared:
+                elem = helper.np_dtype_to_tensor_dtype(t.dtype)
+                m.graph.value_info.append(helper.make_tensor_value_info(name, elem, list(t.shape)))
+    return types
+
+
+def _known(types: dict[str, TensorType], name: str) -> TensorType | None:
+    t = types.get(name)
+    return t if t is not None and t.shape is not None else None
+
+
+# Per-op output rules for ORT training ops: output index -> index of the input whose shape it has.
+_SAME_AS_INPUT: dict[str, dict[int, int]] = {
+    "BatchNormInternal": {0: 0, 1: 1, 2: 1, 3: 1, 4: 1},
+    "BatchNormalizationGrad": {0: 0, 1: 2, 2: 2},
+    "ConvGrad": {0: 1, 1: 2},
+    "ReluGrad": {0: 1},
+    "GeluGrad": {0: 1},
+    "SigmoidGrad": {0: 1},
+    "TanhGrad": {0: 1},
+    "MaxPoolGrad": {},
+    "InPlaceAccumulatorV2": {0: 0},
+}
+
+
+def _fill_training_op_shapes(graph: onnx.GraphProto, types: dict[str, TensorType]) -> None:
+    # Iterate in node order (topological), repeating once in case a rule needs a later fill.
+    for _ in range(2):
+        for node in graph.node:
+            rules = _SAME_AS_INPUT.get(node.op_type, {})
+            for k, out in enumerate(node.output):
+                if not out or _known(types, out):
+                    continue
+                src = None
+                if k in rules and rules[k] < len(node.input):
+                    src = _known(types, node.input[rules[k]])
+                if node.op_type == "ConvGrad" and k == 2:  # bias grad: [C_out]
+                    w = _known(types, node.input[2])
+                    src = TensorType((w.shape[0],), w.dtype) if w else None
+                if src is None and out.endswith("_grad"):
+                    src = _known(types, out[: -len("_grad")])
+                if src is not None:
+                    dtype = types[out].dtype if out in types else src.dtype
+                    types[out] = TensorType(src.shape, dtype)
