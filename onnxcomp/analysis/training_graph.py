@@ -1,6 +1,7 @@
 """Analyse an ONNX Runtime training graph: classify every tensor, its lifetime, and each stash's pattern."""
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from enum import Enum
@@ -10,6 +11,7 @@ import onnx
 
 from ..errors import OnnxcompError
 from ..planner.buffers import Buffer
+from ..metadata import PLAN_METADATA_KEY
 from .boundary import Boundary, find_boundary
 from .patterns import StashUse, applicable_encodings, pattern_of, sparse_source
 from .shapes import TensorType, resolve_shapes, static_batch
@@ -39,10 +41,12 @@ class TensorInfo:
     producer: int | None            # node index, None for graph inputs / initializers
     consumers: list[int]
     alias_of: str | None = None     # the tensor whose buffer this one shares
+    size_hint: int | None = None    # predicted bytes of a data-dependent payload (shape not static)
 
     @property
     def nbytes(self) -> int:
-        return self.type.nbytes or 0
+        n = self.type.nbytes
+        return n if n is not None else (self.size_hint or 0)
 
     @property
     def shape(self) -> tuple[int, ...] | None:
@@ -193,10 +197,16 @@ def analyze_model(model: onnx.ModelProto, batch: int | None = None, where: str =
             alias = node.input[0]
         tensors[name] = TensorInfo(name, cls, types.get(name, unknown), idx, cons, alias)
 
+    hints = next((p.value for p in model.metadata_props if p.key == PLAN_METADATA_KEY), None)
+    for name, nbytes in (json.loads(hints) if hints else {}).items():
+        if name in tensors and tensors[name].shape is None:
+            tensors[name].size_hint = int(nbytes)
+
     stashed = [_stash_record(tensors[n], graph, boundary, producer, tensors)
                for n in sorted((n for n, t in tensors.items() if t.cls is TensorClass.STASHED),
                                key=lambda n: (tensors[n].producer, n))]
-    unresolved = sorted(n for n, t in tensors.items() if t.shape is None and t.producer is not None)
+    unresolved = sorted(n for n, t in tensors.items()
+                        if t.shape is None and t.size_hint is None and t.producer is not None)
     return GraphAnalysis(model, boundary, tensors, stashed, data_inputs, effective_batch, unresolved)
 
 

@@ -1,0 +1,213 @@
+"""Shared machinery of the encoding passes: encode a stash after its producer, decode it just in time.
+
+Execution order is what makes or breaks the saving (platform notes): an encoder that only a backward
+decoder consumes would run in the backward pass under ORT's default order, keeping the activation alive.
+So every encoder also emits its input's shape (``anchor``) and the forward consumers of a *gate* tensor read
+``Reshape(gate, anchor)`` (a zero-copy view) — they cannot run before the encoder, under either order.
+A decoder takes ``Shape(dY)`` of its backward consumer's incoming gradient as an extra input, so it cannot
+run before that gradient exists, i.e. just before the consumer; it sits right before it in node order too.
+"""
+from __future__ import annotations
+
+import json
+from abc import abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx
+from onnx import TensorProto, helper
+
+from ..analysis import GraphAnalysis, StashedTensor, analyze_model
+from .base import (CUSTOM_DOMAIN, PLAN_METADATA_KEY, GraphPass, PassResult, Skipped, ensure_opset,
+                   unique_name)
+
+
+def encode_op_type(codec: str) -> str:
+    return f"OnnxcompEncode_{codec}"
+
+
+def decode_op_type(codec: str) -> str:
+    return f"OnnxcompDecode_{codec}"
+
+
+@dataclass
+class Encoding:
+    """How one stashed tensor is to be held."""
+    source: str                  # the stashed tensor its backward consumers read
+    target: str                  # the forward tensor the encoder reads (source, or an equivalent)
+    gate: str                    # forward consumers of this tensor are made to wait for the encoder
+    codec: str
+    params: dict[str, Any] = field(default_factory=dict)
+    payload_bytes: list[int | None] = field(default_factory=list)  # predicted, per payload output
+    payload_shapes: list[list[int] | None] = field(default_factory=list)
+    note: str = ""
+
+
+class EncodeStashPass(GraphPass):
+    """Base of the one-encoding-per-module passes: subclasses only choose tensors and codec params."""
+
+    encoding: str  # analysis encoding name this pass implements, e.g. "signbits"
+
+    @abstractmethod
+    def select(self, analysis: GraphAnalysis, stash: StashedTensor) -> Encoding | str:
+        """An Encoding for this stash, or the reason it is left alone."""
+
+    def payload_types(self, codec: str) -> list[int]:
+        from ..custom_ops import get_codec
+
+        return [helper.np_dtype_to_tensor_dtype(__import__("numpy").dtype(d))
+                for d in get_codec(codec).payload_dtypes]
+
+    def run(self, model: onnx.ModelProto) -> PassResult:
+        analysis = analyze_model(model)
+        result = PassResult(self.copy(model))
+        choices: list[tuple[StashedTensor, Encoding]] = []
+        for stash in analysis.stashed:
+            if self.encoding not in stash.encodings:
+                continue
+            if already_encoded(analysis, stash.name):
+                continue
+            choice = self.select(analysis, stash)
+            if isinstance(choice, str):
+                result.skipped.append(Skipped(stash.name, stash.pattern, choice))
+            else:
+                choices.append((stash, choice))
+        if choices:
+            _Rewriter(result.model, analysis).apply(choices, self, result)
+        return result
+
+
+def already_encoded(analysis: GraphAnalysis, name: str) -> bool:
+    t = analysis.tensors[name]
+    return any(analysis.model.graph.node[c].op_type.startswith("OnnxcompEncode_") for c in t.consumers)
+
+
+class _Rewriter:
+    def __init__(self, model: onnx.ModelProto, analysis: GraphAnalysis) -> None:
+        self.model = model
+        self.graph = model.graph
+        self.analysis = analysis
+        self.nodes = list(self.graph.node)           # same objects as in the graph, order editable
+        self.backward_ids = {id(self.nodes[i]) for i in analysis.boundary.backward}
+        self.encoder_ids: set[int] = set()
+        self.taken = {o for n in self.nodes for o in n.output} | {i.name for i in self.graph.input} | \
+                     {n.name for n in self.nodes} | {i.name for i in self.graph.initializer}
+        self.value_info: list[onnx.ValueInfoProto] = []
+
+    def _index(self, node: onnx.NodeProto) -> int:
+        for i, n in enumerate(self.nodes):
+            if n is node:
+                return i
+        raise KeyError(node.name)
+
+    def _producer(self, tensor: str) -> onnx.NodeProto:
+        for n in self.nodes:
+            if tensor in n.output:
+                return n
+        raise KeyError(tensor)
+
+    def _type(self, name: str) -> tuple[int, list[int] | None]:
+        t = self.analysis.tensors[name].type
+        return helper.np_dtype_to_tensor_dtype(t.dtype), (list(t.shape) if t.shape is not None else None)
+
+    def apply(self, choices: list[tuple[StashedTensor, Encoding]], pass_: EncodeStashPass,
+              result: PassResult) -> None:
+        ensure_opset(self.model, CUSTOM_DOMAIN, 1)
+        for stash, enc in choices:
+            result.records.append(self._encode_one(stash, enc, pass_))
+        del self.graph.node[:]
+        self.graph.node.extend(self.nodes)
+        self.graph.value_info.extend(self.value_info)
+        _merge_plan_metadata(self.model, result.records)
+
+    def _encode_one(self, stash: StashedTensor, enc: Encoding, pass_: EncodeStashPass) -> dict[str, Any]:
+        base = enc.source.replace("/", "_").strip("_")
+        payload_types = pass_.payload_types(enc.codec)
+        payload = [unique_name(f"{base}__{enc.codec}_p{k}", self.taken) for k in range(len(payload_types))]
+        anchor = unique_name(f"{base}__{enc.codec}_anchor", self.taken)
+        params = json.dumps(enc.params, sort_keys=True)
+
+        # Encoder right after the target's producer; then the gate's forward readers wait on it.
+        encoder = helper.make_node(encode_op_type(enc.codec), [enc.target], [*payload, anchor],
+                                   name=unique_name(f"{base}__encode_{enc.codec}", self.taken),
+                                   domain=CUSTOM_DOMAIN, params=params)
+        self.encoder_ids.add(id(encoder))
+        producer = self._producer(enc.target)
+        pos = self._index(producer) + 1
+        self.nodes.insert(pos, encoder)
+        gated = unique_name(f"{enc.gate.replace('/', '_').strip('_')}__anchored", self.taken)
+        readers = [n for n in self.nodes if id(n) not in self.backward_ids and id(n) not in self.encoder_ids
+                   and enc.gate in n.input]
+        if readers:
+            reshape = helper.make_node("Reshape", [enc.gate, anchor], [gated],
+                                       name=unique_name(f"{gated}__reshape", self.taken))
+            self.nodes.insert(pos + 1, reshape)
+            for n in readers:
+                for k, i in enumerate(n.input):
+                    if i == enc.gate:
+                        n.input[k] = gated
+            elem, shape = self._type(enc.gate)
+            self.value_info.append(helper.make_tensor_value_info(gated, elem, shape))
+        # Decoder just before the first backward reader, triggered by the shape of that reader's dY.
+        bwd_readers = [n for n in self.nodes if id(n) in self.backward_ids and enc.source in n.input]
+        first = min(bwd_readers, key=self._index)
+        d_y = next((i for i in first.input if i and i != enc.source and self._is_backward_tensor(i)), None)
+        decoded = unique_name(f"{base}__decoded", self.taken)
+        dec_inputs = list(payload)
+        at = self._index(first)
+        new_nodes = []
+        if d_y is not None:
+            trigger = unique_name(f"{base}__{enc.codec}_trigger", self.taken)
+            new_nodes.append(helper.make_node("Shape", [d_y], [trigger],
+                                              name=unique_name(f"{trigger}__shape", self.taken)))
+            dec_inputs.append(trigger)
+            self.value_info.append(helper.make_tensor_value_info(trigger, TensorProto.INT64, None))
+        else:
+            dec_inputs.append("")  # optional trigger left empty: order then rests on node position alone
+        decoder = helper.make_node(decode_op_type(enc.codec), dec_inputs, [decoded],
+                                   name=unique_name(f"{base}__decode_{enc.codec}", self.taken),
+                                   domain=CUSTOM_DOMAIN, params=params)
+        new_nodes.append(decoder)
+        for k, n in enumerate(new_nodes):
+            self.nodes.insert(at + k, n)
+            self.backward_ids.add(id(n))
+        for n in bwd_readers:
+            for k, i in enumerate(n.input):
+                if i == enc.source:
+                    n.input[k] = decoded
+
+        # Types: payload (shape known when the codec's size is), anchor, decoded.
+        for name, elem, shp in zip(payload, payload_types, enc.payload_shapes or [None] * len(payload)):
+            self.value_info.append(helper.make_tensor_value_info(name, elem, shp if shp is not None else
+                                                                 [f"{name}_len"]))
+        src_elem, src_shape = self._type(enc.source)
+        tgt_elem, tgt_shape = self._type(enc.target)
+        self.value_info.append(helper.make_tensor_value_info(anchor, TensorProto.INT64,
+                                                             [len(tgt_shape)] if tgt_shape else None))
+        self.value_info.append(helper.make_tensor_value_info(decoded, src_elem, src_shape))
+        predicted = sum(b for b in enc.payload_bytes if b is not None) if enc.payload_bytes else None
+        return {
+            "tensor": enc.source, "encoded_tensor": enc.target, "pattern": stash.pattern,
+            "encoding": pass_.encoding, "codec": enc.codec, "params": enc.params,
+            "shape": list(stash.shape) if stash.shape else None, "original_bytes": stash.nbytes,
+            "predicted_bytes": predicted, "payload": dict(zip(payload, enc.payload_bytes)),
+            "encoder": encoder.name, "decoder": decoder.name, "note": enc.note,
+        }
+
+    def _is_backward_tensor(self, name: str) -> bool:
+        t = self.analysis.tensors.get(name)
+        return t is not None and t.producer is not None and self.analysis.boundary.is_backward(t.producer)
+
+
+def _merge_plan_metadata(model: onnx.ModelProto, records: list[dict[str, Any]]) -> None:
+    """Predicted payload sizes ride along in the model so later analysis can size data-dependent payloads."""
+    existing = next((p for p in model.metadata_props if p.key == PLAN_METADATA_KEY), None)
+    hints = json.loads(existing.value) if existing else {}
+    for r in records:
+        for name, nbytes in r["payload"].items():
+            if nbytes is not None:
+                hints[name] = nbytes
+    if existing is None:
+        existing = model.metadata_props.add()
+        existing.key = PLAN_METADATA_KEY
+    existing.value = json.dumps(hints, sort_keys=True)

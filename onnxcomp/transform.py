@@ -1,0 +1,136 @@
+"""`onnxcomp transform`: run a policy's passes, check the result, write it (atomically) with its plan."""
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from .analysis import LOSSLESS, analyze_model
+from .errors import OnnxcompError
+from .load import TRAINING_MODEL, load_model
+from .passes import POLICIES, GraphPass
+from .passes.base import check_model
+from .planner import plan_all
+
+# Files of an artifact directory that a transformed training graph still needs beside it.
+_ARTIFACT_FILES = ("checkpoint", "optimizer_model.onnx", "eval_model.onnx", "onnxcomp.json")
+
+
+@dataclass
+class TransformResult:
+    model: onnx.ModelProto
+    policy: str
+    records: list[dict[str, Any]]
+    skipped: list[dict[str, str]]
+    before: dict[str, Any]
+    after: dict[str, Any]
+    output: Path | None = None
+    plan_path: Path | None = None
+    left_alone: list[dict[str, Any]] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {"policy": self.policy, "output": str(self.output) if self.output else None,
+                "plan": str(self.plan_path) if self.plan_path else None,
+                "encoded": len(self.records), "before": self.before, "after": self.after,
+                "skipped": self.skipped, "left_alone": self.left_alone}
+
+
+def _footprint(model: onnx.ModelProto) -> dict[str, Any]:
+    a = analyze_model(model)
+    encoded_payloads = {n for n, t in a.tensors.items() if t.size_hint is not None}
+    stashed = sum(s.nbytes for s in a.stashed)
+    return {"stashed_bytes": stashed, "stashed_tensors": len(a.stashed),
+            "payload_tensors": len(encoded_payloads), **plan_all(a.buffers()).to_dict()}
+
+
+def make_passes(policy: str, **options: Any) -> list[GraphPass]:
+    if policy not in POLICIES:
+        raise OnnxcompError(f"unknown policy {policy!r}; choose one of: {', '.join(sorted(POLICIES))}")
+    passes = []
+    for cls in POLICIES[policy]:
+        accepted = inspect.signature(cls.__init__).parameters
+        passes.append(cls(**{k: v for k, v in options.items() if k in accepted}))
+    return passes
+
+
+def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str = "model",
+                    **options: Any) -> TransformResult:
+    before = _footprint(model)
+    current = model
+    records: list[dict[str, Any]] = []
+    skipped: list[dict[str, str]] = []
+    for p in make_passes(policy, **options):
+        result = p.run(current)
+        current = result.model
+        records += result.records
+        skipped += [s.to_dict() | {"pass": p.name} for s in result.skipped]
+    check_model(current, where)
+    after = _footprint(current)
+    # Stashes no pass understood: listed, never touched (a wrong gradient is worse than no saving).
+    handled = {r["tensor"] for r in records} | {s["name"] for s in skipped}
+    left = [{"name": s.name, "pattern": s.pattern, "bytes": s.nbytes,
+             "reason": ("not selected by this policy" if set(s.encodings) & set(LOSSLESS) else
+                        "no lossless encoding applies" + (f" (lossy: {', '.join(s.encodings)})" if s.encodings else ""))}
+            for s in analyze_model(model).stashed if s.name not in handled and s.nbytes > 0]
+    return TransformResult(current, policy, records, skipped, before, after, left_alone=left)
+
+
+def _atomic_save(model: onnx.ModelProto, path: Path) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        onnx.save(model, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossless", *,
+              model: str | None = None, force: bool = False, **options: Any) -> TransformResult:
+    """Transform a training graph file or artifact directory.
+
+    ``output`` ending in ``.onnx`` is a model file (e.g. inside the artifact directory, next to the
+    checkpoint); anything else is a directory that receives the transformed training_model.onnx plus copies
+    of the checkpoint, optimizer and eval models, so it can be trained or measured on its own.
+    """
+    loaded = load_model(model_or_dir, model)
+    out = Path(output)
+    to_dir = out.suffix != ".onnx"
+    out_model = out / TRAINING_MODEL if to_dir else out
+    if out_model.resolve() == loaded.path.resolve() and not force:
+        raise OnnxcompError(f"{out_model}: refusing to overwrite the input model; choose another -o, or pass "
+                            "--force to replace it")
+    if out_model.exists() and not force and out_model.resolve() != loaded.path.resolve():
+        raise OnnxcompError(f"{out_model} already exists; pass --force to replace it or choose another -o")
+    result = transform_model(loaded.model, policy, where=str(loaded.path), **options)
+
+    if to_dir:
+        out.mkdir(parents=True, exist_ok=True)
+        if loaded.artifact_dir is not None and loaded.artifact_dir.resolve() != out.resolve():
+            for name in _ARTIFACT_FILES:
+                src = loaded.artifact_dir / name
+                if src.exists() and not (out / name).exists():
+                    (shutil.copytree if src.is_dir() else shutil.copy2)(src, out / name)
+    elif not out.parent.exists():
+        raise OnnxcompError(f"{out.parent}: output directory does not exist; create it first")
+    _atomic_save(result.model, out_model)
+    plan_path = out_model.with_suffix(".plan.json")
+    result.output, result.plan_path = out_model, plan_path
+    plan = {"input": str(loaded.path), **result.summary(), "tensors": result.records}
+    _atomic_write_text(plan_path, json.dumps(plan, indent=2))
+    return result
