@@ -114,7 +114,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="onnxcomp", description=__doc__.split("\n")[0].strip("`"))
+    p = argparse.ArgumentParser(prog="onnxcomp", description="Compress the activations an ONNX Runtime training graph stashes for backward.")
     from . import __version__
 
     p.add_argument("--version", action="version", version=f"onnxcomp {__version__}")
@@ -163,7 +163,7 @@ COMMAND_HOOKS: list[tuple[str, Callable[[Any], None]]] = []
 
 
 def main(argv: list[str] | None = None) -> int:
-    from . import commands  # noqa: F401  (registers transform/train/demo)
+    from . import commands  # noqa: F401  (registers transform, train, demo)
 
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -1,2 +1,159 @@
 """Subcommands built on the rewrite passes: transform, train, demo."""
 from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from . import cli
+
+MiB = 1 << 20
+
+
+def _mib(n: float) -> str:
+    return f"{n / MiB:,.2f} MiB"
+
+
+def print_transform_summary(summary: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    b, a = summary["before"], summary["after"]
+    console = Console(width=max(Console().width, 120))
+    console.print(f"policy [bold]{summary['policy']}[/bold]: {summary['encoded']} stashed tensor(s) encoded "
+                  f"→ {summary['output']}  (plan: {summary['plan']})")
+    t = Table(header_style="bold")
+    t.add_column(""), t.add_column("before", justify="right"), t.add_column("after", justify="right")
+    t.add_column("ratio", justify="right")
+    for label, key in [("stashed bytes", "stashed_bytes"), ("planner: lower bound", "lower_bound_bytes"),
+                       ("planner: offset plan", "offset_bytes"), ("planner: CNTK sharing", "cntk_bytes")]:
+        t.add_row(label, _mib(b[key]), _mib(a[key]), f"{b[key] / max(a[key], 1):.2f}×")
+    console.print(t)
+    if summary["skipped"]:
+        console.print(f"{len(summary['skipped'])} candidate(s) skipped:")
+        for s in summary["skipped"][:10]:
+            console.print(f"  {s['name']} ({s['pattern']}): {s['reason']}")
+    left = [x for x in summary["left_alone"] if x["bytes"] >= 1024]
+    if left:
+        total = sum(x["bytes"] for x in left)
+        console.print(f"{len(left)} stashed tensor(s) left as they are ({_mib(total)}), e.g. "
+                      + "; ".join(f"{x['name']} — {x['reason']}" for x in left[:3]))
+
+
+def cmd_transform(args: argparse.Namespace) -> int:
+    from .transform import transform
+
+    result = transform(args.path, args.output, args.policy, model=args.model, force=args.force,
+                       min_bytes=args.min_bytes)
+    summary = result.summary()
+    if args.json:
+        cli._print_json(summary | {"tensors": result.records})
+    else:
+        print_transform_summary(summary)
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from .runtime.train import train
+
+    result = train(args.dir, model=args.model, steps=args.steps, data=args.data, settings=cli._settings(args),
+                   seed=args.seed, eval_every=args.eval_every, progress=not args.json,
+                   learning_rate=args.lr)
+    d = result.to_dict()
+    if args.json:
+        cli._print_json(d)
+        return 0
+    print(f"trained {d['steps']} steps on {d['data']} data ({d['model']}): "
+          f"{d['step_time_s'] * 1000:,.1f} ms/step")
+    print("loss: " + " ".join(f"{x:.4f}" for x in d["losses"][:: max(1, len(d["losses"]) // 20)]))
+    if d["accuracy"] is not None:
+        print(f"test accuracy: {100 * d['accuracy']:.2f}% ({d['accuracy_source']})")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Export the bundled default model, analyse it, transform it losslessly, and measure both graphs."""
+    from rich.console import Console
+
+    from .analysis import analyze
+    from .inspect import inspect_report, render_report
+    from .models.artifacts import generate_artifacts
+    from .runtime.measure import measure
+    from .runtime.session import RuntimeSettings
+    from .transform import transform
+
+    console = Console(width=max(Console().width, 150))
+    work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="onnxcomp-demo-"))
+    art = work / f"{args.model}-b{args.batch}-{args.image}px"
+    console.rule(f"[bold]1. {args.model}: export + ORT training artifacts (batch {args.batch}, "
+                 f"{args.image}×{args.image}, {args.classes} classes)")
+    if not (art / "training_model.onnx").exists():
+        generate_artifacts(args.model, args.batch, args.image, args.classes, art)
+    console.print(f"artifacts in {art}")
+
+    console.rule("[bold]2. What the training graph stashes for backward")
+    report = inspect_report(analyze(art))
+    report["model"] = args.model
+    render_report(report, console, limit=12)
+
+    console.rule("[bold]3. Lossless rewrite (sign bits, MaxPool index offsets, sparse storage)")
+    out = art / "lossless.onnx"
+    result = transform(art, out, "lossless", force=True)
+    print_transform_summary(result.summary())
+
+    console.rule(f"[bold]4. Measured: {args.steps} training steps each, fresh processes")
+    settings = RuntimeSettings()
+    base = measure(art, steps=args.steps, settings=settings).to_dict()
+    enc = measure(art, model=out.name, steps=args.steps, settings=settings).to_dict()
+    same = base["losses"] == enc["losses"]
+    console.print(f"baseline : peak {_mib(base['peak_bytes'])}, {base['step_time_s'] * 1000:,.0f} ms/step")
+    console.print(f"lossless : peak {_mib(enc['peak_bytes'])}, {enc['step_time_s'] * 1000:,.0f} ms/step")
+    console.print(f"peak ratio {base['peak_bytes'] / max(enc['peak_bytes'], 1):.2f}×, step-time ratio "
+                  f"{enc['step_time_s'] / base['step_time_s']:.2f}, losses bit-identical: {same}")
+    console.print("settings: " + ", ".join(f"{k}={v}" for k, v in settings.to_dict().items()))
+    if args.json:
+        json.dump({"inspect": report, "transform": result.summary(), "baseline": base, "lossless": enc},
+                  open(args.json, "w"), indent=2)
+    return 0 if same else 1
+
+
+def _register(sub: Any) -> None:
+    s = sub.add_parser("transform", help="rewrite a training graph so stashed activations are held encoded")
+    s.add_argument("path", metavar="MODEL_OR_DIR")
+    s.add_argument("-o", "--output", required=True,
+                   help="output .onnx file (e.g. inside the artifact dir) or a new artifact directory")
+    s.add_argument("--policy", default="lossless", help="encoding policy (default: lossless)")
+    s.add_argument("--model", help="file name inside MODEL_OR_DIR (default training_model.onnx)")
+    s.add_argument("--min-bytes", type=int, default=64 * 1024,
+                   help="leave sparse candidates smaller than this alone (default 65536)")
+    s.add_argument("--force", action="store_true", help="allow replacing an existing output or the input")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_transform)
+
+    s = sub.add_parser("train", help="train with ONNX Runtime's training API, onnxcomp ops registered")
+    s.add_argument("dir", metavar="DIR")
+    s.add_argument("--model", help="training graph file inside DIR (default training_model.onnx)")
+    s.add_argument("--steps", type=cli._positive, default=20)
+    s.add_argument("--data", choices=["synthetic", "digits"], default="synthetic")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--lr", type=float, default=None, help="learning rate (default: the optimizer model's)")
+    s.add_argument("--eval-every", type=cli._positive, default=None)
+    s.add_argument("--json", action="store_true")
+    cli._add_runtime_options(s)
+    s.set_defaults(func=cmd_train)
+
+    s = sub.add_parser("demo", help="run the whole pipeline on the bundled default model")
+    s.add_argument("--model", default="resnet18")
+    s.add_argument("--batch", type=cli._positive, default=8)
+    s.add_argument("--image", type=cli._positive, default=32)
+    s.add_argument("--classes", type=cli._positive, default=10)
+    s.add_argument("--steps", type=cli._positive, default=3)
+    s.add_argument("--workdir", help="keep artifacts here (default: a new temporary directory)")
+    s.add_argument("--json", metavar="FILE", help="also write every figure as JSON")
+    s.set_defaults(func=cmd_demo)
+
+
+cli.COMMAND_HOOKS.append(("transform/train/demo", _register))

@@ -163,7 +163,9 @@ class _Rewriter:
             dec_inputs.append(trigger)
             self.value_info.append(helper.make_tensor_value_info(trigger, TensorProto.INT64, None))
         else:
-            dec_inputs.append("")  # optional trigger left empty: order then rests on node position alone
+            # No incoming gradient to wait on: the anchor (ready in forward) fills the trigger slot, and
+            # order then rests on the decoder's position just before its consumer.
+            dec_inputs.append(anchor)
         decoder = helper.make_node(decode_op_type(enc.codec), dec_inputs, [decoded],
                                    name=unique_name(f"{base}__decode_{enc.codec}", self.taken),
                                    domain=CUSTOM_DOMAIN, params=params)

@@ -1,0 +1,107 @@
+"""Every registered codec as a pair of ONNX Runtime custom ops (onnxruntime-extensions PyOps).
+
+``OnnxcompEncode_<name>`` (domain ``ai.onnx.contrib``): input X; outputs the payload arrays in
+``payload_names`` order, then ``anchor`` = int64 shape of X. The graph pass makes X's forward consumers read
+``Reshape(X, anchor)``, which forces the encoder to run in the forward pass under any execution order.
+``OnnxcompDecode_<name>``: inputs the payload arrays, then ``trigger`` (any int64 tensor, ignored: the pass
+feeds it ``Shape(dY)`` of the backward consumer so the decoder cannot run before that gradient exists);
+output the decoded tensor.
+Codec params travel as ONE string attribute ``params`` holding JSON (PyOp attributes arrive as strings).
+
+Importing this module registers the ops with onnxruntime-extensions; it must happen before
+``SessionOptions.register_custom_ops_library(onnxruntime_extensions.get_library_path())``.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+import numpy as np
+from onnxruntime_extensions import PyCustomOpDef, onnx_op
+
+from onnxcomp.custom_ops import REGISTRY, Codec
+
+DOMAIN = "ai.onnx.contrib"  # onnxruntime-extensions puts every PyOp in this domain
+PARAMS_ATTR = "params"
+
+_DT = {
+    "float32": PyCustomOpDef.dt_float,
+    "float64": PyCustomOpDef.dt_double,
+    "uint8": PyCustomOpDef.dt_uint8,
+    "int8": PyCustomOpDef.dt_int8,
+    "uint16": PyCustomOpDef.dt_uint16,
+    "int16": PyCustomOpDef.dt_int16,
+    "int32": PyCustomOpDef.dt_int32,
+    "uint32": PyCustomOpDef.dt_uint32,
+    "int64": PyCustomOpDef.dt_int64,
+    "uint64": PyCustomOpDef.dt_uint64,
+    "bool": PyCustomOpDef.dt_bool,
+}
+
+
+def op_type_names(codec_name: str) -> tuple[str, str]:
+    """(encode op type, decode op type) for a registered codec."""
+    return f"OnnxcompEncode_{codec_name}", f"OnnxcompDecode_{codec_name}"
+
+
+def params_attr(params: dict[str, Any]) -> str:
+    """The ``params`` attribute value for a node: canonical JSON (sorted keys, numpy scalars as Python)."""
+    return json.dumps(params, sort_keys=True, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o))
+
+
+def _parse(params: Any) -> dict[str, Any]:
+    if isinstance(params, bytes):
+        params = params.decode()
+    return json.loads(params) if params else {}
+
+
+def _pydtype(name: str) -> int:
+    try:
+        return _DT[name]
+    except KeyError:
+        raise TypeError(f"dtype {name!r} has no onnxruntime-extensions PyOp type") from None
+
+
+def _make_encode(codec: Codec) -> Callable[..., tuple[np.ndarray, ...]]:
+    in_dtype = np.dtype(codec.input_dtype)
+    out_dtypes = [np.dtype(d) for d in codec.payload_dtypes]
+
+    def encode(x: np.ndarray, **attrs: Any) -> tuple[np.ndarray, ...]:
+        x = np.asarray(x, dtype=in_dtype)
+        payload = codec.encode_cpu(x, **_parse(attrs.get(PARAMS_ATTR)))
+        arrays = tuple(np.ascontiguousarray(p, dtype=d) for p, d in zip(payload, out_dtypes))
+        return (*arrays, np.asarray(x.shape, dtype=np.int64).reshape(x.ndim))
+
+    return encode
+
+
+def _make_decode(codec: Codec) -> Callable[..., np.ndarray]:
+    out_dtype = np.dtype(codec.output_dtype)
+
+    def decode(*inputs: np.ndarray, **attrs: Any) -> np.ndarray:
+        y = codec.decode_cpu(tuple(inputs[:-1]), **_parse(attrs.get(PARAMS_ATTR)))
+        return np.ascontiguousarray(y, dtype=out_dtype)
+
+    return decode
+
+
+def register_all() -> list[str]:
+    """Register an encode/decode PyOp pair for every codec in REGISTRY not registered yet; returns op types."""
+    added = []
+    for name, codec in sorted(REGISTRY.items()):
+        if name in _registered:
+            continue
+        enc_type, dec_type = op_type_names(name)
+        attrs = {PARAMS_ATTR: PyCustomOpDef.dt_string}
+        onnx_op(op_type=enc_type, inputs=[_pydtype(codec.input_dtype)],
+                outputs=[*map(_pydtype, codec.payload_dtypes), PyCustomOpDef.dt_int64], attrs=attrs)(
+            _make_encode(codec))
+        onnx_op(op_type=dec_type, inputs=[*map(_pydtype, codec.payload_dtypes), PyCustomOpDef.dt_int64],
+                outputs=[_pydtype(codec.output_dtype)], attrs=attrs)(_make_decode(codec))
+        _registered.add(name)
+        added += [enc_type, dec_type]
+    return added
+
+
+_registered: set[str] = set()
+register_all()
