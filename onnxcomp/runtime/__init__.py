@@ -1,0 +1,24 @@
+"""Running ORT training graphs: session options with onnxcomp's PyOps, measurement, training."""
+from __future__ import annotations
+
+from typing import Any
+
+# Lazy re-exports: importing onnxcomp.runtime (e.g. for codec_ops) must not pull in onnxruntime.
+# The functions measure() and train() are NOT re-exported: they share their names with submodules,
+# and importing a submodule rebinds the package attribute to the module. Use
+# `from onnxcomp.runtime.measure import measure` / `from onnxcomp.runtime.train import train`.
+_EXPORTS = {
+    "RuntimeSettings": "onnxcomp.runtime.session",
+    "session_options": "onnxcomp.runtime.session",
+    "MeasureResult": "onnxcomp.runtime.measure",
+    "TrainResult": "onnxcomp.runtime.train",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'onnxcomp.runtime' has no attribute {name!r}")

@@ -1,0 +1,341 @@
+"""Generate ONNX Runtime training artifacts for a zoo model, fix the eval model, and smoke-test them."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import onnx
+import torch
+
+import onnxcomp
+from onnxcomp.errors import OnnxcompError
+
+from .export import INPUT_NAME, OUTPUT_NAME, _validate_shape, export_training_onnx
+from .zoo import build_model, canonical_name, count_parameters
+
+LABELS_NAME = "labels"  # what onnxblock's CrossEntropyLoss calls the labels input it adds
+METADATA_NAME = "onnxcomp.json"
+OPTIMIZERS = ("adamw", "sgd")
+DEFAULT_SMOKE_TIMEOUT_S = 900.0
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ArtifactSet:
+    """Paths of one generated artifact directory."""
+
+    out_dir: Path
+    training_model: Path
+    eval_model: Path
+    optimizer_model: Path
+    checkpoint: Path
+    metadata: Path
+    smoke_loss: float | None = None  # training loss of the smoke-test step, when one ran
+
+    @classmethod
+    def in_dir(cls, out_dir: str | os.PathLike[str], smoke_loss: float | None = None) -> ArtifactSet:
+        d = Path(out_dir)
+        return cls(
+            out_dir=d,
+            training_model=d / "training_model.onnx",
+            eval_model=d / "eval_model.onnx",
+            optimizer_model=d / "optimizer_model.onnx",
+            checkpoint=d / "checkpoint",
+            metadata=d / METADATA_NAME,
+            smoke_loss=smoke_loss,
+        )
+
+
+def generate_artifacts(
+    name: str,
+    batch: int,
+    image: int,
+    num_classes: int,
+    out_dir: str | os.PathLike[str],
+    *,
+    seed: int = 0,
+    smoke_test: bool = True,
+    optimizer: str = "adamw",
+    overwrite: bool = False,
+    opset: int = 17,
+    smoke_timeout_s: float = DEFAULT_SMOKE_TIMEOUT_S,
+) -> ArtifactSet:
+    """Build zoo model ``name``, export it and write ORT training artifacts into ``out_dir``.
+
+    Writes training_model.onnx, eval_model.onnx (BatchNorm defect fixed), optimizer_model.onnx, checkpoint
+    and onnxcomp.json. Loss: CrossEntropy on "logits" against int64 "labels" [batch]; every model parameter
+    is trainable, BatchNorm running statistics are frozen. Everything is built in a temporary directory
+    beside ``out_dir`` and renamed into place only after it (and the optional one-step smoke test in a child
+    process) succeeded. An existing non-empty ``out_dir`` is replaced only with ``overwrite=True``.
+    """
+    from onnxruntime.training import artifacts as ort_artifacts
+
+    _validate_shape(batch, image, num_classes)
+    optimizer_key = optimizer.lower()
+    if optimizer_key not in OPTIMIZERS:
+        raise OnnxcompError(f"unknown optimizer {optimizer!r}; choose one of: {', '.join(OPTIMIZERS)}")
+    out_dir = Path(out_dir).resolve()  # "." or "x/.." must still have a real name and parent to rename
+    _check_destination(out_dir, overwrite)
+    name = canonical_name(name)
+
+    with torch.random.fork_rng(devices=[]):  # seed the weights without disturbing the caller's RNG
+        torch.manual_seed(seed)
+        model = build_model(name, num_classes)  # raises OnnxcompError for unknown names
+    check = getattr(model, "check_image_size", None)
+    if check is not None:
+        check(image, image)
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(staging, 0o777 & ~umask)  # mkdtemp makes it 0700; the published directory should look ordinary
+    try:
+        started = time.perf_counter()
+        forward_path = export_training_onnx(model, batch, image, num_classes, staging / "forward.onnx", opset)
+        trainable = [n for n, _ in model.named_parameters()]
+        n_params = count_parameters(model)
+        del model  # VGG-16's weights are half a gigabyte; the ONNX file has them now
+
+        forward = onnx.load(str(forward_path))
+        initializers = {init.name for init in forward.graph.initializer}
+        missing = [n for n in trainable if n not in initializers]
+        if missing:
+            raise OnnxcompError(
+                f"exported graph of {name!r} lacks initializers for parameters {missing[:5]}; "
+                "the exporter renamed or folded them, so their gradients cannot be requested"
+            )
+        frozen = sorted(initializers.difference(trainable))
+        del forward
+
+        try:
+            with _native_stderr_captured() as native_log:
+                ort_artifacts.generate_artifacts(
+                    str(forward_path),
+                    requires_grad=trainable,
+                    frozen_params=frozen,
+                    loss=ort_artifacts.LossType.CrossEntropyLoss,
+                    optimizer=(
+                        ort_artifacts.OptimType.AdamW if optimizer_key == "adamw" else ort_artifacts.OptimType.SGD
+                    ),
+                    artifact_directory=str(staging),
+                )
+        except Exception as exc:
+            tail = "\n".join(native_log.getvalue().strip().splitlines()[-10:])
+            raise OnnxcompError(
+                f"onnxruntime-training could not generate artifacts for {name!r} (batch {batch}, {image}x{image}, "
+                f"{num_classes} classes): {exc}" + (f"\nonnxruntime log:\n{tail}" if tail else "")
+            ) from exc
+        forward_path.unlink()
+
+        result = ArtifactSet.in_dir(staging)
+        fixed = fix_eval_batchnorm(result.eval_model)
+        _log.info("eval model: trimmed extra outputs of %d BatchNormalization nodes", fixed)
+        inputs = _graph_inputs(result.training_model, {INPUT_NAME, LABELS_NAME})
+        metadata = {
+            "model": name,
+            "batch": batch,
+            "image": image,
+            "classes": num_classes,
+            "inputs": inputs,
+            "labels": LABELS_NAME,
+            "output": OUTPUT_NAME,
+            "optimizer": optimizer_key,
+            "seed": seed,
+            "opset": opset,
+            "parameters": n_params,
+            "onnxcomp_version": onnxcomp.__version__,
+        }
+        result.metadata.write_text(json.dumps(metadata, indent=2) + "\n")
+        _log.info("artifacts for %s generated in %.1f s", name, time.perf_counter() - started)
+
+        smoke_loss = None
+        if smoke_test:
+            smoke = smoke_test_artifacts(staging, batch, image, num_classes, seed=seed, timeout_s=smoke_timeout_s)
+            smoke_loss = smoke["loss"]
+        _publish(staging, out_dir, overwrite)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return ArtifactSet.in_dir(out_dir, smoke_loss)
+
+
+class _NativeLog:
+    """What native code wrote to stderr inside ``_native_stderr_captured`` (its last 8 KiB)."""
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def getvalue(self) -> str:
+        return self.text
+
+
+@contextlib.contextmanager
+def _native_stderr_captured() -> Iterator[_NativeLog]:
+    """Point file descriptor 2 at a temp file: ORT's graph builder prints hundreds of INFO lines there that
+    Python logging cannot silence. The tail is kept so a failure can still show it."""
+    captured = _NativeLog()
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as log:
+        saved = os.dup(2)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield captured
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            size = log.seek(0, os.SEEK_END)
+            log.seek(max(0, size - 8192))
+            captured.text = log.read().decode(errors="replace")
+
+
+def fix_eval_batchnorm(eval_model: str | os.PathLike[str]) -> int:
+    """Make an onnxblock eval model loadable: inference BatchNormalization may have only its Y output.
+
+    onnxblock flips BatchNormalization to training_mode=0 in the eval graph but keeps the running-mean/var
+    outputs, which ORT rejects ("number of op outputs should be 1 when Training_mode = False"). Those outputs
+    feed nothing, so they are dropped. Rewrites the file in place; returns how many nodes were changed.
+    """
+    path = Path(eval_model)
+    model = onnx.load(str(path))
+    consumed = {i for node in model.graph.node for i in node.input} | {o.name for o in model.graph.output}
+    changed = 0
+    for node in model.graph.node:
+        if node.op_type != "BatchNormalization" or node.domain not in ("", "ai.onnx") or len(node.output) <= 1:
+            continue
+        training_mode = next((a.i for a in node.attribute if a.name == "training_mode"), 0)
+        if training_mode:
+            continue
+        extra = [o for o in node.output[1:] if o]
+        used = [o for o in extra if o in consumed]
+        if used:
+            raise OnnxcompError(
+                f"eval model {path}: BatchNormalization {node.name!r} outputs {used} are consumed, "
+                "so they cannot be dropped; regenerate the artifacts from a standard export"
+            )
+        del node.output[1:]
+        changed += 1
+    if changed:
+        value_names = {o for node in model.graph.node for o in node.output}
+        kept = [vi for vi in model.graph.value_info if vi.name in value_names or vi.name in consumed]
+        del model.graph.value_info[:]
+        model.graph.value_info.extend(kept)
+        tmp = path.with_name(f".{path.name}.tmp")
+        onnx.save(model, str(tmp))
+        os.replace(tmp, path)
+    return changed
+
+
+def smoke_test_artifacts(
+    artifact_dir: str | os.PathLike[str],
+    batch: int,
+    image: int,
+    num_classes: int,
+    *,
+    seed: int = 0,
+    timeout_s: float = DEFAULT_SMOKE_TIMEOUT_S,
+) -> dict[str, float]:
+    """One training step, optimizer step and eval step on random data, in a child process.
+
+    Returns ``{"loss": ..., "eval_loss": ...}``. A crash, error or timeout in the child is raised as an
+    OnnxcompError naming the signal or the child's last error lines.
+    """
+    artifact_dir = Path(artifact_dir)
+    cmd = _smoke_command(artifact_dir, batch, image, num_classes, seed)
+    where = f"smoke test of the training artifacts (batch {batch}, {image}x{image}, {num_classes} classes)"
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        raise OnnxcompError(
+            f"{where} did not finish within {timeout_s:.0f} s; pass smoke_test=False to skip it or use a "
+            "smaller batch/image"
+        ) from exc
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
+        if proc.returncode < 0:
+            try:
+                sig = signal.Signals(-proc.returncode).name
+            except ValueError:
+                sig = f"signal {-proc.returncode}"
+            reason = f"crashed with {sig} inside onnxruntime-training"
+        else:
+            reason = f"failed with exit code {proc.returncode}"
+        raise OnnxcompError(
+            f"{where} {reason}; try a static-shape export or another batch/image size. Child stderr:\n{tail}"
+        )
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError) as exc:
+        raise OnnxcompError(f"{where} printed no result; child stdout was {proc.stdout[-500:]!r}") from exc
+
+
+def _smoke_command(artifact_dir: Path, batch: int, image: int, num_classes: int, seed: int) -> list[str]:
+    return [
+        sys.executable, "-m", "onnxcomp.models._smoke",
+        str(artifact_dir), str(batch), str(image), str(num_classes), str(seed),
+    ]
+
+
+def _graph_inputs(model_path: Path, names: set[str]) -> dict[str, list[int | str]]:
+    """Shapes of the named graph inputs, in graph order (dim_param strings for symbolic dims).
+
+    The training graph also takes every parameter and gradient buffer as an input; those are fed from the
+    checkpoint, so only the data inputs are named here.
+    """
+    model = onnx.load(str(model_path), load_external_data=False)
+    out: dict[str, list[int | str]] = {}
+    for vi in model.graph.input:
+        if vi.name not in names:
+            continue
+        dims = vi.type.tensor_type.shape.dim
+        out[vi.name] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in dims]
+    return out
+
+
+def _check_destination(out_dir: Path, overwrite: bool) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise OnnxcompError(f"artifact directory {out_dir} exists and is not a directory; choose another path")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not overwrite:
+        raise OnnxcompError(
+            f"artifact directory {out_dir} already exists and is not empty; pass overwrite=True (--overwrite) "
+            "to replace it or choose another directory"
+        )
+
+
+def _publish(staging: Path, out_dir: Path, overwrite: bool) -> None:
+    """Move the finished staging directory to ``out_dir`` with renames (same filesystem, no copying)."""
+    _check_destination(out_dir, overwrite)  # again: something may have appeared while we worked
+    if out_dir.is_dir() and not any(out_dir.iterdir()):
+        out_dir.rmdir()
+    if out_dir.exists():
+        retired = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+        retired.rmdir()
+        os.rename(out_dir, retired)
+        try:
+            os.rename(staging, out_dir)
+        except OSError:
+            os.rename(retired, out_dir)  # put the old artifacts back rather than leave nothing
+            raise
+        shutil.rmtree(retired, ignore_errors=True)
+    else:
+        os.rename(staging, out_dir)
+
+
+__all__ = [
+    "ArtifactSet", "generate_artifacts", "fix_eval_batchnorm", "smoke_test_artifacts", "LABELS_NAME",
+    "METADATA_NAME", "OPTIMIZERS", "INPUT_NAME",
+]

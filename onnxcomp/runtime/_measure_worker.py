@@ -1,0 +1,112 @@
+"""Child process for onnxcomp.runtime.measure: one fresh process per configuration.
+
+Usage: python -m onnxcomp.runtime._measure_worker CONFIG_JSON OUT_JSON
+Writes {"result": {...}} or {"error": "..."} to OUT_JSON (stdout is left to ORT's chatter).
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} missing from /proc/self/status")
+
+
+def _reset_hwm() -> None:
+    # "5" resets VmHWM to the current RSS (Linux >= 4.0), so each step's high-water mark is its own.
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def run_measurement(cfg: dict[str, Any]) -> dict[str, Any]:
+    import onnxruntime as ort
+    from onnxruntime.training import api
+
+    from onnxcomp.runtime.data import graph_data, synthetic_batches
+    from onnxcomp.runtime.session import RuntimeSettings
+
+    ort.set_default_logger_severity(3)
+    settings = RuntimeSettings.from_dict(cfg["settings"])
+    artifact_dir = Path(cfg["artifact_dir"])
+    model_path = Path(cfg["model"])
+    steps, warmup = int(cfg["steps"]), int(cfg["warmup"])
+
+    rss_start = _status_kib("VmRSS") * 1024
+    state = api.CheckpointState.load_checkpoint(str(artifact_dir / "checkpoint"))
+    module = api.Module(str(model_path), state, None, "cpu", settings.session_options())
+    optimizer = api.Optimizer(str(artifact_dir / "optimizer_model.onnx"), module)
+    module.train()
+    spec = graph_data(artifact_dir, model_path, list(module.input_names()))
+    gen = synthetic_batches(spec.image.shape, spec.classes, int(cfg["seed"]), spec.image.dtype)
+    # Generate every batch up front so data creation never lands inside a measured step.
+    batches = [next(gen) for _ in range(warmup + steps)]
+    del gen
+    rss_setup = _status_kib("VmRSS") * 1024
+
+    losses: list[float] = []
+    peaks: list[int] = []
+    growths: list[int] = []
+    times: list[float] = []
+    warmup_peaks: list[int] = []
+    for i, (x, y) in enumerate(batches):
+        pre = _status_kib("VmRSS") * 1024
+        _reset_hwm()
+        t0 = time.perf_counter()
+        loss = module(x, y)
+        optimizer.step()
+        module.lazy_reset_grad()
+        elapsed = time.perf_counter() - t0
+        hwm = _status_kib("VmHWM") * 1024
+        if i < warmup:
+            warmup_peaks.append(hwm - pre)
+            continue
+        losses.append(float(loss))
+        peaks.append(hwm - pre)
+        growths.append(hwm - rss_setup)
+        times.append(elapsed)
+
+    return {
+        "peak_bytes": max(peaks),
+        "growth_bytes": max(growths),
+        "rss_setup_bytes": rss_setup,
+        "rss_start_bytes": rss_start,
+        "step_time_s": statistics.median(times),
+        "step_times_s": times,
+        "losses": losses,
+        "peak_bytes_per_step": peaks,
+        "growth_bytes_per_step": growths,
+        "warmup_peak_bytes": warmup_peaks,
+        "batch": spec.batch,
+        "classes": spec.classes,
+        "classes_inferred": spec.classes_inferred,
+        "ort_version": ort.__version__,
+        "malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_"),
+    }
+
+
+def main(argv: list[str]) -> int:
+    cfg_path, out_path = argv
+    try:
+        result = run_measurement(json.loads(Path(cfg_path).read_text()))
+        payload: dict[str, Any] = {"result": result}
+        code = 0
+    except Exception as exc:  # reported to the parent, which raises OnnxcompError
+        payload = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        code = 3
+    Path(out_path).write_text(json.dumps(payload))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,195 @@
+"""Train an ORT training graph (original or onnxcomp-transformed) with the ORT training API."""
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from onnxcomp.errors import OnnxcompError
+from onnxcomp.runtime.data import digits_dataset, graph_data, synthetic_batches
+from onnxcomp.runtime.measure import _resolve_model
+from onnxcomp.runtime.session import RuntimeSettings
+
+DATA_SOURCES = ("synthetic", "digits")
+
+
+@dataclass
+class TrainResult:
+    losses: list[float]
+    steps: int
+    time_s: float
+    step_time_s: float
+    accuracy: float | None
+    accuracy_source: str
+    accuracy_history: list[tuple[int, float]]
+    data: str
+    settings: dict[str, Any]
+    model: str
+    seed: int
+    learning_rate: float | None
+    parameters: np.ndarray | None = field(default=None, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (parameters left out: compare them through .parameters)."""
+        return {
+            "losses": self.losses, "steps": self.steps, "time_s": self.time_s,
+            "step_time_s": self.step_time_s, "accuracy": self.accuracy,
+            "accuracy_source": self.accuracy_source,
+            "accuracy_history": [list(p) for p in self.accuracy_history], "data": self.data,
+            "settings": self.settings, "model": self.model, "seed": self.seed,
+            "learning_rate": self.learning_rate,
+        }
+
+
+def _derive_eval_model(eval_path: Path, out_path: Path) -> bool:
+    """Write a usable copy of generate_artifacts' eval model that also outputs the logits.
+
+    The stock eval model is unloadable for BatchNorm nets: its BatchNormalization nodes keep the
+    running-stat outputs while training_mode=0 ("number of op outputs should be 1"). Dropping those
+    unused outputs fixes it; inference-mode BN then uses the running statistics, which ORT's training
+    graph does update in the checkpoint state. Returns False if no logits can be identified.
+    """
+    model = onnx.load(str(eval_path))
+    used = {i for n in model.graph.node for i in n.input} | {o.name for o in model.graph.output}
+    logits = None
+    for node in model.graph.node:
+        if node.op_type == "BatchNormalization":
+            training = next((a.i for a in node.attribute if a.name == "training_mode"), 0)
+            if not training and len(node.output) > 1 and not (set(node.output[1:]) & used):
+                del node.output[1:]
+        if node.op_type == "SoftmaxCrossEntropyLoss":
+            logits = node.input[0]
+    if logits is None:
+        return False
+    if logits not in {o.name for o in model.graph.output}:
+        model.graph.output.append(onnx.helper.make_tensor_value_info(logits, onnx.TensorProto.FLOAT, None))
+    onnx.save(model, str(out_path))
+    return True
+
+
+def _evaluate(module: Any, batches: list[tuple[np.ndarray, np.ndarray]]) -> float:
+    module.eval()
+    correct = total = 0
+    try:
+        for x, y in batches:
+            outputs = module(x, y)
+            logits = outputs[-1]
+            correct += int((np.argmax(logits, axis=-1) == y).sum())
+            total += len(y)
+    finally:
+        module.train()
+    return correct / total
+
+
+def train(
+    artifact_dir: str | os.PathLike,
+    *,
+    model: str | os.PathLike | None = None,
+    steps: int,
+    data: str = "synthetic",
+    settings: RuntimeSettings | None = None,
+    seed: int = 0,
+    eval_every: int | None = None,
+    progress: bool = True,
+    learning_rate: float | None = None,
+    return_parameters: bool = False,
+) -> TrainResult:
+    """Train `steps` steps on `data` ("synthetic" or "digits"); evaluate test accuracy at the end and
+    every `eval_every` steps when the data has real labels. Same seed and settings give bit-identical
+    losses and parameters. learning_rate: None keeps the optimizer model's default."""
+    from onnxruntime.training import api
+    from tqdm.auto import tqdm
+
+    if data not in DATA_SOURCES:
+        raise OnnxcompError(f"unknown data source {data!r}; use one of {list(DATA_SOURCES)}")
+    if steps < 1:
+        raise OnnxcompError(f"train needs steps >= 1 (got {steps})")
+    if eval_every is not None and eval_every < 1:
+        raise OnnxcompError(f"eval_every must be >= 1 or None (got {eval_every})")
+    artifact_dir = Path(artifact_dir).resolve()
+    settings = settings or RuntimeSettings()
+    model_path = _resolve_model(artifact_dir, model)
+    eval_src = artifact_dir / "eval_model.onnx"
+
+    with tempfile.TemporaryDirectory(prefix="onnxcomp-train-") as tmp:
+        state = api.CheckpointState.load_checkpoint(str(artifact_dir / "checkpoint"))
+        so = settings.session_options()
+        # Accuracy: prefer the (repaired) eval model on a held-out split, run through Module.eval() so
+        # it sees the live parameters. If it is missing or does not load, accuracy is reported as
+        # unavailable rather than guessed from train batches: the stock training graph exposes only
+        # the loss, not logits.
+        eval_path: Path | None = None
+        accuracy_source = "none: synthetic data has random labels"
+        if data != "synthetic":
+            derived = Path(tmp) / "eval_model.onnx"
+            if not eval_src.exists():
+                accuracy_source = f"unavailable: {eval_src} missing"
+            elif not _derive_eval_model(eval_src, derived):
+                accuracy_source = f"unavailable: no SoftmaxCrossEntropyLoss logits in {eval_src}"
+            else:
+                eval_path = derived
+        try:
+            module = api.Module(str(model_path), state, str(eval_path) if eval_path else None, "cpu", so)
+        except Exception as exc:
+            if eval_path is None:
+                raise OnnxcompError(f"ONNX Runtime cannot load {model_path}: {exc}") from exc
+            accuracy_source = f"unavailable: eval model does not load ({str(exc).splitlines()[0][:200]})"
+            eval_path = None
+            state = api.CheckpointState.load_checkpoint(str(artifact_dir / "checkpoint"))
+            try:
+                module = api.Module(str(model_path), state, None, "cpu", so)
+            except Exception as exc2:
+                raise OnnxcompError(f"ONNX Runtime cannot load {model_path}: {exc2}") from exc2
+        optimizer = api.Optimizer(str(artifact_dir / "optimizer_model.onnx"), module)
+        if learning_rate is not None:
+            optimizer.set_learning_rate(learning_rate)
+        module.train()
+        spec = graph_data(artifact_dir, model_path, list(module.input_names()))
+
+        if data == "digits":
+            dataset = digits_dataset(spec.image.shape, spec.classes)
+            batches = dataset.train_batches(seed)
+            test = list(dataset.test_batches())
+            if eval_path is not None:
+                accuracy_source = f"eval model on digits test split ({len(test) * spec.batch} samples)"
+        else:
+            batches = synthetic_batches(spec.image.shape, spec.classes, seed, spec.image.dtype)
+            test = []
+
+        losses: list[float] = []
+        times: list[float] = []
+        history: list[tuple[int, float]] = []
+        start = time.perf_counter()
+        bar = tqdm(range(1, steps + 1), disable=not progress, desc="train", unit="step")
+        for step in bar:
+            x, y = next(batches)
+            t0 = time.perf_counter()
+            loss = module(x, y)
+            optimizer.step()
+            module.lazy_reset_grad()
+            times.append(time.perf_counter() - t0)
+            loss_value = float(loss[0] if isinstance(loss, (list, tuple)) else loss)
+            losses.append(loss_value)
+            bar.set_postfix(loss=f"{loss_value:.4f}")
+            if eval_path is not None and ((eval_every and step % eval_every == 0) or step == steps):
+                history.append((step, _evaluate(module, test)))
+                bar.set_postfix(loss=f"{loss_value:.4f}", acc=f"{history[-1][1]:.3f}")
+        bar.close()
+        total = time.perf_counter() - start
+        params = module.get_contiguous_parameters(trainable_only=False).numpy().copy() if return_parameters else None
+        # Release the sessions before the temp dir (holding the eval model) goes away.
+        del optimizer, module, state
+
+    return TrainResult(
+        losses=losses, steps=steps, time_s=total, step_time_s=statistics.median(times),
+        accuracy=history[-1][1] if history else None, accuracy_source=accuracy_source,
+        accuracy_history=history, data=data, settings=settings.to_dict(), model=str(model_path),
+        seed=seed, learning_rate=learning_rate, parameters=params,
+    )

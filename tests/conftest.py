@@ -1,0 +1,128 @@
+"""Shared fixtures: small, self-contained ORT training artifacts built from a tiny PyTorch CNN."""
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnxruntime_extensions import PyCustomOpDef, onnx_op
+
+# Test-only PyOp. Defined at conftest import, i.e. before any test creates a session: PyOps defined
+# after the extensions library was registered crash ORT (onnxcomp.runtime.pyops refuses them).
+TEST_OP = "OnnxcompTestScale"
+
+
+@onnx_op(op_type=TEST_OP, domain="ai.onnx.contrib", inputs=[PyCustomOpDef.dt_float],
+         outputs=[PyCustomOpDef.dt_float, PyCustomOpDef.dt_int64], attrs={"scale": PyCustomOpDef.dt_float})
+def _onnxcomp_test_scale(x: np.ndarray, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    # Returns a transposed (non-contiguous) view when possible, to exercise the hook's contiguity handling.
+    y = (x * np.float32(scale)).astype(np.float32)
+    if y.ndim >= 2:
+        y = np.ascontiguousarray(np.swapaxes(y, 0, 1)).swapaxes(0, 1)
+    return y, np.array(x.shape, dtype=np.int64)
+
+
+def insert_test_op_after(model_path: Path, out_path: Path, op_type: str = "Relu", scale: float = 1.0) -> Path:
+    """Copy a graph with OnnxcompTestScale inserted after the first `op_type` node's output, rewiring
+    that output's forward consumers to the op's output."""
+    import onnx
+    from onnx import helper
+
+    model = onnx.load(str(model_path))
+    nodes = list(model.graph.node)
+    idx = next(i for i, n in enumerate(nodes) if n.op_type == op_type)
+    src = nodes[idx].output[0]
+    new_out = src + "_onnxcomp_test"
+    for n in nodes[idx + 1:]:
+        n.input[:] = [new_out if i == src else i for i in n.input]
+    op = helper.make_node(TEST_OP, [src], [new_out, new_out + "_shape"], domain="ai.onnx.contrib",
+                          scale=float(scale))
+    nodes.insert(idx + 1, op)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    if not any(o.domain == "ai.onnx.contrib" for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("ai.onnx.contrib", 1))
+    onnx.save(model, str(out_path))
+    return out_path
+
+
+def _export(torch, net, path: Path, batch: int, in_channels: int, image: int) -> None:  # noqa: ANN001
+    torch.onnx.export(
+        net,
+        (torch.randn(batch, in_channels, image, image),),
+        str(path),
+        dynamo=False,
+        training=torch.onnx.TrainingMode.TRAINING,
+        do_constant_folding=False,
+        opset_version=17,
+        input_names=["input"],
+        output_names=["logits"],
+    )
+
+
+def build_small_artifacts(
+    out_dir: Path,
+    *,
+    batch: int = 4,
+    image: int = 16,
+    channels: tuple[int, int] = (8, 16),
+    classes: int = 10,
+    in_channels: int = 3,
+    seed: int = 0,
+) -> Path:
+    """Export a 2-block Conv-BN-ReLU-MaxPool + Linear CNN and generate ORT training artifacts in out_dir."""
+    import onnx
+    import torch
+    from onnxruntime.training import artifacts
+
+    torch.manual_seed(seed)
+    c1, c2 = channels
+
+    class SmallCNN(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.features = torch.nn.Sequential(
+                torch.nn.Conv2d(in_channels, c1, 3, padding=1),
+                torch.nn.BatchNorm2d(c1),
+                torch.nn.ReLU(),
+                torch.nn.MaxPool2d(2),
+                torch.nn.Conv2d(c1, c2, 3, padding=1),
+                torch.nn.BatchNorm2d(c2),
+                torch.nn.ReLU(),
+                torch.nn.MaxPool2d(2),
+            )
+            self.fc = torch.nn.Linear(c2 * (image // 4) ** 2, classes)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(torch.flatten(self.features(x), 1))
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    net = SmallCNN().train()
+    fwd_path = out_dir / "forward.onnx"
+    with warnings.catch_warnings():  # the legacy exporter is deprecated but is the one that keeps BN in training mode
+        warnings.simplefilter("ignore")
+        _export(torch, net, fwd_path, batch, in_channels, image)
+    fwd = onnx.load(str(fwd_path))
+    params = [init.name for init in fwd.graph.initializer if "running" not in init.name
+              and "num_batches" not in init.name]
+    frozen = [init.name for init in fwd.graph.initializer if init.name not in params]
+    artifacts.generate_artifacts(
+        fwd,
+        requires_grad=params,
+        frozen_params=frozen,
+        loss=artifacts.LossType.CrossEntropyLoss,
+        optimizer=artifacts.OptimType.AdamW,
+        artifact_directory=str(out_dir),
+    )
+    meta = {"model": "small_cnn", "batch": batch, "image": [in_channels, image, image],
+            "classes": classes, "inputs": ["input"], "labels": "labels"}
+    (out_dir / "onnxcomp.json").write_text(json.dumps(meta))
+    return out_dir
+
+
+@pytest.fixture(scope="session")
+def small_artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Training artifacts of a tiny CNN (batch 4, 3x16x16, 10 classes)."""
+    return build_small_artifacts(tmp_path_factory.mktemp("small_artifacts"))
