@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 from .base import GraphPass, PassResult, Skipped
+from .eager_accumulation import EagerAccumulationPass
 from .maxpool_index import MaxPoolIndexPass
 from .signbits import SignBitsPass
 from .sparse import SparsePass
 
 POLICIES: dict[str, list[type[GraphPass]]] = {
-    "lossless": [SignBitsPass, MaxPoolIndexPass, SparsePass],
+    "lossless": [EagerAccumulationPass, SignBitsPass, MaxPoolIndexPass, SparsePass],
+    # Reordering alone: the share of a lossless saving that needs no codec at all.
+    "reorder": [EagerAccumulationPass],
 }
 
-__all__ = ["GraphPass", "MaxPoolIndexPass", "POLICIES", "PassResult", "SignBitsPass", "Skipped", "SparsePass"]
+__all__ = ["EagerAccumulationPass", "GraphPass", "MaxPoolIndexPass", "POLICIES", "PassResult", "SignBitsPass", "Skipped", "SparsePass"]
