@@ -20,18 +20,14 @@ _ONNX_TYPE = {"float32": TensorProto.FLOAT, "uint8": TensorProto.UINT8, "int64":
 
 
 def _session_options() -> ort.SessionOptions:
-    try:
-        from onnxcomp.runtime.session import session_options
-    except ImportError:  # session.py not there yet: register the extensions library directly
-        import onnxruntime_extensions
+    from onnxcomp.runtime.session import session_options
 
-        so = ort.SessionOptions()
-        so.register_custom_ops_library(onnxruntime_extensions.get_library_path())
-        return so
     return session_options()
 
 
 def _run(nodes: list, inputs: dict[str, np.ndarray], in_types: dict[str, int], outputs: list[str]) -> list:
+    inputs = {**inputs, "trigger": np.zeros(1, np.float32)}
+    in_types = {**in_types, "trigger": TensorProto.FLOAT}
     graph = helper.make_graph(
         nodes, "codec_ops",
         [helper.make_tensor_value_info(n, in_types[n], list(v.shape)) for n, v in inputs.items()],
@@ -51,8 +47,8 @@ def _codec_nodes(name: str, src: str, params: dict[str, Any]) -> tuple[list, lis
     payload = [f"{name}_{p}" for p in codec.payload_names]
     attr = codec_ops.params_attr(params)
     nodes = [helper.make_node(enc, [src], [*payload, f"{name}_anchor"], domain=codec_ops.DOMAIN, params=attr),
-             # The anchor doubles as the decoder's trigger input (the graph pass feeds Shape(dY) there).
-             helper.make_node(dec, [*payload, f"{name}_anchor"], [f"{name}_decoded"], domain=codec_ops.DOMAIN,
+             # The trigger input only orders the decoder (the graph pass feeds it one element of dY).
+             helper.make_node(dec, [*payload, "trigger"], [f"{name}_decoded"], domain=codec_ops.DOMAIN,
                               params=attr)]
     return nodes, payload, f"{name}_decoded"
 

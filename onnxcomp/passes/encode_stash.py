@@ -4,7 +4,7 @@ Execution order is what makes or breaks the saving (platform notes): an encoder 
 decoder consumes would run in the backward pass under ORT's default order, keeping the activation alive.
 So every encoder also emits its input's shape (``anchor``) and the forward consumers of a *gate* tensor read
 ``Reshape(gate, anchor)`` (a zero-copy view) — they cannot run before the encoder, under either order.
-A decoder takes ``Shape(dY)`` of its backward consumer's incoming gradient as an extra input, so it cannot
+A decoder takes one element of its backward consumer's incoming gradient dY as an extra input, so it cannot
 run before that gradient exists, i.e. just before the consumer; it sits right before it in node order too.
 """
 from __future__ import annotations
@@ -67,6 +67,10 @@ class EncodeStashPass(GraphPass):
                 continue
             if already_encoded(analysis, stash.name):
                 continue
+            if not _has_gradient_input(analysis, stash):
+                result.skipped.append(Skipped(stash.name, stash.pattern, "its first backward reader has no "
+                                              "incoming gradient to time a decoder by"))
+                continue
             choice = self.select(analysis, stash)
             if isinstance(choice, str):
                 result.skipped.append(Skipped(stash.name, stash.pattern, choice))
@@ -75,6 +79,15 @@ class EncodeStashPass(GraphPass):
         if choices:
             _Rewriter(result.model, analysis).apply(choices, self, result)
         return result
+
+
+def _has_gradient_input(analysis: GraphAnalysis, stash: StashedTensor) -> bool:
+    node = analysis.model.graph.node[min(stash.backward_consumers)]
+    for name in node.input:
+        t = analysis.tensors.get(name) if name and name != stash.name else None
+        if t is not None and t.producer is not None and analysis.boundary.is_backward(t.producer):
+            return True
+    return False
 
 
 def already_encoded(analysis: GraphAnalysis, name: str) -> bool:
@@ -148,31 +161,29 @@ class _Rewriter:
                         n.input[k] = gated
             elem, shape = self._type(enc.gate)
             self.value_info.append(helper.make_tensor_value_info(gated, elem, shape))
-        # Decoder just before the first backward reader, triggered by the shape of that reader's dY.
+        # Decoder just before the first backward reader, triggered by one element of that reader's dY.
+        # (Shape(dY) would not do: ORT folds the Shape of a statically shaped tensor into a constant, and
+        # the decoder then runs in the forward pass.)
         bwd_readers = [n for n in self.nodes if id(n) in self.backward_ids and enc.source in n.input]
         first = min(bwd_readers, key=self._index)
-        d_y = next((i for i in first.input if i and i != enc.source and self._is_backward_tensor(i)), None)
+        d_y = next(i for i in first.input if i and i != enc.source and self._is_backward_tensor(i))
         decoded = unique_name(f"{base}__decoded", self.taken)
-        dec_inputs = list(payload)
-        at = self._index(first)
-        new_nodes = []
-        if d_y is not None:
-            trigger = unique_name(f"{base}__{enc.codec}_trigger", self.taken)
-            new_nodes.append(helper.make_node("Shape", [d_y], [trigger],
-                                              name=unique_name(f"{trigger}__shape", self.taken)))
-            dec_inputs.append(trigger)
-            self.value_info.append(helper.make_tensor_value_info(trigger, TensorProto.INT64, None))
-        else:
-            # No incoming gradient to wait on: the anchor (ready in forward) fills the trigger slot, and
-            # order then rests on the decoder's position just before its consumer.
-            dec_inputs.append(anchor)
-        decoder = helper.make_node(decode_op_type(enc.codec), dec_inputs, [decoded],
+        trigger = unique_name(f"{base}__{enc.codec}_trigger", self.taken)
+        flat = unique_name(f"{trigger}_flat", self.taken)
+        start, end, minus_one = self._trigger_constants()
+        new_nodes = [
+            helper.make_node("Reshape", [d_y, minus_one], [flat], name=unique_name(f"{flat}__reshape", self.taken)),
+            helper.make_node("Slice", [flat, start, end], [trigger], name=unique_name(f"{trigger}__slice", self.taken)),
+        ]
+        decoder = helper.make_node(decode_op_type(enc.codec), [*payload, trigger], [decoded],
                                    name=unique_name(f"{base}__decode_{enc.codec}", self.taken),
                                    domain=CUSTOM_DOMAIN, params=params)
         new_nodes.append(decoder)
+        at = self._index(first)
         for k, n in enumerate(new_nodes):
             self.nodes.insert(at + k, n)
             self.backward_ids.add(id(n))
+        self.value_info.append(helper.make_tensor_value_info(trigger, TensorProto.FLOAT, [None]))
         for n in bwd_readers:
             for k, i in enumerate(n.input):
                 if i == enc.source:
@@ -195,6 +206,17 @@ class _Rewriter:
             "predicted_bytes": predicted, "payload": dict(zip(payload, enc.payload_bytes)),
             "encoder": encoder.name, "decoder": decoder.name, "note": enc.note,
         }
+
+    def _trigger_constants(self) -> tuple[str, str, str]:
+        names = ("onnxcomp_trigger_start", "onnxcomp_trigger_end", "onnxcomp_trigger_flat_shape")
+        have = {i.name for i in self.graph.initializer}
+        for name, value in zip(names, ([0], [1], [-1])):
+            if name not in have:
+                self.graph.initializer.append(helper.make_tensor(name, TensorProto.INT64, [1], value))
+        return names
+
+    def has_gradient_input(self, node: onnx.NodeProto, source: str) -> bool:
+        return any(i and i != source and self._is_backward_tensor(i) for i in node.input)
 
     def _is_backward_tensor(self, name: str) -> bool:
         t = self.analysis.tensors.get(name)

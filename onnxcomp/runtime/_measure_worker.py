@@ -46,6 +46,7 @@ def run_measurement(cfg: dict[str, Any]) -> dict[str, Any]:
     state = api.CheckpointState.load_checkpoint(str(artifact_dir / "checkpoint"))
     module = api.Module(str(model_path), state, None, "cpu", settings.session_options())
     optimizer = api.Optimizer(str(artifact_dir / "optimizer_model.onnx"), module)
+    ort.set_seed(int(cfg["seed"]))  # Dropout masks: same seed, same losses across graphs
     module.train()
     spec = graph_data(artifact_dir, model_path, list(module.input_names()))
     gen = synthetic_batches(spec.image.shape, spec.classes, int(cfg["seed"]), spec.image.dtype)

@@ -3,8 +3,8 @@
 ``OnnxcompEncode_<name>`` (domain ``ai.onnx.contrib``): input X; outputs the payload arrays in
 ``payload_names`` order, then ``anchor`` = int64 shape of X. The graph pass makes X's forward consumers read
 ``Reshape(X, anchor)``, which forces the encoder to run in the forward pass under any execution order.
-``OnnxcompDecode_<name>``: inputs the payload arrays, then ``trigger`` (any int64 tensor, ignored: the pass
-feeds it ``Shape(dY)`` of the backward consumer so the decoder cannot run before that gradient exists);
+``OnnxcompDecode_<name>``: inputs the payload arrays, then ``trigger`` (a float tensor, ignored: the pass
+feeds it one element of the backward consumer's dY so the decoder cannot run before that gradient exists);
 output the decoded tensor.
 Codec params travel as ONE string attribute ``params`` holding JSON (PyOp attributes arrive as strings).
 
@@ -96,7 +96,7 @@ def register_all() -> list[str]:
         onnx_op(op_type=enc_type, inputs=[_pydtype(codec.input_dtype)],
                 outputs=[*map(_pydtype, codec.payload_dtypes), PyCustomOpDef.dt_int64], attrs=attrs)(
             _make_encode(codec))
-        onnx_op(op_type=dec_type, inputs=[*map(_pydtype, codec.payload_dtypes), PyCustomOpDef.dt_int64],
+        onnx_op(op_type=dec_type, inputs=[*map(_pydtype, codec.payload_dtypes), PyCustomOpDef.dt_float],
                 outputs=[_pydtype(codec.output_dtype)], attrs=attrs)(_make_decode(codec))
         _registered.add(name)
         added += [enc_type, dec_type]

@@ -148,6 +148,11 @@ def train(
             except Exception as exc2:
                 raise OnnxcompError(f"ONNX Runtime cannot load {model_path}: {exc2}") from exc2
         optimizer = api.Optimizer(str(artifact_dir / "optimizer_model.onnx"), module)
+        # Dropout draws from ORT's global Philox generator; reseeding it makes runs (and a transformed
+        # graph against its original) comparable bit for bit.
+        import onnxruntime as ort
+
+        ort.set_seed(seed)
         if learning_rate is not None:
             optimizer.set_learning_rate(learning_rate)
         module.train()
