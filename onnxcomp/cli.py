@@ -5,7 +5,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .errors import OnnxcompError
 
@@ -110,9 +110,6 @@ def cmd_measure(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {}
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="onnxcomp", description="Compress the activations an ONNX Runtime training graph stashes for backward.")
     from . import __version__
@@ -153,18 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_runtime_options(s)
     s.set_defaults(func=cmd_measure)
 
-    for name, extra in COMMAND_HOOKS:
-        extra(sub)
+    from .commands import add_subcommands
+
+    add_subcommands(sub)
     return p
 
 
-# Later subcommands (transform, train, demo) register here: (name, add_parser(subparsers)).
-COMMAND_HOOKS: list[tuple[str, Callable[[Any], None]]] = []
-
-
 def main(argv: list[str] | None = None) -> int:
-    from . import commands  # noqa: F401  (registers transform, train, demo)
-
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -178,6 +170,3 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -120,7 +120,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if same else 1
 
 
-def _register(sub: Any) -> None:
+def add_subcommands(sub: Any) -> None:
     s = sub.add_parser("transform", help="rewrite a training graph so stashed activations are held encoded")
     s.add_argument("path", metavar="MODEL_OR_DIR")
     s.add_argument("-o", "--output", required=True,
@@ -155,5 +155,3 @@ def _register(sub: Any) -> None:
     s.add_argument("--json", metavar="FILE", help="also write every figure as JSON")
     s.set_defaults(func=cmd_demo)
 
-
-cli.COMMAND_HOOKS.append(("transform/train/demo", _register))

@@ -16,7 +16,7 @@ EXPECTED_PARAMS = {"alexnet": 61_100_840, "vgg16": 138_357_544, "resnet18": 11_6
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "onnxcomp.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "onnxcomp", *args], capture_output=True, text=True,
                           timeout=600)
 
 
@@ -34,7 +34,8 @@ def test_inspect_table_json_and_plot(small_artifacts: Path, tmp_path: Path, caps
     assert report["stashed"] and {"name", "shape", "bytes", "pattern", "encodings"} <= set(report["stashed"][0])
     p = report["planner"]
     assert p["lower_bound_bytes"] <= p["offset_bytes"] and p["lower_bound_bytes"] <= p["cntk_bytes"]
-    assert report["breakdown"]["stashed"] == sum(s["bytes"] for s in report["stashed"])
+    # Views (Flatten of a stashed map) are listed but share their source's buffer: counted once there.
+    assert 0 < report["breakdown"]["stashed"] <= sum(s["bytes"] for s in report["stashed"])
     assert main(["inspect", str(small_artifacts / "training_model.onnx")]) == 0
     out = capsys.readouterr().out
     assert "Relu-input→ReluGrad" in out and "lower bound" in out

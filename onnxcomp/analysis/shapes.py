@@ -132,6 +132,11 @@ _SAME_AS_INPUT: dict[str, dict[int, int]] = {
     "SigmoidGrad": {0: 1},
     "TanhGrad": {0: 1},
     "MaxPoolGrad": {},
+    "Scale": {0: 0},
+    "DropoutGrad": {0: 0},
+    "SoftmaxGrad": {0: 0},
+    "SoftmaxGrad_13": {0: 0},
+    "BiasGeluGrad_dX": {0: 1},
     "InPlaceAccumulatorV2": {0: 0},
 }
 
