@@ -36,6 +36,8 @@ class StashUse:
 def forward_role(use: StashUse) -> str:
     if use.producer_op == "MaxPool" and use.producer_output == 1:
         return "MaxPool-indices"
+    if use.producer_op == "Relu":
+        return "Relu-output"  # ORT's ReluGrad may read the output (Y > 0 ⇔ X > 0)
     if any(op == "ReluGrad" and slot == 1 for op, slot in use.backward_uses):
         return "Relu-input"
     if use.producer_op == "BatchNormInternal" and use.producer_output > 0:
