@@ -14,6 +14,7 @@ from abc import abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
@@ -55,8 +56,7 @@ class EncodeStashPass(GraphPass):
     def payload_types(self, codec: str) -> list[int]:
         from ..custom_ops import get_codec
 
-        return [helper.np_dtype_to_tensor_dtype(__import__("numpy").dtype(d))
-                for d in get_codec(codec).payload_dtypes]
+        return [helper.np_dtype_to_tensor_dtype(np.dtype(d)) for d in get_codec(codec).payload_dtypes]
 
     def run(self, model: onnx.ModelProto) -> PassResult:
         analysis = analyze_model(model)
