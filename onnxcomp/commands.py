@@ -46,8 +46,16 @@ def print_transform_summary(summary: dict[str, Any]) -> None:
 def cmd_transform(args: argparse.Namespace) -> int:
     from .transform import transform
 
-    result = transform(args.path, args.output, args.policy, model=args.model, force=args.force,
-                       min_bytes=args.min_bytes)
+    from .transform import load_policy_config
+
+    options: dict[str, Any] = load_policy_config(args.config) if args.config else {}
+    cli_options = {"min_bytes": args.min_bytes, "eb": args.eb, "dpr_format": args.dpr_format,
+                   "rows": args.rows, "variant": args.variant, "checkpoints": args.checkpoints,
+                   "budget_bytes": args.budget}
+    if args.static_eb:
+        cli_options["adaptive"] = False
+    options.update({k: v for k, v in cli_options.items() if v is not None})
+    result = transform(args.path, args.output, args.policy, model=args.model, force=args.force, **options)
     summary = result.summary()
     if args.json:
         cli._print_json(summary | {"tensors": result.records})
@@ -120,6 +128,42 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if same else 1
 
 
+def _rows_arg(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        r = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: use a row count >= 1 or 'auto'") from None
+    if r < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: use a row count >= 1 or 'auto'")
+    return r
+
+
+def _checkpoints_arg(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: use 'auto' or a segment count >= 1") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: use 'auto' or a segment count >= 1")
+    return n
+
+
+_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "kb": 1000, "mib": 1 << 20, "mb": 10**6, "gib": 1 << 30, "gb": 10**9}
+
+
+def _bytes_arg(text: str) -> int:
+    import re
+
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise argparse.ArgumentTypeError(f"{text!r}: use a size like 2GiB, 512MiB or 1073741824")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
 def add_subcommands(sub: Any) -> None:
     s = sub.add_parser("transform", help="rewrite a training graph so stashed activations are held encoded")
     s.add_argument("path", metavar="MODEL_OR_DIR")
@@ -127,8 +171,23 @@ def add_subcommands(sub: Any) -> None:
                    help="output .onnx file (e.g. inside the artifact dir) or a new artifact directory")
     s.add_argument("--policy", default="lossless", help="encoding policy (default: lossless)")
     s.add_argument("--model", help="file name inside MODEL_OR_DIR (default training_model.onnx)")
-    s.add_argument("--min-bytes", type=int, default=64 * 1024,
-                   help="leave sparse candidates smaller than this alone (default 65536)")
+    s.add_argument("--min-bytes", type=int, default=None,
+                   help="leave candidates smaller than this alone (default 65536)")
+    s.add_argument("--config", metavar="FILE", help="policy config (TOML/JSON): eb, adaptive, dpr_format, "
+                   "per-pattern overrides")
+    lossy = s.add_argument_group("lossy policies (dpr-*, comet)")
+    lossy.add_argument("--eb", type=float, help="error bound the error-bounded codec starts from (default 1e-3)")
+    lossy.add_argument("--static-eb", action="store_true",
+                       help="keep --eb fixed during training (the ablation of COMET's adaptive bound)")
+    lossy.add_argument("--dpr-format", choices=["fp16", "bf16", "fp10", "fp8"],
+                       help="reduced precision for stashes not held otherwise (comet default fp16)")
+    rows = s.add_argument_group("row-centric convolution (--policy rows)")
+    rows.add_argument("--rows", type=_rows_arg, help="row blocks R per conv chain, or 'auto' (from --budget)")
+    rows.add_argument("--variant", choices=["overl", "2ps"], help="overlapping halos (overl) or shared "
+                      "boundary rows (2ps); default overl")
+    rows.add_argument("--checkpoints", type=_checkpoints_arg,
+                      help="segments per chain: 'auto' or a count N (hybrids OverL-H / 2PS-H)")
+    rows.add_argument("--budget", type=_bytes_arg, help="memory budget for --rows auto, e.g. 2GiB or 512MiB")
     s.add_argument("--force", action="store_true", help="allow replacing an existing output or the input")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_transform)

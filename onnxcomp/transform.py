@@ -17,6 +17,7 @@ from .errors import OnnxcompError
 from .load import TRAINING_MODEL, load_model
 from .passes import POLICIES, GraphPass
 from .passes.base import check_model
+from .passes.encode_stash import EncodeStashPass
 from .planner import plan_all
 
 # Files of an artifact directory that a transformed training graph still needs beside it.
@@ -50,13 +51,57 @@ def _footprint(model: onnx.ModelProto) -> dict[str, Any]:
             "payload_tensors": len(encoded_payloads), **plan_all(a.buffers()).to_dict()}
 
 
+CONFIG_KEYS = {"overrides": dict, "eb": float, "adaptive": bool, "dpr_format": str, "min_bytes": int}
+
+
+def load_policy_config(path: str | Path) -> dict[str, Any]:
+    """Pass options from a small TOML or JSON file, e.g.
+
+        eb = 1e-3                      # starting / static error bound
+        adaptive = true
+        dpr_format = "bf16"
+        [overrides]                    # pattern (as `onnxcomp inspect` prints it) → encoding or "none"
+        "Conv-output→BatchNormalizationGrad" = "none"
+    """
+    import tomllib
+
+    from .analysis.patterns import DPR, ERROR_BOUNDED, LOSSLESS
+
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise OnnxcompError(f"{p}: cannot read policy config ({exc.strerror})") from None
+    try:
+        data = json.loads(text) if p.suffix == ".json" else tomllib.loads(text)
+    except (ValueError, tomllib.TOMLDecodeError) as exc:
+        raise OnnxcompError(f"{p}: not valid {'JSON' if p.suffix == '.json' else 'TOML'}: {exc}") from None
+    unknown = set(data) - set(CONFIG_KEYS)
+    if unknown:
+        raise OnnxcompError(f"{p}: unknown key(s) {sorted(unknown)}; known: {sorted(CONFIG_KEYS)}")
+    for key, typ in CONFIG_KEYS.items():
+        if key in data and not isinstance(data[key], typ) and not (typ is float and isinstance(data[key], int)):
+            raise OnnxcompError(f"{p}: {key} must be a {typ.__name__} (got {data[key]!r})")
+    known = {*LOSSLESS, DPR, ERROR_BOUNDED, "none"}
+    for pattern, enc in data.get("overrides", {}).items():
+        if enc not in known:
+            raise OnnxcompError(f"{p}: overrides[{pattern!r}] = {enc!r}; use one of {sorted(known)}")
+    return data
+
+
 def make_passes(policy: str, **options: Any) -> list[GraphPass]:
     if policy not in POLICIES:
         raise OnnxcompError(f"unknown policy {policy!r}; choose one of: {', '.join(sorted(POLICIES))}")
+    overrides = options.pop("overrides", None) or {}
     passes = []
-    for cls in POLICIES[policy]:
-        accepted = inspect.signature(cls.__init__).parameters
-        passes.append(cls(**{k: v for k, v in options.items() if k in accepted}))
+    for factory in POLICIES[policy]:
+        # A policy's own fixed choices (partial keywords, e.g. dpr-fp8's format) win over general options.
+        fixed = set(getattr(factory, "keywords", {}) or {})
+        accepted = set(inspect.signature(factory).parameters) - fixed
+        p = factory(**{k: v for k, v in options.items() if k in accepted and v is not None})
+        if overrides and isinstance(p, EncodeStashPass):
+            p.overrides = dict(overrides)
+        passes.append(p)
     return passes
 
 

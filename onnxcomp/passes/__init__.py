@@ -1,16 +1,32 @@
-"""Graph rewrites, one pass per module; a policy is an ordered list of passes."""
+"""Graph rewrites, one pass per module; a policy is an ordered list of passes (or pass factories)."""
 from __future__ import annotations
 
+from functools import partial
+from typing import Callable
+
 from .base import GraphPass, PassResult, Skipped
+from .dpr import DPR_FORMATS, DprPass
 from .eager_accumulation import EagerAccumulationPass
+from .error_bounded import ErrorBoundedPass
 from .maxpool_index import MaxPoolIndexPass
 from .signbits import SignBitsPass
 from .sparse import SparsePass
 
-POLICIES: dict[str, list[type[GraphPass]]] = {
-    "lossless": [EagerAccumulationPass, SignBitsPass, MaxPoolIndexPass, SparsePass],
+LOSSLESS_PASSES: list[Callable[..., GraphPass]] = [EagerAccumulationPass, SignBitsPass, MaxPoolIndexPass]
+
+# Before a lossy pass: ReluGrad must keep reading exact signs, so it gets its own sign bits.
+LOSSY_FIRST: list[Callable[..., GraphPass]] = [EagerAccumulationPass, partial(SignBitsPass, split_readers=True),
+                                               MaxPoolIndexPass]
+
+POLICIES: dict[str, list[Callable[..., GraphPass]]] = {
+    "lossless": [*LOSSLESS_PASSES, SparsePass],
     # Reordering alone: the share of a lossless saving that needs no codec at all.
     "reorder": [EagerAccumulationPass],
+    # Gist: lossless encodings where they apply, the rest of the float stashes in reduced precision.
+    **{f"dpr-{fmt}": [*LOSSY_FIRST, partial(DprPass, dpr_format=fmt)] for fmt in DPR_FORMATS},
+    # COMET: lossless where it applies, error-bounded conv/fc inputs, reduced precision elsewhere.
+    "comet": [*LOSSY_FIRST, ErrorBoundedPass, partial(DprPass, dpr_format="fp16"), SparsePass],
 }
 
-__all__ = ["EagerAccumulationPass", "GraphPass", "MaxPoolIndexPass", "POLICIES", "PassResult", "SignBitsPass", "Skipped", "SparsePass"]
+__all__ = ["DprPass", "EagerAccumulationPass", "ErrorBoundedPass", "GraphPass", "MaxPoolIndexPass", "POLICIES",
+           "PassResult", "SignBitsPass", "Skipped", "SparsePass"]

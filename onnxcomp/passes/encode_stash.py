@@ -42,16 +42,30 @@ class Encoding:
     payload_bytes: list[int | None] = field(default_factory=list)  # predicted, per payload output
     payload_shapes: list[list[int] | None] = field(default_factory=list)
     note: str = ""
+    # "element": the decoder waits on one element of dY; "l2": on ReduceL2(dY), which also hands the
+    # run-time bound controller the scale of dY (onnxcomp.runtime.bounds) for one float of PyOp input.
+    trigger: str = "element"
+    # Backward readers (op types) rewired to the decoded copy; None: all. The others keep reading the
+    # stash, which a later pass may encode differently (e.g. sign bits for ReluGrad, sz for ConvGrad).
+    readers: tuple[str, ...] | None = None
 
 
 class EncodeStashPass(GraphPass):
     """Base of the one-encoding-per-module passes: subclasses only choose tensors and codec params."""
 
     encoding: str  # analysis encoding name this pass implements, e.g. "signbits"
+    # Per-pattern choices from a policy config file: pattern → encoding name (or "none").
+    overrides: dict[str, str] = {}
+    # Take stashes an earlier pass encoded for only some of their backward readers (the rest still read
+    # the original); passes that assume the whole stash is theirs leave this False.
+    encodes_remaining_readers = True
 
     @abstractmethod
     def select(self, analysis: GraphAnalysis, stash: StashedTensor) -> Encoding | str:
         """An Encoding for this stash, or the reason it is left alone."""
+
+    def applies(self, stash: StashedTensor) -> bool:
+        return self.encoding in stash.encodings
 
     def payload_types(self, codec: str) -> list[int]:
         from ..custom_ops import get_codec
@@ -63,9 +77,13 @@ class EncodeStashPass(GraphPass):
         result = PassResult(self.copy(model))
         choices: list[tuple[StashedTensor, Encoding]] = []
         for stash in analysis.stashed:
-            if self.encoding not in stash.encodings:
+            if not self.applies(stash):
                 continue
-            if already_encoded(analysis, stash.name):
+            if already_encoded(analysis, stash.name) and not self.encodes_remaining_readers:
+                continue
+            chosen = self.overrides.get(stash.pattern)
+            if chosen is not None and chosen != self.encoding:
+                result.skipped.append(Skipped(stash.name, stash.pattern, f"config assigns this pattern to {chosen!r}"))
                 continue
             if not _has_gradient_input(analysis, stash):
                 result.skipped.append(Skipped(stash.name, stash.pattern, "its first backward reader has no "
@@ -164,17 +182,30 @@ class _Rewriter:
         # Decoder just before the first backward reader, triggered by one element of that reader's dY.
         # (Shape(dY) would not do: ORT folds the Shape of a statically shaped tensor into a constant, and
         # the decoder then runs in the forward pass.)
-        bwd_readers = [n for n in self.nodes if id(n) in self.backward_ids and enc.source in n.input]
+        bwd_readers = [n for n in self.nodes if id(n) in self.backward_ids and enc.source in n.input
+                       and (enc.readers is None or n.op_type in enc.readers)]
         first = min(bwd_readers, key=self._index)
         d_y = next(i for i in first.input if i and i != enc.source and self._is_backward_tensor(i))
         decoded = unique_name(f"{base}__decoded", self.taken)
         trigger = unique_name(f"{base}__{enc.codec}_trigger", self.taken)
         flat = unique_name(f"{trigger}_flat", self.taken)
         start, end, minus_one = self._trigger_constants()
-        new_nodes = [
-            helper.make_node("Reshape", [d_y, minus_one], [flat], name=unique_name(f"{flat}__reshape", self.taken)),
-            helper.make_node("Slice", [flat, start, end], [trigger], name=unique_name(f"{trigger}__slice", self.taken)),
-        ]
+        if enc.trigger == "l2":
+            new_nodes = [
+                helper.make_node("ReduceL2", [d_y], [flat], keepdims=1,
+                                 name=unique_name(f"{flat}__reducel2", self.taken)),
+                helper.make_node("Reshape", [flat, minus_one], [trigger],
+                                 name=unique_name(f"{trigger}__reshape", self.taken)),
+            ]
+            enc.params = {**enc.params, "dy_numel": self._numel(d_y)}
+            params = json.dumps(enc.params, sort_keys=True)
+        elif enc.trigger == "element":
+            new_nodes = [
+                helper.make_node("Reshape", [d_y, minus_one], [flat], name=unique_name(f"{flat}__reshape", self.taken)),
+                helper.make_node("Slice", [flat, start, end], [trigger], name=unique_name(f"{trigger}__slice", self.taken)),
+            ]
+        else:
+            raise ValueError(f"unknown decoder trigger {enc.trigger!r}")
         decoder = helper.make_node(decode_op_type(enc.codec), [*payload, trigger], [decoded],
                                    name=unique_name(f"{base}__decode_{enc.codec}", self.taken),
                                    domain=CUSTOM_DOMAIN, params=params)
@@ -206,6 +237,15 @@ class _Rewriter:
             "predicted_bytes": predicted, "payload": dict(zip(payload, enc.payload_bytes)),
             "encoder": encoder.name, "decoder": decoder.name, "note": enc.note,
         }
+
+    def _numel(self, name: str) -> int:
+        _, shape = self._type(name)
+        if shape is None or any(not isinstance(d, int) for d in shape):
+            raise ValueError(f"{name}: static shape needed for an l2 trigger")
+        n = 1
+        for d in shape:
+            n *= d
+        return n
 
     def _trigger_constants(self) -> tuple[str, str, str]:
         names = ("onnxcomp_trigger_start", "onnxcomp_trigger_end", "onnxcomp_trigger_flat_shape")

@@ -20,6 +20,10 @@ import numpy as np
 from onnxruntime_extensions import PyCustomOpDef, onnx_op
 
 from onnxcomp.custom_ops import REGISTRY, Codec
+from onnxcomp.runtime import bounds
+
+# Bookkeeping params the graph pass adds for the run-time bound controller; codecs never see them.
+CONTROL_PARAMS = frozenset({"key", "weight", "dy_numel", "batch", "adaptive", "out_spatial"})
 
 DOMAIN = "ai.onnx.contrib"  # onnxruntime-extensions puts every PyOp in this domain
 PARAMS_ATTR = "params"
@@ -68,7 +72,13 @@ def _make_encode(codec: Codec) -> Callable[..., tuple[np.ndarray, ...]]:
 
     def encode(x: np.ndarray, **attrs: Any) -> tuple[np.ndarray, ...]:
         x = np.asarray(x, dtype=in_dtype)
-        payload = codec.encode_cpu(x, **_parse(attrs.get(PARAMS_ATTR)))
+        params = _parse(attrs.get(PARAMS_ATTR))
+        key = params.get("key")
+        if key is not None and "eb" in params:
+            params["eb"] = bounds.bound(key, float(params["eb"]))
+            if bounds.collecting():
+                bounds.record_activation(key, int(np.count_nonzero(x)), int(x.size), params["eb"])
+        payload = codec.encode_cpu(x, **{k: v for k, v in params.items() if k not in CONTROL_PARAMS})
         arrays = tuple(np.ascontiguousarray(p, dtype=d) for p, d in zip(payload, out_dtypes))
         return (*arrays, np.asarray(x.shape, dtype=np.int64).reshape(x.ndim))
 
@@ -79,7 +89,12 @@ def _make_decode(codec: Codec) -> Callable[..., np.ndarray]:
     out_dtype = np.dtype(codec.output_dtype)
 
     def decode(*inputs: np.ndarray, **attrs: Any) -> np.ndarray:
-        y = codec.decode_cpu(tuple(inputs[:-1]), **_parse(attrs.get(PARAMS_ATTR)))
+        params = _parse(attrs.get(PARAMS_ATTR))
+        if "dy_numel" in params and bounds.collecting():
+            # The trigger is ReduceL2(dY): the scale of dY for the controller at the cost of one float input.
+            bounds.record_gradient(params["key"], float(np.asarray(inputs[-1]).reshape(-1)[0]),
+                                   int(params["dy_numel"]))
+        y = codec.decode_cpu(tuple(inputs[:-1]), **{k: v for k, v in params.items() if k not in CONTROL_PARAMS})
         return np.ascontiguousarray(y, dtype=out_dtype)
 
     return decode

@@ -35,6 +35,7 @@ class TrainResult:
     seed: int
     learning_rate: float | None
     parameters: np.ndarray | None = field(default=None, repr=False)
+    bounds: dict[str, Any] | None = None  # the error-bound controller's summary, when the graph has one
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (parameters left out: compare them through .parameters)."""
@@ -44,7 +45,7 @@ class TrainResult:
             "accuracy_source": self.accuracy_source,
             "accuracy_history": [list(p) for p in self.accuracy_history], "data": self.data,
             "settings": self.settings, "model": self.model, "seed": self.seed,
-            "learning_rate": self.learning_rate,
+            "learning_rate": self.learning_rate, "bounds": self.bounds,
         }
 
 
@@ -100,10 +101,13 @@ def train(
     progress: bool = True,
     learning_rate: float | None = None,
     return_parameters: bool = False,
+    bound_control: dict[str, Any] | None = None,
 ) -> TrainResult:
     """Train `steps` steps on `data` ("synthetic" or "digits"); evaluate test accuracy at the end and
     every `eval_every` steps when the data has real labels. Same seed and settings give bit-identical
-    losses and parameters. learning_rate: None keeps the optimizer model's default."""
+    losses and parameters. learning_rate: None keeps the optimizer model's default.
+    bound_control: options for the adaptive error-bound controller (a, sigma_frac, window, static), used
+    when the graph holds error-bounded encoders."""
     from onnxruntime.training import api
     from tqdm.auto import tqdm
 
@@ -156,6 +160,9 @@ def train(
         if learning_rate is not None:
             optimizer.set_learning_rate(learning_rate)
         module.train()
+        from onnxcomp.runtime.controller import AdaptiveBoundController
+
+        controller = AdaptiveBoundController.for_model(model_path, **(bound_control or {}))
         spec = graph_data(artifact_dir, model_path, list(module.input_names()))
 
         if data == "digits":
@@ -176,7 +183,11 @@ def train(
         for step in bar:
             x, y = next(batches)
             t0 = time.perf_counter()
+            if controller is not None:
+                controller.before_step(step)
             loss = module(x, y)
+            if controller is not None:
+                controller.after_step(step, state.parameters)
             optimizer.step()
             module.lazy_reset_grad()
             times.append(time.perf_counter() - t0)
@@ -190,6 +201,7 @@ def train(
         total = time.perf_counter() - start
         params = module.get_contiguous_parameters(trainable_only=False).numpy().copy() if return_parameters else None
         # Release the sessions before the temp dir (holding the eval model) goes away.
+        summary = controller.summary() if controller is not None else None
         del optimizer, module, state
 
     return TrainResult(
@@ -197,4 +209,5 @@ def train(
         accuracy=history[-1][1] if history else None, accuracy_source=accuracy_source,
         accuracy_history=history, data=data, settings=settings.to_dict(), model=str(model_path),
         seed=seed, learning_rate=learning_rate, parameters=params,
+        bounds=summary,
     )

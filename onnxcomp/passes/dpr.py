@@ -1,0 +1,48 @@
+"""Pass: delayed precision reduction (Gist) — keep the backward copy of a stash in FP16/BF16/FP10/FP8.
+
+Only the stashed copy is reduced: the encoder reads the FP32 tensor after its forward readers are done
+with it (they still read the FP32 original), and the decoder widens it back to FP32 just before the
+backward consumer. Applies to float stashes no lossless encoding took (run it after the lossless passes).
+"""
+from __future__ import annotations
+
+from ..analysis import GraphAnalysis, StashedTensor
+from ..analysis.patterns import DPR
+from .encode_stash import EncodeStashPass, Encoding
+
+DPR_FORMATS = ("fp16", "bf16", "fp10", "fp8")
+_BITS = {"fp16": 16, "bf16": 16, "fp10": 32 / 3, "fp8": 8}
+
+
+class DprPass(EncodeStashPass):
+    name = "dpr"
+    encoding = DPR
+
+    def __init__(self, dpr_format: str = "fp16", min_bytes: int = 64 * 1024,
+                 consumers: tuple[str, ...] | None = None) -> None:
+        if dpr_format not in DPR_FORMATS:
+            raise ValueError(f"unknown DPR format {dpr_format!r}; choose one of {', '.join(DPR_FORMATS)}")
+        self.dpr_format = dpr_format
+        self.min_bytes = min_bytes
+        self.consumers = consumers  # None: any backward reader; else only stashes read solely by these ops
+
+    @property
+    def codec(self) -> str:
+        return f"dpr_{self.dpr_format}"
+
+    def select(self, analysis: GraphAnalysis, stash: StashedTensor) -> Encoding | str:
+        from ..custom_ops import get_codec
+
+        if stash.dtype != "float32":
+            return f"dtype {stash.dtype}: DPR reduces float32"
+        if stash.shape is None:
+            return "shape unresolved"
+        if stash.nbytes < self.min_bytes:
+            return f"only {stash.nbytes} bytes: below --min-bytes"
+        if self.consumers is not None and not set(stash.backward_consumer_ops) <= set(self.consumers):
+            return f"backward reader(s) {sorted(set(stash.backward_consumer_ops))} not in {list(self.consumers)}"
+        shape = tuple(stash.shape)
+        codec = get_codec(self.codec)
+        packed = codec.predicted_nbytes(shape) - 8 * len(shape)
+        return Encoding(stash.name, stash.name, stash.name, self.codec, {}, [packed, 8 * len(shape)],
+                        [None, [len(shape)]], f"{self.dpr_format}: {_BITS[self.dpr_format]:.3g} bits/value")

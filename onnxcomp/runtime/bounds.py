@@ -1,0 +1,97 @@
+"""Run-time error bounds for the error-bounded codec, and the statistics COMET's controller reads.
+
+ORT fixes node attributes when a session is built, so a bound that changes during training cannot live in
+an attribute. The encode op of a codec with a run-time bound looks up ``bound(key)`` on every call (the
+attribute's ``eb`` is only the starting value); the controller writes new bounds between steps with
+``set_bound``. When ``collecting`` is on, the ops also record per-layer statistics:
+- the encoder: the tensor's nonzero ratio R and element count;
+- the decoder: rms of its consumer's incoming gradient dY (the graph feeds it ReduceL2(dY) as its
+  trigger, a single float, so no activation-sized input crosses the PyOp bridge).
+Everything here is process-global and cheap; PyOps run in the process that owns the session.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+_lock = threading.Lock()
+_bounds: dict[str, float] = {}
+_stats: dict[str, "LayerStats"] = {}
+_collecting = False
+
+
+@dataclass
+class LayerStats:
+    """What the ops saw of one encoded tensor during the last collecting step."""
+
+    nonzero_ratio: float | None = None
+    numel: int | None = None
+    dy_rms: float | None = None
+    dy_numel: int | None = None
+    eb_used: list[float] = field(default_factory=list)
+
+
+def bound(key: str, default: float) -> float:
+    """The bound an encoder uses now: the controller's, else the graph attribute's ``default``."""
+    return _bounds.get(key, default)
+
+
+def set_bound(key: str, eb: float) -> None:
+    if not eb > 0:
+        raise ValueError(f"error bound for {key!r} must be > 0 (got {eb})")
+    with _lock:
+        _bounds[key] = float(eb)
+
+
+def bounds() -> dict[str, float]:
+    with _lock:
+        return dict(_bounds)
+
+
+def reset() -> None:
+    """Forget every bound and statistic (a new training run)."""
+    global _collecting
+    with _lock:
+        _bounds.clear()
+        _stats.clear()
+        _collecting = False
+
+
+def set_collecting(on: bool) -> None:
+    global _collecting
+    _collecting = bool(on)
+
+
+def collecting() -> bool:
+    return _collecting
+
+
+def _entry(key: str) -> LayerStats:
+    s = _stats.get(key)
+    if s is None:
+        with _lock:
+            s = _stats.setdefault(key, LayerStats())
+    return s
+
+
+def record_activation(key: str, nonzero: int, numel: int, eb: float) -> None:
+    s = _entry(key)
+    s.nonzero_ratio = nonzero / numel if numel else 0.0
+    s.numel = numel
+    s.eb_used.append(eb)
+
+
+def record_gradient(key: str, dy_l2: float, dy_numel: int) -> None:
+    s = _entry(key)
+    s.dy_rms = dy_l2 / dy_numel ** 0.5 if dy_numel else 0.0
+    s.dy_numel = dy_numel
+
+
+def stats() -> dict[str, LayerStats]:
+    with _lock:
+        return {k: LayerStats(v.nonzero_ratio, v.numel, v.dy_rms, v.dy_numel, list(v.eb_used)) for k, v in _stats.items()}
+
+
+def clear_stats() -> None:
+    with _lock:
+        _stats.clear()

@@ -1,0 +1,114 @@
+"""Lossy policies on real data: train baseline and each policy on scikit-learn digits, several seeds.
+
+For one model from the zoo, generates ORT training artifacts once, transforms the training graph with every
+policy asked for, trains each graph for the same steps and data order per seed, evaluates test accuracy
+along the way, and writes accuracy curves (PNG), a final-accuracy table (mean ± std over seeds, markdown)
+and every number (JSON).
+
+    python tools/accuracy_experiment.py --model resnet18 --image 32 --batch 32 --steps 300 \
+        --policies dpr-fp16 dpr-bf16 dpr-fp10 dpr-fp8 comet comet-static --seeds 0 1 2 --out docs/accuracy
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _transform(art: Path, policy: str, out: Path) -> dict[str, Any]:
+    from onnxcomp.transform import transform
+
+    if policy == "comet-static":
+        result = transform(art, out, "comet", force=True, adaptive=False)
+    else:
+        result = transform(art, out, policy, force=True)
+    return {"encoded": len(result.records), "codecs": sorted({r["codec"] for r in result.records}),
+            "stashed_before": result.before["stashed_bytes"], "planner_after": result.after["offset_bytes"],
+            "planner_before": result.before["offset_bytes"]}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from onnxcomp.models.artifacts import generate_artifacts
+    from onnxcomp.runtime.train import train
+
+    work = Path(args.workdir)
+    art = work / f"{args.model}-b{args.batch}-{args.image}px-c10"
+    if not (art / "training_model.onnx").exists():
+        generate_artifacts(args.model, args.batch, args.image, 10, art)
+    graphs: dict[str, str | None] = {"baseline": None}
+    transforms = {}
+    for policy in args.policies:
+        name = f"{policy}.onnx"
+        transforms[policy] = _transform(art, policy, art / name)
+        graphs[policy] = name
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for label, model in graphs.items():
+        for seed in args.seeds:
+            t0 = time.perf_counter()
+            res = train(art, model=model, steps=args.steps, data="digits", seed=seed, eval_every=args.eval_every,
+                        progress=False, learning_rate=args.lr)
+            d = res.to_dict()
+            d["wall_s"] = time.perf_counter() - t0
+            runs.setdefault(label, []).append(d)
+            print(f"{label:14s} seed {seed}: acc {100 * d['accuracy']:.2f}%  loss {d['losses'][-1]:.4f}  "
+                  f"{d['step_time_s'] * 1000:.0f} ms/step", flush=True)
+    table = {}
+    for label, rs in runs.items():
+        accs = [100 * r["accuracy"] for r in rs]
+        table[label] = {"mean": statistics.fmean(accs), "std": statistics.stdev(accs) if len(accs) > 1 else 0.0,
+                        "runs": accs, "step_time_s": statistics.median(r["step_time_s"] for r in rs)}
+    return {"model": args.model, "image": args.image, "batch": args.batch, "steps": args.steps,
+            "seeds": args.seeds, "lr": args.lr, "transforms": transforms, "table": table, "runs": runs}
+
+
+def write(result: dict[str, Any], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"accuracy_{result['model']}"
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, rs in result["runs"].items():
+        steps = [s for s, _ in rs[0]["accuracy_history"]]
+        curves = [[100 * a for _, a in r["accuracy_history"]] for r in rs]
+        mean = [statistics.fmean(c[i] for c in curves) for i in range(len(steps))]
+        ax.plot(steps, mean, label=label, lw=1.6 if label == "baseline" else 1.1)
+    ax.set_xlabel("training step"), ax.set_ylabel("test accuracy, % (mean over seeds)")
+    ax.set_title(f"{result['model']} on digits ({result['image']}×{result['image']}, batch {result['batch']})")
+    ax.legend(fontsize=8), ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out / f"{stem}.png", dpi=120)
+    base = result["table"]["baseline"]["mean"]
+    lines = ["| policy | test accuracy (mean ± std) | Δ vs baseline | runs | step time |", "|---|---|---|---|---|"]
+    for label, t in result["table"].items():
+        lines.append(f"| {label} | {t['mean']:.2f} ± {t['std']:.2f} % | {t['mean'] - base:+.2f} pp | "
+                     + ", ".join(f"{a:.2f}" for a in t["runs"]) + f" | {1000 * t['step_time_s']:.0f} ms |")
+    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="resnet18")
+    ap.add_argument("--image", type=int, default=32)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--eval-every", type=int, default=50)
+    ap.add_argument("--lr", type=float, default=None)
+    ap.add_argument("--policies", nargs="+", default=["dpr-fp16", "dpr-bf16", "dpr-fp10", "dpr-fp8", "comet",
+                                                      "comet-static"])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--workdir", default="/tmp/onnxcomp-accuracy")
+    ap.add_argument("--out", default="docs/accuracy")
+    args = ap.parse_args()
+    write(run(args), Path(args.out))
+
+
+if __name__ == "__main__":
+    main()
