@@ -96,7 +96,20 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_measure(args: argparse.Namespace) -> int:
     from .runtime.measure import measure
 
-    result = measure(args.dir, model=args.model, steps=args.steps, settings=_settings(args))
+    error_bounds = None
+    if args.bounds:
+        try:
+            loaded = json.loads(Path(args.bounds).read_text())
+        except (OSError, ValueError) as exc:
+            raise OnnxcompError(f"{args.bounds}: cannot read error bounds ({exc})") from None
+        # Accept `onnxcomp train --json` output (bounds under "bounds"/"bounds") or a plain {key: eb} map.
+        if isinstance(loaded, dict) and isinstance(loaded.get("bounds"), dict):
+            loaded = loaded["bounds"].get("bounds", loaded["bounds"])
+        if not isinstance(loaded, dict) or not all(isinstance(v, (int, float)) for v in loaded.values()):
+            raise OnnxcompError(f"{args.bounds}: expected a JSON object of encoder key → error bound")
+        error_bounds = {str(k): float(v) for k, v in loaded.items()}
+    result = measure(args.dir, model=args.model, steps=args.steps, settings=_settings(args), data=args.data,
+                     error_bounds=error_bounds)
     d = result.to_dict()
     if args.json:
         _print_json(d)
@@ -146,6 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("dir", metavar="DIR")
     s.add_argument("--model", help="training graph file inside DIR (default training_model.onnx)")
     s.add_argument("--steps", type=_positive, default=5)
+    s.add_argument("--data", choices=["synthetic", "digits"], default="synthetic",
+                   help="batches to measure on (data-dependent codecs compress real images differently)")
+    s.add_argument("--bounds", metavar="FILE", help="error bounds for error-bounded encoders: JSON {key: eb}, "
+                   "or the output of `onnxcomp train --json`")
     s.add_argument("--json", action="store_true")
     _add_runtime_options(s)
     s.set_defaults(func=cmd_measure)

@@ -33,7 +33,8 @@ def run_measurement(cfg: dict[str, Any]) -> dict[str, Any]:
     import onnxruntime as ort
     from onnxruntime.training import api
 
-    from onnxcomp.runtime.data import graph_data, synthetic_batches
+    from onnxcomp.runtime import bounds
+    from onnxcomp.runtime.data import digits_dataset, graph_data, synthetic_batches
     from onnxcomp.runtime.session import RuntimeSettings
 
     ort.set_default_logger_severity(3)
@@ -49,7 +50,12 @@ def run_measurement(cfg: dict[str, Any]) -> dict[str, Any]:
     ort.set_seed(int(cfg["seed"]))  # Dropout masks: same seed, same losses across graphs
     module.train()
     spec = graph_data(artifact_dir, model_path, list(module.input_names()))
-    gen = synthetic_batches(spec.image.shape, spec.classes, int(cfg["seed"]), spec.image.dtype)
+    for key, eb in cfg.get("error_bounds", {}).items():
+        bounds.set_bound(key, float(eb))
+    if cfg.get("data", "synthetic") == "digits":
+        gen = digits_dataset(spec.image.shape, spec.classes).train_batches(int(cfg["seed"]))
+    else:
+        gen = synthetic_batches(spec.image.shape, spec.classes, int(cfg["seed"]), spec.image.dtype)
     # Generate every batch up front so data creation never lands inside a measured step.
     batches = [next(gen) for _ in range(warmup + steps)]
     del gen

@@ -84,16 +84,23 @@ def measure(
     warmup: int = 1,
     seed: int = 0,
     timeout_s: float | None = None,
+    data: str = "synthetic",
+    error_bounds: dict[str, float] | None = None,
 ) -> MeasureResult:
-    """Train `steps` steps (after `warmup`) on seeded synthetic data in a fresh process; report memory,
-    time and losses. model: training graph file (default training_model.onnx of artifact_dir)."""
+    """Train `steps` steps (after `warmup`) on seeded `data` ("synthetic" or "digits") in a fresh process;
+    report memory, time and losses. model: training graph file (default training_model.onnx of
+    artifact_dir). error_bounds: run-time bounds (encoder key → eb) for error-bounded encoders, e.g. the
+    ones a training run's controller settled on (`onnxcomp train --json` → "bounds"); payload sizes, and
+    so the peak, depend on them and on the data."""
     artifact_dir = Path(artifact_dir).resolve()
     settings = settings or RuntimeSettings()
+    if data not in ("synthetic", "digits"):
+        raise OnnxcompError(f"unknown data source {data!r}; use 'synthetic' or 'digits'")
     if steps < 1 or warmup < 0:
         raise OnnxcompError(f"measure needs steps >= 1 and warmup >= 0 (got steps={steps}, warmup={warmup})")
     model_path = _resolve_model(artifact_dir, model)
     cfg = {"artifact_dir": str(artifact_dir), "model": str(model_path), "steps": steps, "warmup": warmup,
-           "seed": seed, "settings": settings.to_dict()}
+           "seed": seed, "settings": settings.to_dict(), "data": data, "error_bounds": error_bounds or {}}
 
     with tempfile.TemporaryDirectory(prefix="onnxcomp-measure-") as tmp:
         cfg_path, out_path = Path(tmp) / "config.json", Path(tmp) / "result.json"
@@ -125,5 +132,5 @@ def measure(
         peak_bytes=r["peak_bytes"], growth_bytes=r["growth_bytes"], rss_setup_bytes=r["rss_setup_bytes"],
         step_time_s=r["step_time_s"], step_times_s=r["step_times_s"], losses=r["losses"],
         settings=settings.to_dict(), model=str(model_path), steps=steps, warmup=warmup, seed=seed,
-        extras={k: v for k, v in r.items() if k not in core},
+        extras={k: v for k, v in r.items() if k not in core} | {"data": data, "error_bounds": error_bounds or {}},
     )
