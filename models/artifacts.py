@@ -122,7 +122,9 @@ def generate_artifacts(
         del forward
 
         try:
-            with _native_stderr_captured() as native_log:
+            # ORT writes large models' external data to temp.onnx.data in the *working directory*: run it
+            # inside the staging dir so it never lands in the user's cwd and concurrent runs cannot collide.
+            with _native_stderr_captured() as native_log, contextlib.chdir(staging):
                 ort_artifacts.generate_artifacts(
                     str(forward_path),
                     requires_grad=trainable,

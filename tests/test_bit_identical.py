@@ -23,11 +23,15 @@ def assert_bit_identical(art: Path, model_file: str, steps: int = STEPS) -> None
     assert np.array_equal(base.parameters.view(np.uint32), enc.parameters.view(np.uint32))
 
 
-def test_small_cnn_lossless_is_bit_identical(small_artifacts: Path, tmp_path: Path) -> None:
-    out = tmp_path / "lossless"
-    result = transform(small_artifacts, out, "lossless", min_bytes=0)
-    codecs = {r["codec"] for r in result.records}
-    assert codecs == {"signbits", "maxpool_index", "sparse"}
+@pytest.mark.parametrize("policy, expected", [
+    ("lossless", {"recompute"}),                                 # cheap layers rebuilt in backward
+    ("lossless-encode", {"signbits", "maxpool_index", "sparse"}),  # the encodings alone
+])
+def test_small_cnn_lossless_is_bit_identical(small_artifacts: Path, tmp_path: Path, policy: str,
+                                             expected: set[str]) -> None:
+    out = tmp_path / policy
+    result = transform(small_artifacts, out, policy, min_bytes=0)
+    assert {r["encoding"] for r in result.records} == expected
     plan = json.loads(result.plan_path.read_text())
     assert plan["after"]["stashed_bytes"] < plan["before"]["stashed_bytes"]
     assert_bit_identical(out, "training_model.onnx")
@@ -42,6 +46,7 @@ def test_zoo_lossless_is_bit_identical(name: str, tmp_path: Path) -> None:
 
     image = 64 if name == "alexnet" else 32
     art = generate_artifacts(name, 4, image, 10, tmp_path / name, smoke_test=False).out_dir
-    result = transform(art, art / "lossless.onnx", "lossless")
-    assert result.records, "the lossless policy must find something to encode"
-    assert_bit_identical(art, "lossless.onnx")
+    for policy in ("lossless", "lossless-encode"):
+        result = transform(art, art / f"{policy}.onnx", policy)
+        assert result.records, f"the {policy} policy must find something to encode"
+        assert_bit_identical(art, f"{policy}.onnx")

@@ -9,6 +9,7 @@ from .dpr import DPR_FORMATS, DprPass
 from .eager_accumulation import EagerAccumulationPass
 from .error_bounded import ErrorBoundedPass
 from .maxpool_index import MaxPoolIndexPass
+from .recompute import RecomputePass
 from .signbits import SignBitsPass
 from .sparse import SparsePass
 
@@ -19,14 +20,20 @@ LOSSY_FIRST: list[Callable[..., GraphPass]] = [EagerAccumulationPass, partial(Si
                                                MaxPoolIndexPass]
 
 POLICIES: dict[str, list[Callable[..., GraphPass]]] = {
-    "lossless": [*LOSSLESS_PASSES, SparsePass],
+    # Exact: cheap layers (BN, ReLU, pooling) recomputed in backward, then the lossless encodings.
+    "lossless": [EagerAccumulationPass, RecomputePass, SignBitsPass, MaxPoolIndexPass, SparsePass],
+    # The lossless encodings alone (Gist's lossless set), without recomputation.
+    "lossless-encode": [*LOSSLESS_PASSES, SparsePass],
+    "recompute": [EagerAccumulationPass, RecomputePass],
     # Reordering alone: the share of a lossless saving that needs no codec at all.
     "reorder": [EagerAccumulationPass],
     # Gist: lossless encodings where they apply, the rest of the float stashes in reduced precision.
     **{f"dpr-{fmt}": [*LOSSY_FIRST, partial(DprPass, dpr_format=fmt)] for fmt in DPR_FORMATS},
     # COMET: lossless where it applies, error-bounded conv/fc inputs, reduced precision elsewhere.
     "comet": [*LOSSY_FIRST, ErrorBoundedPass, partial(DprPass, dpr_format="fp16"), SparsePass],
+    "comet-recompute": [EagerAccumulationPass, RecomputePass, *LOSSY_FIRST[1:], ErrorBoundedPass,
+                        partial(DprPass, dpr_format="fp16"), SparsePass],
 }
 
-__all__ = ["DprPass", "EagerAccumulationPass", "ErrorBoundedPass", "GraphPass", "MaxPoolIndexPass", "POLICIES",
+__all__ = ["DprPass", "RecomputePass", "EagerAccumulationPass", "ErrorBoundedPass", "GraphPass", "MaxPoolIndexPass", "POLICIES",
            "PassResult", "SignBitsPass", "Skipped", "SparsePass"]

@@ -103,9 +103,15 @@ def _has_gradient_input(analysis: GraphAnalysis, stash: StashedTensor) -> bool:
     node = analysis.model.graph.node[min(stash.backward_consumers)]
     for name in node.input:
         t = analysis.tensors.get(name) if name and name != stash.name else None
-        if t is not None and t.producer is not None and analysis.boundary.is_backward(t.producer):
+        if t is not None and t.producer is not None and analysis.boundary.is_backward(t.producer) \
+                and _is_float(t):
             return True
     return False
+
+
+def _is_float(t) -> bool:  # noqa: ANN001
+    # A gradient, not e.g. an int64 shape gate that a recompute clone reads.
+    return t.type.dtype is not None and np.dtype(t.type.dtype).kind == "f"
 
 
 def already_encoded(analysis: GraphAnalysis, name: str) -> bool:
@@ -260,7 +266,8 @@ class _Rewriter:
 
     def _is_backward_tensor(self, name: str) -> bool:
         t = self.analysis.tensors.get(name)
-        return t is not None and t.producer is not None and self.analysis.boundary.is_backward(t.producer)
+        return t is not None and t.producer is not None and self.analysis.boundary.is_backward(t.producer) \
+            and _is_float(t)
 
 
 def _merge_plan_metadata(model: onnx.ModelProto, records: list[dict[str, Any]]) -> None:

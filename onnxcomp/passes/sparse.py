@@ -11,7 +11,9 @@ from ..analysis.patterns import SPARSE
 from .encode_stash import EncodeStashPass, Encoding
 
 # Exact-arithmetic consumers: they read the values, so a lossless sparse form changes nothing.
-_CONSUMERS = {"ConvGrad", "Gemm", "MatMul", "BatchNormalizationGrad", "MaxPoolGrad", "ReluGrad"}
+_CONSUMERS = {"ConvGrad", "Gemm", "MatMul", "BatchNormalizationGrad", "MaxPoolGrad", "ReluGrad",
+              # recompute clones in backward read the exact decoded copy like any forward op would
+              "Add", "Relu", "BatchNormInternal", "MaxPool", "Concat"}
 
 
 class SparsePass(EncodeStashPass):

@@ -1,0 +1,619 @@
+"""Pass: drop cheap stashed activations and recompute them in backward, just before their first reader.
+
+A stash made by a chain of cheap, deterministic ops (BatchNorm, ReLU, Add, pooling, views ...) from
+tensors that stay alive until its backward reader anyway (other stashes such as Conv outputs kept for
+BatchNormalizationGrad, weights, graph inputs) is rebuilt by cloning that chain right before the reader;
+only the backward readers are rewired, so the original is freed after its last forward use. The clones
+are the very same ops with the very same inputs, so the recomputed tensor is bit-identical.
+
+Ordering (platform notes, "Execution order"): clones whose inputs all exist since forward could run in
+the forward pass (defeating the saving) under either of ORT's orders. So every clone that reads no other
+clone of its group reads its first input through ``Reshape(x, shape + Cast(Less(t, t), int64))``, where
+``t`` is one element of the reader's incoming gradient dY: ``Less(t, t)`` is false for every value (NaN
+and ±Inf included), so the shape is always exact and the Reshape is a zero-copy view, but ORT can neither
+constant-fold it nor run it before dY exists (profiling traces in tests/test_recompute.py check both).
+
+Training-mode BatchNorm writes its running statistics into its running-statistics inputs (ORT aliases
+them), so a clone reads dY-gated scratch copies of those instead: the state is updated once, as before.
+
+After an encoding policy, ``replace_encoded=True`` also recomputes tensors held by an exact encoding
+(sparse, MaxPool indices) and removes that encoder and decoder: no payload is held for them at all.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import onnx
+from onnx import TensorProto, helper
+
+from ..analysis import GraphAnalysis, StashedTensor, analyze_model
+from ..analysis.patterns import StashUse
+from ..errors import OnnxcompError
+from .base import GraphPass, PassResult, Skipped, check_model, require_training_graph, unique_name
+from .encode_stash import already_encoded
+
+# Cheap, deterministic, side-effect-free ops: recomputing them costs little next to a Conv/Gemm.
+CHEAP_OPS: frozenset[str] = frozenset({
+    "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "HardSigmoid", "HardSwish", "Elu", "Selu", "Softplus",
+    "Neg", "Abs", "Add", "Sub", "Mul", "Div",
+    "BatchNormInternal", "BatchNormalization",
+    "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
+    "Concat", "Reshape", "Flatten", "Identity", "Squeeze", "Unsqueeze", "Transpose", "Constant",
+})
+# Never cloned, whatever the caller asks: randomness (a clone would draw different numbers), side
+# effects (in-place accumulation, optimizer updates), or our own PyOps.
+_FORBIDDEN_OPS = frozenset({
+    "Dropout", "BitmaskDropout", "BiasDropout", "BitmaskBiasDropout", "RandomNormal", "RandomUniform",
+    "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli", "TrainableDropout",
+    "InPlaceAccumulator", "InPlaceAccumulatorV2", "ZeroGradient", "AdamWOptimizer", "SGDOptimizerV2",
+    "YieldOp", "PythonOp", "PyOp",
+})
+_MS_DOMAIN_OPS = frozenset({"BatchNormInternal"})  # the com.microsoft ops we know to be pure
+_TRIGGER_CONSTANTS = (("onnxcomp_trigger_start", [0]), ("onnxcomp_trigger_end", [1]),
+                      ("onnxcomp_trigger_flat_shape", [-1]))  # shared with encode_stash's decoders
+DEFAULT_MAX_DEPTH = 4
+# Codecs whose decoder returns exactly the tensor their encoder read: such an encoding can be replaced by
+# recomputing that tensor (signbits cannot: its decoder returns signs, not the values).
+EXACT_CODECS = frozenset({"sparse", "zvc", "csr", "maxpool_index"})
+# BatchNorm's running-statistics outputs alias its running-statistics inputs in ORT (the kernel updates
+# the checkpoint state in place, and crashes if the outputs are left out): a clone reading the real
+# running statistics would apply the momentum update twice. Its running-statistics inputs are scratch
+# copies instead; in training mode they do not enter Y.
+_BN_RUNNING_INPUTS = {"BatchNormInternal": (3, 4), "BatchNormalization": (3, 4)}
+
+
+@dataclass
+class _Encoded:
+    """An exact encoding (encoder in forward, decoder in backward) that recomputation would replace."""
+    codec: str
+    encoder: int                        # node indices (original graph)
+    decoder: int
+    decoded: str                        # what the backward readers read now
+    payload_bytes: int
+
+
+@dataclass
+class _Plan:
+    """How one stash is rebuilt at its first backward reader."""
+    stash: StashedTensor
+    consumer: int                       # node index (original graph) of the first backward reader
+    grad: str                           # the reader's incoming gradient, the trigger source
+    nodes: list[int]                    # producer node indices to clone, topological
+    leaves: list[str]                   # tensors read as they are (persistent or alive until consumer)
+    reused: dict[str, str] = field(default_factory=dict)   # original tensor -> clone from an earlier reader
+    alias: dict[str, str] = field(default_factory=dict)    # anchored view -> the tensor it views
+    replaces: _Encoded | None = None
+
+    @property
+    def read_as(self) -> str:
+        return self.replaces.decoded if self.replaces else self.stash.name
+
+
+class RecomputePass(GraphPass):
+    """Recompute chosen stashes in backward instead of holding them.
+
+    tensors: explicit stash names (each must be a stashed tensor of the graph); None applies the default
+    rule: every stash produced by one of ``ops`` (default CHEAP_OPS) of at least ``min_bytes``.
+    max_depth: longest chain of cloned ops from the stash back to kept tensors.
+    ops: op types that may be cloned (random and side-effecting ops never are).
+    reuse_clones: a later reader may read a tensor already recomputed for an earlier backward reader
+    (e.g. the MaxPool indices recomputed with the MaxPool output) instead of cloning it again.
+    replace_encoded: also consider tensors held by an exact encoding (EXACT_CODECS, e.g. after the
+    lossless policy): where one can be recomputed, its encoder and decoder are removed and its payload
+    is not held at all. Off by default: other encodings are respected as they are.
+    """
+
+    name = "recompute"
+    encoding = "recompute"
+
+    def __init__(self, tensors: Iterable[str] | None = None, max_depth: int = DEFAULT_MAX_DEPTH,
+                 ops: Iterable[str] | None = None, min_bytes: int = 0, reuse_clones: bool = True,
+                 replace_encoded: bool = False) -> None:
+        if isinstance(tensors, str):
+            raise OnnxcompError("RecomputePass(tensors=...) takes an iterable of stash names, not one string")
+        if max_depth < 1:
+            raise OnnxcompError(f"RecomputePass max_depth must be >= 1 (got {max_depth})")
+        if min_bytes < 0:
+            raise OnnxcompError(f"RecomputePass min_bytes must be >= 0 (got {min_bytes})")
+        self.tensors = None if tensors is None else list(dict.fromkeys(tensors))
+        self.max_depth = max_depth
+        self.ops = frozenset(CHEAP_OPS if ops is None else ops)
+        bad = sorted(self.ops & _FORBIDDEN_OPS)
+        if bad:
+            raise OnnxcompError(f"RecomputePass cannot clone {bad}: random or side-effecting ops are never "
+                                "recomputed")
+        self.min_bytes = min_bytes
+        self.reuse_clones = reuse_clones
+        self.replace_encoded = replace_encoded
+
+    # -- selection -------------------------------------------------------------------------------------
+    def run(self, model: onnx.ModelProto) -> PassResult:
+        require_training_graph(model)
+        analysis = analyze_model(model)
+        result = PassResult(self.copy(model))
+        graph = analysis.model.graph
+        by_name = {s.name: s for s in analysis.stashed}
+        encoded = self._encoded(analysis) if self.replace_encoded else []
+        if self.tensors is not None:
+            known = set(by_name) | {stash.name for stash, _ in encoded}
+            missing = [t for t in self.tensors if t not in known]
+            if missing:
+                raise OnnxcompError(f"RecomputePass: {missing} are not stashed tensors of this graph (forward "
+                                    "tensors read in backward); `onnxcomp inspect` lists them")
+            chosen = [by_name[t] for t in self.tensors if t in by_name]
+        else:
+            chosen = list(analysis.stashed)
+
+        persistent = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+        candidates: list[StashedTensor] = []
+        for stash in chosen:
+            reason = self._reject(analysis, stash)
+            if reason:
+                result.skipped.append(Skipped(stash.name, stash.pattern, reason))
+            else:
+                candidates.append(stash)
+        replacing: dict[str, _Encoded] = {}
+        for stash, enc in encoded:
+            if self.tensors is not None and stash.name not in self.tensors:
+                continue
+            if isinstance(enc, str):
+                result.skipped.append(Skipped(stash.name, stash.pattern, enc))
+            else:
+                candidates.append(stash)
+                replacing[stash.name] = enc
+        # Deepest layers first (earliest backward reader): later readers can then reuse their clones.
+        candidates.sort(key=lambda s: (min(s.backward_consumers), s.producer or 0, s.name))
+        wanted = {s.name for s in candidates}   # optional outputs worth cloning (see _optional_indices)
+        undecided = set(wanted)
+        recomputed: set[str] = set()
+        pinned: set[str] = set()        # stashes some plan reads as they are: never recompute them
+        clones: dict[str, int] = {}     # original tensor -> consumer index it was first recomputed for
+        plans: list[_Plan] = []
+        for stash in candidates:
+            undecided.discard(stash.name)
+            if stash.name in pinned:
+                result.skipped.append(Skipped(stash.name, stash.pattern, "kept: another recomputed tensor is "
+                                              "rebuilt from it"))
+                continue
+            # First try to rebuild through the still undecided candidates (so they can be dropped too);
+            # failing that, read them as they are (which keeps them).
+            enc = replacing.get(stash.name)
+            plan = self._plan(analysis, stash, persistent, by_name, recomputed, clones, undecided, enc)
+            if isinstance(plan, str):
+                plan = self._plan(analysis, stash, persistent, by_name, recomputed, clones, set(), enc)
+                if not isinstance(plan, str):
+                    # Keeping bigger stashes than this one to rebuild it would lose memory overall.
+                    held = [leaf for leaf in plan.leaves if leaf in undecided]
+                    if sum(by_name[h].nbytes for h in held) > stash.nbytes:
+                        plan = (f"rebuilding it would keep {', '.join(held)} (more bytes than it saves); "
+                                f"a chain through them needs more than max_depth={self.max_depth} ops")
+            if isinstance(plan, str):
+                result.skipped.append(Skipped(stash.name, stash.pattern, plan))
+                continue
+            recomputed.add(stash.name)
+            pinned.update(leaf for leaf in plan.leaves if leaf in by_name)
+            for idx in plan.nodes:
+                node = graph.node[idx]
+                for k, out in enumerate(node.output):
+                    if out and (not _optional_indices(node, k) or out in wanted):
+                        clones.setdefault(out, plan.consumer)
+            plans.append(plan)
+        if plans:
+            _Builder(result.model, analysis, wanted).apply(plans, result)
+            check_model(result.model, "recompute pass")
+        return result
+
+    def _reject(self, analysis: GraphAnalysis, stash: StashedTensor) -> str | None:
+        graph = analysis.model.graph
+        if stash.producer is None:
+            return "a graph input: nothing to recompute it from"
+        if already_encoded(analysis, stash.name):
+            return "already encoded by another pass"
+        if any(graph.node[c].op_type.startswith("OnnxcompDecode_") for c in stash.backward_consumers):
+            return "an encoding's payload (read by a decoder): recompute the encoded tensor instead"
+        if stash.pattern.startswith("BatchNorm-stats") and self.tensors is None:
+            return "per-channel BatchNorm statistics: tiny, and rebuilding them costs a whole BatchNorm"
+        if stash.nbytes < self.min_bytes:
+            return f"only {stash.nbytes} bytes (< min_bytes {self.min_bytes})"
+        why = self._op_problem(graph.node[stash.producer])
+        if why:
+            return why
+        if _gradient_input(analysis, min(stash.backward_consumers), stash.name) is None:
+            return "its first backward reader has no incoming gradient to time the recomputation by"
+        return None
+
+    def _op_problem(self, node: onnx.NodeProto) -> str | None:
+        op = node.op_type
+        if op in _FORBIDDEN_OPS or op.startswith("Onnxcomp") or "Random" in op or "Dropout" in op:
+            return f"produced by {op}: random or side-effecting ops are never recomputed"
+        if node.domain not in ("", "ai.onnx") and op not in _MS_DOMAIN_OPS:
+            return f"produced by {node.domain}.{op}: not known to be pure"
+        if op not in self.ops:
+            return f"produced by {op}: not among the ops this pass clones"
+        return None
+
+    def _plan(self, analysis: GraphAnalysis, stash: StashedTensor, persistent: set[str],
+              by_name: dict[str, StashedTensor], recomputed: set[str], clones: dict[str, int],
+              avoid: set[str], enc: _Encoded | None = None) -> _Plan | str:
+        graph = analysis.model.graph
+        consumer = min(stash.backward_consumers)
+        grad = _gradient_input(analysis, consumer, enc.decoded if enc else stash.name)
+        assert grad is not None  # checked in _reject
+        nodes: list[int] = []
+        leaves: list[str] = []
+        reused: dict[str, str] = {}
+        alias: dict[str, str] = {}
+        depth_of: dict[str, int] = {}   # tensor -> longest cloned chain below it (0 for a leaf)
+        problem: list[str] = []
+
+        def usable_as_is(name: str) -> bool:
+            if name in persistent:
+                return True
+            s = by_name.get(name)
+            # Another stash: fine if it outlives the reader anyway and is not itself dropped.
+            return (s is not None and name not in recomputed and name not in avoid and name != stash.name
+                    and max(s.backward_consumers) >= consumer)
+
+        def visit(name: str, root: bool) -> int | None:
+            if name in depth_of:
+                return depth_of[name]
+            if not root and usable_as_is(name):
+                leaves.append(name)
+                depth_of[name] = 0
+                return 0
+            if self.reuse_clones and name in clones and clones[name] <= consumer:
+                reused[name] = name   # clone name filled in by the builder
+                depth_of[name] = 0
+                return 0
+            t = analysis.tensors.get(name)
+            if t is None or t.producer is None:
+                problem.append(f"needs {name!r}, which is not kept until the reader")
+                return None
+            if analysis.boundary.is_backward(t.producer):
+                problem.append(f"needs backward tensor {name!r}")
+                return None
+            node = graph.node[t.producer]
+            if _is_anchor_view(graph, analysis, node):
+                # Reshape(x, anchor) made by an encoding pass: a zero-copy view of x; rebuild x instead.
+                d = visit(node.input[0], False)
+                if d is None:
+                    return None
+                alias[name] = node.input[0]
+                depth_of[name] = d
+                return d
+            why = self._op_problem(node)
+            if why:
+                kept = "" if name not in by_name else " (a recomputed or short-lived stash)"
+                problem.append(f"needs {name!r}{kept}, {why}")
+                return None
+            deepest = 0
+            for i in node.input:
+                if not i:
+                    continue
+                d = visit(i, False)
+                if d is None:
+                    return None
+                deepest = max(deepest, d)
+            depth = deepest + 1
+            if depth > self.max_depth:
+                problem.append(f"rebuilding it needs a chain of more than max_depth={self.max_depth} ops")
+                return None
+            for out in node.output:
+                if out:
+                    depth_of[out] = depth
+            if t.producer not in nodes:
+                nodes.append(t.producer)   # post-order: inputs' producers first
+            return depth
+
+        if visit(stash.name, True) is None:
+            return problem[0] if problem else "cannot be rebuilt from kept tensors"
+        return _Plan(stash, consumer, grad, nodes, sorted(set(leaves)), reused, alias, enc)
+
+    def _encoded(self, analysis: GraphAnalysis) -> list[tuple[StashedTensor, _Encoded | str]]:
+        """The tensors exact encodings hold, as stash records (readers: the decoder's readers)."""
+        graph = analysis.model.graph
+        out: list[tuple[StashedTensor, _Encoded | str]] = []
+        for d_idx, dec in enumerate(graph.node):
+            if not dec.op_type.startswith("OnnxcompDecode_") or len(dec.input) < 2:
+                continue
+            codec = dec.op_type[len("OnnxcompDecode_"):]
+            first = analysis.tensors.get(dec.input[0])
+            if first is None or first.producer is None:
+                continue
+            e_idx = first.producer
+            enc = graph.node[e_idx]
+            target = enc.input[0]
+            t = analysis.tensors[target]
+            readers = analysis.tensors[dec.output[0]].consumers
+            payload = list(enc.output[:-1])
+            fwd = [c for c in t.consumers if not analysis.boundary.is_backward(c)]
+            producer_op = graph.node[t.producer].op_type if t.producer is not None else ""
+            use = StashUse(producer_op, list(graph.node[t.producer].output).index(target) if t.producer is not None
+                           else 0, tuple(graph.node[c].op_type for c in fwd),
+                           tuple((graph.node[c].op_type, list(graph.node[c].input).index(dec.output[0]))
+                                 for c in readers), t.type.dtype.kind == "f")
+            ops = sorted({graph.node[c].op_type for c in readers})
+            stash = StashedTensor(target, t.shape, t.type.dtype.name, t.nbytes, t.producer, producer_op, fwd,
+                                  sorted(readers), [graph.node[c].op_type for c in sorted(readers)],
+                                  f"{codec}-encoded {producer_op or 'input'}-output→{'/'.join(ops)}", (), use)
+            if codec not in EXACT_CODECS:
+                out.append((stash, f"held by {codec}, whose decoder does not return the tensor itself"))
+                continue
+            if list(dec.input[:-1]) != payload or any(
+                    set(analysis.tensors[p].consumers) != {d_idx} for p in payload):
+                out.append((stash, f"its {codec} payload is read by more than its decoder"))
+                continue
+            if not readers or any(not analysis.boundary.is_backward(c) for c in readers):
+                out.append((stash, f"its {codec} decoder has no backward readers"))
+                continue
+            why = (self._op_problem(graph.node[t.producer]) if t.producer is not None
+                   else "a graph input: nothing to recompute it from")
+            if why:
+                out.append((stash, why))
+                continue
+            if _gradient_input(analysis, min(readers), dec.output[0]) is None:
+                out.append((stash, "its first backward reader has no incoming gradient to time the recomputation"))
+                continue
+            payload_bytes = sum(analysis.tensors[p].nbytes for p in payload)
+            out.append((stash, _Encoded(codec, e_idx, d_idx, dec.output[0], payload_bytes)))
+        return out
+
+
+def _is_anchor_view(graph: onnx.GraphProto, analysis: GraphAnalysis, node: onnx.NodeProto) -> bool:
+    if node.op_type != "Reshape" or len(node.input) < 2:
+        return False
+    shape = analysis.tensors.get(node.input[1])
+    return (shape is not None and shape.producer is not None
+            and graph.node[shape.producer].op_type.startswith("OnnxcompEncode_"))
+
+
+def _optional_indices(node: onnx.NodeProto, k: int) -> bool:
+    """Outputs a clone leaves out unless they are themselves recomputed: MaxPool's int64 indices are
+    twice the size of its values."""
+    return node.op_type == "MaxPool" and k == 1
+
+
+def _resolve(name: str, alias: dict[str, str]) -> str:
+    while name in alias:
+        name = alias[name]
+    return name
+
+
+def _training_mode(node: onnx.NodeProto) -> bool:
+    if node.op_type == "BatchNormInternal":
+        return True   # ORT's training-mode BatchNorm; training_mode attribute absent means training
+    return any(a.name == "training_mode" and a.i for a in node.attribute) or len(node.output) > 1
+
+
+def _gradient_input(analysis: GraphAnalysis, node_idx: int, exclude: str) -> str | None:
+    node = analysis.model.graph.node[node_idx]
+    for name in node.input:
+        t = analysis.tensors.get(name) if name and name != exclude else None
+        if t is not None and t.producer is not None and analysis.boundary.is_backward(t.producer) \
+                and t.type.dtype.kind == "f":
+            return name
+    return None
+
+
+class _Builder:
+    """Inserts the clones, their gating and trigger, and rewires the backward readers."""
+
+    def __init__(self, model: onnx.ModelProto, analysis: GraphAnalysis, wanted: set[str]) -> None:
+        self.model = model
+        self.wanted = wanted     # tensors some plan may read from a clone (optional outputs kept for them)
+        self.graph = model.graph
+        self.analysis = analysis
+        self.orig = list(self.graph.node)     # same objects as the copy's nodes; index = original index
+        self.before: dict[int, list[onnx.NodeProto]] = {}   # original index -> new nodes to put before it
+        self.taken = {o for n in self.orig for o in n.output} | {i.name for i in self.graph.input} | \
+                     {n.name for n in self.orig} | {i.name for i in self.graph.initializer}
+        self.inits = {i.name for i in self.graph.initializer}
+        self.value_info: list[onnx.ValueInfoProto] = []
+        self.clone_of: dict[str, str] = {}    # original tensor -> its recomputed copy
+        self.zero: dict[int, str] = {}        # consumer -> int64 [1] zero that depends on its dY
+        self.removed: set[int] = set()        # original indices of nodes to drop (replaced encodings)
+        self.zero_like: dict[tuple[int, int], str] = {}   # (consumer, elem type) -> that zero, cast
+
+    def apply(self, plans: list[_Plan], result: PassResult) -> None:
+        for plan in plans:
+            result.records.append(self._build(plan))
+        nodes: list[onnx.NodeProto] = []
+        for idx, node in enumerate(self.orig):
+            nodes.extend(self.before.get(idx, []))
+            if idx not in self.removed:
+                nodes.append(node)
+        del self.graph.node[:]
+        self.graph.node.extend(nodes)
+        self.graph.value_info.extend(self.value_info)
+        if self.removed:   # type entries of tensors that no longer exist
+            alive = {o for n in nodes for o in n.output if o}
+            keep = [vi for vi in self.graph.value_info if vi.name in alive]
+            del self.graph.value_info[:]
+            self.graph.value_info.extend(keep)
+
+    def _type(self, name: str) -> tuple[int, list[int] | None]:
+        t = self.analysis.tensors[name].type
+        return helper.np_dtype_to_tensor_dtype(t.dtype), (list(t.shape) if t.shape is not None else None)
+
+    def _vi(self, name: str, like: str) -> None:
+        elem, shape = self._type(like)
+        self.value_info.append(helper.make_tensor_value_info(name, elem, shape))
+
+    def _const(self, name: str, values: list[int]) -> str:
+        if name not in self.inits:
+            self.graph.initializer.append(helper.make_tensor(name, TensorProto.INT64, [len(values)], values))
+            self.inits.add(name)
+            self.taken.add(name)
+        return name
+
+    def _zero_for(self, plan: _Plan, out: list[onnx.NodeProto]) -> str:
+        """int64 [1] zero computed from one element of the reader's dY: always 0, never foldable."""
+        if plan.consumer in self.zero:
+            return self.zero[plan.consumer]
+        base = plan.grad.replace("/", "_").strip("_") + "__recompute"
+        start, end, flat_shape = (self._const(n, v) for n, v in _TRIGGER_CONSTANTS)
+        flat, trig, less, zero = (unique_name(f"{base}_{s}", self.taken)
+                                  for s in ("flat", "trigger", "less", "zero"))
+        name = lambda t, op: unique_name(f"{t}__{op}", self.taken)  # noqa: E731
+        out += [
+            helper.make_node("Reshape", [plan.grad, flat_shape], [flat], name=name(flat, "reshape")),
+            helper.make_node("Slice", [flat, start, end], [trig], name=name(trig, "slice")),
+            helper.make_node("Less", [trig, trig], [less], name=name(less, "less")),
+            helper.make_node("Cast", [less], [zero], to=TensorProto.INT64, name=name(zero, "cast")),
+        ]
+        elem, _ = self._type(plan.grad)
+        self.value_info += [helper.make_tensor_value_info(flat, elem, None),
+                            helper.make_tensor_value_info(trig, elem, [1]),
+                            helper.make_tensor_value_info(less, TensorProto.BOOL, [1]),
+                            helper.make_tensor_value_info(zero, TensorProto.INT64, [1])]
+        self.zero[plan.consumer] = zero
+        return zero
+
+    def _scratch(self, plan: _Plan, name: str, like: str, out: list[onnx.NodeProto]) -> str:
+        """A fresh buffer with ``name``'s values (+0.0), for a kernel that writes into that input."""
+        zero = self._zero_for(plan, out)
+        elem, shape = self._type(like)
+        key = (plan.consumer, elem)
+        if key not in self.zero_like:
+            z = unique_name(f"{zero}_{helper.tensor_dtype_to_np_dtype(elem).name}", self.taken)
+            out.append(helper.make_node("Cast", [zero], [z], to=elem, name=unique_name(f"{z}__cast", self.taken)))
+            self.value_info.append(helper.make_tensor_value_info(z, elem, [1]))
+            self.zero_like[key] = z
+        copy = unique_name(f"{like.replace('/', '_').strip('_')}__recompute_scratch", self.taken)
+        out.append(helper.make_node("Add", [name, self.zero_like[key]], [copy],
+                                    name=unique_name(f"{copy}__add", self.taken)))
+        self.value_info.append(helper.make_tensor_value_info(copy, elem, shape))
+        return copy
+
+    def _gate(self, plan: _Plan, name: str, like: str, out: list[onnx.NodeProto], gated: dict[str, str]) -> str:
+        """A view of ``name`` (typed like original tensor ``like``) that cannot exist before the reader's dY."""
+        if name in gated:
+            return gated[name]
+        zero = self._zero_for(plan, out)
+        base = like.replace("/", "_").strip("_")
+        shape_t = self.analysis.tensors[like].shape
+        if shape_t is not None:
+            shape_src = self._const(f"onnxcomp_recompute_shape_{'x'.join(map(str, shape_t)) or 'scalar'}",
+                                    list(shape_t))
+        else:   # dynamic: Shape() is not folded then, and is exact
+            shape_src = unique_name(f"{base}__recompute_shape_of", self.taken)
+            out.append(helper.make_node("Shape", [name], [shape_src],
+                                        name=unique_name(f"{shape_src}__shape", self.taken)))
+        shape = unique_name(f"{base}__recompute_shape", self.taken)
+        view = unique_name(f"{base}__recompute_gated", self.taken)
+        out += [
+            helper.make_node("Add", [shape_src, zero], [shape], name=unique_name(f"{shape}__add", self.taken)),
+            helper.make_node("Reshape", [name, shape], [view], name=unique_name(f"{view}__reshape", self.taken)),
+        ]
+        rank = [len(shape_t)] if shape_t is not None else None
+        self.value_info.append(helper.make_tensor_value_info(shape, TensorProto.INT64, rank))
+        self._vi(view, like)
+        gated[name] = view
+        return view
+
+    def _build(self, plan: _Plan) -> dict[str, Any]:
+        out: list[onnx.NodeProto] = []
+        gated: dict[str, str] = {}
+        local: dict[str, str] = {}       # original tensor -> clone made for this reader
+        cloned_ops: list[str] = []
+        for idx in plan.nodes:
+            node = self.orig[idx]
+            resolved = [_resolve(i, plan.alias) for i in node.input]
+            inputs = []
+            for i in resolved:
+                if not i:
+                    inputs.append(i)
+                elif i in local:
+                    inputs.append(local[i])
+                elif i in plan.reused:
+                    inputs.append(self.clone_of[i])
+                else:
+                    inputs.append(i)
+            if node.op_type in _BN_RUNNING_INPUTS and _training_mode(node):
+                for k in _BN_RUNNING_INPUTS[node.op_type]:
+                    if k < len(inputs) and inputs[k]:
+                        inputs[k] = self._scratch(plan, inputs[k], resolved[k], out)
+            # A clone that reads no clone of this group could run as soon as its inputs exist (in forward):
+            # its first input goes through a view that waits for dY.
+            # (Input-less nodes, i.e. Constant, are folded by ORT and need no gate.)
+            present = [k for k, i in enumerate(resolved) if i]
+            if present and not any(resolved[k] in local for k in present):
+                first = present[0]
+                inputs[first] = self._gate(plan, inputs[first], resolved[first], out, gated)
+            outputs = []
+            for k, o in enumerate(node.output):
+                if not o:
+                    outputs.append("")
+                    continue
+                if _optional_indices(node, k) and o not in self.wanted:
+                    continue
+                c = unique_name(f"{o}__recomputed", self.taken)
+                local[o] = c
+                outputs.append(c)
+                self._vi(c, o)
+            clone = onnx.NodeProto()
+            clone.CopyFrom(node)
+            clone.name = unique_name(f"{node.name or node.op_type}__recompute", self.taken)
+            del clone.input[:]
+            clone.input.extend(inputs)
+            del clone.output[:]
+            clone.output.extend(outputs)
+            out.append(clone)
+            cloned_ops.append(node.op_type)
+        for o, c in local.items():
+            self.clone_of.setdefault(o, c)
+        source = local.get(plan.stash.name) or self.clone_of[plan.stash.name]
+        for c in plan.stash.backward_consumers:
+            reader = self.orig[c]
+            for k, i in enumerate(reader.input):
+                if i == plan.read_as:
+                    reader.input[k] = source
+        self.before.setdefault(plan.consumer, []).extend(out)
+        if plan.replaces is not None:
+            self._drop_encoding(plan.replaces)
+        reader = self.orig[plan.consumer]
+        from ..analysis import TensorClass
+
+        kept = [leaf for leaf in plan.leaves if self.analysis.tensors[leaf].cls is TensorClass.STASHED]
+        parts = [f"rebuilt from {', '.join(kept) or 'weights and inputs'}"] if plan.nodes else []
+        if plan.reused:
+            parts.append(f"reuses {', '.join(sorted(plan.reused))} recomputed for an earlier reader")
+        note = "; ".join(parts) + f" (for {reader.op_type} {reader.name!r})"
+        extra: dict[str, Any] = {}
+        if plan.replaces is not None:
+            note += (f"; replaces its {plan.replaces.codec} encoding (payload ~{plan.replaces.payload_bytes} "
+                     "bytes no longer held)")
+            extra = {"replaced_encoding": plan.replaces.codec, "replaced_payload_bytes": plan.replaces.payload_bytes}
+        return {
+            "tensor": plan.stash.name, "pattern": plan.stash.pattern, "encoding": "recompute", "codec": None,
+            "shape": list(plan.stash.shape) if plan.stash.shape else None,
+            "original_bytes": plan.stash.nbytes, "predicted_bytes": 0, "cloned_ops": cloned_ops,
+            "inputs_kept": kept, "reused": sorted(plan.reused), "recomputed_as": source,
+            "consumer": reader.name, "note": note, **extra,
+        }
+
+    def _drop_encoding(self, enc: _Encoded) -> None:
+        """Remove an encoder, its forward anchor views, its decoder and the decoder's trigger."""
+        encoder, decoder = self.orig[enc.encoder], self.orig[enc.decoder]
+        anchor = encoder.output[-1]
+        self.removed.update({enc.encoder, enc.decoder})
+        for idx, node in enumerate(self.orig):
+            if node.op_type == "Reshape" and len(node.input) > 1 and node.input[1] == anchor:
+                self.removed.add(idx)
+                for other in self.orig:   # readers of the view read the tensor itself again
+                    for k, i in enumerate(other.input):
+                        if i == node.output[0]:
+                            other.input[k] = node.input[0]
+        # The trigger chain (Slice(Reshape(dY))) feeding only this decoder.
+        stack = [decoder.input[-1]]
+        while stack:
+            name = stack.pop()
+            idx = next((k for k, n in enumerate(self.orig) if name in n.output), None)
+            if idx is None or idx in self.removed or self.orig[idx].op_type not in ("Slice", "Reshape"):
+                continue
+            readers = [k for k, n in enumerate(self.orig) if k not in self.removed and name in n.input]
+            if not readers:
+                self.removed.add(idx)
+                stack.append(self.orig[idx].input[0])
