@@ -31,8 +31,6 @@ POLICIES: dict[str, list[Callable[..., GraphPass]]] = {
     **{f"dpr-{fmt}": [*LOSSY_FIRST, partial(DprPass, dpr_format=fmt)] for fmt in DPR_FORMATS},
     # COMET: lossless where it applies, error-bounded conv/fc inputs, reduced precision elsewhere.
     "comet": [*LOSSY_FIRST, ErrorBoundedPass, partial(DprPass, dpr_format="fp16"), SparsePass],
-    "comet-recompute": [EagerAccumulationPass, RecomputePass, *LOSSY_FIRST[1:], ErrorBoundedPass,
-                        partial(DprPass, dpr_format="fp16"), SparsePass],
 }
 
 __all__ = ["DprPass", "RecomputePass", "EagerAccumulationPass", "ErrorBoundedPass", "GraphPass", "MaxPoolIndexPass", "POLICIES",
