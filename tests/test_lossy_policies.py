@@ -158,3 +158,20 @@ def test_cli_transform_comet_with_flags(small_artifacts: Path, tmp_path: Path) -
     plan = json.loads(out.with_suffix(".plan.json").read_text())
     sz = [t for t in plan["tensors"] if t["codec"] == "sz"]
     assert sz and all(t["params"]["eb"] == 5e-3 and t["params"]["adaptive"] is False for t in sz)
+
+
+def test_error_injection_matches_the_uniform_error_model() -> None:
+    """COMET §4.2 on a real (briefly trained) CNN: the dW error of U[-eb, eb] on X's nonzeros has the σ the
+    variance of a sum of uniforms predicts, a·rms(dY)·√(N·R)·eb with a ≤ 1/√3, and is bell-shaped."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("error_injection", Path(__file__).parents[1] / "tools" /
+                                                  "error_injection.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    result = tool.run("resnet18", image=32, batch=8, train_steps=2, rel_bounds=[1e-2], seed=0, trials=1)
+    s = result["summary"]
+    assert s["layers"] == 20
+    assert 0.15 < s["a_rms"]["median"] <= 1 / math.sqrt(3) * 1.1
+    assert s["a_rms"]["cv"] < s["a_batch"]["cv"]  # rms(dY) and N = products per dW value explain the spread
+    assert 0.6 < s["within_1sigma_mean"] < 0.9 and 0.9 < s["within_2sigma_mean"] < 0.99
