@@ -31,6 +31,9 @@ def _add_runtime_options(p: argparse.ArgumentParser) -> None:
                    help="ORT CPU memory arena (default: off, so freed tensors return to the OS)")
     g.add_argument("--mem-pattern", action=argparse.BooleanOptionalAction, default=False,
                    help="ORT memory-pattern planning (default: off)")
+    g.add_argument("--mem-reuse", action=argparse.BooleanOptionalAction, default=False,
+                   help="ORT buffer-reuse planning (default: off; on, freed forward buffers stay allocated "
+                        "until a backward tensor of the same size reuses them)")
     g.add_argument("--order", choices=["priority", "default"], default="priority",
                    help="ORT execution order (default: priority — node-list order among ready nodes)")
     g.add_argument("--threads", type=_positive, default=None, help="intra-op threads (default: ORT's)")
@@ -40,7 +43,7 @@ def _settings(args: argparse.Namespace):
     from .runtime.session import RuntimeSettings
 
     return RuntimeSettings(arena=args.arena, mem_pattern=args.mem_pattern, execution_order=args.order,
-                           intra_threads=args.threads)
+                           intra_threads=args.threads, mem_reuse=args.mem_reuse)
 
 
 # --------------------------------------------------------------------------------------------- commands

@@ -25,6 +25,10 @@ class RuntimeSettings:
     execution_order: str = "priority"
     intra_threads: int | None = None
     profile: str | None = None
+    # ORT's buffer-reuse plan hands a buffer freed in the forward pass to a same-sized tensor of the
+    # backward pass and keeps it allocated in between: with the arena off that holds every freed
+    # activation (measured +10 MiB on ResNet-18's baseline, +25 MiB once its stashes are encoded).
+    mem_reuse: bool = False
 
     def __post_init__(self) -> None:
         if self.execution_order not in EXECUTION_ORDERS:
@@ -61,15 +65,17 @@ def session_options(
     execution_order: str = "priority",
     intra_threads: int | None = None,
     profile: str | None = None,
+    mem_reuse: bool = False,
 ) -> ort.SessionOptions:
     """SessionOptions with onnxcomp's PyOps registered.
 
     arena: ORT's CPU memory arena (holds memory across steps; off gives honest per-step peaks).
     mem_pattern: ORT's memory-pattern planner. execution_order: "priority" or "default".
     intra_threads: intra-op thread count (None = ORT default). profile: file prefix to enable
-    ORT profiling (a JSON trace with node execution order).
+    ORT profiling (a JSON trace with node execution order). mem_reuse: ORT's buffer-reuse plan (keeps
+    freed buffers allocated until a same-sized tensor reuses them; off gives per-tensor frees).
     """
-    RuntimeSettings(arena, mem_pattern, execution_order, intra_threads, profile)  # validates
+    RuntimeSettings(arena, mem_pattern, execution_order, intra_threads, profile, mem_reuse)  # validates
     from onnxcomp.runtime import pyops
     from onnxruntime_extensions import get_library_path
 
@@ -78,6 +84,7 @@ def session_options(
     so = ort.SessionOptions()
     so.enable_cpu_mem_arena = arena
     so.enable_mem_pattern = mem_pattern
+    so.enable_mem_reuse = mem_reuse
     so.execution_order = EXECUTION_ORDERS[execution_order]
     if intra_threads is not None:
         so.intra_op_num_threads = intra_threads
