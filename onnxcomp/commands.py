@@ -128,28 +128,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if same else 1
 
 
-def _rows_arg(text: str) -> int | str:
-    if text == "auto":
-        return text
-    try:
-        r = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: use a row count >= 1 or 'auto'") from None
-    if r < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: use a row count >= 1 or 'auto'")
-    return r
+def _count_or_auto(what: str) -> Any:
+    def parse(text: str) -> int | str:
+        if text == "auto":
+            return text
+        try:
+            n = int(text)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"{text!r}: use a {what} >= 1 or 'auto'")
+        return n
+
+    return parse
 
 
-def _checkpoints_arg(text: str) -> int | str:
-    if text == "auto":
-        return text
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: use 'auto' or a segment count >= 1") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: use 'auto' or a segment count >= 1")
-    return n
+_rows_arg = _count_or_auto("row count")
+_checkpoints_arg = _count_or_auto("segment count")
 
 
 _UNITS = {"": 1, "b": 1, "kib": 1 << 10, "kb": 1000, "mib": 1 << 20, "mb": 10**6, "gib": 1 << 30, "gb": 10**9}

@@ -33,12 +33,9 @@ class DprPass(EncodeStashPass):
     def select(self, analysis: GraphAnalysis, stash: StashedTensor) -> Encoding | str:
         from ..custom_ops import get_codec
 
-        if stash.dtype != "float32":
-            return f"dtype {stash.dtype}: DPR reduces float32"
-        if stash.shape is None:
-            return "shape unresolved"
-        if stash.nbytes < self.min_bytes:
-            return f"only {stash.nbytes} bytes: below --min-bytes"
+        problem = self.float_stash_problem(stash, self.min_bytes)
+        if problem:
+            return problem
         if self.consumers is not None and not set(stash.backward_consumer_ops) <= set(self.consumers):
             return f"backward reader(s) {sorted(set(stash.backward_consumer_ops))} not in {list(self.consumers)}"
         shape = tuple(stash.shape)

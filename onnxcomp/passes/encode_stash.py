@@ -64,6 +64,16 @@ class EncodeStashPass(GraphPass):
     def select(self, analysis: GraphAnalysis, stash: StashedTensor) -> Encoding | str:
         """An Encoding for this stash, or the reason it is left alone."""
 
+    def float_stash_problem(self, stash: StashedTensor, min_bytes: int) -> str | None:
+        """Why a float32 codec cannot take this stash (dtype, unresolved shape, too small), or None."""
+        if stash.dtype != "float32":
+            return f"dtype {stash.dtype}: the {self.name} ops take float32"
+        if stash.shape is None:
+            return "shape unresolved"
+        if stash.nbytes < min_bytes:
+            return f"only {stash.nbytes} bytes: below --min-bytes, the op's overhead would outweigh the saving"
+        return None
+
     def applies(self, stash: StashedTensor) -> bool:
         return self.encoding in stash.encodings
 

@@ -38,12 +38,9 @@ class ErrorBoundedPass(EncodeStashPass):
     def select(self, analysis: GraphAnalysis, stash: StashedTensor) -> Encoding | str:
         from ..custom_ops import get_codec
 
-        if stash.dtype != "float32":
-            return f"dtype {stash.dtype}: the sz codec takes float32"
-        if stash.shape is None:
-            return "shape unresolved"
-        if stash.nbytes < self.min_bytes:
-            return f"only {stash.nbytes} bytes: below --min-bytes"
+        problem = self.float_stash_problem(stash, self.min_bytes)
+        if problem:
+            return problem
         readers = set(stash.backward_consumer_ops)
         if not readers <= _WEIGHT_GRAD_READERS:
             return f"read by {sorted(readers - _WEIGHT_GRAD_READERS)} in backward: not only a weight-gradient input"

@@ -29,12 +29,9 @@ class SparsePass(EncodeStashPass):
     def select(self, analysis: GraphAnalysis, stash: StashedTensor) -> Encoding | str:
         from ..custom_ops.sparse_adaptive import SparseAdaptive
 
-        if stash.dtype != "float32":
-            return f"dtype {stash.dtype}: sparse ops take float32"
-        if stash.shape is None:
-            return "shape unresolved"
-        if stash.nbytes < self.min_bytes:
-            return f"only {stash.nbytes} bytes: below --min-bytes, the op's overhead would outweigh the saving"
+        problem = self.float_stash_problem(stash, self.min_bytes)
+        if problem:
+            return problem
         odd = {op for op in stash.backward_consumer_ops if op not in _CONSUMERS}
         if odd:
             return f"backward reader(s) {sorted(odd)} not known to be safe with a decoded copy"
