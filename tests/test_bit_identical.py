@@ -24,14 +24,14 @@ def assert_bit_identical(art: Path, model_file: str, steps: int = STEPS) -> None
 
 
 @pytest.mark.parametrize("policy, expected", [
-    ("lossless", {"recompute"}),                                 # cheap layers rebuilt in backward
-    ("lossless-encode", {"signbits", "maxpool_index", "sparse"}),  # the encodings alone
+    ("lossless", {None}),                                         # cheap layers recomputed, no codec needed
+    ("lossless-encode", {"relumask", "maxpool_index", "sparse"}),  # the encodings alone
 ])
 def test_small_cnn_lossless_is_bit_identical(small_artifacts: Path, tmp_path: Path, policy: str,
                                              expected: set[str]) -> None:
     out = tmp_path / policy
     result = transform(small_artifacts, out, policy, min_bytes=0)
-    assert {r["encoding"] for r in result.records} == expected
+    assert {r["codec"] for r in result.records} == expected
     plan = json.loads(result.plan_path.read_text())
     assert plan["after"]["stashed_bytes"] < plan["before"]["stashed_bytes"]
     assert_bit_identical(out, "training_model.onnx")

@@ -244,7 +244,10 @@ class _Rewriter:
         tgt_elem, tgt_shape = self._type(enc.target)
         self.value_info.append(helper.make_tensor_value_info(anchor, TensorProto.INT64,
                                                              [len(tgt_shape)] if tgt_shape else None))
-        self.value_info.append(helper.make_tensor_value_info(decoded, src_elem, src_shape))
+        from ..custom_ops import get_codec
+
+        out_elem = helper.np_dtype_to_tensor_dtype(np.dtype(get_codec(enc.codec).output_dtype))
+        self.value_info.append(helper.make_tensor_value_info(decoded, out_elem, src_shape))
         predicted = sum(b for b in enc.payload_bytes if b is not None) if enc.payload_bytes else None
         return {
             "tensor": enc.source, "encoded_tensor": enc.target, "pattern": stash.pattern,

@@ -1,9 +1,18 @@
-"""Pass: hold the tensor ReluGrad reads as one sign bit per element (Gist's Binarize)."""
+"""Pass: hold the tensor ReluGrad reads as one sign bit per element (Gist's Binarize).
+
+With ``mask`` (the default) the bits decode to a one-byte boolean mask (codec ``relumask``) and each
+ReluGrad(dY, X) reading it becomes Where(mask, dY, 0) — bit-identical (dY where X > 0, +0 elsewhere, NaN dY
+included), with a quarter of the bytes of a float 1.0/0.0 copy alive while the gradient is formed.
+"""
 from __future__ import annotations
+
+import onnx
+from onnx import TensorProto, helper
 
 from ..analysis import GraphAnalysis, StashedTensor
 from ..analysis.patterns import SIGNBITS
-from .encode_stash import EncodeStashPass, Encoding
+from .base import PassResult
+from .encode_stash import EncodeStashPass, Encoding, decode_op_type
 
 
 class SignBitsPass(EncodeStashPass):
@@ -15,8 +24,15 @@ class SignBitsPass(EncodeStashPass):
     name = "signbits"
     encoding = SIGNBITS
 
-    def __init__(self, split_readers: bool = False) -> None:
+    def __init__(self, split_readers: bool = False, mask: bool = True) -> None:
         self.split_readers = split_readers
+        self.codec = "relumask" if mask else "signbits"
+
+    def run(self, model: onnx.ModelProto) -> PassResult:
+        result = super().run(model)
+        if self.codec == "relumask" and result.modified:
+            _relugrad_to_where(result.model)
+        return result
 
     def applies(self, stash: StashedTensor) -> bool:
         if self.encoding in stash.encodings:
@@ -36,7 +52,7 @@ class SignBitsPass(EncodeStashPass):
                 return "shape unresolved"
             if stash.dtype != "float32":
                 return f"dtype {stash.dtype}: the signbits op takes float32"
-            return Encoding(stash.name, stash.name, stash.name, "signbits", {},
+            return Encoding(stash.name, stash.name, stash.name, self.codec, {},
                             [(_numel(shape) + 7) // 8, 8 * len(shape)], [[(_numel(shape) + 7) // 8], [len(shape)]],
                             f"sign bits for ReluGrad only; {sorted(others)} left to later passes",
                             readers=("ReluGrad",))
@@ -54,8 +70,25 @@ class SignBitsPass(EncodeStashPass):
         shape = stash.shape
         if shape is None:
             return "shape unresolved"
-        return Encoding(stash.name, target, target, "signbits", {}, codec_bytes(shape),
+        return Encoding(stash.name, target, target, self.codec, {}, codec_bytes(shape),
                         [[(_numel(shape) + 7) // 8], [len(shape)]], note)
+
+
+_ZERO = "onnxcomp_zero_f32"
+
+
+def _relugrad_to_where(model: onnx.ModelProto) -> None:
+    """ReluGrad(dY, mask) → Where(mask, dY, 0) for every ReluGrad fed by a relumask decoder."""
+    masks = {n.output[0] for n in model.graph.node if n.op_type == decode_op_type("relumask")}
+    changed = False
+    for node in model.graph.node:
+        if node.op_type == "ReluGrad" and node.input[1] in masks:
+            d_y, mask = node.input[0], node.input[1]
+            where = helper.make_node("Where", [mask, d_y, _ZERO], list(node.output), name=node.name or None)
+            node.CopyFrom(where)
+            changed = True
+    if changed and not any(i.name == _ZERO for i in model.graph.initializer):
+        model.graph.initializer.append(helper.make_tensor(_ZERO, TensorProto.FLOAT, [], [0.0]))
 
 
 def _numel(shape: tuple[int, ...]) -> int:
