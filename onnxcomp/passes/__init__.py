@@ -10,6 +10,7 @@ from .eager_accumulation import EagerAccumulationPass
 from .error_bounded import ErrorBoundedPass
 from .maxpool_index import MaxPoolIndexPass
 from .recompute import RecomputePass
+from .row_split import RowSplitPass
 from .signbits import SignBitsPass
 from .sparse import SparsePass
 
@@ -25,6 +26,8 @@ POLICIES: dict[str, list[Callable[..., GraphPass]]] = {
     # The lossless encodings alone (Gist's lossless set), without recomputation.
     "lossless-encode": [*LOSSLESS_PASSES, SparsePass],
     "recompute": [EagerAccumulationPass, RecomputePass],
+    # LR-CNN: conv chains split into row blocks, recomputed row by row in backward (exact).
+    "rows": [RowSplitPass, EagerAccumulationPass],
     # Reordering alone: the share of a lossless saving that needs no codec at all.
     "reorder": [EagerAccumulationPass],
     # Gist: lossless encodings where they apply, the rest of the float stashes in reduced precision.
@@ -33,5 +36,5 @@ POLICIES: dict[str, list[Callable[..., GraphPass]]] = {
     "comet": [*LOSSY_FIRST, ErrorBoundedPass, partial(DprPass, dpr_format="fp16"), SparsePass],
 }
 
-__all__ = ["DprPass", "RecomputePass", "EagerAccumulationPass", "ErrorBoundedPass", "GraphPass", "MaxPoolIndexPass", "POLICIES",
+__all__ = ["DprPass", "RecomputePass", "RowSplitPass", "EagerAccumulationPass", "ErrorBoundedPass", "GraphPass", "MaxPoolIndexPass", "POLICIES",
            "PassResult", "SignBitsPass", "Skipped", "SparsePass"]
