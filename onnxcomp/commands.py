@@ -177,11 +177,13 @@ def add_subcommands(sub: Any) -> None:
     lossy.add_argument("--dpr-format", choices=["fp16", "bf16", "fp10", "fp8"],
                        help="reduced precision for stashes not held otherwise (comet default fp16)")
     rows = s.add_argument_group("row-centric convolution (--policy rows)")
-    rows.add_argument("--rows", type=_rows_arg, help="row blocks R per conv chain, or 'auto' (from --budget)")
-    rows.add_argument("--variant", choices=["overl", "2ps"], help="overlapping halos (overl) or shared "
-                      "boundary rows (2ps); default overl")
+    rows.add_argument("--rows", type=_rows_arg, help="row blocks R per conv chain (int >= 1) or 'auto' (smallest R whose "
+                      "predicted step peak fits --budget)")
+    rows.add_argument("--variant", choices=["overl", "2ps"], help="overl: overlapping halos recomputed per "
+                      "block; 2ps: boundary rows computed once and shared (default overl)")
     rows.add_argument("--checkpoints", type=_checkpoints_arg,
-                      help="segments per chain: 'auto' or a count N (hybrids OverL-H / 2PS-H)")
+                      help="segments per chain: 'auto' (cut minimising predicted block + checkpoint bytes) "
+                      "or N (hybrids OverL-H / 2PS-H)")
     rows.add_argument("--budget", type=_bytes_arg, help="memory budget for --rows auto, e.g. 2GiB or 512MiB")
     s.add_argument("--force", action="store_true", help="allow replacing an existing output or the input")
     s.add_argument("--json", action="store_true")

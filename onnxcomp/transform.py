@@ -119,7 +119,8 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
     check_model(current, where)
     after = _footprint(current)
     # Stashes no pass understood: listed, never touched (a wrong gradient is worse than no saving).
-    handled = {r["tensor"] for r in records} | {s["name"] for s in skipped}
+    handled = {r["tensor"] for r in records} | {t for r in records for t in r.get("dropped_stashes", [])} | \
+        {s["name"] for s in skipped}
     left = [{"name": s.name, "pattern": s.pattern, "bytes": s.nbytes,
              "reason": ("not selected by this policy" if set(s.encodings) & set(LOSSLESS) else
                         "no lossless encoding applies" + (f" (lossy: {', '.join(s.encodings)})" if s.encodings else ""))}
