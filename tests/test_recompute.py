@@ -300,13 +300,20 @@ def test_measured_peak_drops(tmp_path: Path) -> None:
     # Big enough for the saving (several MiB) to stand well above allocator noise, small enough to be quick.
     art = _build_residual_artifacts(tmp_path / "res", batch=16, image=32, width=16, dropout=False)
     model = onnx.load(str(art / "training_model.onnx"))
+    from onnxcomp.planner import plan_all
+
     result = RecomputePass().run(model)
-    saved = sum(r["original_bytes"] for r in result.records)
+    planned = [plan_all(analyze_model(m).buffers()).to_dict()["lower_bound_bytes"] for m in (model, result.model)]
+    assert planned[1] < planned[0]
     name = _write(art, result.model, "recompute.onnx")
     base = measure(art, steps=2)
     new = measure(art, model=name, steps=2)
     assert base.losses == new.losses
-    assert new.peak_bytes < base.peak_bytes - saved // 4, (base.peak_bytes, new.peak_bytes, saved)
+    # The measured peak drops by a real share of the predicted saving (the clones' own transients and
+    # BatchNorm scratch copies eat some of it on a net this small) and stays near the prediction.
+    drop = planned[0] - planned[1]
+    assert new.peak_bytes < base.peak_bytes - drop // 4, (base.peak_bytes, new.peak_bytes, planned)
+    assert new.peak_bytes < 1.25 * planned[1], (new.peak_bytes, planned)
 
 
 def test_after_lossless_respects_encodings(residual_artifacts: Path) -> None:
@@ -342,9 +349,10 @@ def test_replace_encoded_after_lossless(residual_artifacts: Path, tmp_path: Path
         n = sum(r["replaced_encoding"] == codec for r in replaced)
         assert after_ops.count(f"OnnxcompEncode_{codec}") == before_ops.count(f"OnnxcompEncode_{codec}") - n
         assert after_ops.count(f"OnnxcompDecode_{codec}") == before_ops.count(f"OnnxcompDecode_{codec}") - n
-    # signbits decodes to signs, not values: never replaced.
-    assert after_ops.count("OnnxcompDecode_signbits") == before_ops.count("OnnxcompDecode_signbits")
-    assert any("signbits" in s.reason for s in result.skipped)
+    # sign bits decode to signs / a mask, not values: never replaced.
+    for codec in ("signbits", "relumask"):
+        assert after_ops.count(f"OnnxcompDecode_{codec}") == before_ops.count(f"OnnxcompDecode_{codec}")
+    assert any("relumask" in s.reason or "signbits" in s.reason for s in result.skipped)
     after = analyze_model(result.model)
     before = analyze_model(lossless)
     assert sum(s.nbytes for s in after.stashed) < sum(s.nbytes for s in before.stashed)
