@@ -107,7 +107,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     report["model"] = args.model
     render_report(report, console, limit=12)
 
-    console.rule("[bold]3. Lossless rewrite (sign bits, MaxPool index offsets, sparse storage)")
+    console.rule("[bold]3. Lossless rewrite (recompute cheap layers, sign bits, MaxPool index offsets, sparse storage)")
     out = art / "lossless.onnx"
     result = transform(art, out, "lossless", force=True)
     print_transform_summary(result.summary())
