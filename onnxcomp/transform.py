@@ -98,7 +98,11 @@ def make_passes(policy: str, **options: Any) -> list[GraphPass]:
         # A policy's own fixed choices (partial keywords, e.g. dpr-fp8's format) win over general options.
         fixed = set(getattr(factory, "keywords", {}) or {})
         accepted = set(inspect.signature(factory).parameters) - fixed
-        p = factory(**{k: v for k, v in options.items() if k in accepted and v is not None})
+        kwargs = {k: v for k, v in options.items() if k in accepted and v is not None}
+        try:
+            p = factory(**kwargs)
+        except (ValueError, TypeError) as exc:
+            raise OnnxcompError(f"policy {policy!r}: bad option(s) {kwargs}: {exc}") from None
         if overrides and isinstance(p, EncodeStashPass):
             p.overrides = dict(overrides)
         passes.append(p)

@@ -178,3 +178,13 @@ def test_error_injection_matches_the_uniform_error_model() -> None:
     assert 0.15 < s["a_rms"]["median"] <= 1 / math.sqrt(3) * 1.1
     assert s["a_rms"]["cv"] < s["a_batch"]["cv"]  # rms(dY) and N = products per dW value explain the spread
     assert 0.6 < s["within_1sigma_mean"] < 0.9 and 0.9 < s["within_2sigma_mean"] < 0.99
+
+
+def test_bad_pass_option_is_a_clear_error(small_artifacts: Path, tmp_path: Path) -> None:
+    from onnxcomp.cli import main
+
+    out = tmp_path / "bad.onnx"
+    with pytest.raises(OnnxcompError, match="error bound must be > 0"):
+        transform(small_artifacts, out, "comet", eb=-1.0)
+    assert main(["transform", str(small_artifacts), "-o", str(out), "--policy", "comet", "--eb", "-1"]) != 0
+    assert not out.exists()
