@@ -29,6 +29,9 @@ class SignBits(Codec):
     payload_names = ("bits", "shape")
     payload_dtypes = ("uint8", "int64")
     kernel_file = "signbits.cu"
+    # What a set bit decodes to: a row of 8 values per byte (CPU) and the kernel writing it (GPU).
+    _lut = _DECODE_LUT
+    _decode_kernel = ("signbits.cu", "signbits_decode", "float32")
 
     def predicted_nbytes(self, shape: tuple[int, ...], **stats: Any) -> int:
         n = int(np.prod(shape, dtype=np.int64))
@@ -53,8 +56,8 @@ class SignBits(Codec):
         n = int(np.prod(shape, dtype=np.int64))
         bits = np.asarray(bits, dtype=np.uint8).reshape(-1)
         if bits.size != (n + 7) // 8:
-            raise ValueError(f"signbits: {bits.size} bytes cannot hold shape {shape}")
-        return np.take(_DECODE_LUT, bits, axis=0).reshape(-1)[:n].reshape(shape)
+            raise ValueError(f"{self.name}: {bits.size} bytes cannot hold shape {shape}")
+        return np.take(self._lut, bits, axis=0).reshape(-1)[:n].reshape(shape)
 
     # -- CuPy -------------------------------------------------------------------------------------------
     def encode_gpu(self, x: Any, **params: Any) -> Payload:
@@ -64,7 +67,7 @@ class SignBits(Codec):
         n = int(x.size)
         nbytes = (n + 7) // 8
         bits = cp.empty(nbytes, dtype=cp.uint8)
-        gpu.launch(self.kernel_file, "signbits_encode", nbytes, (x, bits, gpu.i64(n), gpu.i64(nbytes)))
+        gpu.launch("signbits.cu", "signbits_encode", nbytes, (x, bits, gpu.i64(n), gpu.i64(nbytes)))
         return bits, gpu.shape_array(x.shape)
 
     def decode_gpu(self, payload: Payload, **params: Any) -> Any:
@@ -75,7 +78,8 @@ class SignBits(Codec):
         n = int(np.prod(shape, dtype=np.int64))
         bits = cp.ascontiguousarray(bits, dtype=cp.uint8).reshape(-1)
         if bits.size != (n + 7) // 8:
-            raise ValueError(f"signbits: {bits.size} bytes cannot hold shape {shape}")
-        y = cp.empty(n, dtype=cp.float32)
-        gpu.launch(self.kernel_file, "signbits_decode", n, (bits, y, gpu.i64(n)))
-        return y.reshape(shape)
+            raise ValueError(f"{self.name}: {bits.size} bytes cannot hold shape {shape}")
+        kernel_file, kernel, dtype = self._decode_kernel
+        y = cp.empty(n, dtype=cp.uint8 if dtype == "bool" else dtype)
+        gpu.launch(kernel_file, kernel, n, (bits, y, gpu.i64(n)))
+        return (y.view(cp.bool_) if dtype == "bool" else y).reshape(shape)

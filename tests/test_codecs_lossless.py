@@ -267,3 +267,17 @@ def test_gpu_random_shapes_signbits_maxpool(seed: int) -> None:
     bad[0] += 10**6
     with pytest.raises(ValueError, match="window"):
         MAXPOOL.encode(bad.reshape(idx.shape), **p)
+
+
+# -- relumask: the signbits bitstream, decoded to a bool mask -------------------------------------------------
+@settings(max_examples=100, deadline=None)
+@given(hnp.arrays(np.float32, hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=11),
+                  elements=st.floats(width=32, allow_nan=True, allow_infinity=True, allow_subnormal=True)))
+def test_relumask_decodes_the_relu_mask(x: np.ndarray) -> None:
+    mask_codec = get_codec("relumask")
+    payload = mask_codec.encode(x)
+    for a, b in zip(payload, SIGNBITS.encode(x)):  # same bitstream as signbits
+        np.testing.assert_array_equal(a, b)
+    mask = mask_codec.decode(payload)
+    assert mask.dtype == np.bool_ and mask.shape == x.shape
+    np.testing.assert_array_equal(mask, x > 0)
