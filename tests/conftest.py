@@ -48,18 +48,30 @@ def insert_test_op_after(model_path: Path, out_path: Path, op_type: str = "Relu"
     return out_path
 
 
-def _export(torch, net, path: Path, batch: int, in_channels: int, image: int) -> None:  # noqa: ANN001
-    torch.onnx.export(
-        net,
-        (torch.randn(batch, in_channels, image, image),),
-        str(path),
-        dynamo=False,
-        training=torch.onnx.TrainingMode.TRAINING,
-        do_constant_folding=False,
-        opset_version=17,
-        input_names=["input"],
-        output_names=["logits"],
-    )
+def artifacts_from_net(net, out_dir: Path, *, batch: int, in_channels: int, height: int, width: int,  # noqa: ANN001
+                       meta: dict | None = None) -> Path:
+    """Export a torch module (training mode, static shapes, legacy exporter: it keeps BN in training mode),
+    generate ORT training artifacts (AdamW, cross-entropy) in out_dir, and write ``meta`` as onnxcomp.json."""
+    import onnx
+    import torch
+    from onnxruntime.training import artifacts
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fwd_path = out_dir / "forward.onnx"
+    with warnings.catch_warnings():  # the legacy exporter is deprecated but is the one we need
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net.train(), (torch.randn(batch, in_channels, height, width),), str(fwd_path),
+                          dynamo=False, training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                          opset_version=17, input_names=["input"], output_names=["logits"])
+    fwd = onnx.load(str(fwd_path))
+    params = [i.name for i in fwd.graph.initializer if "running" not in i.name and "num_batches" not in i.name]
+    frozen = [i.name for i in fwd.graph.initializer if i.name not in params]
+    artifacts.generate_artifacts(fwd, requires_grad=params, frozen_params=frozen,
+                                 loss=artifacts.LossType.CrossEntropyLoss, optimizer=artifacts.OptimType.AdamW,
+                                 artifact_directory=str(out_dir))
+    if meta is not None:
+        (out_dir / "onnxcomp.json").write_text(json.dumps(meta))
+    return out_dir
 
 
 def build_small_artifacts(
@@ -73,9 +85,7 @@ def build_small_artifacts(
     seed: int = 0,
 ) -> Path:
     """Export a 2-block Conv-BN-ReLU-MaxPool + Linear CNN and generate ORT training artifacts in out_dir."""
-    import onnx
     import torch
-    from onnxruntime.training import artifacts
 
     torch.manual_seed(seed)
     c1, c2 = channels
@@ -98,28 +108,10 @@ def build_small_artifacts(
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.fc(torch.flatten(self.features(x), 1))
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    net = SmallCNN().train()
-    fwd_path = out_dir / "forward.onnx"
-    with warnings.catch_warnings():  # the legacy exporter is deprecated but is the one that keeps BN in training mode
-        warnings.simplefilter("ignore")
-        _export(torch, net, fwd_path, batch, in_channels, image)
-    fwd = onnx.load(str(fwd_path))
-    params = [init.name for init in fwd.graph.initializer if "running" not in init.name
-              and "num_batches" not in init.name]
-    frozen = [init.name for init in fwd.graph.initializer if init.name not in params]
-    artifacts.generate_artifacts(
-        fwd,
-        requires_grad=params,
-        frozen_params=frozen,
-        loss=artifacts.LossType.CrossEntropyLoss,
-        optimizer=artifacts.OptimType.AdamW,
-        artifact_directory=str(out_dir),
-    )
     meta = {"model": "small_cnn", "batch": batch, "image": [in_channels, image, image],
             "classes": classes, "inputs": ["input"], "labels": "labels"}
-    (out_dir / "onnxcomp.json").write_text(json.dumps(meta))
-    return out_dir
+    return artifacts_from_net(SmallCNN(), out_dir, batch=batch, in_channels=in_channels, height=image,
+                              width=image, meta=meta)
 
 
 @pytest.fixture(scope="session")

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import glob
 import json
-import warnings
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 
+from conftest import artifacts_from_net
 from onnxcomp.analysis import analyze_model
 from onnxcomp.errors import OnnxcompError
 from onnxcomp.passes.recompute import RecomputePass
@@ -23,7 +23,6 @@ ORDERS = ("priority", "default")
 def _build_residual_artifacts(out_dir: Path, batch: int = 4, image: int = 16, width: int = 8,
                               dropout: bool = True) -> Path:
     import torch
-    from onnxruntime.training import artifacts
 
     torch.manual_seed(0)
 
@@ -51,23 +50,10 @@ def _build_residual_artifacts(out_dir: Path, batch: int = 4, image: int = 16, wi
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.fc(self.drop(torch.flatten(self.blocks(self.stem(x)), 1)))
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    fwd_path = out_dir / "forward.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(ResNetLike().train(), (torch.randn(batch, 3, image, image),), str(fwd_path),
-                          dynamo=False, training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
-                          opset_version=17, input_names=["input"], output_names=["logits"])
-    fwd = onnx.load(str(fwd_path))
-    params = [i.name for i in fwd.graph.initializer if "running" not in i.name and "num_batches" not in i.name]
-    frozen = [i.name for i in fwd.graph.initializer if i.name not in params]
-    artifacts.generate_artifacts(fwd, requires_grad=params, frozen_params=frozen,
-                                 loss=artifacts.LossType.CrossEntropyLoss, optimizer=artifacts.OptimType.AdamW,
-                                 artifact_directory=str(out_dir))
-    (out_dir / "onnxcomp.json").write_text(json.dumps({
-        "model": "resnet_like", "batch": batch, "image": [3, image, image], "classes": 10,
-        "inputs": ["input"], "labels": "labels"}))
-    return out_dir
+    meta = {"model": "resnet_like", "batch": batch, "image": [3, image, image], "classes": 10,
+            "inputs": ["input"], "labels": "labels"}
+    return artifacts_from_net(ResNetLike(), out_dir, batch=batch, in_channels=3, height=image, width=image,
+                              meta=meta)
 
 
 @pytest.fixture(scope="module")

@@ -4,13 +4,13 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 
+from conftest import artifacts_from_net
 from onnxcomp.errors import OnnxcompError
 from onnxcomp.passes.base import check_model
 from onnxcomp.passes.row_split import RowSplitPass, predicted_peak
@@ -27,22 +27,7 @@ ATOL = 1e-7   # absolute floor for gradient entries that are (near) zero; sums r
 def build_artifacts(net: "nn.Module", out_dir: Path, *, batch: int, in_ch: int, height: int, width: int,
                     seed: int = 0) -> Path:
     """Export ``net`` (training mode, static shapes) and generate ORT training artifacts in out_dir."""
-    from onnxruntime.training import artifacts
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    fwd_path = out_dir / "forward.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(net.train(), (torch.randn(batch, in_ch, height, width),), str(fwd_path), dynamo=False,
-                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False, opset_version=17,
-                          input_names=["input"], output_names=["logits"])
-    fwd = onnx.load(str(fwd_path))
-    params = [i.name for i in fwd.graph.initializer if "running" not in i.name and "num_batches" not in i.name]
-    frozen = [i.name for i in fwd.graph.initializer if i.name not in params]
-    artifacts.generate_artifacts(fwd, requires_grad=params, frozen_params=frozen,
-                                 loss=artifacts.LossType.CrossEntropyLoss, optimizer=artifacts.OptimType.AdamW,
-                                 artifact_directory=str(out_dir))
-    return out_dir
+    return artifacts_from_net(net, out_dir, batch=batch, in_channels=in_ch, height=height, width=width)
 
 
 def train_step(art_dir: Path, model: onnx.ModelProto, x: np.ndarray, labels: np.ndarray,
