@@ -125,9 +125,16 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
     # Stashes no pass understood: listed, never touched (a wrong gradient is worse than no saving).
     handled = {r["tensor"] for r in records} | {t for r in records for t in r.get("dropped_stashes", [])} | \
         {s["name"] for s in skipped}
-    left = [{"name": s.name, "pattern": s.pattern, "bytes": s.nbytes,
-             "reason": ("not selected by this policy" if set(s.encodings) & set(LOSSLESS) else
-                        "no lossless encoding applies" + (f" (lossy: {', '.join(s.encodings)})" if s.encodings else ""))}
+    lossless_only = policy.startswith("lossless")
+
+    def why(encodings: tuple[str, ...]) -> str:
+        if not encodings:
+            return "no encoding applies"
+        if lossless_only and not set(encodings) & set(LOSSLESS):
+            return f"no lossless encoding applies (lossy: {', '.join(encodings)})"
+        return f"not selected by this policy (applicable: {', '.join(encodings)})"
+
+    left = [{"name": s.name, "pattern": s.pattern, "bytes": s.nbytes, "reason": why(s.encodings)}
             for s in analyze_model(model).stashed if s.name not in handled and s.nbytes > 0]
     return TransformResult(current, policy, records, skipped, before, after, left_alone=left)
 
