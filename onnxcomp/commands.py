@@ -32,6 +32,9 @@ def print_transform_summary(summary: dict[str, Any]) -> None:
                        ("planner: offset plan", "offset_bytes"), ("planner: CNTK sharing", "cntk_bytes")]:
         t.add_row(label, _mib(b[key]), _mib(a[key]), f"{b[key] / max(a[key], 1):.2f}×")
     console.print(t)
+    for d in summary.get("deferred", []):
+        console.print(f"deferred to the end of backward: {d['producer']} "
+                      f"({_mib(d['gradient_bytes'])} weight gradient, computed after {d['after']})")
     if summary["skipped"]:
         console.print(f"{len(summary['skipped'])} candidate(s) skipped:")
         for s in summary["skipped"][:10]:

@@ -35,12 +35,13 @@ class TransformResult:
     output: Path | None = None
     plan_path: Path | None = None
     left_alone: list[dict[str, Any]] = field(default_factory=list)
+    deferred: list[dict[str, Any]] = field(default_factory=list)   # weight gradients moved to backward's end
 
     def summary(self) -> dict[str, Any]:
         return {"policy": self.policy, "output": str(self.output) if self.output else None,
                 "plan": str(self.plan_path) if self.plan_path else None,
                 "encoded": len(self.records), "before": self.before, "after": self.after,
-                "skipped": self.skipped, "left_alone": self.left_alone}
+                "skipped": self.skipped, "left_alone": self.left_alone, "deferred": self.deferred}
 
 
 def _footprint(model: onnx.ModelProto) -> dict[str, Any]:
@@ -115,10 +116,12 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
     current = model
     records: list[dict[str, Any]] = []
     skipped: list[dict[str, str]] = []
+    deferred: list[dict[str, Any]] = []
     for p in make_passes(policy, **options):
         result = p.run(current)
         current = result.model
         records += result.records
+        deferred += getattr(p, "deferred", [])
         skipped += [s.to_dict() | {"pass": p.name} for s in result.skipped]
     check_model(current, where)
     after = _footprint(current)
@@ -136,7 +139,7 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
 
     left = [{"name": s.name, "pattern": s.pattern, "bytes": s.nbytes, "reason": why(s.encodings)}
             for s in analyze_model(model).stashed if s.name not in handled and s.nbytes > 0]
-    return TransformResult(current, policy, records, skipped, before, after, left_alone=left)
+    return TransformResult(current, policy, records, skipped, before, after, left_alone=left, deferred=deferred)
 
 
 def _atomic_save(model: onnx.ModelProto, path: Path) -> None:

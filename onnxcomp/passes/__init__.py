@@ -5,6 +5,7 @@ from functools import partial
 from typing import Callable
 
 from .base import GraphPass, PassResult, Skipped
+from .defer_weight_grad import DeferWeightGradientPass
 from .dpr import DPR_FORMATS, DprPass
 from .eager_accumulation import EagerAccumulationPass
 from .error_bounded import ErrorBoundedPass
@@ -14,27 +15,30 @@ from .row_split import RowSplitPass
 from .signbits import SignBitsPass
 from .sparse import SparsePass
 
-LOSSLESS_PASSES: list[Callable[..., GraphPass]] = [EagerAccumulationPass, SignBitsPass, MaxPoolIndexPass]
+# Scheduling first: large weight gradients (VGG's fc1 dW) deferred to the end of backward, then every
+# accumulator moved right behind its gradient.
+REORDER: list[Callable[..., GraphPass]] = [DeferWeightGradientPass, EagerAccumulationPass]
+LOSSLESS_PASSES: list[Callable[..., GraphPass]] = [*REORDER, SignBitsPass, MaxPoolIndexPass]
 
 # Before a lossy pass: ReluGrad must keep reading exact signs, so it gets its own sign bits.
-LOSSY_FIRST: list[Callable[..., GraphPass]] = [EagerAccumulationPass, partial(SignBitsPass, split_readers=True),
+LOSSY_FIRST: list[Callable[..., GraphPass]] = [*REORDER, partial(SignBitsPass, split_readers=True),
                                                MaxPoolIndexPass]
 
 POLICIES: dict[str, list[Callable[..., GraphPass]]] = {
     # Exact: cheap layers (BN, ReLU, pooling) recomputed in backward, then the lossless encodings.
-    "lossless": [EagerAccumulationPass, RecomputePass, SignBitsPass, MaxPoolIndexPass, SparsePass],
+    "lossless": [*REORDER, RecomputePass, SignBitsPass, MaxPoolIndexPass, SparsePass],
     # The lossless encodings alone (Gist's lossless set), without recomputation.
     "lossless-encode": [*LOSSLESS_PASSES, SparsePass],
-    "recompute": [EagerAccumulationPass, RecomputePass],
+    "recompute": [*REORDER, RecomputePass],
     # LR-CNN: conv chains split into row blocks, recomputed row by row in backward (exact).
     "rows": [RowSplitPass, EagerAccumulationPass],
     # Reordering alone: the share of a lossless saving that needs no codec at all.
-    "reorder": [EagerAccumulationPass],
+    "reorder": REORDER,
     # Gist: lossless encodings where they apply, the rest of the float stashes in reduced precision.
     **{f"dpr-{fmt}": [*LOSSY_FIRST, partial(DprPass, dpr_format=fmt)] for fmt in DPR_FORMATS},
     # COMET: lossless where it applies, error-bounded conv/fc inputs, reduced precision elsewhere.
     "comet": [*LOSSY_FIRST, ErrorBoundedPass, partial(DprPass, dpr_format="fp16"), SparsePass],
 }
 
-__all__ = ["DprPass", "RecomputePass", "RowSplitPass", "EagerAccumulationPass", "ErrorBoundedPass", "GraphPass", "MaxPoolIndexPass", "POLICIES",
+__all__ = ["DeferWeightGradientPass", "DprPass", "RecomputePass", "RowSplitPass", "EagerAccumulationPass", "ErrorBoundedPass", "GraphPass", "MaxPoolIndexPass", "POLICIES",
            "PassResult", "SignBitsPass", "Skipped", "SparsePass"]
