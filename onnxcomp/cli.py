@@ -99,18 +99,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_measure(args: argparse.Namespace) -> int:
     from .runtime.measure import measure
 
-    error_bounds = None
-    if args.bounds:
-        try:
-            loaded = json.loads(Path(args.bounds).read_text())
-        except (OSError, ValueError) as exc:
-            raise OnnxcompError(f"{args.bounds}: cannot read error bounds ({exc})") from None
-        # Accept `onnxcomp train --json` output (bounds under "bounds"/"bounds") or a plain {key: eb} map.
-        if isinstance(loaded, dict) and isinstance(loaded.get("bounds"), dict):
-            loaded = loaded["bounds"].get("bounds", loaded["bounds"])
-        if not isinstance(loaded, dict) or not all(isinstance(v, (int, float)) for v in loaded.values()):
-            raise OnnxcompError(f"{args.bounds}: expected a JSON object of encoder key → error bound")
-        error_bounds = {str(k): float(v) for k, v in loaded.items()}
+    from .runtime.bounds import load_bounds_file
+
+    error_bounds = load_bounds_file(args.bounds) if args.bounds else None
     result = measure(args.dir, model=args.model, steps=args.steps, settings=_settings(args), data=args.data,
                      error_bounds=error_bounds)
     d = result.to_dict()

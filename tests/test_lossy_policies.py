@@ -33,12 +33,11 @@ def test_dpr_policy_reduces_only_the_backward_copy(small_artifacts: Path, tmp_pa
     # ReluGrad keeps exact signs: no DPR copy is ever read by a ReluGrad.
     model = onnx.load(str(out / "training_model.onnx"))
     decoded_by = {n.output[0]: n.op_type for n in model.graph.node if n.op_type.startswith("OnnxcompDecode_")}
-    for n in model.graph.node:
-        if n.op_type == "ReluGrad":
-            assert n.input[1] not in decoded_by  # lossy copies never reach ReluGrad
-        if n.op_type == "Where":  # ReluGrad rewritten over a sign-bit mask
-            assert decoded_by[n.input[0]] == "OnnxcompDecode_relumask"
-    assert any(n.op_type == "Where" for n in model.graph.node)
+    cast_of = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "Cast"}
+    relu_grads = [n for n in model.graph.node if n.op_type == "ReluGrad"]
+    assert relu_grads
+    for n in relu_grads:   # every ReluGrad reads a float copy of a sign-bit mask, never a lossy copy
+        assert decoded_by[cast_of[n.input[1]]] == "OnnxcompDecode_relumask"
     base = train(small_artifacts, steps=4, data="synthetic", seed=1, progress=False)
     lossy = train(out, steps=4, data="synthetic", seed=1, progress=False)
     # The forward pass is untouched (FP32), so the first loss is bit-identical; later ones drift a little.
@@ -188,3 +187,74 @@ def test_bad_pass_option_is_a_clear_error(small_artifacts: Path, tmp_path: Path)
         transform(small_artifacts, out, "comet", eb=-1.0)
     assert main(["transform", str(small_artifacts), "-o", str(out), "--policy", "comet", "--eb", "-1"]) != 0
     assert not out.exists()
+
+
+# -- native fp16 (ONNX Clip + Cast instead of PyOps) ------------------------------------------------------
+
+@pytest.mark.parametrize("order", ["priority", "default"])
+def test_native_fp16_matches_the_codec_and_keeps_its_timing(small_artifacts: Path, tmp_path: Path,
+                                                            order: str) -> None:
+    from test_execution_order import ort_order
+
+    from onnxcomp.runtime.session import RuntimeSettings
+
+    native = transform(small_artifacts, tmp_path / "native", "dpr-fp16", min_bytes=0)
+    pyop = transform(small_artifacts, tmp_path / "pyop", "dpr-fp16", min_bytes=0, native=False)
+    fp16 = [r for r in native.records if r["codec"] == "dpr_fp16"]
+    assert fp16 and all(r["native"] == "fp16" for r in fp16)
+    assert [r["tensor"] for r in fp16] == [r["tensor"] for r in pyop.records if r["codec"] == "dpr_fp16"]
+    model = onnx.load(str(tmp_path / "native" / "training_model.onnx"))
+    assert not any(n.op_type.endswith("_dpr_fp16") for n in model.graph.node)   # no PyOp left for fp16
+    # Timing under ORT's order: the encoding Cast runs in forward, the decoding Cast right before its reader.
+    g = model.graph
+    seq = ort_order(model, order)
+    pos = {g.node[i].name: k for k, i in enumerate(seq)}
+    loss = next(g.node[i].name for i in seq if g.node[i].op_type.startswith("SoftmaxCrossEntropyLoss")
+                and not g.node[i].op_type.endswith("Grad"))
+    readers = {x: [g.node[i].name for i in seq if x in g.node[i].input] for n in g.node for x in n.output}
+    for r in fp16:
+        enc = next(n for n in g.node if n.name == r["encoder"])
+        cast = next(n for n in g.node if n.input and n.input[0] == enc.output[0])
+        assert pos[cast.name] < pos[loss]
+        dec = next(n for n in g.node if n.name == r["decoder"])
+        assert pos[dec.name] > pos[loss]
+        assert min(pos[x] for x in readers[dec.output[0]]) - pos[dec.name] <= 2
+    # Bit-identical to the PyOp codec (no ±Inf in these activations), under this order.
+    settings = RuntimeSettings(execution_order=order)
+    a = train(tmp_path / "native", steps=5, data="synthetic", seed=1, progress=False, return_parameters=True,
+              settings=settings)
+    b = train(tmp_path / "pyop", steps=5, data="synthetic", seed=1, progress=False, return_parameters=True,
+              settings=settings)
+    assert a.losses == b.losses
+    assert np.array_equal(a.parameters.view(np.uint32), b.parameters.view(np.uint32))
+
+
+def test_native_fp16_values_match_the_codec_bit_for_bit() -> None:
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from onnxcomp.custom_ops import get_codec
+
+    # The same three ops the pass emits, on random, extreme and special values.
+    g = helper.make_graph(
+        [helper.make_node("Clip", ["x", "lo", "hi"], ["c"]),
+         helper.make_node("Cast", ["c"], ["h"], to=TensorProto.FLOAT16),
+         helper.make_node("Cast", ["h"], ["y"], to=TensorProto.FLOAT)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None])],
+        [helper.make_tensor("lo", TensorProto.FLOAT, [], [-65504.0]),
+         helper.make_tensor("hi", TensorProto.FLOAT, [], [65504.0])])
+    sess = ort.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString(),
+                                providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    x = np.concatenate([
+        (rng.standard_normal(50_000) * 10.0 ** rng.integers(-9, 7, 50_000)).astype(np.float32),
+        rng.integers(0, 2**32, 50_000, dtype=np.uint64).astype(np.uint32).view(np.float32),
+        np.array([np.nan, 0.0, -0.0, 65504, 65519.99, 65520, 1e9, -1e9, 2**-25, 1.5 * 2**-24, 2**-26, 1e-45],
+                 np.float32)])
+    finite_or_nan = ~np.isinf(x)
+    y = sess.run(None, {"x": x})[0]
+    codec = get_codec("dpr_fp16")
+    ref = codec.decode_cpu(codec.encode_cpu(x))
+    assert np.array_equal(y[finite_or_nan].view(np.uint32), ref[finite_or_nan].view(np.uint32))
+    assert np.all(np.abs(y[np.isinf(x)]) == 65504.0)   # the one documented difference

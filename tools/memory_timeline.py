@@ -180,10 +180,9 @@ def main() -> None:
     args = ap.parse_args()
     art = args.artifact_dir.resolve()
     model = (art / args.model) if not Path(args.model).is_absolute() else Path(args.model)
-    bounds = None
-    if args.bounds:
-        raw = json.loads(args.bounds.read_text())
-        bounds = raw.get("bounds", raw)
+    from onnxcomp.runtime.bounds import load_bounds_file
+
+    bounds = load_bounds_file(args.bounds) if args.bounds else None
     t = timeline(art, model, args.order, args.data, error_bounds=bounds)
     rows = t["nodes"]
     mib = 2 ** 20

@@ -48,6 +48,14 @@ class Encoding:
     # Backward readers (op types) rewired to the decoded copy; None: all. The others keep reading the
     # stash, which a later pass may encode differently (e.g. sign bits for ReluGrad, sz for ConvGrad).
     readers: tuple[str, ...] | None = None
+    # Held by standard ONNX ops instead of PyOps (no bridge copies): "fp16" = Clip to ±65504 then Cast,
+    # bit-identical to the dpr_fp16 codec except that ±Inf saturates too.
+    native: str | None = None
+
+
+# Node-name suffix of a native encoder's first node: how later passes tell the stash is already taken.
+NATIVE_ENCODER_SUFFIX = "__native_encode"
+_FP16_MAX = 65504.0
 
 
 class EncodeStashPass(GraphPass):
@@ -126,7 +134,8 @@ def _is_float(t) -> bool:  # noqa: ANN001
 
 def already_encoded(analysis: GraphAnalysis, name: str) -> bool:
     t = analysis.tensors[name]
-    return any(analysis.model.graph.node[c].op_type.startswith("OnnxcompEncode_") for c in t.consumers)
+    return any(analysis.model.graph.node[c].op_type.startswith("OnnxcompEncode_")
+               or analysis.model.graph.node[c].name.endswith(NATIVE_ENCODER_SUFFIX) for c in t.consumers)
 
 
 class _Rewriter:
@@ -168,6 +177,8 @@ class _Rewriter:
         _merge_plan_metadata(self.model, result.records)
 
     def _encode_one(self, stash: StashedTensor, enc: Encoding, pass_: EncodeStashPass) -> dict[str, Any]:
+        if enc.native is not None:
+            return self._encode_native(stash, enc, pass_)
         base = enc.source.replace("/", "_").strip("_")
         payload_types = pass_.payload_types(enc.codec)
         payload = [unique_name(f"{base}__{enc.codec}_p{k}", self.taken) for k in range(len(payload_types))]
@@ -255,6 +266,101 @@ class _Rewriter:
             "shape": list(stash.shape) if stash.shape else None, "original_bytes": stash.nbytes,
             "predicted_bytes": predicted, "payload": dict(zip(payload, enc.payload_bytes)),
             "encoder": encoder.name, "decoder": decoder.name, "note": enc.note,
+        }
+
+    def _zero_from(self, tensor: str, base: str, to_float: bool) -> tuple[list[onnx.NodeProto], str]:
+        """int64 [1] zero computed from one element of ``tensor``: always 0 (Less(t, t) is false for every
+        value, NaN included), never constant-folded, so whatever reads it waits for ``tensor``."""
+        start, end, minus_one = self._trigger_constants()
+        flat, one, f32, less, zero = (unique_name(f"{base}_{s}", self.taken)
+                                      for s in ("flat", "one", "f32", "less", "zero"))
+        nodes = [helper.make_node("Reshape", [tensor, minus_one], [flat], name=unique_name(f"{flat}__reshape", self.taken)),
+                 helper.make_node("Slice", [flat, start, end], [one], name=unique_name(f"{one}__slice", self.taken))]
+        if to_float:   # Less has no float16 kernel on ORT's CPU provider
+            nodes.append(helper.make_node("Cast", [one], [f32], to=TensorProto.FLOAT,
+                                          name=unique_name(f"{f32}__cast", self.taken)))
+            one = f32
+        nodes += [helper.make_node("Less", [one, one], [less], name=unique_name(f"{less}__less", self.taken)),
+                  helper.make_node("Cast", [less], [zero], to=TensorProto.INT64, name=unique_name(f"{zero}__cast", self.taken))]
+        self.value_info += [helper.make_tensor_value_info(less, TensorProto.BOOL, [1]),
+                            helper.make_tensor_value_info(zero, TensorProto.INT64, [1])]
+        return nodes, zero
+
+    def _const(self, name: str, tensor: onnx.TensorProto) -> str:
+        if not any(i.name == name for i in self.graph.initializer):
+            self.graph.initializer.append(tensor)
+            self.taken.add(name)
+        return name
+
+    def _encode_native(self, stash: StashedTensor, enc: Encoding, pass_: EncodeStashPass) -> dict[str, Any]:
+        """Clip + Cast to float16 after the producer; Cast back just before the first backward reader.
+
+        Same timing guarantees as the PyOp path, with standard ops: the gate's forward readers read
+        ``Reshape(gate, shape + zero(payload))`` and the decoding Cast reads ``Reshape(payload, shape +
+        zero(dY))`` (zero-copy views; see _zero_from)."""
+        if enc.native != "fp16":
+            raise ValueError(f"unknown native encoding {enc.native!r}")
+        base = enc.source.replace("/", "_").strip("_")
+        shape = list(stash.shape)
+        shape_c = self._const(f"onnxcomp_shape_{'x'.join(map(str, shape)) or 'scalar'}",
+                              helper.make_tensor(f"onnxcomp_shape_{'x'.join(map(str, shape)) or 'scalar'}",
+                                                 TensorProto.INT64, [len(shape)], shape))
+        lo = self._const("onnxcomp_fp16_min", helper.make_tensor("onnxcomp_fp16_min", TensorProto.FLOAT, [], [-_FP16_MAX]))
+        hi = self._const("onnxcomp_fp16_max", helper.make_tensor("onnxcomp_fp16_max", TensorProto.FLOAT, [], [_FP16_MAX]))
+        clipped, payload = (unique_name(f"{base}__fp16_{s}", self.taken) for s in ("clipped", "p0"))
+        encoder = [helper.make_node("Clip", [enc.target, lo, hi], [clipped],
+                                    name=unique_name(f"{base}{NATIVE_ENCODER_SUFFIX}", self.taken)),
+                   helper.make_node("Cast", [clipped], [payload], to=TensorProto.FLOAT16,
+                                    name=unique_name(f"{base}__encode_fp16_cast", self.taken))]
+        gate_nodes, zero = self._zero_from(payload, f"{base}__fp16_anchor", to_float=True)
+        anchor = unique_name(f"{base}__fp16_anchor", self.taken)
+        gate_nodes.append(helper.make_node("Add", [shape_c, zero], [anchor], name=unique_name(f"{anchor}__add", self.taken)))
+        self.encoder_ids.update(id(n) for n in encoder + gate_nodes)
+        pos = self._index(self._producer(enc.target)) + 1
+        readers = [n for n in self.nodes if id(n) not in self.backward_ids and id(n) not in self.encoder_ids
+                   and enc.gate in n.input]
+        new_fwd = encoder + (gate_nodes if readers else [])
+        if readers:
+            gated = unique_name(f"{enc.gate.replace('/', '_').strip('_')}__anchored", self.taken)
+            new_fwd.append(helper.make_node("Reshape", [enc.gate, anchor], [gated],
+                                            name=unique_name(f"{gated}__reshape", self.taken)))
+            for n in readers:
+                n.input[:] = [gated if i == enc.gate else i for i in n.input]
+            elem, gshape = self._type(enc.gate)
+            self.value_info.append(helper.make_tensor_value_info(gated, elem, gshape))
+            self.value_info.append(helper.make_tensor_value_info(anchor, TensorProto.INT64, [len(shape)]))
+        for k, n in enumerate(new_fwd):
+            self.nodes.insert(pos + k, n)
+            self.encoder_ids.add(id(n))
+
+        bwd_readers = [n for n in self.nodes if id(n) in self.backward_ids and enc.source in n.input
+                       and (enc.readers is None or n.op_type in enc.readers)]
+        first = min(bwd_readers, key=self._index)
+        d_y = next(i for i in first.input if i and i != enc.source and self._is_backward_tensor(i))
+        dec_nodes, dzero = self._zero_from(d_y, f"{base}__fp16_trigger", to_float=False)
+        dshape, view, decoded = (unique_name(f"{base}__{s}", self.taken) for s in ("fp16_shape", "fp16_gated", "decoded"))
+        decoder = helper.make_node("Cast", [view], [decoded], to=TensorProto.FLOAT,
+                                   name=unique_name(f"{base}__decode_fp16_cast", self.taken))
+        dec_nodes += [helper.make_node("Add", [shape_c, dzero], [dshape], name=unique_name(f"{dshape}__add", self.taken)),
+                      helper.make_node("Reshape", [payload, dshape], [view], name=unique_name(f"{view}__reshape", self.taken)),
+                      decoder]
+        at = self._index(first)
+        for k, n in enumerate(dec_nodes):
+            self.nodes.insert(at + k, n)
+            self.backward_ids.add(id(n))
+        for n in bwd_readers:
+            n.input[:] = [decoded if i == enc.source else i for i in n.input]
+        self.value_info += [helper.make_tensor_value_info(clipped, TensorProto.FLOAT, shape),
+                            helper.make_tensor_value_info(payload, TensorProto.FLOAT16, shape),
+                            helper.make_tensor_value_info(dshape, TensorProto.INT64, [len(shape)]),
+                            helper.make_tensor_value_info(view, TensorProto.FLOAT16, shape),
+                            helper.make_tensor_value_info(decoded, TensorProto.FLOAT, shape)]
+        nbytes = 2 * int(np.prod(shape, dtype=np.int64))
+        return {
+            "tensor": enc.source, "encoded_tensor": enc.target, "pattern": stash.pattern,
+            "encoding": pass_.encoding, "codec": enc.codec, "native": enc.native, "params": enc.params,
+            "shape": shape, "original_bytes": stash.nbytes, "predicted_bytes": nbytes,
+            "payload": {payload: nbytes}, "encoder": encoder[0].name, "decoder": decoder.name, "note": enc.note,
         }
 
     def _numel(self, name: str) -> int:

@@ -11,8 +11,12 @@ Everything here is process-global and cheap; PyOps run in the process that owns 
 """
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import OnnxcompError
 
 _lock = threading.Lock()
 _bounds: dict[str, float] = {}
@@ -95,3 +99,18 @@ def stats() -> dict[str, LayerStats]:
 def clear_stats() -> None:
     with _lock:
         _stats.clear()
+
+
+def load_bounds_file(path: str | Path) -> dict[str, float]:
+    """Encoder key → error bound from a JSON file: `onnxcomp train --json` output (its "bounds" record)
+    or a plain {key: eb} object."""
+    try:
+        loaded = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise OnnxcompError(f"{path}: cannot read error bounds ({exc})") from None
+    if isinstance(loaded, dict) and isinstance(loaded.get("bounds"), dict):
+        loaded = loaded["bounds"].get("bounds", loaded["bounds"])
+    if not isinstance(loaded, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                               for v in loaded.values()):
+        raise OnnxcompError(f"{path}: expected a JSON object of encoder key → error bound")
+    return {str(k): float(v) for k, v in loaded.items()}
