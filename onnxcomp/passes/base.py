@@ -69,6 +69,47 @@ def unique_name(base: str, taken: set[str]) -> str:
     return name
 
 
+# Shared int64 constants of the one-element slices that time a node by a tensor (see zero_after).
+TRIGGER_CONSTANTS = (("onnxcomp_trigger_start", [0]), ("onnxcomp_trigger_end", [1]),
+                     ("onnxcomp_trigger_flat_shape", [-1]))
+
+
+def trigger_constants(graph: onnx.GraphProto) -> tuple[str, str, str]:
+    """Names of the start/end/flat-shape initializers, added to ``graph`` once."""
+    have = {i.name for i in graph.initializer}
+    for name, value in TRIGGER_CONSTANTS:
+        if name not in have:
+            graph.initializer.append(onnx.helper.make_tensor(name, onnx.TensorProto.INT64, [1], value))
+    start, end, flat = (n for n, _ in TRIGGER_CONSTANTS)
+    return start, end, flat
+
+
+def zero_after(graph: onnx.GraphProto, tensor: str, elem: int, base: str, taken: set[str], *,
+               to_float: bool = False) -> tuple[list[onnx.NodeProto], list[onnx.ValueInfoProto], str]:
+    """Nodes computing an int64 [1] zero from one element of ``tensor`` (element type ``elem``).
+
+    ``Less(t, t)`` is false for every value (NaN and ±Inf included), so adding the zero to a shape and
+    reshaping by it is an exact, zero-copy view; but ORT can neither constant-fold it nor run the reader
+    before ``tensor`` exists, under either execution order. ``to_float``: Cast the element to float first
+    (ORT's CPU Less has no float16 kernel). Returns (nodes, value_infos, zero)."""
+    from onnx import TensorProto, helper
+
+    start, end, minus_one = trigger_constants(graph)
+    flat, one, f32, less, zero = (unique_name(f"{base}_{s}", taken) for s in ("flat", "trigger", "f32", "less", "zero"))
+    nodes = [helper.make_node("Reshape", [tensor, minus_one], [flat], name=unique_name(f"{flat}__reshape", taken)),
+             helper.make_node("Slice", [flat, start, end], [one], name=unique_name(f"{one}__slice", taken))]
+    infos = [helper.make_tensor_value_info(flat, elem, None), helper.make_tensor_value_info(one, elem, [1])]
+    if to_float:
+        nodes.append(helper.make_node("Cast", [one], [f32], to=TensorProto.FLOAT, name=unique_name(f"{f32}__cast", taken)))
+        infos.append(helper.make_tensor_value_info(f32, TensorProto.FLOAT, [1]))
+        one = f32
+    nodes += [helper.make_node("Less", [one, one], [less], name=unique_name(f"{less}__less", taken)),
+              helper.make_node("Cast", [less], [zero], to=TensorProto.INT64, name=unique_name(f"{zero}__cast", taken))]
+    infos += [helper.make_tensor_value_info(less, TensorProto.BOOL, [1]),
+              helper.make_tensor_value_info(zero, TensorProto.INT64, [1])]
+    return nodes, infos, zero
+
+
 def check_model(model: onnx.ModelProto, where: str) -> None:
     """onnx.checker (with shape inference) on a rewritten graph.
 

@@ -27,7 +27,7 @@ from onnx import TensorProto, helper
 
 from ..analysis import GraphAnalysis, analyze_model
 from ..errors import OnnxcompError
-from .base import GraphPass, PassResult, Skipped, check_model, require_training_graph, unique_name
+from .base import GraphPass, PassResult, Skipped, check_model, require_training_graph, unique_name, zero_after
 from .eager_accumulation import ACCUMULATORS, CHAIN_PREFIX
 
 DEFAULT_MIN_BYTES = 1 << 20
@@ -178,31 +178,18 @@ def _defer(model: onnx.ModelProto, producer_name: str, anchor: str) -> onnx.Mode
     shape = list(analysis.tensors[gated].shape)
     taken = {o for n in nodes for o in n.output} | {n.name for n in nodes} | \
         {i.name for i in graph.input} | {i.name for i in graph.initializer}
-    base = gated.replace("/", "_").strip("_")
-    name = lambda s: unique_name(f"{base}__deferred_{s}", taken)  # noqa: E731
-    flat_shape, start, end, shape_c = name("flat_shape"), name("start"), name("end"), name("shape")
-    graph.initializer.extend([helper.make_tensor(flat_shape, TensorProto.INT64, [1], [-1]),
-                              helper.make_tensor(start, TensorProto.INT64, [1], [0]),
-                              helper.make_tensor(end, TensorProto.INT64, [1], [1]),
-                              helper.make_tensor(shape_c, TensorProto.INT64, [len(shape)], shape)])
-    flat, trig, less, zero, new_shape = (name(s) for s in ("flat", "trigger", "less", "zero", "shape_gated"))
-    view = unique_name(f"{gated}{GATE_SUFFIX}", taken)
-    gate = [
-        helper.make_node("Reshape", [anchor, flat_shape], [flat], name=name("reshape_anchor")),
-        helper.make_node("Slice", [flat, start, end], [trig], name=name("slice")),
-        helper.make_node("Less", [trig, trig], [less], name=name("less")),
-        helper.make_node("Cast", [less], [zero], to=TensorProto.INT64, name=name("cast")),
-        helper.make_node("Add", [shape_c, zero], [new_shape], name=name("add")),
-        helper.make_node("Reshape", [gated, new_shape], [view], name=name("reshape")),
-    ]
+    base = gated.replace("/", "_").strip("_") + "__deferred"
+    shape_c = unique_name(f"{base}_shape", taken)
+    graph.initializer.append(helper.make_tensor(shape_c, TensorProto.INT64, [len(shape)], shape))
     anchor_elem = helper.np_dtype_to_tensor_dtype(elem_anchor.type.dtype)
+    gate, infos, zero = zero_after(graph, anchor, anchor_elem, base, taken)
+    new_shape = unique_name(f"{base}_shape_gated", taken)
+    view = unique_name(f"{gated}{GATE_SUFFIX}", taken)
+    gate += [helper.make_node("Add", [shape_c, zero], [new_shape], name=unique_name(f"{new_shape}__add", taken)),
+             helper.make_node("Reshape", [gated, new_shape], [view], name=unique_name(f"{view}__reshape", taken))]
     gated_elem = helper.np_dtype_to_tensor_dtype(analysis.tensors[gated].type.dtype)
-    graph.value_info.extend([helper.make_tensor_value_info(flat, anchor_elem, None),
-                             helper.make_tensor_value_info(trig, anchor_elem, [1]),
-                             helper.make_tensor_value_info(less, TensorProto.BOOL, [1]),
-                             helper.make_tensor_value_info(zero, TensorProto.INT64, [1]),
-                             helper.make_tensor_value_info(new_shape, TensorProto.INT64, [len(shape)]),
-                             helper.make_tensor_value_info(view, gated_elem, shape)])
+    graph.value_info.extend(infos + [helper.make_tensor_value_info(new_shape, TensorProto.INT64, [len(shape)]),
+                                     helper.make_tensor_value_info(view, gated_elem, shape)])
     node.input[k] = view
     # The producer and its accumulators move behind the anchor's producer (and its accumulator, if eager).
     moving = [node] + [n for n in nodes if n.op_type in ACCUMULATORS and any(o in n.input for o in node.output)]

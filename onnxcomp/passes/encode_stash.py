@@ -20,7 +20,7 @@ from onnx import TensorProto, helper
 
 from ..analysis import GraphAnalysis, StashedTensor, analyze_model
 from .base import (CUSTOM_DOMAIN, PLAN_METADATA_KEY, GraphPass, PassResult, Skipped, ensure_opset,
-                   unique_name)
+                   trigger_constants, unique_name, zero_after)
 
 
 def encode_op_type(codec: str) -> str:
@@ -268,27 +268,14 @@ class _Rewriter:
             "encoder": encoder.name, "decoder": decoder.name, "note": enc.note,
         }
 
-    def _zero_from(self, tensor: str, base: str, to_float: bool) -> tuple[list[onnx.NodeProto], str]:
-        """int64 [1] zero computed from one element of ``tensor``: always 0 (Less(t, t) is false for every
-        value, NaN included), never constant-folded, so whatever reads it waits for ``tensor``."""
-        start, end, minus_one = self._trigger_constants()
-        flat, one, f32, less, zero = (unique_name(f"{base}_{s}", self.taken)
-                                      for s in ("flat", "one", "f32", "less", "zero"))
-        nodes = [helper.make_node("Reshape", [tensor, minus_one], [flat], name=unique_name(f"{flat}__reshape", self.taken)),
-                 helper.make_node("Slice", [flat, start, end], [one], name=unique_name(f"{one}__slice", self.taken))]
-        if to_float:   # Less has no float16 kernel on ORT's CPU provider
-            nodes.append(helper.make_node("Cast", [one], [f32], to=TensorProto.FLOAT,
-                                          name=unique_name(f"{f32}__cast", self.taken)))
-            one = f32
-        nodes += [helper.make_node("Less", [one, one], [less], name=unique_name(f"{less}__less", self.taken)),
-                  helper.make_node("Cast", [less], [zero], to=TensorProto.INT64, name=unique_name(f"{zero}__cast", self.taken))]
-        self.value_info += [helper.make_tensor_value_info(less, TensorProto.BOOL, [1]),
-                            helper.make_tensor_value_info(zero, TensorProto.INT64, [1])]
+    def _zero_from(self, tensor: str, elem: int, base: str, to_float: bool) -> tuple[list[onnx.NodeProto], str]:
+        nodes, infos, zero = zero_after(self.graph, tensor, elem, base, self.taken, to_float=to_float)
+        self.value_info += infos
         return nodes, zero
 
-    def _const(self, name: str, tensor: onnx.TensorProto) -> str:
+    def _const(self, name: str, elem: int, dims: list[int], values: list[float | int]) -> str:
         if not any(i.name == name for i in self.graph.initializer):
-            self.graph.initializer.append(tensor)
+            self.graph.initializer.append(helper.make_tensor(name, elem, dims, values))
             self.taken.add(name)
         return name
 
@@ -302,17 +289,16 @@ class _Rewriter:
             raise ValueError(f"unknown native encoding {enc.native!r}")
         base = enc.source.replace("/", "_").strip("_")
         shape = list(stash.shape)
-        shape_c = self._const(f"onnxcomp_shape_{'x'.join(map(str, shape)) or 'scalar'}",
-                              helper.make_tensor(f"onnxcomp_shape_{'x'.join(map(str, shape)) or 'scalar'}",
-                                                 TensorProto.INT64, [len(shape)], shape))
-        lo = self._const("onnxcomp_fp16_min", helper.make_tensor("onnxcomp_fp16_min", TensorProto.FLOAT, [], [-_FP16_MAX]))
-        hi = self._const("onnxcomp_fp16_max", helper.make_tensor("onnxcomp_fp16_max", TensorProto.FLOAT, [], [_FP16_MAX]))
+        shape_c = self._const(f"onnxcomp_shape_{'x'.join(map(str, shape)) or 'scalar'}", TensorProto.INT64,
+                              [len(shape)], shape)
+        lo = self._const("onnxcomp_fp16_min", TensorProto.FLOAT, [], [-_FP16_MAX])
+        hi = self._const("onnxcomp_fp16_max", TensorProto.FLOAT, [], [_FP16_MAX])
         clipped, payload = (unique_name(f"{base}__fp16_{s}", self.taken) for s in ("clipped", "p0"))
         encoder = [helper.make_node("Clip", [enc.target, lo, hi], [clipped],
                                     name=unique_name(f"{base}{NATIVE_ENCODER_SUFFIX}", self.taken)),
                    helper.make_node("Cast", [clipped], [payload], to=TensorProto.FLOAT16,
                                     name=unique_name(f"{base}__encode_fp16_cast", self.taken))]
-        gate_nodes, zero = self._zero_from(payload, f"{base}__fp16_anchor", to_float=True)
+        gate_nodes, zero = self._zero_from(payload, TensorProto.FLOAT16, f"{base}__fp16_anchor", to_float=True)
         anchor = unique_name(f"{base}__fp16_anchor", self.taken)
         gate_nodes.append(helper.make_node("Add", [shape_c, zero], [anchor], name=unique_name(f"{anchor}__add", self.taken)))
         self.encoder_ids.update(id(n) for n in encoder + gate_nodes)
@@ -337,7 +323,7 @@ class _Rewriter:
                        and (enc.readers is None or n.op_type in enc.readers)]
         first = min(bwd_readers, key=self._index)
         d_y = next(i for i in first.input if i and i != enc.source and self._is_backward_tensor(i))
-        dec_nodes, dzero = self._zero_from(d_y, f"{base}__fp16_trigger", to_float=False)
+        dec_nodes, dzero = self._zero_from(d_y, self._type(d_y)[0], f"{base}__fp16_trigger", to_float=False)
         dshape, view, decoded = (unique_name(f"{base}__{s}", self.taken) for s in ("fp16_shape", "fp16_gated", "decoded"))
         decoder = helper.make_node("Cast", [view], [decoded], to=TensorProto.FLOAT,
                                    name=unique_name(f"{base}__decode_fp16_cast", self.taken))
@@ -373,12 +359,7 @@ class _Rewriter:
         return n
 
     def _trigger_constants(self) -> tuple[str, str, str]:
-        names = ("onnxcomp_trigger_start", "onnxcomp_trigger_end", "onnxcomp_trigger_flat_shape")
-        have = {i.name for i in self.graph.initializer}
-        for name, value in zip(names, ([0], [1], [-1])):
-            if name not in have:
-                self.graph.initializer.append(helper.make_tensor(name, TensorProto.INT64, [1], value))
-        return names
+        return trigger_constants(self.graph)
 
     def has_gradient_input(self, node: onnx.NodeProto, source: str) -> bool:
         return any(i and i != source and self._is_backward_tensor(i) for i in node.input)

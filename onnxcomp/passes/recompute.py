@@ -31,7 +31,8 @@ from onnx import TensorProto, helper
 from ..analysis import GraphAnalysis, StashedTensor, analyze_model
 from ..analysis.patterns import StashUse
 from ..errors import OnnxcompError
-from .base import GraphPass, PassResult, Skipped, check_model, require_training_graph, unique_name
+from .base import (TRIGGER_CONSTANTS, GraphPass, PassResult, Skipped, check_model, require_training_graph,
+                   unique_name, zero_after)
 from .encode_stash import already_encoded
 
 # Cheap, deterministic, side-effect-free ops: recomputing them costs little next to a Conv/Gemm.
@@ -51,8 +52,6 @@ _FORBIDDEN_OPS = frozenset({
     "YieldOp", "PythonOp", "PyOp",
 })
 _MS_DOMAIN_OPS = frozenset({"BatchNormInternal"})  # the com.microsoft ops we know to be pure
-_TRIGGER_CONSTANTS = (("onnxcomp_trigger_start", [0]), ("onnxcomp_trigger_end", [1]),
-                      ("onnxcomp_trigger_flat_shape", [-1]))  # shared with encode_stash's decoders
 DEFAULT_MAX_DEPTH = 4
 # Codecs whose decoder returns exactly the tensor their encoder read: such an encoding can be replaced by
 # recomputing that tensor (signbits cannot: its decoder returns signs, not the values).
@@ -453,21 +452,13 @@ class _Builder:
         if plan.consumer in self.zero:
             return self.zero[plan.consumer]
         base = plan.grad.replace("/", "_").strip("_") + "__recompute"
-        start, end, flat_shape = (self._const(n, v) for n, v in _TRIGGER_CONSTANTS)
-        flat, trig, less, zero = (unique_name(f"{base}_{s}", self.taken)
-                                  for s in ("flat", "trigger", "less", "zero"))
-        name = lambda t, op: unique_name(f"{t}__{op}", self.taken)  # noqa: E731
-        out += [
-            helper.make_node("Reshape", [plan.grad, flat_shape], [flat], name=name(flat, "reshape")),
-            helper.make_node("Slice", [flat, start, end], [trig], name=name(trig, "slice")),
-            helper.make_node("Less", [trig, trig], [less], name=name(less, "less")),
-            helper.make_node("Cast", [less], [zero], to=TensorProto.INT64, name=name(zero, "cast")),
-        ]
         elem, _ = self._type(plan.grad)
-        self.value_info += [helper.make_tensor_value_info(flat, elem, None),
-                            helper.make_tensor_value_info(trig, elem, [1]),
-                            helper.make_tensor_value_info(less, TensorProto.BOOL, [1]),
-                            helper.make_tensor_value_info(zero, TensorProto.INT64, [1])]
+        nodes, infos, zero = zero_after(self.graph, plan.grad, elem, base, self.taken)
+        names = {n for n, _ in TRIGGER_CONSTANTS}
+        self.inits |= names
+        self.taken |= names
+        out += nodes
+        self.value_info += infos
         self.zero[plan.consumer] = zero
         return zero
 
