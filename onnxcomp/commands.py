@@ -35,6 +35,9 @@ def print_transform_summary(summary: dict[str, Any]) -> None:
     for d in summary.get("deferred", []):
         console.print(f"deferred to the end of backward: {d['producer']} "
                       f"({_mib(d['gradient_bytes'])} weight gradient, computed after {d['after']})")
+    for d in summary.get("chunked", []):
+        how = f", its input {d['dropped_stashes'][0]} recomputed per chunk" if d.get("dropped_stashes") else ""
+        console.print(f"first-layer backward in {d['chunks']} batch chunks: {d['site']}{how}")
     if summary["skipped"]:
         console.print(f"{len(summary['skipped'])} candidate(s) skipped:")
         for s in summary["skipped"][:10]:

@@ -36,12 +36,14 @@ class TransformResult:
     plan_path: Path | None = None
     left_alone: list[dict[str, Any]] = field(default_factory=list)
     deferred: list[dict[str, Any]] = field(default_factory=list)   # weight gradients moved to backward's end
+    chunked: list[dict[str, Any]] = field(default_factory=list)    # first-layer backwards run in batch chunks
 
     def summary(self) -> dict[str, Any]:
         return {"policy": self.policy, "output": str(self.output) if self.output else None,
                 "plan": str(self.plan_path) if self.plan_path else None,
                 "encoded": len(self.records), "before": self.before, "after": self.after,
-                "skipped": self.skipped, "left_alone": self.left_alone, "deferred": self.deferred}
+                "skipped": self.skipped, "left_alone": self.left_alone, "deferred": self.deferred,
+                "chunked": self.chunked}
 
 
 def _footprint(model: onnx.ModelProto) -> dict[str, Any]:
@@ -117,16 +119,18 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
     records: list[dict[str, Any]] = []
     skipped: list[dict[str, str]] = []
     deferred: list[dict[str, Any]] = []
+    chunked: list[dict[str, Any]] = []
     for p in make_passes(policy, **options):
         result = p.run(current)
         current = result.model
         records += result.records
         deferred += getattr(p, "deferred", [])
+        chunked += getattr(p, "chunked", [])
         skipped += [s.to_dict() | {"pass": p.name} for s in result.skipped]
     check_model(current, where)
     after = _footprint(current)
     # Stashes no pass understood: listed, never touched (a wrong gradient is worse than no saving).
-    handled = {r["tensor"] for r in records} | {t for r in records for t in r.get("dropped_stashes", [])} | \
+    handled = {r["tensor"] for r in records} | {t for r in records + chunked for t in r.get("dropped_stashes", [])} | \
         {s["name"] for s in skipped}
     lossless_only = policy.startswith("lossless")
 
@@ -139,7 +143,8 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
 
     left = [{"name": s.name, "pattern": s.pattern, "bytes": s.nbytes, "reason": why(s.encodings)}
             for s in analyze_model(model).stashed if s.name not in handled and s.nbytes > 0]
-    return TransformResult(current, policy, records, skipped, before, after, left_alone=left, deferred=deferred)
+    return TransformResult(current, policy, records, skipped, before, after, left_alone=left, deferred=deferred,
+                           chunked=chunked)
 
 
 def _atomic_save(model: onnx.ModelProto, path: Path) -> None:

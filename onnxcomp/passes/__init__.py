@@ -5,6 +5,7 @@ from functools import partial
 from typing import Callable
 
 from .base import GraphPass, PassResult, Skipped
+from .chunk_stem_backward import ChunkedStemBackwardPass
 from .defer_weight_grad import DeferWeightGradientPass
 from .dpr import DPR_FORMATS, DprPass
 from .eager_accumulation import EagerAccumulationPass
@@ -35,10 +36,14 @@ POLICIES: dict[str, list[Callable[..., GraphPass]]] = {
     # Reordering alone: the share of a lossless saving that needs no codec at all.
     "reorder": REORDER,
     # Gist: lossless encodings where they apply, the rest of the float stashes in reduced precision.
-    **{f"dpr-{fmt}": [*LOSSY_FIRST, partial(DprPass, dpr_format=fmt)] for fmt in DPR_FORMATS},
+    # The first layer's backward in batch chunks (exact up to rounding; its BN input recomputed from the
+    # image, so it needs no stash) before DPR reduces what is left.
+    **{f"dpr-{fmt}": [*LOSSY_FIRST, ChunkedStemBackwardPass, partial(DprPass, dpr_format=fmt)]
+       for fmt in DPR_FORMATS},
     # COMET: lossless where it applies, error-bounded conv/fc inputs, reduced precision elsewhere.
-    "comet": [*LOSSY_FIRST, ErrorBoundedPass, partial(DprPass, dpr_format="fp16"), SparsePass],
+    "comet": [*LOSSY_FIRST, ErrorBoundedPass, ChunkedStemBackwardPass, partial(DprPass, dpr_format="fp16"),
+              SparsePass],
 }
 
-__all__ = ["DeferWeightGradientPass", "DprPass", "RecomputePass", "RowSplitPass", "EagerAccumulationPass", "ErrorBoundedPass", "GraphPass", "MaxPoolIndexPass", "POLICIES",
+__all__ = ["ChunkedStemBackwardPass", "DeferWeightGradientPass", "DprPass", "RecomputePass", "RowSplitPass", "EagerAccumulationPass", "ErrorBoundedPass", "GraphPass", "MaxPoolIndexPass", "POLICIES",
            "PassResult", "SignBitsPass", "Skipped", "SparsePass"]

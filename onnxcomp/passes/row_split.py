@@ -1085,6 +1085,13 @@ def predicted_peak(model: onnx.ModelProto, eager_accumulation: bool = True) -> i
     eager_accumulation: predict for the graph with weight-gradient accumulators moved right after their
     producers (policy "rows" runs EagerAccumulationPass after this pass).
     """
+    _, live = predicted_live(model, eager_accumulation)
+    return int(live.max()) if len(live) else 0
+
+
+def predicted_live(model: onnx.ModelProto, eager_accumulation: bool = True) -> tuple[onnx.ModelProto, np.ndarray]:
+    """The graph the prediction was made on (accumulators moved, see predicted_peak) and the bytes
+    predicted live at each of its nodes."""
     from ..planner.buffers import live_bytes
 
     if eager_accumulation:
@@ -1101,7 +1108,7 @@ def predicted_peak(model: onnx.ModelProto, eager_accumulation: bool = True) -> i
     live[: len(lb)] += lb[:n]
     for i, node in enumerate(model.graph.node):
         live[i] += conv_grad_workspace(analysis, node)
-    return int(live.max()) if n else 0
+    return model, live
 
 
 def conv_grad_workspace(analysis: GraphAnalysis, node: onnx.NodeProto) -> int:

@@ -1,0 +1,450 @@
+"""Pass: the first layer's backward (ReluGrad → BatchNormalizationGrad → weight-only ConvGrad) in batch chunks.
+
+A CNN's first layer works at the highest resolution, and its backward holds three full-size tensors at
+once: ORT's ReluGrad reads dY and the decoded ReLU mask and writes a third; BatchNormalizationGrad reads
+that and the decoded conv output and writes dX, which ConvGrad turns into dW. On ResNet-18 at batch 32,
+64×64, each is 8 MiB and, once every stash is encoded, this point *is* the training-step peak.
+
+The first conv's input is the image: nothing needs its input gradient, so dX is only a means to dW = Σₙ
+dXₙ ⊛ imageₙ, a sum over the batch. BatchNorm couples the samples only through two per-channel sums,
+Σ g and Σ g·(x − μ) (g: the gradient at BN's output). So, for batch chunks n ∈ [a, b):
+
+* pass A: g chunk (the ReluGrad on a slice of dY and of the mask), x chunk; accumulate both sums;
+* dBias = Σ g, dScale = inv_std · Σ g·(x − μ), the per-channel coefficients of
+  dX = γ·inv_std · (g − Σg/N − (x − μ)·inv_std²·Σg(x − μ)/N)   (N = batch·H·W, training-mode BN);
+* pass B: g and x chunks again, the dX chunk, ConvGrad on it and the image chunk; dW summed over chunks.
+
+No full-size dX or ReLU output gradient is ever alive; dY stays (it is the one input). A tensor that reaches
+the region through an elementwise Cast (the native fp16 decode, the Cast of a decoded bool mask) is sliced
+*before* the Cast, so the full-precision decode is never materialised either.
+
+Exact up to float rounding (the sums run in a different order than ORT's kernel): not bit-identical, so it
+belongs to the lossy policies, where it runs last (after the encodings whose decodes it slices). Ordering:
+every chunk's slices add a zero derived from the previous chunk's result (``zero_after``), so under both ORT
+execution orders one chunk's temporaries are alive at a time. Kept only where the planner predicts a lower
+training-step peak; the chunk count is the one with the lowest prediction.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import onnx
+from onnx import TensorProto, helper
+
+from ..analysis import GraphAnalysis, analyze_model
+from ..errors import OnnxcompError
+from .base import GraphPass, PassResult, Skipped, check_model, require_training_graph, unique_name, zero_after
+
+MS_DOMAIN = "com.microsoft"
+DEFAULT_CHUNKS = (2, 4, 8)
+# Names of everything this pass adds start with this: a re-run recognises a rewritten region.
+PREFIX = "onnxcomp_chunked"
+TRIGGER_FLAT_SHAPE = "onnxcomp_trigger_flat_shape"
+PATTERN = "BatchNormalizationGrad→weight-only ConvGrad"
+
+
+@dataclass
+class _Site:
+    bn: onnx.NodeProto                     # BatchNormalizationGrad
+    conv: onnx.NodeProto                   # ConvGrad with no input-gradient output
+    relu: onnx.NodeProto | None            # ReluGrad feeding the BN gradient, absorbed when it has no other reader
+    shape: tuple[int, int, int, int]       # the BN input, NCHW
+    forward_conv: onnx.NodeProto | None    # the Conv whose output is the BN input, recomputed per chunk
+
+    @property
+    def name(self) -> str:
+        return self.bn.name
+
+
+def _is_trigger(node: onnx.NodeProto) -> bool:
+    """A one-element timing read (zero_after's first node): it may move to another tensor of the same type."""
+    return node.op_type == "Reshape" and len(node.input) == 2 and node.input[1] == TRIGGER_FLAT_SHAPE
+
+
+def _find_sites(analysis: GraphAnalysis) -> tuple[list[_Site], list[Skipped]]:
+    nodes = analysis.nodes
+    sites: list[_Site] = []
+    skipped: list[Skipped] = []
+    pattern = PATTERN
+    for node in nodes:
+        if node.op_type != "BatchNormalizationGrad" or node.domain != MS_DOMAIN or node.name.startswith(PREFIX):
+            continue
+        dx = analysis.tensors.get(node.output[0])
+        if dx is None or len(dx.consumers) != 1:
+            continue
+        conv = nodes[dx.consumers[0]]
+        if conv.op_type != "ConvGrad" or conv.input[0] != node.output[0]:
+            continue
+        if conv.output and conv.output[0]:
+            continue   # the conv's input gradient is needed: not a first layer
+        if len(conv.output) < 2 or not conv.output[1]:
+            continue
+        shape = analysis.tensors[node.input[1]].shape
+        if shape is None or len(shape) != 4 or shape[0] < 2:
+            skipped.append(Skipped(node.name, pattern, f"the BN input has no static NCHW shape with batch >= 2 "
+                                   f"(shape {shape})"))
+            continue
+        if _attr(conv, "group", 1) != 1:
+            skipped.append(Skipped(node.name, pattern, "grouped convolution"))
+            continue
+        img = analysis.tensors.get(conv.input[1])
+        if img is None or img.shape is None or img.shape[0] != shape[0]:
+            skipped.append(Skipped(node.name, pattern, "the conv input has no static shape with the same batch"))
+            continue
+        dy = analysis.tensors[node.input[0]]
+        relu = None
+        if dy.producer is not None and nodes[dy.producer].op_type == "ReluGrad":
+            readers = [nodes[c] for c in dy.consumers if nodes[c] is not node]
+            if all(_is_trigger(r) for r in readers):
+                relu = nodes[dy.producer]
+        others = [nodes[c] for c in dy.consumers if nodes[c] is not node and not _is_trigger(nodes[c])]
+        if relu is None and others:
+            skipped.append(Skipped(node.name, pattern, f"its output gradient is also read by "
+                                   f"{[o.name for o in others]}"))
+            continue
+        sites.append(_Site(node, conv, relu, tuple(shape), _recomputable_conv(analysis, node, conv)))  # type: ignore[arg-type]
+    return sites, skipped
+
+
+def _recomputable_conv(analysis: GraphAnalysis, bn: onnx.NodeProto, conv: onnx.NodeProto) -> onnx.NodeProto | None:
+    """The forward Conv producing the BN input from a graph input (the image) with the ConvGrad's weight:
+    rerunning it on a batch chunk gives that chunk's BN input exactly, so the BN input needs no stash."""
+    x = analysis.tensors[bn.input[1]]
+    if x.producer is None:
+        return None
+    fwd = analysis.nodes[x.producer]
+    image = analysis.tensors.get(fwd.input[0]) if fwd.input else None
+    if fwd.op_type != "Conv" or fwd.domain not in ("", "ai.onnx") or image is None or image.producer is not None:
+        return None
+    if fwd.input[0] != conv.input[1] or fwd.input[1] != conv.input[2]:
+        return None
+    attrs = {a.name: helper.get_attribute_value(a) for a in fwd.attribute}
+    return fwd if attrs == {a.name: helper.get_attribute_value(a) for a in conv.attribute} else None
+
+
+def _attr(node: onnx.NodeProto, name: str, default: Any) -> Any:
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def _splits(n: int, k: int) -> list[tuple[int, int]]:
+    bounds = [round(i * n / k) for i in range(k + 1)]
+    return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+class ChunkedStemBackwardPass(GraphPass):
+    """chunks: candidate chunk counts (the planner picks). force: rewrite every site with the first count,
+    without asking the planner (tests, measurements)."""
+
+    name = "chunk_stem_backward"
+
+    def __init__(self, chunks: tuple[int, ...] | int = DEFAULT_CHUNKS, force: bool = False) -> None:
+        counts = (chunks,) if isinstance(chunks, int) else tuple(chunks)
+        if not counts or any(not isinstance(c, int) or c < 2 for c in counts):
+            raise OnnxcompError(f"ChunkedStemBackwardPass chunks must be integers >= 2 (got {chunks!r})")
+        self.chunks = counts
+        self.force = force
+        self.chunked: list[dict[str, object]] = []
+
+    def run(self, model: onnx.ModelProto) -> PassResult:
+        require_training_graph(model)
+        result = PassResult(self.copy(model))
+        self.chunked = []
+        sites, skipped = _find_sites(analyze_model(result.model))
+        result.skipped.extend(skipped)
+        if not sites:
+            return result
+        from .row_split import predicted_live
+
+        current = result.model
+        for site in sites:
+            batch = site.shape[0]
+            counts = [k for k in self.chunks if k <= batch]
+            if not counts:
+                result.skipped.append(Skipped(site.name, PATTERN, f"batch {batch} is smaller than every chunk "
+                                              f"count {self.chunks}"))
+                continue
+            if self.force:
+                current = _rewrite(current, site.name, counts[0])
+                self.chunked.append({"site": site.name, "conv_grad": site.conv.name, "chunks": counts[0],
+                                     "dropped_stashes": [site.bn.input[1]] if site.forward_conv is not None else [],
+                                     "pass": self.name})
+                continue
+            seen, live = predicted_live(current)
+            replaced = {site.bn.name, site.conv.name} | ({site.relu.name} if site.relu is not None else set())
+            before = int(max(live[i] for i, nd in enumerate(seen.graph.node) if nd.name in replaced))
+            trials = []
+            for k in counts:
+                trial = _rewrite(current, site.name, k)
+                seen, live = predicted_live(trial)
+                region = int(max(live[i] for i, nd in enumerate(seen.graph.node) if nd.name.startswith(_prefix(site))))
+                trials.append((region, k, trial, int(live.max())))
+            region, k, trial, peak_after = min(trials, key=lambda t: (t[0], t[1]))
+            peak_before = int(predicted_live(current)[1].max())
+            record: dict[str, object] = {
+                "site": site.name, "conv_grad": site.conv.name, "chunks": k,
+                "relu_grad": site.relu.name if site.relu is not None else None,
+                "dropped_stashes": [site.bn.input[1]] if site.forward_conv is not None else [],
+                "region_before": before, "region_after": region,
+                "predicted_peak_before": peak_before, "predicted_peak_after": peak_after, "pass": self.name}
+            if region >= before or peak_after > peak_before:
+                result.skipped.append(Skipped(site.name, PATTERN, f"batch chunks would not lower the predicted "
+                                              f"bytes ({before / 2**20:.1f} -> {region / 2**20:.1f} MiB at the "
+                                              f"region, {peak_before / 2**20:.1f} -> {peak_after / 2**20:.1f} MiB "
+                                              f"at the peak)"))
+                continue
+            current = trial
+            self.chunked.append(record)
+        if self.chunked:
+            check_model(current, "chunk_stem_backward pass")
+        result.model = current
+        result.records = []   # encodes nothing; reported through .chunked
+        return result
+
+
+class _Builder:
+    """Appends nodes and typed value_infos under one prefix."""
+
+    def __init__(self, graph: onnx.GraphProto, taken: set[str], prefix: str) -> None:
+        self.graph, self.taken, self.prefix = graph, taken, prefix
+        self.nodes: list[onnx.NodeProto] = []
+        self.infos: list[onnx.ValueInfoProto] = []
+
+    def tensor(self, base: str, elem: int, shape: list[int] | None) -> str:
+        name = unique_name(f"{self.prefix}_{base}", self.taken)
+        self.infos.append(helper.make_tensor_value_info(name, elem, shape))
+        return name
+
+    def op(self, op: str, inputs: list[str], base: str, elem: int, shape: list[int] | None,
+           domain: str = "", **attrs: Any) -> str:
+        out = self.tensor(base, elem, shape)
+        self.nodes.append(helper.make_node(op, inputs, [out], name=unique_name(f"{out}__{op.lower()}", self.taken),
+                                           domain=domain, **attrs))
+        return out
+
+    def const(self, base: str, elem: int, values: list[int]) -> str:
+        name = unique_name(f"{self.prefix}_{base}", self.taken)
+        self.graph.initializer.append(helper.make_tensor(name, elem, [len(values)], values))
+        return name
+
+    def zero_after(self, tensor: str, elem: int) -> str:
+        nodes, infos, zero = zero_after(self.graph, tensor, elem, f"{self.prefix}_gate", self.taken,
+                                        to_float=elem == TensorProto.FLOAT16)
+        self.nodes += nodes
+        self.infos += infos
+        return zero
+
+
+def _prefix(site: _Site) -> str:
+    return f"{PREFIX}_{site.bn.input[1].replace('/', '_').strip('_')}"
+
+
+def _rewrite(model: onnx.ModelProto, site_name: str, k: int) -> onnx.ModelProto:
+    """A copy of ``model`` with the site's backward region replaced by ``k`` batch chunks."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    analysis = analyze_model(out)
+    sites, _ = _find_sites(analysis)
+    site = next(s for s in sites if s.name == site_name)
+    bn, conv, relu = site.bn, site.conv, site.relu
+    n, c, h, w = site.shape
+    nodes = list(graph.node)
+    taken = {o for nd in nodes for o in nd.output} | {nd.name for nd in nodes} | \
+        {i.name for i in graph.input} | {i.name for i in graph.initializer} | {v.name for v in graph.value_info}
+    b = _Builder(graph, taken, _prefix(site))
+    F = TensorProto.FLOAT
+    removed = [bn, conv] + ([relu] if relu is not None else [])
+    removed_outputs = {o for nd in removed for o in nd.output if o}
+
+    def elem_of(name: str) -> int:
+        return helper.np_dtype_to_tensor_dtype(analysis.tensors[name].type.dtype)
+
+    def source(name: str) -> tuple[str, int | None]:
+        """Where to slice ``name``: the input of the Cast producing it (sliced, then cast) or itself."""
+        t = analysis.tensors[name]
+        if t.producer is not None:
+            p = nodes[t.producer]
+            if p.op_type == "Cast" and analysis.tensors[p.input[0]].shape == t.shape:
+                return p.input[0], _attr(p, "to", F)
+        return name, None
+
+    grad_in = relu.input[0] if relu is not None else bn.input[0]
+    grad_elem = elem_of(grad_in)
+    srcs = {"g": source(grad_in)}
+    if site.forward_conv is None:
+        srcs["x"] = source(bn.input[1])
+    if relu is not None:
+        srcs["mask"] = source(relu.input[1])
+    image = conv.input[1]
+    img_shape = list(analysis.tensors[image].shape)
+    scale, mean, inv_std = bn.input[2], bn.input[3], bn.input[4]
+
+    shape_c11 = b.const("c11", TensorProto.INT64, [1, c, 1, 1])
+    axes = b.const("axes", TensorProto.INT64, [0, 2, 3])
+    axis0 = b.const("axis0", TensorProto.INT64, [0])
+    chan = [1, c, 1, 1]
+    spans = _splits(n, k)
+
+    def chunk(key: str, lo: int, hi: int, gate: str | None, shape: list[int]) -> str:
+        src, cast_to = srcs[key] if key in srcs else (key, None)
+        start, end = b.const(f"start{lo}", TensorProto.INT64, [lo]), b.const(f"end{hi}", TensorProto.INT64, [hi])
+        if gate is not None:
+            start = b.op("Add", [start, gate], "start", TensorProto.INT64, [1])
+            end = b.op("Add", [end, gate], "end", TensorProto.INT64, [1])
+        sl = b.op("Slice", [src, start, end, axis0], f"{key}_rows", elem_of(src), shape)
+        return b.op("Cast", [sl], f"{key}_cast", cast_to, shape, to=cast_to) if cast_to is not None else sl
+
+    fwd = site.forward_conv
+
+    def x_chunk(lo: int, hi: int, gate: str | None) -> str:
+        shp = [hi - lo, c, h, w]
+        if fwd is None:
+            return chunk("x", lo, hi, gate, shp)
+        img = chunk(image, lo, hi, gate, [hi - lo, *img_shape[1:]])
+        return b.op("Conv", [img, *fwd.input[1:]], "x_recomputed", F, shp,
+                    **{a.name: helper.get_attribute_value(a) for a in fwd.attribute})
+
+    def g_chunk(lo: int, hi: int, gate: str | None) -> str:
+        shp = [hi - lo, c, h, w]
+        dy = chunk("g", lo, hi, gate, shp)
+        if relu is None:
+            return dy
+        mask = chunk("mask", lo, hi, gate, shp)
+        return b.op("ReluGrad", [dy, mask], "relu_grad", F, shp, domain=MS_DOMAIN)
+
+    # Pass A: Σ g and Σ g·(x − μ) per channel, chunk after chunk. Everything waits for the gradient input
+    # (a zero from one of its elements): no recomputation in the forward pass, and the analysis sees
+    # every new node as backward.
+    sum_g = sum_gx = None
+    gate = b.zero_after(grad_in, grad_elem)
+    for lo, hi in spans:
+        shp = [hi - lo, c, h, w]
+        g = g_chunk(lo, hi, gate)
+        x = x_chunk(lo, hi, gate)
+        if sum_g is None:   # after the first slices, so that decoders stay right before their readers
+            gated_c11 = b.op("Add", [shape_c11, gate], "c11_gated", TensorProto.INT64, [4])
+            mean4 = b.op("Reshape", [mean, gated_c11], "mean", F, chan)
+            inv4 = b.op("Reshape", [inv_std, gated_c11], "inv_std", F, chan)
+            scale4 = b.op("Reshape", [scale, gated_c11], "scale", F, chan)
+        xc = b.op("Sub", [x, mean4], "x_centred", F, shp)
+        gx = b.op("Mul", [g, xc], "g_x", F, shp)
+        sg = b.op("ReduceSum", [g, axes], "sum_g_part", F, chan, keepdims=1)
+        sgx = b.op("ReduceSum", [gx, axes], "sum_gx_part", F, chan, keepdims=1)
+        sum_g = sg if sum_g is None else b.op("Add", [sum_g, sg], "sum_g", F, chan)
+        sum_gx = sgx if sum_gx is None else b.op("Add", [sum_gx, sgx], "sum_gx", F, chan)
+        # Both sums, so that under ORT's DEFAULT order neither reduction is left pending (holding its chunk).
+        gate = b.op("Add", [b.zero_after(sum_g, F), b.zero_after(sum_gx, F)], "gate", TensorProto.INT64, [1])
+    assert sum_g is not None and sum_gx is not None
+    count = float(n * h * w)
+    inv_count = unique_name(f"{b.prefix}_inv_count", taken)
+    graph.initializer.append(helper.make_tensor(inv_count, F, [], [1.0 / count]))
+    d_scale4 = b.op("Mul", [sum_gx, inv4], "d_scale", F, chan)
+    # dX = a·g + b·(x − μ) + c with a = γ·inv_std, b = −a·inv_std·dScale/N, c = −a·Σg/N.
+    coef_a = b.op("Mul", [scale4, inv4], "coef_a", F, chan)
+    a_over_n = b.op("Mul", [coef_a, inv_count], "coef_a_over_n", F, chan)
+    t = b.op("Mul", [a_over_n, inv4], "coef_b_part", F, chan)
+    t = b.op("Mul", [t, d_scale4], "coef_b_neg", F, chan)
+    coef_b = b.op("Neg", [t], "coef_b", F, chan)
+    t = b.op("Mul", [a_over_n, sum_g], "coef_c_neg", F, chan)
+    coef_c = b.op("Neg", [t], "coef_c", F, chan)
+    shape_c = b.const("c", TensorProto.INT64, [c])
+    bn_outs = list(bn.output) + [""] * 3
+    finals: list[onnx.NodeProto] = []
+    if bn_outs[1]:
+        finals.append(helper.make_node("Reshape", [d_scale4, shape_c], [bn_outs[1]],
+                                       name=unique_name(f"{b.prefix}_d_scale__reshape", taken)))
+    if bn_outs[2]:
+        finals.append(helper.make_node("Reshape", [sum_g, shape_c], [bn_outs[2]],
+                                       name=unique_name(f"{b.prefix}_d_bias__reshape", taken)))
+    b.nodes += finals
+    acc_at = len(b.nodes)   # BN's gradient accumulators go here, before pass B (as eager accumulation had them)
+
+    # Pass B: dX chunk by chunk, straight into ConvGrad; dW (and dB) summed over chunks.
+    conv_outs = list(conv.output) + [""] * 3
+    w_name = conv.input[2]
+    w_shape = list(analysis.tensors[conv_outs[1]].shape or analysis.tensors[w_name].shape)
+    gate = b.zero_after(coef_c, F)
+    d_w = d_b = None
+    for lo, hi in spans:
+        shp = [hi - lo, c, h, w]
+        g = g_chunk(lo, hi, gate)
+        img = chunk(image, lo, hi, gate, [hi - lo, *img_shape[1:]])
+        if fwd is None:
+            x = chunk("x", lo, hi, gate, shp)
+        else:
+            x = b.op("Conv", [img, *fwd.input[1:]], "x_recomputed", F, shp,
+                     **{a.name: helper.get_attribute_value(a) for a in fwd.attribute})
+        xc = b.op("Sub", [x, mean4], "x_centred", F, shp)
+        ga = b.op("Mul", [g, coef_a], "dx_a", F, shp)
+        xb = b.op("Mul", [xc, coef_b], "dx_b", F, shp)
+        s = b.op("Add", [ga, xb], "dx_ab", F, shp)
+        dx = b.op("Add", [s, coef_c], "dx", F, shp)
+        dw_k = b.tensor("d_w_part", F, w_shape)
+        db_k = b.tensor("d_b_part", F, [w_shape[0]]) if conv_outs[2] else ""
+        b.nodes.append(helper.make_node("ConvGrad", [dx, img, w_name], ["", dw_k, db_k],
+                                        name=unique_name(f"{b.prefix}_conv_grad", taken), domain=conv.domain,
+                                        **{a.name: helper.get_attribute_value(a) for a in conv.attribute}))
+        d_w = dw_k if d_w is None else b.op("Add", [d_w, dw_k], "d_w", F, w_shape)
+        if db_k:
+            d_b = db_k if d_b is None else b.op("Add", [d_b, db_k], "d_b", F, [w_shape[0]])
+        gate = b.zero_after(d_w, F)
+    b.nodes.append(helper.make_node("Identity", [d_w], [conv_outs[1]], name=unique_name(f"{b.prefix}_d_w", taken)))
+    if conv_outs[2]:
+        b.nodes.append(helper.make_node("Identity", [d_b], [conv_outs[2]],
+                                        name=unique_name(f"{b.prefix}_d_b", taken)))
+
+    removed_outputs -= {o for nd in b.nodes for o in nd.output}
+    # Timing reads of removed tensors move to the region's gradient input (available at the same point).
+    for nd in nodes:
+        if any(nd is r for r in removed):
+            continue
+        for i, name in enumerate(nd.input):
+            if name in removed_outputs:
+                if not _is_trigger(nd) or elem_of(name) != grad_elem:
+                    raise OnnxcompError(f"chunk_stem_backward: {nd.name} reads {name} (internal error)")
+                nd.input[i] = grad_in
+    from .eager_accumulation import ACCUMULATORS
+
+    bn_accumulators = [nd for nd in nodes if nd.op_type in ACCUMULATORS and len(nd.input) > 1
+                       and nd.input[1] in {o for o in bn_outs[1:3] if o}]
+    b.nodes[acc_at:acc_at] = bn_accumulators
+    removed += bn_accumulators
+    pos = next(i for i, nd in enumerate(nodes) if nd is bn)
+    kept = [nd for nd in nodes if not any(nd is r for r in removed)]
+    pos = sum(1 for nd in nodes[:pos] if not any(nd is r for r in removed))
+    new_nodes = _drop_dead(kept[:pos] + b.nodes + kept[pos:], graph)
+    # A decoder of a sliced source runs right before its first slice (PRIORITY_BASED order follows the list).
+    for src, _ in srcs.values():
+        k = next((i for i, nd in enumerate(new_nodes) if src in nd.output), None)
+        if k is None:
+            continue
+        first = next(i for i, nd in enumerate(new_nodes) if src in nd.input)
+        if first > k + 1:
+            new_nodes.insert(first - 1, new_nodes.pop(k))
+    from .row_split import _stable_toposort
+
+    available = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+    new_nodes = _stable_toposort(new_nodes, available)
+    del graph.node[:]
+    graph.node.extend(new_nodes)
+    graph.value_info.extend(b.infos)
+    stale = removed_outputs - {o for nd in new_nodes for o in nd.output}
+    keep_vi = [v for v in graph.value_info if v.name not in stale]
+    del graph.value_info[:]
+    graph.value_info.extend(keep_vi)
+    return out
+
+
+def _drop_dead(nodes: list[onnx.NodeProto], graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """Nodes whose outputs nobody reads (the full-size decode Casts this region no longer needs)."""
+    outputs = {o.name for o in graph.output}
+    while True:
+        read = {i for nd in nodes for i in nd.input} | outputs
+        dead = [nd for nd in nodes if nd.op_type == "Cast" and not any(o in read for o in nd.output if o)]
+        if not dead:
+            return nodes
+        nodes = [nd for nd in nodes if not any(nd is d for d in dead)]
