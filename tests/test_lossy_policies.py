@@ -65,6 +65,11 @@ def test_comet_policy_trains_and_adapts_bounds(small_artifacts: Path, tmp_path: 
     assert res.bounds is not None and res.bounds["updates"] >= len(layers)
     moved = [k for k, eb in res.bounds["bounds"].items() if eb != 1e-4]
     assert moved, "the controller must retune bounds at run time"
+    # What the error-bounded encoders held per step, for comparing ablations at equal compression.
+    payload = res.bounds["payload"]
+    sz_raw = sum(r["original_bytes"] for r in result.records if r["codec"] == "sz")
+    assert payload["raw_bytes"] == sz_raw
+    assert 0 < payload["encoded_bytes"] < sz_raw and payload["ratio"] == sz_raw / payload["encoded_bytes"]
 
 
 def test_comet_static_keeps_the_graph_bound(small_artifacts: Path, tmp_path: Path) -> None:
@@ -73,6 +78,10 @@ def test_comet_static_keeps_the_graph_bound(small_artifacts: Path, tmp_path: Pat
     res = train(out, steps=3, data="synthetic", seed=2, progress=False)
     assert res.bounds is not None and res.bounds["static"] and res.bounds["updates"] == 0
     assert set(res.bounds["bounds"].values()) == {3e-3}
+    transform(small_artifacts, tmp_path / "loose", "comet", min_bytes=0, eb=3e-1, adaptive=False)
+    loose = train(tmp_path / "loose", steps=3, data="synthetic", seed=2, progress=False)
+    assert loose.bounds["payload"]["raw_bytes"] == res.bounds["payload"]["raw_bytes"]
+    assert loose.bounds["payload"]["encoded_bytes"] < res.bounds["payload"]["encoded_bytes"]  # looser: smaller
 
 
 def test_encoder_reads_the_run_time_bound() -> None:

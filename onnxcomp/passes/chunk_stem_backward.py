@@ -169,11 +169,10 @@ class ChunkedStemBackwardPass(GraphPass):
                 continue
             if self.force:
                 current = _rewrite(current, site.name, counts[0])
-                self.chunked.append({"site": site.name, "conv_grad": site.conv.name, "chunks": counts[0],
-                                     "dropped_stashes": [site.bn.input[1]] if site.forward_conv is not None else [],
-                                     "pass": self.name})
+                self.chunked.append(self._record(site, counts[0]))
                 continue
             seen, live = predicted_live(current)
+            peak_before = int(live.max())
             replaced = {site.bn.name, site.conv.name} | ({site.relu.name} if site.relu is not None else set())
             before = int(max(live[i] for i, nd in enumerate(seen.graph.node) if nd.name in replaced))
             trials = []
@@ -183,13 +182,6 @@ class ChunkedStemBackwardPass(GraphPass):
                 region = int(max(live[i] for i, nd in enumerate(seen.graph.node) if nd.name.startswith(_prefix(site))))
                 trials.append((region, k, trial, int(live.max())))
             region, k, trial, peak_after = min(trials, key=lambda t: (t[0], t[1]))
-            peak_before = int(predicted_live(current)[1].max())
-            record: dict[str, object] = {
-                "site": site.name, "conv_grad": site.conv.name, "chunks": k,
-                "relu_grad": site.relu.name if site.relu is not None else None,
-                "dropped_stashes": [site.bn.input[1]] if site.forward_conv is not None else [],
-                "region_before": before, "region_after": region,
-                "predicted_peak_before": peak_before, "predicted_peak_after": peak_after, "pass": self.name}
             if region >= before or peak_after > peak_before:
                 result.skipped.append(Skipped(site.name, PATTERN, f"batch chunks would not lower the predicted "
                                               f"bytes ({before / 2**20:.1f} -> {region / 2**20:.1f} MiB at the "
@@ -197,12 +189,20 @@ class ChunkedStemBackwardPass(GraphPass):
                                               f"at the peak)"))
                 continue
             current = trial
-            self.chunked.append(record)
+            self.chunked.append(self._record(site, k, region_before=before, region_after=region,
+                                             predicted_peak_before=peak_before, predicted_peak_after=peak_after))
         if self.chunked:
             check_model(current, "chunk_stem_backward pass")
         result.model = current
         result.records = []   # encodes nothing; reported through .chunked
         return result
+
+
+    def _record(self, site: _Site, chunks: int, **predicted: int) -> dict[str, object]:
+        return {"site": site.name, "conv_grad": site.conv.name, "chunks": chunks,
+                "relu_grad": site.relu.name if site.relu is not None else None,
+                "dropped_stashes": [site.bn.input[1]] if site.forward_conv is not None else [],
+                **predicted, "pass": self.name}
 
 
 class _Builder:
@@ -289,12 +289,17 @@ def _rewrite(model: onnx.ModelProto, site_name: str, k: int) -> onnx.ModelProto:
     chan = [1, c, 1, 1]
     spans = _splits(n, k)
 
+    bounds: dict[tuple[int, int, str | None], tuple[str, str]] = {}   # one start/end pair per chunk and gate
+
     def chunk(key: str, lo: int, hi: int, gate: str | None, shape: list[int]) -> str:
         src, cast_to = srcs[key] if key in srcs else (key, None)
-        start, end = b.const(f"start{lo}", TensorProto.INT64, [lo]), b.const(f"end{hi}", TensorProto.INT64, [hi])
-        if gate is not None:
-            start = b.op("Add", [start, gate], "start", TensorProto.INT64, [1])
-            end = b.op("Add", [end, gate], "end", TensorProto.INT64, [1])
+        if (lo, hi, gate) not in bounds:
+            start, end = b.const(f"start{lo}", TensorProto.INT64, [lo]), b.const(f"end{hi}", TensorProto.INT64, [hi])
+            if gate is not None:
+                start = b.op("Add", [start, gate], "start", TensorProto.INT64, [1])
+                end = b.op("Add", [end, gate], "end", TensorProto.INT64, [1])
+            bounds[(lo, hi, gate)] = (start, end)
+        start, end = bounds[(lo, hi, gate)]
         sl = b.op("Slice", [src, start, end, axis0], f"{key}_rows", elem_of(src), shape)
         return b.op("Cast", [sl], f"{key}_cast", cast_to, shape, to=cast_to) if cast_to is not None else sl
 

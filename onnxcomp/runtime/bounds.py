@@ -21,6 +21,7 @@ from ..errors import OnnxcompError
 _lock = threading.Lock()
 _bounds: dict[str, float] = {}
 _stats: dict[str, "LayerStats"] = {}
+_payload: dict[str, list[int]] = {}   # key -> [encodes, payload bytes, raw bytes], every step
 _collecting = False
 
 
@@ -58,6 +59,7 @@ def reset() -> None:
     with _lock:
         _bounds.clear()
         _stats.clear()
+        _payload.clear()
         _collecting = False
 
 
@@ -89,6 +91,23 @@ def record_gradient(key: str, dy_l2: float, dy_numel: int) -> None:
     s = _entry(key)
     s.dy_rms = dy_l2 / dy_numel ** 0.5 if dy_numel else 0.0
     s.dy_numel = dy_numel
+
+
+def record_payload(key: str, payload_bytes: int, raw_bytes: int) -> None:
+    with _lock:
+        e = _payload.setdefault(key, [0, 0, 0])
+        e[0] += 1
+        e[1] += payload_bytes
+        e[2] += raw_bytes
+
+
+def payload_summary() -> dict[str, float]:
+    """What the error-bounded encoders held, per step on average: encoded bytes, raw bytes, their ratio (the
+    compression an ablation at other bounds has to be compared at)."""
+    with _lock:
+        held = sum(b / n for n, b, _ in _payload.values() if n)
+        raw = sum(r / n for n, _, r in _payload.values() if n)
+    return {"encoded_bytes": held, "raw_bytes": raw, "ratio": raw / held if held else 0.0}
 
 
 def stats() -> dict[str, LayerStats]:

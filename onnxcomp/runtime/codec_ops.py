@@ -80,6 +80,8 @@ def _make_encode(codec: Codec) -> Callable[..., tuple[np.ndarray, ...]]:
                 bounds.record_activation(key, int(np.count_nonzero(x)), int(x.size), params["eb"])
         payload = codec.encode_cpu(x, **{k: v for k, v in params.items() if k not in CONTROL_PARAMS})
         arrays = tuple(np.ascontiguousarray(p, dtype=d) for p, d in zip(payload, out_dtypes))
+        if key is not None and "eb" in params:
+            bounds.record_payload(key, sum(a.nbytes for a in arrays), x.nbytes)
         return (*arrays, np.asarray(x.shape, dtype=np.int64).reshape(x.ndim))
 
     return encode
