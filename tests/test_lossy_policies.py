@@ -162,6 +162,21 @@ def test_policy_config_file(small_artifacts: Path, tmp_path: Path) -> None:
         load_policy_config(bad)
 
 
+def test_comet_dpr_format_is_an_option_dpr_policies_fix_theirs(small_artifacts: Path, tmp_path: Path) -> None:
+    from onnxcomp.cli import main
+
+    default = {r["codec"] for r in transform(small_artifacts, tmp_path / "a", "comet", min_bytes=0).records}
+    assert "dpr_fp16" in default
+    out = tmp_path / "fp10.onnx"
+    assert main(["transform", str(small_artifacts), "-o", str(out), "--policy", "comet", "--dpr-format", "fp10",
+                 "--min-bytes", "0", "--json"]) == 0
+    codecs = {t["codec"] for t in json.loads(out.with_suffix(".plan.json").read_text())["tensors"]}
+    assert "dpr_fp10" in codecs and "dpr_fp16" not in codecs
+    fixed = {r["codec"] for r in transform(small_artifacts, tmp_path / "b", "dpr-fp8", min_bytes=0,
+                                            dpr_format="fp16").records}
+    assert "dpr_fp8" in fixed and "dpr_fp16" not in fixed
+
+
 def test_cli_transform_comet_with_flags(small_artifacts: Path, tmp_path: Path) -> None:
     from onnxcomp.cli import main
 

@@ -41,8 +41,8 @@ POLICIES: dict[str, list[Callable[..., GraphPass]]] = {
     **{f"dpr-{fmt}": [*LOSSY_FIRST, ChunkedStemBackwardPass, partial(DprPass, dpr_format=fmt)]
        for fmt in DPR_FORMATS},
     # COMET: lossless where it applies, error-bounded conv/fc inputs, reduced precision elsewhere.
-    "comet": [*LOSSY_FIRST, ErrorBoundedPass, ChunkedStemBackwardPass, partial(DprPass, dpr_format="fp16"),
-              SparsePass],
+    # (DprPass unbound: its default fp16 gives way to --dpr-format / the config's dpr_format.)
+    "comet": [*LOSSY_FIRST, ErrorBoundedPass, ChunkedStemBackwardPass, DprPass, SparsePass],
 }
 
 __all__ = ["ChunkedStemBackwardPass", "DeferWeightGradientPass", "DprPass", "RecomputePass", "RowSplitPass", "EagerAccumulationPass", "ErrorBoundedPass", "GraphPass", "MaxPoolIndexPass", "POLICIES",
