@@ -24,6 +24,17 @@ def _onnxcomp_test_scale(x: np.ndarray, scale: float = 1.0) -> tuple[np.ndarray,
     return y, np.array(x.shape, dtype=np.int64)
 
 
+def cupy_or_skip():  # noqa: ANN201
+    """CuPy with a usable CUDA device, else skip the calling GPU test (CI has no GPU)."""
+    cp = pytest.importorskip("cupy")
+    try:
+        if cp.cuda.runtime.getDeviceCount() < 1:
+            pytest.skip("no CUDA device")
+    except Exception as exc:  # noqa: BLE001  (CUDA driver/runtime missing raises CUDARuntimeError)
+        pytest.skip(f"no usable CUDA device: {exc}")
+    return cp
+
+
 def insert_test_op_after(model_path: Path, out_path: Path, op_type: str = "Relu", scale: float = 1.0) -> Path:
     """Copy a graph with OnnxcompTestScale inserted after the first `op_type` node's output, rewiring
     that output's forward consumers to the op's output."""

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import cupy_or_skip
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -423,20 +424,10 @@ def test_cuda_source_arithmetic_on_host(name: str, host_kernels: Any) -> None:
 
 
 # -- GPU: same bytes as NumPy (skipped without CuPy + a GPU) ----------------------------------------------
-def _cupy() -> Any:
-    cp = pytest.importorskip("cupy")
-    try:
-        if cp.cuda.runtime.getDeviceCount() < 1:
-            pytest.skip("no CUDA GPU")
-    except Exception as exc:  # noqa: BLE001  (CUDA driver missing raises CUDARuntimeError)
-        pytest.skip(f"no usable CUDA GPU: {exc}")
-    return cp
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", NAMES)
 def test_gpu_bytes_match_cpu(name: str) -> None:
-    cp = _cupy()
+    cp = cupy_or_skip()
     c = codec(name)
     rng = np.random.default_rng(9)
     cases = [x for x, _ in c.sample_inputs(rng)]
@@ -457,7 +448,7 @@ def test_gpu_bytes_match_cpu(name: str) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", NAMES)
 def test_gpu_decodes_every_code(name: str) -> None:
-    cp = _cupy()
+    cp = cupy_or_skip()
     f = dpr.get_format(name)
     c = codec(name)
     if SPEC[name][5] == 3:

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import cupy_or_skip
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -208,16 +209,6 @@ def _sample_inputs(codec: Any, rng: np.random.Generator) -> list[tuple[np.ndarra
     return [((np.maximum(rng.standard_normal(s), 0) * (rng.random(s) < 0.4)).astype(dtype), {}) for s in shapes]
 
 
-def _cupy() -> Any:
-    cp = pytest.importorskip("cupy")
-    try:
-        if cp.cuda.runtime.getDeviceCount() < 1:
-            pytest.skip("no CUDA GPU")
-    except Exception as exc:  # noqa: BLE001  (CUDA driver missing raises CUDARuntimeError)
-        pytest.skip(f"no usable CUDA GPU: {exc}")
-    return cp
-
-
 def _host(a: Any) -> np.ndarray:
     return a.get() if hasattr(a, "get") else np.asarray(a)
 
@@ -225,7 +216,7 @@ def _host(a: Any) -> np.ndarray:
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", sorted(REGISTRY))
 def test_gpu_bytes_match_cpu(name: str) -> None:
-    cp = _cupy()
+    cp = cupy_or_skip()
     codec = REGISTRY[name]
     for x, params in _sample_inputs(codec, np.random.default_rng(1)):
         cpu_payload = codec.encode(x, **params)
@@ -248,7 +239,7 @@ def test_gpu_bytes_match_cpu(name: str) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("seed", range(5))
 def test_gpu_random_shapes_signbits_maxpool(seed: int) -> None:
-    cp = _cupy()
+    cp = cupy_or_skip()
     rng = np.random.default_rng(seed)
     shape = tuple(int(s) for s in rng.integers(1, 40, size=4))
     x = rng.standard_normal(shape).astype(np.float32)

@@ -5,6 +5,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import cupy_or_skip
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -200,13 +201,7 @@ def test_kernels_compile_with_nvrtc(kernel_file: str) -> None:
 
 @pytest.fixture(scope="module")
 def cp() -> Any:
-    cupy = pytest.importorskip("cupy")
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            pytest.skip("no CUDA device")
-    except Exception as e:  # CUDA driver/runtime missing
-        pytest.skip(f"no usable CUDA device: {e}")
-    return cupy
+    return cupy_or_skip()
 
 
 GPU_CASES = [((), 1.0), ((0,), 0.5), ((0, 4), 0.0), ((1,), 1.0), ((9,), 0.5), ((257,), 0.3), ((3, 5, 7), 0.0),

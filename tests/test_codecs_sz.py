@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import cupy_or_skip
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -285,16 +286,6 @@ def test_corrupt_payloads_rejected() -> None:
 
 
 # -- GPU -----------------------------------------------------------------------------------------------------
-def _cupy() -> Any:
-    cp = pytest.importorskip("cupy")
-    try:
-        if cp.cuda.runtime.getDeviceCount() < 1:
-            pytest.skip("no CUDA device")
-    except Exception as exc:  # noqa: BLE001  (CUDA driver missing)
-        pytest.skip(f"no usable CUDA device: {exc}")
-    return cp
-
-
 def _gpu_cases() -> list[tuple[np.ndarray, float]]:
     rng = np.random.default_rng(11)
     cases = [(x, p["eb"]) for x, p in SZ.sample_inputs(rng)]
@@ -310,7 +301,7 @@ def _gpu_cases() -> list[tuple[np.ndarray, float]]:
 
 @pytest.mark.gpu
 def test_gpu_bytes_match_cpu_and_cross_decode() -> None:
-    cp = _cupy()
+    cp = cupy_or_skip()
     for x, eb in _gpu_cases():
         cpu = SZ.encode(x, eb=eb)
         gpu_payload = SZ.encode(cp.asarray(x), eb=eb)
@@ -325,7 +316,7 @@ def test_gpu_bytes_match_cpu_and_cross_decode() -> None:
 
 @pytest.mark.gpu
 def test_gpu_zstd() -> None:
-    cp = _cupy()
+    cp = cupy_or_skip()
     x = np.maximum(np.random.default_rng(2).standard_normal(5000), 0).astype(np.float32)
     with pytest.raises(ValueError, match="CPU-only"):
         SZ.encode(cp.asarray(x), eb=1e-3, zstd_level=3)
