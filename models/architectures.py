@@ -73,10 +73,21 @@ class _SizeChecked(nn.Module):
             self.check_image_size(int(x.shape[-2]), int(x.shape[-1]))
 
 
+class _FeaturesPoolClassifier(_SizeChecked):
+    """AlexNet / VGG layout: ``features`` → ``avgpool`` → flatten → ``classifier``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self._check_input(x)
+        x = self.features(x)
+        x = self.avgpool(x)
+        x = torch.flatten(x, 1)
+        return self.classifier(x)
+
+
 # --------------------------------------------------------------------------------------------------- AlexNet
 
 
-class AlexNet(_SizeChecked):
+class AlexNet(_FeaturesPoolClassifier):
     # conv1 (k11 s4 p2) then three k3 s2 max-pools: 63 px is the smallest input leaving a 1x1 map.
     min_image_size = 63
 
@@ -108,13 +119,6 @@ class AlexNet(_SizeChecked):
             nn.Linear(4096, num_classes),
         )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self._check_input(x)
-        x = self.features(x)
-        x = self.avgpool(x)
-        x = torch.flatten(x, 1)
-        return self.classifier(x)
-
 
 # ----------------------------------------------------------------------------------------------------- VGG-16
 
@@ -123,7 +127,7 @@ _VGG16_CFG: tuple[int | str, ...] = (
 )
 
 
-class VGG(_SizeChecked):
+class VGG(_FeaturesPoolClassifier):
     # five 2x2 stride-2 max-pools
     min_image_size = 32
 
@@ -157,13 +161,6 @@ class VGG(_SizeChecked):
             elif isinstance(m, nn.Linear):
                 nn.init.normal_(m.weight, 0, 0.01)
                 nn.init.constant_(m.bias, 0)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self._check_input(x)
-        x = self.features(x)
-        x = self.avgpool(x)
-        x = torch.flatten(x, 1)
-        return self.classifier(x)
 
 
 def vgg16(num_classes: int = 1000) -> VGG:
