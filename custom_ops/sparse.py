@@ -54,6 +54,18 @@ def _nnz_from_stats(n: int, stats: dict[str, Any]) -> int:
     return nnz
 
 
+def _zvc_payload(xp: Any, payload: Payload) -> tuple[Any, Any, tuple[int, ...], int]:
+    """A ZVC payload as flat uint8 bitmap and uint32 words (NumPy or CuPy ``xp``), its shape and size;
+    a bitmap of the wrong length is rejected."""
+    bitmap, values, shape_arr = payload
+    shape = gpu.host_shape(shape_arr)
+    n = _numel(shape)
+    bitmap = xp.ascontiguousarray(bitmap, dtype=xp.uint8).reshape(-1)
+    if bitmap.size != (n + 7) // 8:
+        raise ValueError(f"zvc: {bitmap.size}-byte bitmap cannot describe shape {shape}")
+    return bitmap, xp.ascontiguousarray(values, dtype=xp.float32).reshape(-1).view(xp.uint32), shape, n
+
+
 def _cpu_words(x: np.ndarray) -> np.ndarray:
     """Flat uint32 view of a float32 array (copies only if it is not C-contiguous)."""
     if x.dtype != np.float32:
@@ -125,13 +137,7 @@ class ZVC(Codec):
         return bitmap, values.view(np.float32), np.asarray(x.shape, dtype=np.int64).reshape(x.ndim)
 
     def decode_cpu(self, payload: Payload, **params: Any) -> np.ndarray:
-        bitmap, values, shape_arr = payload
-        shape = gpu.host_shape(shape_arr)
-        n = _numel(shape)
-        bitmap = np.asarray(bitmap, dtype=np.uint8).reshape(-1)
-        if bitmap.size != (n + 7) // 8:
-            raise ValueError(f"zvc: {bitmap.size}-byte bitmap cannot describe shape {shape}")
-        words = np.ascontiguousarray(values, dtype=np.float32).reshape(-1).view(np.uint32)
+        bitmap, words, shape, n = _zvc_payload(np, payload)
         out = np.zeros(n, dtype=np.uint32)
         pos = 0
         for c0 in range(0, n, _CHUNK):
@@ -169,14 +175,8 @@ class ZVC(Codec):
     def decode_gpu(self, payload: Payload, **params: Any) -> Any:
         import cupy as cp
 
-        bitmap, values, shape_arr = payload
-        shape = gpu.host_shape(shape_arr)
-        n = _numel(shape)
+        bitmap, words, shape, n = _zvc_payload(cp, payload)
         ntiles = _ntiles(n)
-        bitmap = cp.ascontiguousarray(bitmap, dtype=cp.uint8).reshape(-1)
-        if bitmap.size != (n + 7) // 8:
-            raise ValueError(f"zvc: {bitmap.size}-byte bitmap cannot describe shape {shape}")
-        words = cp.ascontiguousarray(values, dtype=cp.float32).reshape(-1).view(cp.uint32)
         counts = cp.empty(ntiles, dtype=cp.int32)
         gpu.launch(self.kernel_file, "zvc_decode_count", ntiles * _TILE,
                    (bitmap, gpu.i64(n), counts, gpu.i64(ntiles)))
