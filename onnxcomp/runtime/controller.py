@@ -140,7 +140,7 @@ class AdaptiveBoundController:
     def summary(self) -> dict[str, Any]:
         return {"a": self.a, "sigma_frac": self.sigma_frac, "window": self.window0, "static": self.static,
                 "bounds": {layer.key: bounds.bound(layer.key, layer.eb0) for layer in self.layers},
-                "updates": len(self.log)}
+                "updates": len(self.log), "payload": bounds.payload_summary()}
 
 
 def combined_elements(batch: int, dy_numel: int | None, weight_shape: tuple[int, ...]) -> float:

@@ -202,10 +202,6 @@ def train(
         params = module.get_contiguous_parameters(trainable_only=False).numpy().copy() if return_parameters else None
         # Release the sessions before the temp dir (holding the eval model) goes away.
         summary = controller.summary() if controller is not None else None
-        if summary is not None:
-            from onnxcomp.runtime import bounds as run_bounds
-
-            summary["payload"] = run_bounds.payload_summary()
         del optimizer, module, state
 
     return TrainResult(
