@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,9 @@ def print_transform_summary(summary: dict[str, Any]) -> None:
     for d in summary.get("deferred", []):
         console.print(f"deferred to the end of backward: {d['producer']} "
                       f"({_mib(d['gradient_bytes'])} weight gradient, computed after {d['after']})")
+    for d in summary.get("split_weights", []):
+        console.print(f"weight held as {len(d['parts'])} row blocks: {d['parameter']} {d['shape']} "
+                      f"-> {d['parts'][0]} ... {d['parts'][-1]}")
     for d in summary.get("chunked", []):
         how = f", its input {d['dropped_stashes'][0]} recomputed per chunk" if d.get("dropped_stashes") else ""
         console.print(f"first-layer backward in {d['chunks']} batch chunks: {d['site']}{how}")
@@ -57,7 +59,8 @@ def cmd_transform(args: argparse.Namespace) -> int:
     options: dict[str, Any] = load_policy_config(args.config) if args.config else {}
     cli_options = {"min_bytes": args.min_bytes, "eb": args.eb, "dpr_format": args.dpr_format,
                    "rows": args.rows, "variant": args.variant, "checkpoints": args.checkpoints,
-                   "budget_bytes": args.budget}
+                   "budget_bytes": args.budget,
+                   "split_weight_bytes": args.split_weights}
     if args.static_eb:
         cli_options["adaptive"] = False
     options.update({k: v for k, v in cli_options.items() if v is not None})
@@ -180,6 +183,12 @@ def add_subcommands(sub: Any) -> None:
     lossy.add_argument("--eb", type=float, help="error bound the error-bounded codec starts from (default 1e-3)")
     lossy.add_argument("--static-eb", action="store_true",
                        help="keep --eb fixed during training (the ablation of COMET's adaptive bound)")
+    lossy.add_argument("--split-weights", type=_bytes_arg, metavar="SIZE",
+                       help="hold every fully connected weight larger than SIZE (e.g. 32MiB) as row blocks of at "
+                       "most SIZE, so "
+                       "its gradient is never materialised whole (VGG's fc1: 392 MiB). Renames the parameter "
+                       "(W -> W.part0, ...) in a new checkpoint: needs a directory -o; "
+                       "onnxcomp.runtime.checkpoint.merged_parameters gives the original names back")
     lossy.add_argument("--dpr-format", choices=["fp16", "bf16", "fp10", "fp8"],
                        help="reduced precision for stashes not held otherwise (comet default fp16)")
     rows = s.add_argument_group("row-centric convolution (--policy rows)")

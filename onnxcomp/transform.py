@@ -3,9 +3,7 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,10 +12,12 @@ import onnx
 
 from .analysis import LOSSLESS, analyze_model
 from .errors import OnnxcompError
+from .fileio import atomic_output
 from .load import TRAINING_MODEL, load_model
-from .passes import POLICIES, GraphPass
+from .passes import POLICIES, GraphPass, SplitWeightPass
 from .passes.base import check_model
 from .passes.encode_stash import EncodeStashPass
+from .passes.split_weight import WeightSplit
 from .planner import plan_all
 
 # Files of an artifact directory that a transformed training graph still needs beside it.
@@ -37,13 +37,14 @@ class TransformResult:
     left_alone: list[dict[str, Any]] = field(default_factory=list)
     deferred: list[dict[str, Any]] = field(default_factory=list)   # weight gradients moved to backward's end
     chunked: list[dict[str, Any]] = field(default_factory=list)    # first-layer backwards run in batch chunks
+    splits: list[WeightSplit] = field(default_factory=list)         # weights held as row blocks
 
     def summary(self) -> dict[str, Any]:
         return {"policy": self.policy, "output": str(self.output) if self.output else None,
                 "plan": str(self.plan_path) if self.plan_path else None,
                 "encoded": len(self.records), "before": self.before, "after": self.after,
                 "skipped": self.skipped, "left_alone": self.left_alone, "deferred": self.deferred,
-                "chunked": self.chunked}
+                "chunked": self.chunked, "split_weights": [s.to_dict() for s in self.splits]}
 
 
 def _footprint(model: onnx.ModelProto) -> dict[str, Any]:
@@ -120,12 +121,14 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
     skipped: list[dict[str, str]] = []
     deferred: list[dict[str, Any]] = []
     chunked: list[dict[str, Any]] = []
+    splits: list[WeightSplit] = []
     for p in make_passes(policy, **options):
         result = p.run(current)
         current = result.model
         records += result.records
         deferred += getattr(p, "deferred", [])
         chunked += getattr(p, "chunked", [])
+        splits += getattr(p, "splits", [])
         skipped += [s.to_dict() | {"pass": p.name} for s in result.skipped]
     check_model(current, where)
     after = _footprint(current)
@@ -144,25 +147,17 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
     left = [{"name": s.name, "pattern": s.pattern, "bytes": s.nbytes, "reason": why(s.encodings)}
             for s in analyze_model(model).stashed if s.name not in handled and s.nbytes > 0]
     return TransformResult(current, policy, records, skipped, before, after, left_alone=left, deferred=deferred,
-                           chunked=chunked)
+                           chunked=chunked, splits=splits)
 
 
 def _atomic_save(model: onnx.ModelProto, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_output(path) as tmp:
         onnx.save(model, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    with atomic_output(path) as tmp:
+        Path(tmp).write_text(text)
 
 
 def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossless", *,
@@ -182,10 +177,22 @@ def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossl
                             "--force to replace it")
     if out_model.exists() and not force and out_model.resolve() != loaded.path.resolve():
         raise OnnxcompError(f"{out_model} already exists; pass --force to replace it or choose another -o")
+    if options.get("split_weight_bytes") is not None and not any(
+            getattr(f, "func", f) is SplitWeightPass for f in POLICIES.get(policy, [])):
+        raise OnnxcompError(f"--split-weights: policy {policy!r} keeps training bit-identical and does not split "
+                            "weights (dX is summed in blocks); use a lossy policy: comet or dpr-*")
+    if options.get("split_weight_bytes") and (not to_dir or loaded.artifact_dir is None):
+        raise OnnxcompError("--split-weights rewrites the checkpoint and eval model too: give an artifact "
+                            "directory as input and a new directory as -o (not a .onnx file)")
     result = transform_model(loaded.model, policy, where=str(loaded.path), **options)
 
     if to_dir:
         out.mkdir(parents=True, exist_ok=True)
+        if result.splits:
+            from .runtime.checkpoint import write_split_artifacts
+
+            assert loaded.artifact_dir is not None
+            write_split_artifacts(loaded.artifact_dir, out, result.splits, force=force)
         if loaded.artifact_dir is not None and loaded.artifact_dir.resolve() != out.resolve():
             for name in _ARTIFACT_FILES:
                 src = loaded.artifact_dir / name

@@ -7,8 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from onnxcomp.cli import main
 
 EXPECTED_PARAMS = {"alexnet": 61_100_840, "vgg16": 138_357_544, "resnet18": 11_689_512,

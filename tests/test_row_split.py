@@ -1,9 +1,6 @@
 """Row-split (LR-CNN OverL / 2PS) pass: losses and every parameter gradient equal to the unsplit graph."""
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np

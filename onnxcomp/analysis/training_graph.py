@@ -9,7 +9,6 @@ from enum import Enum
 import numpy as np
 import onnx
 
-from ..errors import OnnxcompError
 from ..planner.buffers import Buffer
 from ..metadata import PLAN_METADATA_KEY
 from .boundary import Boundary, find_boundary

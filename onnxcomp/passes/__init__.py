@@ -15,14 +15,17 @@ from .recompute import RecomputePass
 from .row_split import RowSplitPass
 from .signbits import SignBitsPass
 from .sparse import SparsePass
+from .split_weight import SplitWeightPass
 
 # Scheduling first: large weight gradients (VGG's fc1 dW) deferred to the end of backward, then every
 # accumulator moved right behind its gradient.
 REORDER: list[Callable[..., GraphPass]] = [DeferWeightGradientPass, EagerAccumulationPass]
 LOSSLESS_PASSES: list[Callable[..., GraphPass]] = [*REORDER, SignBitsPass, MaxPoolIndexPass]
 
-# Before a lossy pass: ReluGrad must keep reading exact signs, so it gets its own sign bits.
-LOSSY_FIRST: list[Callable[..., GraphPass]] = [*REORDER, partial(SignBitsPass, split_readers=True),
+# Before a lossy pass: ReluGrad must keep reading exact signs, so it gets its own sign bits. Large fc
+# weights are split into row blocks first when asked (--split-weights: it renames the parameter, and dX is
+# summed in blocks, so only the lossy policies offer it).
+LOSSY_FIRST: list[Callable[..., GraphPass]] = [SplitWeightPass, *REORDER, partial(SignBitsPass, split_readers=True),
                                                MaxPoolIndexPass]
 
 POLICIES: dict[str, list[Callable[..., GraphPass]]] = {
@@ -46,4 +49,4 @@ POLICIES: dict[str, list[Callable[..., GraphPass]]] = {
 }
 
 __all__ = ["ChunkedStemBackwardPass", "DeferWeightGradientPass", "DprPass", "RecomputePass", "RowSplitPass", "EagerAccumulationPass", "ErrorBoundedPass", "GraphPass", "MaxPoolIndexPass", "POLICIES",
-           "PassResult", "SignBitsPass", "Skipped", "SparsePass"]
+           "PassResult", "SignBitsPass", "Skipped", "SparsePass", "SplitWeightPass"]

@@ -1,0 +1,181 @@
+"""SplitWeightPass: a large fc weight held as row blocks trains like the whole weight; the checkpoint, the
+eval model and the user's original parameters all follow."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from onnxcomp.errors import OnnxcompError
+from onnxcomp.passes import SplitWeightPass
+from onnxcomp.passes.split_weight import GRAD_BUFFER_SUFFIX, WeightSplit, splits_of
+from onnxcomp.runtime.checkpoint import merged_parameters, write_split_artifacts, write_split_checkpoint
+from onnxcomp.transform import transform
+
+from conftest import artifacts_from_net
+
+FC1 = "3.weight"          # Linear(256 -> 96): 96 KiB, the one weight above the test's 20 KiB blocks
+BLOCK_BYTES = 20 << 10    # 5 blocks of 20 / 19 / 19 / 19 / 19 rows: uneven on purpose
+BATCH = 4
+
+
+@pytest.fixture(scope="module")
+def mlp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import torch
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+                              torch.nn.Linear(4 * 8 * 8, 96), torch.nn.ReLU(), torch.nn.Linear(96, 10))
+    return artifacts_from_net(net, tmp_path_factory.mktemp("split") / "mlp", batch=BATCH, in_channels=3, height=8,
+                              width=8)
+
+
+def _split_dir(mlp: Path, out: Path) -> Path:
+    """The split pass alone (no other rewrite), with its checkpoint and eval model."""
+    model = onnx.load(str(mlp / "training_model.onnx"))
+    p = SplitWeightPass(BLOCK_BYTES)
+    result = p.run(model)
+    out.mkdir()
+    onnx.save(result.model, str(out / "training_model.onnx"))
+    shutil.copy2(mlp / "optimizer_model.onnx", out / "optimizer_model.onnx")
+    write_split_artifacts(mlp, out, p.splits)
+    return out
+
+
+def _batches(steps: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    rng = np.random.default_rng(7)
+    return [(rng.standard_normal((BATCH, 3, 8, 8)).astype(np.float32), rng.integers(0, 10, BATCH).astype(np.int64))
+            for _ in range(steps)]
+
+
+def _train(art: Path, steps: int, order: str = "priority",
+           checkpoint: Path | None = None) -> tuple[list[float], dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Losses, the first step's gradients and the parameters after ``steps`` AdamW steps."""
+    from onnxruntime.training.api import CheckpointState, Module, Optimizer
+
+    from onnxcomp.runtime.session import session_options
+
+    state = CheckpointState.load_checkpoint(str(checkpoint or art / "checkpoint"))
+    module = Module(str(art / "training_model.onnx"), state, session_options=session_options(execution_order=order))
+    optimizer = Optimizer(str(art / "optimizer_model.onnx"), module)
+    module.train()
+    losses, grads = [], {}
+    for k, (x, y) in enumerate(_batches(steps)):
+        losses.append(float(module(x, y)))
+        if k == 0:
+            grads = {name: np.array(p.grad) for name, p in state.parameters}
+        optimizer.step()
+        module.lazy_reset_grad()
+    return losses, grads, {name: np.array(p.data) for name, p in state.parameters}
+
+
+def test_pass_splits_only_what_is_large(mlp: Path) -> None:
+    model = onnx.load(str(mlp / "training_model.onnx"))
+    assert SplitWeightPass().run(model).model == model          # off unless asked
+    p = SplitWeightPass(BLOCK_BYTES)
+    out = p.run(model).model
+    assert [s.parameter for s in p.splits] == [FC1]
+    split = p.splits[0]
+    assert split.bounds == (0, 20, 39, 58, 77, 96) and split.shape == (96, 256)
+    inputs = {i.name for i in out.graph.input}
+    assert FC1 not in inputs and FC1 + GRAD_BUFFER_SUFFIX not in inputs
+    assert set(split.parts) <= inputs and {s + GRAD_BUFFER_SUFFIX for s in split.parts} <= inputs
+    assert not any(FC1 in n.input for n in out.graph.node)
+    # Each block's gradient has its own accumulator, placed right behind its Gemm.
+    nodes = list(out.graph.node)
+    for part in split.parts:
+        acc = next(i for i, n in enumerate(nodes) if n.op_type == "InPlaceAccumulatorV2"
+                   and n.input[0] == part + GRAD_BUFFER_SUFFIX)
+        assert nodes[acc - 1].op_type == "Gemm" and nodes[acc - 1].output[0] == nodes[acc].input[1]
+    # A second run finds nothing left to split.
+    again = SplitWeightPass(BLOCK_BYTES)
+    again.run(out)
+    assert again.splits == []
+
+
+def test_training_matches_the_whole_weight(mlp: Path, tmp_path: Path) -> None:
+    split_dir = _split_dir(mlp, tmp_path / "split")
+    split = splits_of(onnx.load(str(split_dir / "training_model.onnx")))[0]
+    base_losses, base_grads, base_params = _train(mlp, 4)
+    for order in ("priority", "default"):
+        losses, grads, params = _train(split_dir, 4, order)
+        # Forward and dW are the same dot products; only dX is summed in blocks (rounding).
+        np.testing.assert_allclose(losses, base_losses, rtol=1e-6)
+        for j, part in enumerate(split.parts):
+            lo, hi = split.bounds[j], split.bounds[j + 1]
+            np.testing.assert_allclose(grads[part], base_grads[FC1][lo:hi], rtol=1e-5, atol=1e-8)
+        np.testing.assert_allclose(grads["0.weight"], base_grads["0.weight"], rtol=1e-4, atol=1e-7)
+        merged = np.concatenate([params[p] for p in split.parts])
+        np.testing.assert_allclose(merged, base_params[FC1], rtol=1e-5, atol=1e-6)
+        assert set(params) - set(split.parts) == set(base_params) - {FC1}
+
+    # The check can fail: a checkpoint written with two (equal-sized) blocks' names swapped trains differently.
+    wrong = WeightSplit(split.parameter, (split.parts[0], split.parts[2], split.parts[1], *split.parts[3:]),
+                        split.bounds, split.shape)
+    write_split_checkpoint(mlp / "checkpoint", tmp_path / "swapped", [wrong])
+    losses, _, _ = _train(split_dir, 2, checkpoint=tmp_path / "swapped")
+    assert not np.allclose(losses, base_losses[:2], rtol=1e-4)
+
+
+def test_merged_parameters_are_the_originals(mlp: Path, tmp_path: Path) -> None:
+    split_dir = _split_dir(mlp, tmp_path / "split")
+    original = merged_parameters(mlp)
+    merged = merged_parameters(split_dir)
+    assert set(merged) == set(original)
+    for name, value in original.items():
+        assert np.array_equal(merged[name], value), name
+
+
+def test_eval_model_reads_the_blocks(mlp: Path, tmp_path: Path) -> None:
+    import onnxruntime as ort
+    from onnxruntime.training.api import CheckpointState
+
+    split_dir = _split_dir(mlp, tmp_path / "split")
+    x, y = _batches(1)[0]
+
+    def loss(art: Path) -> float:
+        sess = ort.InferenceSession(str(art / "eval_model.onnx"), providers=["CPUExecutionProvider"])
+        params = {n: np.array(p.data) for n, p in CheckpointState.load_checkpoint(str(art / "checkpoint")).parameters}
+        feeds = {i.name: params[i.name] for i in sess.get_inputs() if i.name in params}
+        return float(sess.run(None, {"input": x, "labels": y, **feeds})[0])
+
+    assert loss(split_dir) == pytest.approx(loss(mlp), rel=1e-6)
+    assert splits_of(onnx.load(str(split_dir / "eval_model.onnx")))
+
+
+def test_a_weight_read_elsewhere_is_left_whole(mlp: Path) -> None:
+    model = onnx.load(str(mlp / "training_model.onnx"))
+    model.graph.node.append(onnx.helper.make_node("Identity", [FC1], ["fc1_copy"], name="extra_reader"))
+    model.graph.output.append(onnx.helper.make_tensor_value_info("fc1_copy", onnx.TensorProto.FLOAT, None))
+    p = SplitWeightPass(BLOCK_BYTES)
+    result = p.run(model)
+    assert p.splits == []
+    assert [s.name for s in result.skipped] == [FC1] and "read by something other" in result.skipped[0].reason
+
+
+def test_transform_writes_a_trainable_directory(mlp: Path, tmp_path: Path) -> None:
+    from onnxcomp.cli import main
+    from onnxcomp.runtime.train import train
+
+    out = tmp_path / "comet"
+    assert main(["transform", str(mlp), "-o", str(out), "--policy", "comet", "--split-weights", "20KiB"]) == 0
+    assert {"checkpoint", "eval_model.onnx", "optimizer_model.onnx", "training_model.onnx"} <= \
+        {p.name for p in out.iterdir()}
+    assert (out / "checkpoint").stat().st_mode & 0o044 == (mlp / "checkpoint").stat().st_mode & 0o044
+    assert [s.parameter for s in splits_of(onnx.load(str(out / "training_model.onnx")))] == [FC1]
+    result = train(out, steps=3, data="synthetic", seed=1, progress=False)
+    assert len(result.losses) == 3 and all(np.isfinite(result.losses))
+    assert set(merged_parameters(out)) == set(merged_parameters(mlp))
+    # Never over the user's files: the same directory, an existing checkpoint, a lone .onnx output.
+    with pytest.raises(OnnxcompError, match="another directory"):
+        transform(mlp, mlp, "comet", split_weight_bytes=BLOCK_BYTES, force=True)
+    with pytest.raises(OnnxcompError, match="already exists"):
+        write_split_artifacts(mlp, out, splits_of(onnx.load(str(out / "training_model.onnx"))))
+    with pytest.raises(OnnxcompError, match="directory as -o"):
+        transform(mlp, tmp_path / "x.onnx", "comet", split_weight_bytes=BLOCK_BYTES)
+    with pytest.raises(OnnxcompError, match="lossy policy"):
+        transform(mlp, tmp_path / "ll", "lossless", split_weight_bytes=BLOCK_BYTES)
+    assert not (tmp_path / "x.onnx").exists() and not (tmp_path / "ll").exists()
