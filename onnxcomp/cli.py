@@ -1,4 +1,4 @@
-"""`onnxcomp` command line: models, artifacts, inspect, measure, transform, train, demo."""
+"""`onnxcomp` command line: models, artifacts, inspect, measure, transform, train, params, demo."""
 from __future__ import annotations
 
 import argparse

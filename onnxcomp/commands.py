@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from . import cli
+from .errors import OnnxcompError
 
 MiB = 1 << 20
 
@@ -88,6 +89,27 @@ def cmd_train(args: argparse.Namespace) -> int:
     print("loss: " + " ".join(f"{x:.4f}" for x in d["losses"][:: max(1, len(d["losses"]) // 20)]))
     if d["accuracy"] is not None:
         print(f"test accuracy: {100 * d['accuracy']:.2f}% ({d['accuracy_source']})")
+    return 0
+
+
+def cmd_params(args: argparse.Namespace) -> int:
+    """Write a checkpoint's parameters under the user's original names (split weights merged) to .npz."""
+    import numpy as np
+
+    from .fileio import atomic_output
+    from .runtime.checkpoint import merged_parameters
+
+    out = Path(args.output)
+    if out.suffix != ".npz":
+        raise OnnxcompError(f"{out}: the output is a NumPy archive; give a name ending in .npz")
+    if out.exists() and not args.force:
+        raise OnnxcompError(f"{out} already exists; pass --force to replace it or choose another -o")
+    if not out.parent.exists():
+        raise OnnxcompError(f"{out.parent}: output directory does not exist; create it first")
+    params = merged_parameters(args.dir, args.model, args.checkpoint)
+    with atomic_output(out) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **params)
+    print(f"{len(params)} parameters ({sum(v.size for v in params.values()):,} values) -> {out}")
     return 0
 
 
@@ -215,6 +237,15 @@ def add_subcommands(sub: Any) -> None:
     s.add_argument("--json", action="store_true")
     cli._add_runtime_options(s)
     s.set_defaults(func=cmd_train)
+
+    s = sub.add_parser("params", help="export a checkpoint's parameters by their original names (split weights "
+                       "merged) to .npz")
+    s.add_argument("dir", metavar="DIR", help="artifact directory (its training graph records any weight split)")
+    s.add_argument("--model", help="training graph file inside DIR (default training_model.onnx)")
+    s.add_argument("--checkpoint", help="checkpoint to read, e.g. one saved after training (default DIR/checkpoint)")
+    s.add_argument("-o", "--output", required=True, help="output .npz file")
+    s.add_argument("--force", action="store_true", help="replace an existing output")
+    s.set_defaults(func=cmd_params)
 
     s = sub.add_parser("demo", help="run the whole pipeline on the bundled default model")
     s.add_argument("--model", default="resnet18")

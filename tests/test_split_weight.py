@@ -51,9 +51,9 @@ def _batches(steps: int) -> list[tuple[np.ndarray, np.ndarray]]:
             for _ in range(steps)]
 
 
-def _train(art: Path, steps: int, order: str = "priority",
-           checkpoint: Path | None = None) -> tuple[list[float], dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Losses, the first step's gradients and the parameters after ``steps`` AdamW steps."""
+def _train(art: Path, steps: int, order: str = "priority", checkpoint: Path | None = None,
+           save: Path | None = None) -> tuple[list[float], dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Losses, the first step's gradients and the parameters after ``steps`` AdamW steps (saved to ``save``)."""
     from onnxruntime.training.api import CheckpointState, Module, Optimizer
 
     from onnxcomp.runtime.session import session_options
@@ -69,6 +69,8 @@ def _train(art: Path, steps: int, order: str = "priority",
             grads = {name: np.array(p.grad) for name, p in state.parameters}
         optimizer.step()
         module.lazy_reset_grad()
+    if save is not None:
+        CheckpointState.save_checkpoint(state, str(save))
     return losses, grads, {name: np.array(p.data) for name, p in state.parameters}
 
 
@@ -179,3 +181,22 @@ def test_transform_writes_a_trainable_directory(mlp: Path, tmp_path: Path) -> No
     with pytest.raises(OnnxcompError, match="lossy policy"):
         transform(mlp, tmp_path / "ll", "lossless", split_weight_bytes=BLOCK_BYTES)
     assert not (tmp_path / "x.onnx").exists() and not (tmp_path / "ll").exists()
+
+
+def test_params_command_exports_the_original_names(mlp: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from onnxcomp.cli import main
+
+    split_dir = _split_dir(mlp, tmp_path / "split")
+    _, _, base_params = _train(mlp, 3)
+    _train(split_dir, 3, save=tmp_path / "trained")
+    out = tmp_path / "params.npz"
+    assert main(["params", str(split_dir), "--checkpoint", str(tmp_path / "trained"), "-o", str(out)]) == 0
+    assert "parameters" in capsys.readouterr().out
+    with np.load(out) as saved:
+        assert set(saved.files) == set(base_params)
+        for name, value in base_params.items():
+            np.testing.assert_allclose(saved[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+    assert main(["params", str(split_dir), "-o", str(out)]) == 2               # exists, no --force
+    assert main(["params", str(split_dir), "-o", str(tmp_path / "p.txt")]) == 2
+    assert main(["params", str(split_dir), "--checkpoint", str(tmp_path / "none"), "-o", str(tmp_path / "q.npz")]) == 2
+    assert "not found" in capsys.readouterr().err

@@ -110,6 +110,46 @@ def zero_after(graph: onnx.GraphProto, tensor: str, elem: int, base: str, taken:
     return nodes, infos, zero
 
 
+class NodeBuilder:
+    """Collects new nodes (``.nodes``) and their typed value_infos (``.infos``) under one name prefix; the
+    pass decides where in the node list they go."""
+
+    def __init__(self, graph: onnx.GraphProto, taken: set[str], prefix: str) -> None:
+        self.graph, self.taken, self.prefix = graph, taken, prefix
+        self.nodes: list[onnx.NodeProto] = []
+        self.infos: list[onnx.ValueInfoProto] = []
+
+    def tensor(self, base: str, elem: int, shape: list[int] | None) -> str:
+        name = unique_name(f"{self.prefix}_{base}", self.taken)
+        self.infos.append(onnx.helper.make_tensor_value_info(name, elem, shape))
+        return name
+
+    def op(self, op: str, inputs: list[str], base: str, elem: int, shape: list[int] | None,
+           domain: str = "", **attrs: Any) -> str:
+        out = self.tensor(base, elem, shape)
+        self.nodes.append(onnx.helper.make_node(op, inputs, [out], name=unique_name(f"{out}__{op.lower()}", self.taken),
+                                                domain=domain, **attrs))
+        return out
+
+    def const(self, base: str, elem: int, values: list[int]) -> str:
+        name = unique_name(f"{self.prefix}_{base}", self.taken)
+        self.graph.initializer.append(onnx.helper.make_tensor(name, elem, [len(values)], values))
+        return name
+
+    def zero_after(self, tensor: str, elem: int) -> str:
+        nodes, infos, zero = zero_after(self.graph, tensor, elem, f"{self.prefix}_gate", self.taken,
+                                        to_float=elem == onnx.TensorProto.FLOAT16)
+        self.nodes += nodes
+        self.infos += infos
+        return zero
+
+
+def taken_names(graph: onnx.GraphProto) -> set[str]:
+    """Every tensor and node name in use in ``graph`` (what unique_name must avoid)."""
+    return {o for n in graph.node for o in n.output} | {n.name for n in graph.node} | \
+        {i.name for i in graph.input} | {i.name for i in graph.initializer} | {o.name for o in graph.output}
+
+
 def check_model(model: onnx.ModelProto, where: str) -> None:
     """onnx.checker (with shape inference) on a rewritten graph.
 

@@ -34,7 +34,8 @@ from onnx import TensorProto, helper
 
 from ..analysis import GraphAnalysis, analyze_model
 from ..errors import OnnxcompError
-from .base import GraphPass, PassResult, Skipped, check_model, require_training_graph, unique_name, zero_after
+from .base import (GraphPass, NodeBuilder, PassResult, Skipped, check_model, require_training_graph, taken_names,
+                   unique_name)
 
 MS_DOMAIN = "com.microsoft"
 DEFAULT_CHUNKS = (2, 4, 8)
@@ -205,39 +206,6 @@ class ChunkedStemBackwardPass(GraphPass):
                 **predicted, "pass": self.name}
 
 
-class _Builder:
-    """Appends nodes and typed value_infos under one prefix."""
-
-    def __init__(self, graph: onnx.GraphProto, taken: set[str], prefix: str) -> None:
-        self.graph, self.taken, self.prefix = graph, taken, prefix
-        self.nodes: list[onnx.NodeProto] = []
-        self.infos: list[onnx.ValueInfoProto] = []
-
-    def tensor(self, base: str, elem: int, shape: list[int] | None) -> str:
-        name = unique_name(f"{self.prefix}_{base}", self.taken)
-        self.infos.append(helper.make_tensor_value_info(name, elem, shape))
-        return name
-
-    def op(self, op: str, inputs: list[str], base: str, elem: int, shape: list[int] | None,
-           domain: str = "", **attrs: Any) -> str:
-        out = self.tensor(base, elem, shape)
-        self.nodes.append(helper.make_node(op, inputs, [out], name=unique_name(f"{out}__{op.lower()}", self.taken),
-                                           domain=domain, **attrs))
-        return out
-
-    def const(self, base: str, elem: int, values: list[int]) -> str:
-        name = unique_name(f"{self.prefix}_{base}", self.taken)
-        self.graph.initializer.append(helper.make_tensor(name, elem, [len(values)], values))
-        return name
-
-    def zero_after(self, tensor: str, elem: int) -> str:
-        nodes, infos, zero = zero_after(self.graph, tensor, elem, f"{self.prefix}_gate", self.taken,
-                                        to_float=elem == TensorProto.FLOAT16)
-        self.nodes += nodes
-        self.infos += infos
-        return zero
-
-
 def _prefix(site: _Site) -> str:
     return f"{PREFIX}_{site.bn.input[1].replace('/', '_').strip('_')}"
 
@@ -253,9 +221,8 @@ def _rewrite(model: onnx.ModelProto, site_name: str, k: int) -> onnx.ModelProto:
     bn, conv, relu = site.bn, site.conv, site.relu
     n, c, h, w = site.shape
     nodes = list(graph.node)
-    taken = {o for nd in nodes for o in nd.output} | {nd.name for nd in nodes} | \
-        {i.name for i in graph.input} | {i.name for i in graph.initializer} | {v.name for v in graph.value_info}
-    b = _Builder(graph, taken, _prefix(site))
+    taken = taken_names(graph)
+    b = NodeBuilder(graph, taken, _prefix(site))
     F = TensorProto.FLOAT
     removed = [bn, conv] + ([relu] if relu is not None else [])
     removed_outputs = {o for nd in removed for o in nd.output if o}

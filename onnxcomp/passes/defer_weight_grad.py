@@ -27,7 +27,8 @@ from onnx import TensorProto, helper
 
 from ..analysis import GraphAnalysis, analyze_model
 from ..errors import OnnxcompError
-from .base import GraphPass, PassResult, Skipped, check_model, require_training_graph, unique_name, zero_after
+from .base import (GraphPass, PassResult, Skipped, check_model, require_training_graph, taken_names, unique_name,
+                   zero_after)
 from .eager_accumulation import ACCUMULATORS, CHAIN_PREFIX
 
 DEFAULT_MIN_BYTES = 1 << 20
@@ -176,8 +177,7 @@ def _defer(model: onnx.ModelProto, producer_name: str, anchor: str) -> onnx.Mode
     assert k is not None
     gated, elem_anchor = node.input[k], analysis.tensors[anchor]
     shape = list(analysis.tensors[gated].shape)
-    taken = {o for n in nodes for o in n.output} | {n.name for n in nodes} | \
-        {i.name for i in graph.input} | {i.name for i in graph.initializer}
+    taken = taken_names(graph)
     base = gated.replace("/", "_").strip("_") + "__deferred"
     shape_c = unique_name(f"{base}_shape", taken)
     graph.initializer.append(helper.make_tensor(shape_c, TensorProto.INT64, [len(shape)], shape))

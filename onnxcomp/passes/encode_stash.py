@@ -20,7 +20,7 @@ from onnx import TensorProto, helper
 
 from ..analysis import GraphAnalysis, StashedTensor, analyze_model
 from .base import (CUSTOM_DOMAIN, PLAN_METADATA_KEY, GraphPass, PassResult, Skipped, ensure_opset,
-                   trigger_constants, unique_name, zero_after)
+                   taken_names, trigger_constants, unique_name, zero_after)
 
 
 def encode_op_type(codec: str) -> str:
@@ -146,8 +146,7 @@ class _Rewriter:
         self.nodes = list(self.graph.node)           # same objects as in the graph, order editable
         self.backward_ids = {id(self.nodes[i]) for i in analysis.boundary.backward}
         self.encoder_ids: set[int] = set()
-        self.taken = {o for n in self.nodes for o in n.output} | {i.name for i in self.graph.input} | \
-                     {n.name for n in self.nodes} | {i.name for i in self.graph.initializer}
+        self.taken = taken_names(self.graph)
         self.value_info: list[onnx.ValueInfoProto] = []
 
     def _index(self, node: onnx.NodeProto) -> int:

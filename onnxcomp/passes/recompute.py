@@ -32,7 +32,7 @@ from ..analysis import GraphAnalysis, StashedTensor, analyze_model
 from ..analysis.patterns import StashUse
 from ..errors import OnnxcompError
 from .base import (TRIGGER_CONSTANTS, GraphPass, PassResult, Skipped, check_model, require_training_graph,
-                   unique_name, zero_after)
+                   taken_names, unique_name, zero_after)
 from .encode_stash import already_encoded
 
 # Cheap, deterministic, side-effect-free ops: recomputing them costs little next to a Conv/Gemm.
@@ -406,8 +406,7 @@ class _Builder:
         self.analysis = analysis
         self.orig = list(self.graph.node)     # same objects as the copy's nodes; index = original index
         self.before: dict[int, list[onnx.NodeProto]] = {}   # original index -> new nodes to put before it
-        self.taken = {o for n in self.orig for o in n.output} | {i.name for i in self.graph.input} | \
-                     {n.name for n in self.orig} | {i.name for i in self.graph.initializer}
+        self.taken = taken_names(self.graph)
         self.inits = {i.name for i in self.graph.initializer}
         self.value_info: list[onnx.ValueInfoProto] = []
         self.clone_of: dict[str, str] = {}    # original tensor -> its recomputed copy

@@ -51,7 +51,7 @@ from onnx import TensorProto, helper
 
 from ..analysis import GraphAnalysis, analyze_model
 from ..errors import OnnxcompError
-from .base import GraphPass, PassResult, Skipped, require_training_graph, unique_name
+from .base import GraphPass, PassResult, Skipped, require_training_graph, taken_names, unique_name
 
 MS_DOMAIN = "com.microsoft"
 VARIANTS = ("overl", "2ps")
@@ -947,8 +947,7 @@ class RowSplitPass(GraphPass):
             return result
         out = result.model
         graph = out.graph
-        taken = {o for n in graph.node for o in n.output} | {i.name for i in graph.input} | \
-                {n.name for n in graph.node} | {i.name for i in graph.initializer}
+        taken = taken_names(graph)
         wshapes = {n: t.shape for n, t in analysis.tensors.items() if t.shape is not None}
         nodes = list(graph.node)
         index_of = {id(n): i for i, n in enumerate(model.graph.node)}

@@ -32,7 +32,8 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..errors import OnnxcompError
-from .base import GraphPass, PassResult, Skipped, check_model, require_training_graph, unique_name
+from .base import (GraphPass, NodeBuilder, PassResult, Skipped, check_model, require_training_graph, taken_names,
+                   unique_name)
 
 GRAD_BUFFER_SUFFIX = "_grad.accumulation.buffer"
 GRAD_OUT_SUFFIX = "_grad.accumulation.out"
@@ -101,58 +102,39 @@ def splits_of(model: onnx.ModelProto) -> list[WeightSplit]:
     return []
 
 
-class _Graph:
-    """Node-list editing with unique names: new nodes are collected and spliced in at given positions."""
-
-    def __init__(self, graph: onnx.GraphProto) -> None:
-        self.graph = graph
-        self.taken = {o for n in graph.node for o in n.output} | {n.name for n in graph.node} | \
-            {i.name for i in graph.input} | {i.name for i in graph.initializer} | {o.name for o in graph.output}
-
-    def name(self, base: str) -> str:
-        return unique_name(base, self.taken)
-
-    def const(self, base: str, values: list[int]) -> str:
-        name = self.name(base)
-        self.graph.initializer.append(helper.make_tensor(name, TensorProto.INT64, [len(values)], values))
-        return name
-
-    def node(self, op: str, inputs: list[str], out_base: str, **attrs: Any) -> tuple[onnx.NodeProto, str]:
-        out = self.name(out_base)
-        return helper.make_node(op, inputs, [out], name=self.name(f"{out}__{op.lower()}"), **attrs), out
-
-    def slice(self, tensor: str, start: int, end: int, axis: int, base: str) -> tuple[onnx.NodeProto, str]:
-        s, e, a = (self.const(f"{base}_{k}", [v]) for k, v in (("start", start), ("end", end), ("axis", axis)))
-        return self.node("Slice", [tensor, s, e, a], base)
+def _prefix(param: str) -> str:
+    return f"onnxcomp_split_{param.replace('/', '_').strip('_')}"
 
 
-def split_forward_gemm(graph: onnx.GraphProto, split: WeightSplit, edit: _Graph | None = None) -> bool:
+def _slice(b: NodeBuilder, tensor: str, lo: int, hi: int, axis: int, base: str) -> str:
+    start, end, axes = (b.const(f"{base}_{k}", TensorProto.INT64, [v]) for k, v in (("start", lo), ("end", hi),
+                                                                                      ("axis", axis)))
+    return b.op("Slice", [tensor, start, end, axes], base, TensorProto.FLOAT, None)
+
+
+def split_forward_gemm(graph: onnx.GraphProto, split: WeightSplit, taken: set[str] | None = None) -> bool:
     """Replace the forward ``Gemm(X, W, b, transB=1)`` reading ``split.parameter`` by per-block Gemms and a
     Concat (the eval model's whole rewrite; the training graph's forward half). False if there is none."""
-    edit = edit or _Graph(graph)
     nodes = list(graph.node)
     idx = next((i for i, n in enumerate(nodes) if n.op_type == "Gemm" and len(n.input) > 1
                 and n.input[1] == split.parameter and _attr(n, "transB", 0) == 1), None)
     if idx is None:
         return False
+    b = NodeBuilder(graph, taken if taken is not None else taken_names(graph), _prefix(split.parameter))
     gemm = nodes[idx]
     x, bias = gemm.input[0], (gemm.input[2] if len(gemm.input) > 2 and gemm.input[2] else None)
     keep = {a.name: helper.get_attribute_value(a) for a in gemm.attribute}
-    new: list[onnx.NodeProto] = []
     outs = []
     for j, part in enumerate(split.parts):
-        lo, hi = split.bounds[j], split.bounds[j + 1]
         inputs = [x, part]
         if bias is not None:
-            node, b_j = edit.slice(bias, lo, hi, 0, f"{bias}{PART_INFIX}{j}")
-            new.append(node)
-            inputs.append(b_j)
-        node, y_j = edit.node("Gemm", inputs, f"{gemm.output[0]}{PART_INFIX}{j}", **keep)
-        new.append(node)
-        outs.append(y_j)
-    new.append(helper.make_node("Concat", outs, [gemm.output[0]], axis=1, name=edit.name(f"{gemm.name}__concat")))
+            inputs.append(_slice(b, bias, split.bounds[j], split.bounds[j + 1], 0, f"bias{j}"))
+        outs.append(b.op("Gemm", inputs, f"y{j}", TensorProto.FLOAT, None, **keep))
+    b.nodes.append(helper.make_node("Concat", outs, [gemm.output[0]], axis=1,
+                                    name=unique_name(f"{b.prefix}_concat", b.taken)))
     del graph.node[:]
-    graph.node.extend(nodes[:idx] + new + nodes[idx + 1:])
+    graph.node.extend(nodes[:idx] + b.nodes + nodes[idx + 1:])
+    graph.value_info.extend(b.infos)
     _replace_input(graph, split)
     return True
 
@@ -201,106 +183,131 @@ class SplitWeightPass(GraphPass):
             parts = min(shape[0], math.ceil(nbytes / self.max_part_bytes))
             if parts < 2:
                 continue   # a single row cannot be split by rows
-            reason = self._split(graph, param, shape, parts)
-            if reason is not None:
-                result.skipped.append(Skipped(param, "fully connected weight", reason))
+            site = _match(graph, param, shape)
+            if isinstance(site, str):
+                result.skipped.append(Skipped(param, "fully connected weight", site))
+                continue
+            self.splits.append(_rewrite(graph, site, parts))
         if self.splits:
             record_splits(result.model, self.splits)
             check_model(result.model, "split_weight pass")
             result.records = []   # no stash is encoded; reported through .splits
         return result
 
-    def _split(self, graph: onnx.GraphProto, param: str, shape: tuple[int, ...], parts: int) -> str | None:
-        nodes = list(graph.node)
-        consumers = [n for n in nodes if param in n.input]
-        fwd = [n for n in consumers if n.op_type == "Gemm" and n.input[1] == param and _attr(n, "transB", 0) == 1
-               and _attr(n, "transA", 0) == 0 and _attr(n, "alpha", 1.0) == 1.0]
-        dx = [n for n in consumers if n.op_type == "Gemm" and n.input[1] == param and _attr(n, "transA", 0) == 0
-              and _attr(n, "transB", 0) == 0 and _attr(n, "alpha", 1.0) == 1.0 and _attr(n, "beta", 0.0) == 0.0
-              and len(n.input) == 2]
-        if len(fwd) != 1 or len(dx) > 1 or len(consumers) != len(fwd) + len(dx):
-            return "read by something other than one forward Gemm(X, W, transB=1) and its dX Gemm"
-        x = fwd[0].input[0]
-        bias = fwd[0].input[2] if len(fwd[0].input) > 2 and fwd[0].input[2] else None
-        if bias is not None:
-            b = next((vi for vi in list(graph.input) + list(graph.value_info) if vi.name == bias), None)
-            init = next((t for t in graph.initializer if t.name == bias), None)
-            b_shape = _static_shape(b) if b is not None else (tuple(init.dims) if init is not None else None)
-            if b_shape != (shape[0],):
-                return f"bias {bias} is not a vector of {shape[0]} (broadcast biases are not split)"
-        buffer = param + GRAD_BUFFER_SUFFIX
-        accs = [n for n in nodes if n.op_type == "InPlaceAccumulatorV2" and n.input[0] == buffer]
-        if len(accs) != 1:
-            return "its gradient buffer is not read by exactly one InPlaceAccumulatorV2"
-        acc = accs[0]
-        grad = acc.input[1]
-        dw = [n for n in nodes if grad in n.output]
-        if len(dw) != 1 or dw[0].op_type != "Gemm" or _attr(dw[0], "transA", 0) != 1 or _attr(dw[0], "transB", 0) \
-                or len(dw[0].input) != 2 or dw[0].input[1] != x or sum(grad in n.input for n in nodes) != 1:
-            return "its gradient is not a lone Gemm(dY, X, transA=1) read only by its accumulator"
-        dy = dw[0].input[0]
-        if dx and dx[0].input[0] != dy:
-            return "its dX Gemm reads another output gradient than its dW Gemm"
-        if len(acc.output) != 1 or acc.output[0] != param + GRAD_OUT_SUFFIX:
-            return "its accumulator has no single graph output named after the parameter"
 
-        edit = _Graph(graph)
-        split = WeightSplit(param, tuple(edit.name(f"{param}{PART_INFIX}{j}") for j in range(parts)),
-                            _row_bounds(shape[0], parts), (shape[0], shape[1]))
-        for p in split.parts:
-            edit.taken.update({p + GRAD_BUFFER_SUFFIX, p + GRAD_OUT_SUFFIX})
-        split_forward_gemm(graph, split, edit)
-        nodes = list(graph.node)   # protobuf copied the nodes: find the backward ones again, by name
-        names = {dw[0].name, acc.name} | ({dx[0].name} if dx else set())
-        found = {n.name: n for n in nodes if n.name in names}
-        dw, acc, dx = [found[dw[0].name]], found[acc.name], [found[d.name] for d in dx]
-        # Backward, per block: dY's columns, dX's partial product (added to a running sum at once, so two
-        # partials are alive, not p), and dW_j with its accumulator right behind it.
-        slices, dx_chain, grad_nodes = [], [], []
-        running = None
-        for j, part in enumerate(split.parts):
-            lo, hi = split.bounds[j], split.bounds[j + 1]
-            node, dy_j = edit.slice(dy, lo, hi, 1, f"{dy}{PART_INFIX}{j}")
-            slices.append(node)
-            g_node, g_j = edit.node("Gemm", [dy_j, x], f"{part}_grad", transA=1, transB=0, alpha=1.0, beta=0.0)
-            a_node = helper.make_node("InPlaceAccumulatorV2", [part + GRAD_BUFFER_SUFFIX, g_j, acc.input[2]],
-                                      [part + GRAD_OUT_SUFFIX], domain=acc.domain,
-                                      name=edit.name(f"{acc.name}{PART_INFIX}{j}"))
-            grad_nodes += [g_node, a_node]
-            if dx:
-                p_node, p_j = edit.node("Gemm", [dy_j, part], f"{dx[0].output[0]}{PART_INFIX}{j}",
-                                        transA=0, transB=0, alpha=1.0, beta=0.0)
-                dx_chain.append(p_node)
-                if running is not None:
-                    last = j == len(split.parts) - 1
-                    out = dx[0].output[0] if last else edit.name(f"{dx[0].output[0]}__sum{j}")
-                    dx_chain.append(helper.make_node("Add", [running, p_j], [out], name=edit.name(f"{out}__add")))
-                    p_j = out
-                running = p_j
-        # In the old nodes' place: the slices, the dX chain (backward goes on with it), the weight gradients.
-        at = next(i for i, n in enumerate(nodes) if n is dw[0] or (dx and n is dx[0]))
-        old = {id(dw[0]), id(acc)} | ({id(dx[0])} if dx else set())
-        rest = [n for n in nodes if id(n) not in old]
-        ordered = rest[:at] + slices + dx_chain + grad_nodes + rest[at:]
-        del graph.node[:]
-        graph.node.extend(ordered)
-        _replace_input(graph, split, GRAD_BUFFER_SUFFIX)
-        outputs = list(graph.output)
-        k = next(i for i, o in enumerate(outputs) if o.name == param + GRAD_OUT_SUFFIX)
-        new_outs = []
-        for p in split.parts:   # the accumulator's output is its one-element "updated" flag
-            vi = onnx.ValueInfoProto()
-            vi.CopyFrom(outputs[k])
-            vi.name = p + GRAD_OUT_SUFFIX
-            new_outs.append(vi)
-        del graph.output[:]
-        graph.output.extend(outputs[:k] + new_outs + outputs[k + 1:])
-        stale = {grad, param + GRAD_OUT_SUFFIX}
-        kept = [vi for vi in graph.value_info if vi.name not in stale]
-        del graph.value_info[:]
-        graph.value_info.extend(kept)
-        self.splits.append(split)
-        return None
+@dataclass(frozen=True)
+class _Site:
+    """A weight split can handle: its forward input X, output gradient dY and backward nodes (by name)."""
+
+    param: str
+    shape: tuple[int, int]
+    x: str
+    dy: str
+    dw: str
+    dx: str | None
+    acc: str
+
+
+def _match(graph: onnx.GraphProto, param: str, shape: tuple[int, ...]) -> _Site | str:
+    """The weight's site, or why it cannot be split."""
+    nodes = list(graph.node)
+    consumers = [n for n in nodes if param in n.input]
+    fwd = [n for n in consumers if n.op_type == "Gemm" and n.input[1] == param and _attr(n, "transB", 0) == 1
+           and _attr(n, "transA", 0) == 0 and _attr(n, "alpha", 1.0) == 1.0]
+    dx = [n for n in consumers if n.op_type == "Gemm" and n.input[1] == param and _attr(n, "transA", 0) == 0
+          and _attr(n, "transB", 0) == 0 and _attr(n, "alpha", 1.0) == 1.0 and _attr(n, "beta", 0.0) == 0.0
+          and len(n.input) == 2]
+    if len(fwd) != 1 or len(dx) > 1 or len(consumers) != len(fwd) + len(dx):
+        return "read by something other than one forward Gemm(X, W, transB=1) and its dX Gemm"
+    x = fwd[0].input[0]
+    bias = fwd[0].input[2] if len(fwd[0].input) > 2 and fwd[0].input[2] else None
+    if bias is not None:
+        b = next((vi for vi in list(graph.input) + list(graph.value_info) if vi.name == bias), None)
+        init = next((t for t in graph.initializer if t.name == bias), None)
+        b_shape = _static_shape(b) if b is not None else (tuple(init.dims) if init is not None else None)
+        if b_shape != (shape[0],):
+            return f"bias {bias} is not a vector of {shape[0]} (broadcast biases are not split)"
+    buffer = param + GRAD_BUFFER_SUFFIX
+    accs = [n for n in nodes if n.op_type == "InPlaceAccumulatorV2" and n.input[0] == buffer]
+    if len(accs) != 1:
+        return "its gradient buffer is not read by exactly one InPlaceAccumulatorV2"
+    acc = accs[0]
+    grad = acc.input[1]
+    dw = [n for n in nodes if grad in n.output]
+    if len(dw) != 1 or dw[0].op_type != "Gemm" or _attr(dw[0], "transA", 0) != 1 or _attr(dw[0], "transB", 0) \
+            or len(dw[0].input) != 2 or dw[0].input[1] != x or sum(grad in n.input for n in nodes) != 1:
+        return "its gradient is not a lone Gemm(dY, X, transA=1) read only by its accumulator"
+    dy = dw[0].input[0]
+    if dx and dx[0].input[0] != dy:
+        return "its dX Gemm reads another output gradient than its dW Gemm"
+    if len(acc.output) != 1 or acc.output[0] != param + GRAD_OUT_SUFFIX:
+        return "its accumulator has no single graph output named after the parameter"
+    names = [n.name for n in (dw[0], acc, *dx)]
+    if not all(names) or any(sum(n.name == name for n in nodes) != 1 for name in names):
+        return "its backward nodes have no unique names to find them by"
+    return _Site(param, (shape[0], shape[1]), x, dy, dw[0].name, dx[0].name if dx else None, acc.name)
+
+
+
+def _rewrite(graph: onnx.GraphProto, site: _Site, parts: int) -> WeightSplit:
+    """Replace ``site``'s forward Gemm, dW Gemm, accumulator and dX Gemm by their per-block versions."""
+    param, shape, x, dy = site.param, site.shape, site.x, site.dy
+    taken = taken_names(graph)
+    split = WeightSplit(param, tuple(unique_name(f"{param}{PART_INFIX}{j}", taken) for j in range(parts)),
+                        _row_bounds(shape[0], parts), (shape[0], shape[1]))
+    for p in split.parts:
+        taken.update({p + GRAD_BUFFER_SUFFIX, p + GRAD_OUT_SUFFIX})
+    split_forward_gemm(graph, split, taken)
+    nodes = list(graph.node)   # protobuf copied the nodes: find the backward ones again, by name
+    by_name = {n.name: n for n in nodes}
+    dw, acc, dx = [by_name[site.dw]], by_name[site.acc], ([by_name[site.dx]] if site.dx else [])
+    grad = acc.input[1]
+    # Backward, per block: dY's columns, dX's partial product (added to a running sum at once, so two
+    # partials are alive, not p), and dW_j with its accumulator right behind it.
+    prefix = _prefix(param)
+    slices, dx_chain, grads = (NodeBuilder(graph, taken, prefix) for _ in range(3))
+    running = None
+    for j, part in enumerate(split.parts):
+        dy_j = _slice(slices, dy, split.bounds[j], split.bounds[j + 1], 1, f"dy{j}")
+        g_j = grads.op("Gemm", [dy_j, x], f"grad{j}", TensorProto.FLOAT, None, transA=1, transB=0, alpha=1.0,
+                       beta=0.0)
+        grads.nodes.append(helper.make_node("InPlaceAccumulatorV2", [part + GRAD_BUFFER_SUFFIX, g_j, acc.input[2]],
+                                            [part + GRAD_OUT_SUFFIX], domain=acc.domain,
+                                            name=unique_name(f"{prefix}_accumulate{j}", taken)))
+        if dx:
+            p_j = dx_chain.op("Gemm", [dy_j, part], f"dx{j}", TensorProto.FLOAT, None, transA=0, transB=0,
+                              alpha=1.0, beta=0.0)
+            if running is not None:
+                if j == len(split.parts) - 1:
+                    dx_chain.nodes.append(helper.make_node("Add", [running, p_j], [dx[0].output[0]],
+                                                           name=unique_name(f"{prefix}_dx_sum", taken)))
+                else:
+                    p_j = dx_chain.op("Add", [running, p_j], f"dx_sum{j}", TensorProto.FLOAT, None)
+            running = p_j
+    # In the old nodes' place: the slices, the dX chain (backward goes on with it), the weight gradients.
+    at = next(i for i, n in enumerate(nodes) if n is dw[0] or (dx and n is dx[0]))
+    old = {id(dw[0]), id(acc)} | ({id(dx[0])} if dx else set())
+    rest = [n for n in nodes if id(n) not in old]
+    ordered = rest[:at] + slices.nodes + dx_chain.nodes + grads.nodes + rest[at:]
+    del graph.node[:]
+    graph.node.extend(ordered)
+    _replace_input(graph, split, GRAD_BUFFER_SUFFIX)
+    outputs = list(graph.output)
+    k = next(i for i, o in enumerate(outputs) if o.name == param + GRAD_OUT_SUFFIX)
+    new_outs = []
+    for p in split.parts:   # the accumulator's output is its one-element "updated" flag
+        vi = onnx.ValueInfoProto()
+        vi.CopyFrom(outputs[k])
+        vi.name = p + GRAD_OUT_SUFFIX
+        new_outs.append(vi)
+    del graph.output[:]
+    graph.output.extend(outputs[:k] + new_outs + outputs[k + 1:])
+    stale = {grad, param + GRAD_OUT_SUFFIX}
+    kept = [vi for vi in graph.value_info if vi.name not in stale]
+    del graph.value_info[:]
+    graph.value_info.extend(kept + slices.infos + dx_chain.infos + grads.infos)
+    return split
+
 
 
 def split_array(value: np.ndarray, split: WeightSplit) -> dict[str, np.ndarray]:
