@@ -66,6 +66,29 @@ def _zvc_payload(xp: Any, payload: Payload) -> tuple[Any, Any, tuple[int, ...], 
     return bitmap, xp.ascontiguousarray(values, dtype=xp.float32).reshape(-1).view(xp.uint32), shape, n
 
 
+def _csr_payload(xp: Any, payload: Payload) -> tuple[Any, Any, Any, tuple[int, ...], int, int]:
+    """A CSR payload as flat uint32 words, uint8 cols, int32 row_ptr (NumPy or CuPy ``xp``), its shape, size
+    and row count. Rejected unless row_ptr indexes values/cols validly for that shape (starts at 0, ends at
+    the value count, never decreases, at most 256 per row, no column past the end of a short last row): both
+    decoders index with it, so a corrupt one must not read or write out of bounds."""
+    values, cols, row_ptr, shape_arr = payload
+    shape = gpu.host_shape(shape_arr)
+    n = _numel(shape)
+    nrows = _ntiles(n)
+    words = xp.ascontiguousarray(values, dtype=xp.float32).reshape(-1).view(xp.uint32)
+    cols = xp.ascontiguousarray(cols, dtype=xp.uint8).reshape(-1)
+    row_ptr = xp.ascontiguousarray(row_ptr, dtype=xp.int32).reshape(-1)
+    if row_ptr.size != nrows + 1 or words.size != cols.size:
+        raise ValueError(f"csr: row_ptr/values/cols sizes do not describe shape {shape}")
+    first, last_start, total = (int(v) for v in row_ptr[[0, max(nrows - 1, 0), nrows]].tolist())  # one sync
+    counts = xp.diff(row_ptr.astype(xp.int64))
+    last_len = n - (nrows - 1) * CSR_ROW
+    if first != 0 or total != words.size or bool((counts < 0).any()) or bool((counts > CSR_ROW).any()) or \
+            (nrows and bool((cols[last_start:total] >= last_len).any())):
+        raise ValueError(f"csr: row_ptr/cols do not index the {words.size} values stored for shape {shape}")
+    return words, cols, row_ptr, shape, n, nrows
+
+
 def _cpu_words(x: np.ndarray) -> np.ndarray:
     """Flat uint32 view of a float32 array (copies only if it is not C-contiguous)."""
     if x.dtype != np.float32:
@@ -180,7 +203,12 @@ class ZVC(Codec):
         counts = cp.empty(ntiles, dtype=cp.int32)
         gpu.launch(self.kernel_file, "zvc_decode_count", ntiles * _TILE,
                    (bitmap, gpu.i64(n), counts, gpu.i64(ntiles)))
-        offsets = cp.cumsum(counts, dtype=cp.int64) - counts
+        incl = cp.cumsum(counts, dtype=cp.int64)
+        # One device->host sync: a bitmap marking more nonzeros than were stored would read past the values.
+        marked = int(incl[-1]) if ntiles else 0
+        if marked != words.size:
+            raise ValueError(f"zvc: bitmap marks {marked} nonzeros but {words.size} values were stored")
+        offsets = incl - counts
         out = cp.empty(n, dtype=cp.uint32)
         gpu.launch(self.kernel_file, "zvc_decode_scatter", ntiles * _TILE,
                    (bitmap, words, offsets, gpu.i64(n), out, gpu.i64(ntiles)))
@@ -234,15 +262,8 @@ class NarrowCSR(Codec):
         return values, cols, row_ptr, np.asarray(x.shape, dtype=np.int64).reshape(x.ndim)
 
     def decode_cpu(self, payload: Payload, **params: Any) -> np.ndarray:
-        values, cols, row_ptr, shape_arr = payload
-        shape = gpu.host_shape(shape_arr)
-        n = _numel(shape)
-        nrows = _ntiles(n)
-        row_ptr = np.asarray(row_ptr).reshape(-1).astype(np.int64)
-        words = np.ascontiguousarray(values, dtype=np.float32).reshape(-1).view(np.uint32)
-        cols = np.asarray(cols, dtype=np.uint8).reshape(-1)
-        if row_ptr.size != nrows + 1 or row_ptr[0] != 0 or row_ptr[-1] != words.size or words.size != cols.size:
-            raise ValueError(f"csr: row_ptr/values/cols sizes do not describe shape {shape}")
+        words, cols, row_ptr, shape, n, nrows = _csr_payload(np, payload)
+        row_ptr = row_ptr.astype(np.int64)
         idx = np.repeat(np.arange(nrows, dtype=np.int64) * CSR_ROW, np.diff(row_ptr))
         idx += cols
         out = np.zeros(n, dtype=np.uint32)
@@ -276,15 +297,7 @@ class NarrowCSR(Codec):
     def decode_gpu(self, payload: Payload, **params: Any) -> Any:
         import cupy as cp
 
-        values, cols, row_ptr, shape_arr = payload
-        shape = gpu.host_shape(shape_arr)
-        n = _numel(shape)
-        nrows = _ntiles(n)
-        words = cp.ascontiguousarray(values, dtype=cp.float32).reshape(-1).view(cp.uint32)
-        cols = cp.ascontiguousarray(cols, dtype=cp.uint8).reshape(-1)
-        row_ptr = cp.ascontiguousarray(row_ptr, dtype=cp.int32).reshape(-1)
-        if row_ptr.size != nrows + 1 or words.size != cols.size:
-            raise ValueError(f"csr: row_ptr/values/cols sizes do not describe shape {shape}")
+        words, cols, row_ptr, shape, n, nrows = _csr_payload(cp, payload)
         out = cp.empty(n, dtype=cp.uint32)
         gpu.launch(self.kernel_file, "csr_decode", nrows * _TILE,
                    (words, cols, row_ptr, gpu.i64(n), out, gpu.i64(nrows)))

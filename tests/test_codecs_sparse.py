@@ -116,6 +116,34 @@ def test_rejects_inconsistent_payload(name: str) -> None:
         codec.decode(tuple(payload))
 
 
+def _corrupt_payloads() -> list[tuple[str, tuple[Any, ...]]]:
+    """Payloads of a (3, 300) tensor whose sizes agree but whose indices would read or write out of bounds."""
+    x = random_tensor((3, 300), 0.5, seed=5)
+    bitmap, zvalues, zshape = get_codec("zvc").encode(x)
+    values, cols, row_ptr, shape = get_codec("csr").encode(x)
+    extra_bit = bitmap.copy()
+    extra_bit[np.flatnonzero(extra_bit != 0xFF)[0]] = 0xFF        # marks more nonzeros than stored
+    decreasing = row_ptr.copy()
+    decreasing[1], decreasing[2] = decreasing[2], decreasing[1]
+    overfull = row_ptr.copy()
+    overfull[1], overfull[2] = 0, row_ptr[3]                      # row 1 claims rows 0-2's ~380 values
+    assert np.diff(overfull).max() > CSR_ROW and np.diff(overfull).min() >= 0
+    shifted = row_ptr.copy()
+    shifted[0] = 1
+    past_end = cols.copy()
+    past_end[-1] = 255                                            # 900 = 3*256 + 132: last row is 132 long
+    return [("zvc", (extra_bit, zvalues, zshape)), ("csr", (values, cols, decreasing, shape)),
+            ("csr", (values, cols, overfull, shape)), ("csr", (values, cols, shifted, shape)),
+            ("csr", (values, past_end, row_ptr, shape))]
+
+
+@pytest.mark.parametrize("case", range(5))
+def test_rejects_out_of_bounds_indices(case: int) -> None:
+    name, payload = _corrupt_payloads()[case]
+    with pytest.raises(ValueError, match=name):
+        get_codec(name).decode(payload)
+
+
 # -- byte layouts -----------------------------------------------------------------------------------------
 @settings(max_examples=60, deadline=None)
 @given(w=word_arrays)
@@ -228,6 +256,14 @@ def test_gpu_matches_cpu_bytes(cp: Any, name: str, shape: tuple[int, ...], densi
         np.testing.assert_array_equal(words_of(cp.asnumpy(y)), want)
     y = codec.decode(tuple(cp.asnumpy(p) for p in dev))
     np.testing.assert_array_equal(words_of(y), want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", range(5))
+def test_gpu_rejects_out_of_bounds_indices(cp: Any, case: int) -> None:
+    name, payload = _corrupt_payloads()[case]
+    with pytest.raises(ValueError, match=name):
+        get_codec(name).decode(tuple(cp.asarray(p) for p in payload))
 
 
 @pytest.mark.gpu
