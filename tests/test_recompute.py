@@ -118,8 +118,14 @@ def test_default_rule_drops_cheap_stashes(small_artifacts: Path) -> None:
     for r in result.records:
         assert r["encoding"] == "recompute" and r["predicted_bytes"] == 0 and r["original_bytes"] > 0
         assert r["tensor"] not in stashed_after
-        # Its buffer now dies in the forward pass.
-        assert after.lifetime(r["tensor"])[1] < after.boundary.first_backward
+        # Its buffer now dies in the forward pass, or is not produced at all: a MaxPool's indices, once
+        # nothing reads them, are left out (ORT would hold an unread output to the end of the step).
+        if r["tensor"].endswith("_mask"):
+            assert r["tensor"] not in after.tensors
+            pool = next(n for n in result.model.graph.node if n.output[0] == r["tensor"][: -len("_mask")])
+            assert list(pool.output) == [pool.output[0]]
+        else:
+            assert after.lifetime(r["tensor"])[1] < after.boundary.first_backward
         assert r["recomputed_as"] in after.tensors
         assert after.boundary.is_backward(after.tensors[r["recomputed_as"]].producer)
     # Conv outputs (not cheap) and BN statistics are kept, with a reason.
