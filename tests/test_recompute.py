@@ -141,6 +141,17 @@ def test_default_rule_drops_cheap_stashes(small_artifacts: Path) -> None:
     assert len(model.graph.node) == len(before.model.graph.node)
 
 
+def test_nothing_big_is_produced_unread(small_artifacts: Path) -> None:
+    """ORT keeps an output nobody reads alive to the end of the step, so the rewrite must not leave any
+    (BatchNorm's per-channel running statistics are the only unread outputs, in the original too)."""
+    result = RecomputePass().run(onnx.load(str(small_artifacts / "training_model.onnx")))
+    graph = result.model.graph
+    read = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
+    after = analyze_model(result.model)
+    unread = {o: after.tensors[o].nbytes for n in graph.node for o in n.output if o and o not in read}
+    assert unread and max(unread.values()) <= 4 * 64, unread
+
+
 def test_forward_readers_keep_the_original(small_artifacts: Path) -> None:
     model = onnx.load(str(small_artifacts / "training_model.onnx"))
     result = RecomputePass().run(model)
