@@ -55,7 +55,8 @@ def _footprint(model: onnx.ModelProto) -> dict[str, Any]:
             "payload_tensors": len(encoded_payloads), **plan_all(a.buffers()).to_dict()}
 
 
-CONFIG_KEYS = {"overrides": dict, "eb": float, "adaptive": bool, "dpr_format": str, "min_bytes": int}
+CONFIG_KEYS = {"overrides": dict, "eb": float, "adaptive": bool, "dpr_format": str, "min_bytes": int,
+               "split_weight_bytes": int}
 
 
 def load_policy_config(path: str | Path) -> dict[str, Any]:
@@ -64,6 +65,7 @@ def load_policy_config(path: str | Path) -> dict[str, Any]:
         eb = 1e-3                      # starting / static error bound
         adaptive = true
         dpr_format = "bf16"
+        split_weight_bytes = 33554432  # --split-weights 32MiB
         [overrides]                    # pattern (as `onnxcomp inspect` prints it) → encoding or "none"
         "Conv-output→BatchNormalizationGrad" = "none"
     """

@@ -181,6 +181,13 @@ def test_transform_writes_a_trainable_directory(mlp: Path, tmp_path: Path) -> No
     with pytest.raises(OnnxcompError, match="lossy policy"):
         transform(mlp, tmp_path / "ll", "lossless", split_weight_bytes=BLOCK_BYTES)
     assert not (tmp_path / "x.onnx").exists() and not (tmp_path / "ll").exists()
+    # The same option from a policy config file.
+    from onnxcomp.transform import load_policy_config
+
+    cfg = tmp_path / "policy.toml"
+    cfg.write_text(f"split_weight_bytes = {BLOCK_BYTES}\n")
+    again = transform(mlp, tmp_path / "from_config", "dpr-fp16", **load_policy_config(cfg))
+    assert [s.parameter for s in again.splits] == [FC1]
 
 
 def test_params_command_exports_the_original_names(mlp: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
