@@ -199,36 +199,43 @@ def _rates_cpu(mag: np.ndarray) -> np.ndarray:
 
 
 def _word_mask(rates: np.ndarray) -> np.ndarray:
-    """[nb, 33] bool: which of a block's 33 candidate words (sign + 32 planes) are stored, in stream order."""
-    r = rates.astype(np.int64)[:, None]
-    return (np.arange(BLOCK + 1)[None, :] <= r) & (r > 0)
+    """[nb, 32] bool: which of a block's candidate words (sign, then planes 0..30) are stored, in stream
+    order. |d| < 2^31, so a block's rate is at most 31 and its words at most 32."""
+    r = rates[:, None]
+    return (np.arange(BLOCK, dtype=np.uint8)[None, :] <= r) & (r > 0)
 
 
 def _pack_cpu(mag: np.ndarray, neg: np.ndarray, rates: np.ndarray) -> np.ndarray:
-    """The packed words (uint32) of lane-major blocks, in block order."""
+    """The packed words (uint32) of lane-major blocks, in block order.
+
+    Bit 31 of a magnitude is always 0, so it carries the lane's sign into the one 32x32 transpose: plane 31
+    comes out as the sign word (bit k: lane k < 0)."""
     nb = rates.size
-    words = np.empty((BLOCK + 1, nb), dtype=np.uint32)  # row 0: sign plane (bit k: lane k < 0)
-    words[0] = np.ascontiguousarray(np.packbits(neg.T, axis=1, bitorder="little")).view(np.uint32).reshape(nb)
-    words[1:] = mag
-    _transpose32(words[1:])
-    return np.ascontiguousarray(words.T)[_word_mask(rates)]
-
-
-_LANE_BITS = np.arange(BLOCK, dtype=np.uint32)[:, None]
+    planes = np.left_shift(neg.view(np.uint8).astype(np.uint32), np.uint32(31))
+    planes |= mag
+    _transpose32(planes)
+    words = np.empty((BLOCK, nb), dtype=np.uint32)      # stream order: sign word, then planes 0..30
+    words[0] = planes[BLOCK - 1]
+    words[1:] = planes[:BLOCK - 1]
+    return words.T[_word_mask(rates)]
 
 
 def _unpack_cpu(data32: np.ndarray, rates: np.ndarray) -> np.ndarray:
-    """Deltas int32[32, nb] (lane-major) from the packed words of these blocks."""
+    """Deltas int32[32, nb] (lane-major) from the packed words of these blocks (the inverse of _pack_cpu)."""
     nb = rates.size
-    blocks = np.zeros((nb, BLOCK + 1), dtype=np.uint32)
-    blocks[_word_mask(rates)] = data32
-    words = np.ascontiguousarray(blocks.T)
-    mag = _transpose32(words[1:]).view(np.int32)               # magnitudes < 2^31
-    s = ((words[0][None, :] >> _LANE_BITS) & np.uint32(1)).view(np.int32)
-    np.negative(s, out=s)                                      # 0 or -1 (all ones)
-    mag ^= s
-    mag -= s                                                   # conditional two's-complement negation
-    return mag
+    words = np.zeros((BLOCK, nb), dtype=np.uint32)
+    words.T[_word_mask(rates)] = data32
+    planes = np.empty((BLOCK, nb), dtype=np.uint32)
+    planes[BLOCK - 1] = words[0]
+    planes[:BLOCK - 1] = words[1:]
+    _transpose32(planes)                                     # per lane: bit 31 sign, bits 0-30 |d|
+    s = (planes >> np.uint32(31)).view(np.int32)
+    np.negative(s, out=s)                                    # 0 or -1 (all ones)
+    d = planes.view(np.int32)
+    d &= np.int32(0x7FFFFFFF)
+    d ^= s
+    d -= s                                                   # conditional two's-complement negation
+    return d
 
 
 # Chunks of blocks keep the NumPy temporaries cache-sized (about 3x faster than whole-tensor passes).
