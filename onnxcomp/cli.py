@@ -112,6 +112,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
         print(f"model: {d.get('model', args.model or 'training_model.onnx')}")
         print(f"training-step peak: {d['peak_bytes'] / mib:,.1f} MiB   step time (median): "
               f"{d['step_time_s'] * 1000:,.1f} ms   steps: {args.steps}")
+        print("(malloc's mmap threshold is pinned for an honest peak, which slows graphs with many large "
+              "temporaries; `onnxcomp train` times steps under the default allocator)")
         print("losses: " + " ".join(f"{x:.4f}" for x in d["losses"]))
         print("settings: " + ", ".join(f"{k}={v}" for k, v in d["settings"].items()))
     return 0

@@ -72,3 +72,11 @@ def test_transform_refuses_to_overwrite(small_artifacts: Path, tmp_path: Path) -
     before = (work / "training_model.onnx").read_bytes()
     _assert_clean_error(run_cli("transform", str(work), "-o", str(work)), "refusing to overwrite")
     assert (work / "training_model.onnx").read_bytes() == before
+
+
+def test_measure_text_output_says_how_it_timed(small_artifacts: Path, capsys) -> None:
+    assert main(["measure", str(small_artifacts), "--steps", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "training-step peak:" in out and "MiB" in out and "step time (median):" in out
+    assert "mmap threshold is pinned" in out and "onnxcomp train" in out
+    assert "settings: arena=False" in out
