@@ -313,11 +313,11 @@ def test_measured_peak_drops(tmp_path: Path) -> None:
     base = measure(art, steps=2)
     new = measure(art, model=name, steps=2)
     assert base.losses == new.losses
-    # The measured peak drops by a real share of the predicted saving and stays near the prediction. The
-    # clones' own transients and BatchNorm scratch copies eat much of it on a net this small: 30-45 % of
-    # the prediction was realised in 6 runs here (batch 16 and 32), 23 % once in CI at batch 16: 1/8 is the floor.
+    # The measured peak drops by a real share of the predicted saving and stays near the prediction: 66-77 %
+    # of it was realised in 6 runs here (batch 16 and 32). Before the forward MaxPool's unread indices were
+    # left out it was 23-45 % (ORT held them to the step's end), so a 1/4 floor also guards that fix.
     drop = planned[0] - planned[1]
-    assert new.peak_bytes < base.peak_bytes - drop // 8, (base.peak_bytes, new.peak_bytes, planned)
+    assert new.peak_bytes < base.peak_bytes - drop // 4, (base.peak_bytes, new.peak_bytes, planned)
     assert new.peak_bytes < 1.25 * planned[1], (new.peak_bytes, planned)
 
 
