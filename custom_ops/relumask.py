@@ -1,9 +1,9 @@
-"""``relumask``: Gist's Binarize with a boolean decode, for ReluGrad rewritten as ``Where(mask, dY, 0)``.
+"""``relumask``: Gist's Binarize with a boolean decode, for ReluGrad reading ``Cast(mask, float)``.
 
 Same payload and encoder as ``signbits`` (one bit per element, ``x > 0``); decode returns a bool array
-(one byte per element) instead of float32 1.0/0.0, so the tensor held while the gradient is formed is a
-quarter of the size. ``Where(mask, dY, 0)`` equals ReluGrad(dY, X) bit for bit: dY where X > 0, +0 elsewhere
-whatever dY is.
+(one byte per element) instead of float32 1.0/0.0, so what crosses the PyOp bridge is a quarter of the size.
+ReluGrad only tests X > 0, so ReluGrad(dY, Cast(mask, float)) equals ReluGrad(dY, X) bit for bit
+(passes/signbits.py does the rewrite).
 """
 from __future__ import annotations
 

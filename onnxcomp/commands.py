@@ -207,10 +207,9 @@ def add_subcommands(sub: Any) -> None:
                        help="keep --eb fixed during training (the ablation of COMET's adaptive bound)")
     lossy.add_argument("--split-weights", type=_bytes_arg, metavar="SIZE",
                        help="hold every fully connected weight larger than SIZE (e.g. 32MiB) as row blocks of at "
-                       "most SIZE, so "
-                       "its gradient is never materialised whole (VGG's fc1: 392 MiB). Renames the parameter "
-                       "(W -> W.part0, ...) in a new checkpoint: needs a directory -o; "
-                       "onnxcomp.runtime.checkpoint.merged_parameters gives the original names back")
+                       "most SIZE, so its gradient is never materialised whole (VGG's fc1: 392 MiB). Renames the "
+                       "parameter (W -> W.part0, ...) in a new checkpoint: needs a directory -o; "
+                       "`onnxcomp params` gives the original names back")
     lossy.add_argument("--dpr-format", choices=["fp16", "bf16", "fp10", "fp8"],
                        help="reduced precision for stashes not held otherwise (comet default fp16)")
     rows = s.add_argument_group("row-centric convolution (--policy rows)")

@@ -179,7 +179,7 @@ def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossl
                             "--force to replace it")
     if out_model.exists() and not force and out_model.resolve() != loaded.path.resolve():
         raise OnnxcompError(f"{out_model} already exists; pass --force to replace it or choose another -o")
-    if options.get("split_weight_bytes") is not None and not any(
+    if options.get("split_weight_bytes") is not None and policy in POLICIES and not any(
             getattr(f, "func", f) is SplitWeightPass for f in POLICIES.get(policy, [])):
         raise OnnxcompError(f"--split-weights: policy {policy!r} keeps training bit-identical and does not split "
                             "weights (dX is summed in blocks); use a lossy policy: comet or dpr-*")

@@ -139,6 +139,11 @@ class GraphAnalysis:
         self._graph_outputs = {o.name for o in self.model.graph.output}
 
 
+# How generate_artifacts names a parameter's gradient buffer input and its accumulator's output.
+GRAD_BUFFER_SUFFIX = "_grad.accumulation.buffer"
+GRAD_OUT_SUFFIX = "_grad.accumulation.out"
+
+
 def _classify_inputs(graph: onnx.GraphProto) -> tuple[dict[str, TensorClass], list[str]]:
     names = [i.name for i in graph.input]
     nameset = set(names)
@@ -147,7 +152,7 @@ def _classify_inputs(graph: onnx.GraphProto) -> tuple[dict[str, TensorClass], li
     for name in names:
         if name.endswith(".accumulation.buffer") or name == "lazy_reset_grad":
             classes[name] = TensorClass.GRAD_BUFFER
-        elif f"{name}_grad.accumulation.buffer" in nameset:
+        elif name + GRAD_BUFFER_SUFFIX in nameset:
             classes[name] = TensorClass.PARAMETER
         else:
             classes[name] = TensorClass.INPUT

@@ -144,6 +144,19 @@ class NodeBuilder:
         return zero
 
 
+def node_attr(node: onnx.NodeProto, name: str, default: Any) -> Any:
+    """The value of ``node``'s attribute ``name``, or ``default`` when it is absent."""
+    for a in node.attribute:
+        if a.name == name:
+            return onnx.helper.get_attribute_value(a)
+    return default
+
+
+def even_bounds(n: int, k: int) -> list[int]:
+    """``k + 1`` bounds cutting ``range(n)`` into ``k`` spans whose lengths differ by at most one."""
+    return [round(i * n / k) for i in range(k + 1)]
+
+
 def taken_names(graph: onnx.GraphProto) -> set[str]:
     """Every tensor and node name in use in ``graph`` (what unique_name must avoid)."""
     return {o for n in graph.node for o in n.output} | {n.name for n in graph.node} | \

@@ -27,15 +27,14 @@ training-step peak; the chunk count is the one with the lowest prediction.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import onnx
 from onnx import TensorProto, helper
 
 from ..analysis import GraphAnalysis, analyze_model
 from ..errors import OnnxcompError
-from .base import (GraphPass, NodeBuilder, PassResult, Skipped, check_model, require_training_graph, taken_names,
-                   unique_name)
+from .base import (GraphPass, NodeBuilder, PassResult, Skipped, check_model, even_bounds, node_attr,
+                   require_training_graph, taken_names, unique_name)
 
 MS_DOMAIN = "com.microsoft"
 DEFAULT_CHUNKS = (2, 4, 8)
@@ -86,7 +85,7 @@ def _find_sites(analysis: GraphAnalysis) -> tuple[list[_Site], list[Skipped]]:
             skipped.append(Skipped(node.name, pattern, f"the BN input has no static NCHW shape with batch >= 2 "
                                    f"(shape {shape})"))
             continue
-        if _attr(conv, "group", 1) != 1:
+        if node_attr(conv, "group", 1) != 1:
             skipped.append(Skipped(node.name, pattern, "grouped convolution"))
             continue
         img = analysis.tensors.get(conv.input[1])
@@ -124,15 +123,8 @@ def _recomputable_conv(analysis: GraphAnalysis, bn: onnx.NodeProto, conv: onnx.N
     return fwd if attrs == {a.name: helper.get_attribute_value(a) for a in conv.attribute} else None
 
 
-def _attr(node: onnx.NodeProto, name: str, default: Any) -> Any:
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
-
-
-def _splits(n: int, k: int) -> list[tuple[int, int]]:
-    bounds = [round(i * n / k) for i in range(k + 1)]
+def _spans(n: int, k: int) -> list[tuple[int, int]]:
+    bounds = even_bounds(n, k)
     return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
@@ -236,7 +228,7 @@ def _rewrite(model: onnx.ModelProto, site_name: str, k: int) -> onnx.ModelProto:
         if t.producer is not None:
             p = nodes[t.producer]
             if p.op_type == "Cast" and analysis.tensors[p.input[0]].shape == t.shape:
-                return p.input[0], _attr(p, "to", F)
+                return p.input[0], node_attr(p, "to", F)
         return name, None
 
     grad_in = relu.input[0] if relu is not None else bn.input[0]
@@ -254,7 +246,7 @@ def _rewrite(model: onnx.ModelProto, site_name: str, k: int) -> onnx.ModelProto:
     axes = b.const("axes", TensorProto.INT64, [0, 2, 3])
     axis0 = b.const("axis0", TensorProto.INT64, [0])
     chan = [1, c, 1, 1]
-    spans = _splits(n, k)
+    spans = _spans(n, k)
 
     bounds: dict[tuple[int, int, str | None], tuple[str, str]] = {}   # one start/end pair per chunk and gate
 

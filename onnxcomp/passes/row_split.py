@@ -51,7 +51,7 @@ from onnx import TensorProto, helper
 
 from ..analysis import GraphAnalysis, analyze_model
 from ..errors import OnnxcompError
-from .base import GraphPass, PassResult, Skipped, require_training_graph, taken_names, unique_name
+from .base import GraphPass, PassResult, Skipped, even_bounds, require_training_graph, taken_names, unique_name
 
 MS_DOMAIN = "com.microsoft"
 VARIANTS = ("overl", "2ps")
@@ -281,10 +281,6 @@ def _internal_stash_bytes(layers: list[Layer], i: int, j: int) -> int:
 
 # ------------------------------------------------------------------------------------------- row schedules
 
-def _splits(h: int, r: int) -> list[int]:
-    return [round(i * h / r) for i in range(r + 1)]
-
-
 def _overl_windows(layers: list[Layer], a: int, b: int) -> list[tuple[int, int]]:
     """Row ranges [T_0 .. T_k] one OverL block touches for output rows [a, b)."""
     ranges = [(0, 0)] * (len(layers) + 1)
@@ -308,7 +304,7 @@ def _twops_plan(layers: list[Layer], R: int) -> _TwoPS:
     H = [layers[0].h_in] + [lay.h_out for lay in layers]
     U = [[0] * (R + 1) for _ in range(k + 1)]
     C = [[0] * (R + 1) for _ in range(k + 1)]
-    U[k] = _splits(H[k], R)
+    U[k] = even_bounds(H[k], R)
     C[k] = list(U[k])
     for j in range(k - 1, -1, -1):
         lay = layers[j]
@@ -346,7 +342,7 @@ def _block_bytes(layers: list[Layer], R: int, variant: str) -> int:
     extra = [0] + [lay.row_bytes("y") * 2 if lay.kind == "MaxPool" else 0 for lay in layers]
     best = 0
     if variant == "overl":
-        sp = _splits(layers[-1].h_out, R)
+        sp = even_bounds(layers[-1].h_out, R)
         for r in range(1, R + 1):
             w = _overl_windows(layers, sp[r - 1], sp[r])
             rows = [b - a for a, b in w]
@@ -643,6 +639,15 @@ class _SegmentWriter:
             _emit(self.em, gtype, gdom, [dy.name], [dx], lay.grad, top, bottom)
         return _Strip(dx, ia, ib) if want_dx else None
 
+    def _append_rows(self, held: _Strip | None, new: _Strip, j: int, base: str) -> _Strip:
+        """Layer j's rows held so far with ``new`` (the rows right below them) appended: one Concat."""
+        if held is None:
+            return new
+        n_, c_, _, w_ = self.shape(j)
+        cat = self.em.out(base, [n_, c_, new.end - held.start, w_])
+        self.em.node("Concat", [held.name, new.name], [cat], axis=2)
+        return _Strip(cat, held.start, new.end)
+
     def _wshape(self, w: str) -> tuple[int, ...]:
         return self.wshapes[w]
 
@@ -671,7 +676,7 @@ class _SegmentWriter:
         """Replace the segment's forward ops: its output is assembled (one Concat) from per-block rows, so
         only one block's intermediates exist at a time in the forward pass too."""
         k, R = self.k, self.R
-        sp = _splits(self.L[-1].h_out, R)
+        sp = even_bounds(self.L[-1].h_out, R)
         strips: list[_Strip] = []
         gate_src: list[str] = []
         if variant == "overl":
@@ -707,13 +712,8 @@ class _SegmentWriter:
                     new, _ = self.fwd(li, src, a, b, with_idx=False)
                     if j == k:
                         strips.append(new)
-                    elif buf[j] is None:
-                        buf[j] = new
                     else:
-                        n_, c_, _, w_ = self.shape(j)
-                        cat = self.em.out("fbuf", [n_, c_, new.end - buf[j].start, w_])
-                        self.em.node("Concat", [buf[j].name, new.name], [cat], axis=2)
-                        buf[j] = _Strip(cat, buf[j].start, new.end)
+                        buf[j] = self._append_rows(buf[j], new, j, "fbuf")
                 gate_src = [strips[-1].name]
                 for j in range(1, k):
                     if buf[j] is None:
@@ -733,7 +733,7 @@ class _SegmentWriter:
 
     # ------------------------------------------------------------------ OverL
     def overl(self, gate_src: list[str]) -> dict[str, Any]:
-        sp = _splits(self.L[-1].h_out, self.R)
+        sp = even_bounds(self.L[-1].h_out, self.R)
         pending: _Strip | None = None
         done: list[_Strip] = []
         halos = []
@@ -815,13 +815,7 @@ class _SegmentWriter:
                 else:
                     src = buf[li]
                 new, _ = self.fwd(li, src, a, b)
-                if buf[j] is None:
-                    buf[j] = new
-                else:
-                    n_, c_, _, w_ = self.shape(j)
-                    cat = self.em.out("buf", [n_, c_, new.end - buf[j].start, w_])
-                    self.em.node("Concat", [buf[j].name, new.name], [cat], axis=2)
-                    buf[j] = _Strip(cat, buf[j].start, new.end)
+                buf[j] = self._append_rows(buf[j], new, j, "buf")
             # backward
             last = None
             g: _Strip | None = None

@@ -5,20 +5,20 @@ adds it to the gradient buffer (InPlaceAccumulatorV2). For VGG-16's first classi
 transient is 4096×25088 floats, 392 MiB: more than all of its encoded activations together, so no activation
 scheme can cut that net's training-step peak by more than 1.75×. ONNX has no in-place slice update, and a
 PyOp cannot write into ORT's buffer (the bridge copies its inputs), so the block has to be a parameter of its
-own: ``W`` [N, K] becomes ``W.part0`` … ``W.part{p-1}``, row blocks [n_j, K] of at most ``max_part_bytes``.
+own: ``W`` [N, K] becomes ``W.part0`` … ``W.part{p-1}``, row blocks [n_j, K] of at most ``split_weight_bytes``.
 
 For a forward ``Y = Gemm(X, W, b, transB=1)`` with row bounds r_0 = 0 < … < r_p = N:
 
-    forward    Y    = Concat_j Gemm(X, W_j, b[r_j:r_j+1], transB=1)      (axis 1)
-    backward   dY_j = dY[:, r_j:r_j+1]
+    forward    Y    = Concat_j Gemm(X, W_j, b[r_j:r_{j+1}], transB=1)    (axis 1)
+    backward   dY_j = dY[:, r_j:r_{j+1}]
                dW_j = Gemm(dY_j, X, transA=1)  → its own accumulator, right behind it
                dX   = Σ_j Gemm(dY_j, W_j)          (a running sum of Adds)
 
 Every forward output and every weight-gradient element is the same dot product over the same operands as
 before; only dX is summed in p partial products, so it differs from ORT's by rounding. The pass therefore
 belongs to the lossy policies, and it changes the artifact set, not just the training graph: the checkpoint
-holds the blocks in place of ``W`` and the eval model reads them (``split_artifacts`` writes both).
-``merged_parameters`` gives the user's original names back.
+holds the blocks in place of ``W`` and the eval model reads them (``runtime.checkpoint.write_split_artifacts``
+writes both); ``runtime.checkpoint.merged_parameters`` gives the user's original names back.
 """
 from __future__ import annotations
 
@@ -31,12 +31,11 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from ..analysis.training_graph import GRAD_BUFFER_SUFFIX, GRAD_OUT_SUFFIX
 from ..errors import OnnxcompError
-from .base import (GraphPass, NodeBuilder, PassResult, Skipped, check_model, require_training_graph, taken_names,
-                   unique_name)
+from .base import (GraphPass, NodeBuilder, PassResult, Skipped, check_model, node_attr, require_training_graph,
+                   taken_names, unique_name)
 
-GRAD_BUFFER_SUFFIX = "_grad.accumulation.buffer"
-GRAD_OUT_SUFFIX = "_grad.accumulation.out"
 PART_INFIX = ".part"
 # Metadata key of a training / eval model whose weights were split: JSON list of WeightSplit.to_dict().
 SPLIT_METADATA_KEY = "onnxcomp.split_weights"
@@ -60,13 +59,6 @@ class WeightSplit:
         return cls(data["parameter"], tuple(data["parts"]), tuple(data["bounds"]), tuple(data["shape"]))
 
 
-def _attr(node: onnx.NodeProto, name: str, default: Any) -> Any:
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
-
-
 def _static_shape(vi: onnx.ValueInfoProto) -> tuple[int, ...] | None:
     t = vi.type.tensor_type
     if not t.HasField("shape") or any(not d.HasField("dim_value") for d in t.shape.dim):
@@ -87,12 +79,9 @@ def record_splits(model: onnx.ModelProto, splits: Iterable[WeightSplit]) -> None
     """Write the splits into ``model``'s metadata (merged with any an earlier transform recorded)."""
     known = splits_of(model)
     known += [s for s in splits if s.parameter not in {k.parameter for k in known}]
-    props = [p for p in model.metadata_props if p.key != SPLIT_METADATA_KEY]
-    del model.metadata_props[:]
-    model.metadata_props.extend(props)
     if known:
-        onnx.helper.set_model_props(model, {**{p.key: p.value for p in props},
-                                            SPLIT_METADATA_KEY: json.dumps([s.to_dict() for s in known])})
+        props = {p.key: p.value for p in model.metadata_props}
+        onnx.helper.set_model_props(model, props | {SPLIT_METADATA_KEY: json.dumps([s.to_dict() for s in known])})
 
 
 def splits_of(model: onnx.ModelProto) -> list[WeightSplit]:
@@ -117,7 +106,7 @@ def split_forward_gemm(graph: onnx.GraphProto, split: WeightSplit, taken: set[st
     Concat (the eval model's whole rewrite; the training graph's forward half). False if there is none."""
     nodes = list(graph.node)
     idx = next((i for i, n in enumerate(nodes) if n.op_type == "Gemm" and len(n.input) > 1
-                and n.input[1] == split.parameter and _attr(n, "transB", 0) == 1), None)
+                and n.input[1] == split.parameter and node_attr(n, "transB", 0) == 1), None)
     if idx is None:
         return False
     b = NodeBuilder(graph, taken if taken is not None else taken_names(graph), _prefix(split.parameter))
@@ -212,10 +201,10 @@ def _match(graph: onnx.GraphProto, param: str, shape: tuple[int, ...]) -> _Site 
     """The weight's site, or why it cannot be split."""
     nodes = list(graph.node)
     consumers = [n for n in nodes if param in n.input]
-    fwd = [n for n in consumers if n.op_type == "Gemm" and n.input[1] == param and _attr(n, "transB", 0) == 1
-           and _attr(n, "transA", 0) == 0 and _attr(n, "alpha", 1.0) == 1.0]
-    dx = [n for n in consumers if n.op_type == "Gemm" and n.input[1] == param and _attr(n, "transA", 0) == 0
-          and _attr(n, "transB", 0) == 0 and _attr(n, "alpha", 1.0) == 1.0 and _attr(n, "beta", 0.0) == 0.0
+    fwd = [n for n in consumers if n.op_type == "Gemm" and n.input[1] == param and node_attr(n, "transB", 0) == 1
+           and node_attr(n, "transA", 0) == 0 and node_attr(n, "alpha", 1.0) == 1.0]
+    dx = [n for n in consumers if n.op_type == "Gemm" and n.input[1] == param and node_attr(n, "transA", 0) == 0
+          and node_attr(n, "transB", 0) == 0 and node_attr(n, "alpha", 1.0) == 1.0 and node_attr(n, "beta", 0.0) == 0.0
           and len(n.input) == 2]
     if len(fwd) != 1 or len(dx) > 1 or len(consumers) != len(fwd) + len(dx):
         return "read by something other than one forward Gemm(X, W, transB=1) and its dX Gemm"
@@ -234,7 +223,7 @@ def _match(graph: onnx.GraphProto, param: str, shape: tuple[int, ...]) -> _Site 
     acc = accs[0]
     grad = acc.input[1]
     dw = [n for n in nodes if grad in n.output]
-    if len(dw) != 1 or dw[0].op_type != "Gemm" or _attr(dw[0], "transA", 0) != 1 or _attr(dw[0], "transB", 0) \
+    if len(dw) != 1 or dw[0].op_type != "Gemm" or node_attr(dw[0], "transA", 0) != 1 or node_attr(dw[0], "transB", 0) \
             or len(dw[0].input) != 2 or dw[0].input[1] != x or sum(grad in n.input for n in nodes) != 1:
         return "its gradient is not a lone Gemm(dY, X, transA=1) read only by its accumulator"
     dy = dw[0].input[0]
@@ -246,7 +235,6 @@ def _match(graph: onnx.GraphProto, param: str, shape: tuple[int, ...]) -> _Site 
     if not all(names) or any(sum(n.name == name for n in nodes) != 1 for name in names):
         return "its backward nodes have no unique names to find them by"
     return _Site(param, (shape[0], shape[1]), x, dy, dw[0].name, dx[0].name if dx else None, acc.name)
-
 
 
 def _rewrite(graph: onnx.GraphProto, site: _Site, parts: int) -> WeightSplit:
@@ -307,7 +295,6 @@ def _rewrite(graph: onnx.GraphProto, site: _Site, parts: int) -> WeightSplit:
     del graph.value_info[:]
     graph.value_info.extend(kept + slices.infos + dx_chain.infos + grads.infos)
     return split
-
 
 
 def split_array(value: np.ndarray, split: WeightSplit) -> dict[str, np.ndarray]:

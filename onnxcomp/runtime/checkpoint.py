@@ -13,6 +13,7 @@ from onnxcomp.fileio import atomic_output
 from onnxcomp.passes.split_weight import (WeightSplit, merge_arrays, record_splits, split_array, split_forward_gemm,
                                           splits_of)
 
+
 def write_split_checkpoint(src: Path, dst: Path, splits: list[WeightSplit]) -> None:
     """Copy the checkpoint at ``src`` to ``dst`` (atomically) with every split weight replaced by its blocks.
 
@@ -83,15 +84,12 @@ def merged_parameters(artifact_dir: str | os.PathLike[str], model: str | os.Path
     """
     from onnxruntime.training.api import CheckpointState
 
-    root = Path(artifact_dir)
-    model_path = Path(model) if model is not None else root / "training_model.onnx"
-    if not model_path.is_absolute() and not model_path.exists():
-        model_path = root / model_path
-    ckpt = Path(checkpoint) if checkpoint is not None else root / "checkpoint"
-    for p in (model_path, ckpt):
-        if not p.exists():
-            raise OnnxcompError(f"{p}: not found")
-    splits = splits_of(onnx.load(str(model_path), load_external_data=False))
+    from onnxcomp.load import load_model
+
+    splits = splits_of(load_model(artifact_dir, None if model is None else str(model)).model)
+    ckpt = Path(checkpoint) if checkpoint is not None else Path(artifact_dir) / "checkpoint"
+    if not ckpt.exists():
+        raise OnnxcompError(f"{ckpt}: checkpoint not found")
     params = {name: np.asarray(p.data) for name, p in CheckpointState.load_checkpoint(str(ckpt)).parameters}
     for split in reversed(splits):   # a block split again later is merged back first
         params[split.parameter] = merge_arrays(params, split)
