@@ -310,6 +310,7 @@ class _DprCodec(Codec):
     kernel_file = "dpr.cu"
     fmt: ClassVar[FloatFormat]
     per_word: ClassVar[int] = 1  # codes per element of ``packed``
+    per_thread: ClassVar[int] = 4  # elements of ``packed`` per CUDA thread (kernels/dpr.cu)
 
     def _packed_len(self, n: int) -> int:
         return -(-n // self.per_word)
@@ -361,12 +362,14 @@ class _DprCodec(Codec):
 
         if x.dtype != cp.float32:
             raise ValueError(f"DPR encodes float32 tensors, got {x.dtype}")
+        shape = tuple(x.shape)  # before ascontiguousarray, which makes a 0-d array 1-d in CuPy
         x = cp.ascontiguousarray(x)
         n = int(x.size)
         m = self._packed_len(n)
         packed = cp.empty(m, dtype=self.payload_dtypes[0])
-        gpu.launch(self.kernel_file, f"{self.name}_encode", m, (x.reshape(-1), packed, gpu.i64(n), gpu.i64(m)))
-        return packed, gpu.shape_array(x.shape)
+        gpu.launch(self.kernel_file, f"{self.name}_encode", -(-m // self.per_thread),
+                   (x.reshape(-1), packed, gpu.i64(n), gpu.i64(m)))
+        return packed, gpu.shape_array(shape)
 
     def decode_gpu(self, payload: Payload, **params: Any) -> Any:
         import cupy as cp
@@ -378,7 +381,8 @@ class _DprCodec(Codec):
         packed = cp.ascontiguousarray(packed).reshape(-1)
         n = self._check_packed(packed, shape)
         y = cp.empty(n, dtype=cp.float32)
-        gpu.launch(self.kernel_file, f"{self.name}_decode", n, (packed, y, gpu.i64(n)))
+        gpu.launch(self.kernel_file, f"{self.name}_decode", -(-self._packed_len(n) // self.per_thread),
+                   (packed, y, gpu.i64(n)))
         return y.reshape(shape)
 
 
@@ -408,6 +412,7 @@ class DprFp10(_DprCodec):
     fmt = FORMATS["fp10"]
     payload_dtypes = ("uint32", "int64")
     per_word = 3
+    per_thread = 1
 
     # Chunks hold a multiple of 3 codes, so each chunk maps to whole words.
     def encode_cpu(self, x: np.ndarray, **params: Any) -> Payload:

@@ -63,12 +63,13 @@ class SignBits(Codec):
     def encode_gpu(self, x: Any, **params: Any) -> Payload:
         import cupy as cp
 
+        shape = tuple(x.shape)  # before ascontiguousarray, which makes a 0-d array 1-d in CuPy
         x = cp.ascontiguousarray(x, dtype=cp.float32)
         n = int(x.size)
         nbytes = (n + 7) // 8
         bits = cp.empty(nbytes, dtype=cp.uint8)
         gpu.launch("signbits.cu", "signbits_encode", nbytes, (x, bits, gpu.i64(n), gpu.i64(nbytes)))
-        return bits, gpu.shape_array(x.shape)
+        return bits, gpu.shape_array(shape)
 
     def decode_gpu(self, payload: Payload, **params: Any) -> Any:
         import cupy as cp
@@ -81,5 +82,5 @@ class SignBits(Codec):
             raise ValueError(f"{self.name}: {bits.size} bytes cannot hold shape {shape}")
         kernel_file, kernel, dtype = self._decode_kernel
         y = cp.empty(n, dtype=cp.uint8 if dtype == "bool" else dtype)
-        gpu.launch(kernel_file, kernel, n, (bits, y, gpu.i64(n)))
+        gpu.launch(kernel_file, kernel, (n + 7) // 8, (bits, y, gpu.i64(n)))  # a thread per byte
         return (y.view(cp.bool_) if dtype == "bool" else y).reshape(shape)

@@ -76,7 +76,10 @@ class SparseAdaptive(Codec):
 
     def _decode(self, payload: Payload, xp: Any) -> Any:
         mode_arr, a, b, c, shape_arr = payload
-        mode = MODES[int(np.asarray(mode_arr.get() if is_cupy_array(mode_arr) else mode_arr).reshape(-1)[0])]
+        mode_code = np.asarray(mode_arr.get() if is_cupy_array(mode_arr) else mode_arr).reshape(-1)
+        if mode_code.size != 1 or int(mode_code[0]) >= len(MODES):
+            raise ValueError(f"sparse: corrupt payload: mode {mode_code.tolist()} is not one of 0..{len(MODES) - 1}")
+        mode = MODES[int(mode_code[0])]
         shape = tuple(int(d) for d in (shape_arr.get() if is_cupy_array(shape_arr) else shape_arr).reshape(-1))
         if mode == "dense":
             return xp.ascontiguousarray(a).view(xp.float32).reshape(shape).copy()

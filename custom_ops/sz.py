@@ -47,6 +47,7 @@ HEADER_BYTES = 16
 FLAG_ZSTD = 1
 _MAGIC = b"SZ"
 _ENCODE_PARAMS = frozenset({"eb", "zstd_level"})
+_SZ_K = 4                  # blocks per warp step in kernels/sz.cu (SZ_K)
 
 if sys.byteorder != "little":  # the word/byte views below assume the payload's little-endian layout
     raise ImportError("the sz codec's NumPy backend needs a little-endian machine")
@@ -415,19 +416,22 @@ class SZ(Codec):
         nb = _nblocks(n)
         twoeb = np.float64(2.0 * eb)
         recip = np.float64(1.0 / (2.0 * eb))  # same double as _quantize_cpu's
-        rates = cp.zeros(nb, dtype=cp.uint8)
-        flags = cp.zeros(n, dtype=cp.uint8)
-        gpu.launch(self.kernel_file, "sz_encode_rates", nb * BLOCK,
-                   (flat, gpu.i64(n), gpu.i64(nb), recip, twoeb, np.float64(eb), rates, flags))
+        rates = cp.empty(nb, dtype=cp.uint8)
+        ocount = cp.empty(nb, dtype=cp.uint8)
+        warps = -(-nb // _SZ_K)  # kernels/sz.cu: a warp per SZ_K blocks
+        gpu.launch(self.kernel_file, "sz_encode_rates", warps * BLOCK,
+                   (flat, gpu.i64(n), gpu.i64(nb), recip, twoeb, np.float64(eb), rates, ocount))
         words = cp.where(rates > 0, rates.astype(cp.int64) + 1, 0)
         incl = cp.cumsum(words)
-        total = int(incl[-1]) if nb else 0
+        oincl = cp.cumsum(ocount, dtype=cp.int64)
+        total, m = (int(v) for v in cp.stack([incl[-1], oincl[-1]]).get()) if nb else (0, 0)  # one sync
         data = cp.empty(total, dtype=cp.uint32)
-        if total:
-            gpu.launch(self.kernel_file, "sz_encode_pack", nb * BLOCK,
-                       (flat, gpu.i64(n), gpu.i64(nb), recip, twoeb, rates, incl - words, data))
-        idx = cp.flatnonzero(flags).astype(cp.int64)
-        obits = flat.view(cp.uint32)[idx]
+        idx = cp.empty(m, dtype=cp.int64)
+        obits = cp.empty(m, dtype=cp.uint32)
+        if total or m:
+            gpu.launch(self.kernel_file, "sz_encode_pack", warps * BLOCK,
+                       (flat, gpu.i64(n), gpu.i64(nb), recip, twoeb, rates, ocount, incl - words, oincl - ocount,
+                        data, idx, obits))
         return (cp.asarray(make_header(eb)), rates, data.view(cp.uint8), idx, obits, gpu.shape_array(shape))
 
     def decode_gpu(self, payload: Payload, **params: Any) -> Any:
@@ -462,7 +466,7 @@ class SZ(Codec):
             raise ValueError(f"sz: outlier index outside [0, {n})")
         y = cp.empty(n, dtype=cp.float32)
         data32 = data.view(cp.uint32) if total else cp.zeros(1, dtype=cp.uint32)
-        gpu.launch(self.kernel_file, "sz_decode", nb * BLOCK,
+        gpu.launch(self.kernel_file, "sz_decode", -(-nb // _SZ_K) * BLOCK,
                    (rates, incl - words, data32, gpu.i64(n), gpu.i64(nb), np.float64(2.0 * eb), y))
         if idx.size:
             y.view(cp.uint32)[idx] = obits

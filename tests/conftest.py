@@ -7,21 +7,25 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from onnxruntime_extensions import PyCustomOpDef, onnx_op
 
 # Test-only PyOp. Defined at conftest import, i.e. before any test creates a session: PyOps defined
 # after the extensions library was registered crash ORT (onnxcomp.runtime.pyops refuses them).
 TEST_OP = "OnnxcompTestScale"
 
+try:  # the GPU machine has neither onnxruntime-training nor the extensions: its codec/GPU tests need neither
+    from onnxruntime_extensions import PyCustomOpDef, onnx_op
+except ImportError:
+    onnx_op = None
 
-@onnx_op(op_type=TEST_OP, domain="ai.onnx.contrib", inputs=[PyCustomOpDef.dt_float],
-         outputs=[PyCustomOpDef.dt_float, PyCustomOpDef.dt_int64], attrs={"scale": PyCustomOpDef.dt_float})
-def _onnxcomp_test_scale(x: np.ndarray, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-    # Returns a transposed (non-contiguous) view when possible, to exercise the hook's contiguity handling.
-    y = (x * np.float32(scale)).astype(np.float32)
-    if y.ndim >= 2:
-        y = np.ascontiguousarray(np.swapaxes(y, 0, 1)).swapaxes(0, 1)
-    return y, np.array(x.shape, dtype=np.int64)
+if onnx_op is not None:
+    @onnx_op(op_type=TEST_OP, domain="ai.onnx.contrib", inputs=[PyCustomOpDef.dt_float],
+             outputs=[PyCustomOpDef.dt_float, PyCustomOpDef.dt_int64], attrs={"scale": PyCustomOpDef.dt_float})
+    def _onnxcomp_test_scale(x: np.ndarray, scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+        # Returns a transposed (non-contiguous) view when possible, to exercise the hook's contiguity handling.
+        y = (x * np.float32(scale)).astype(np.float32)
+        if y.ndim >= 2:
+            y = np.ascontiguousarray(np.swapaxes(y, 0, 1)).swapaxes(0, 1)
+        return y, np.array(x.shape, dtype=np.int64)
 
 
 def cupy_or_skip():  # noqa: ANN201

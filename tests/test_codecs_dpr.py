@@ -370,6 +370,9 @@ static inline unsigned int __float_as_uint(float f) { unsigned int u; std::memcp
 static inline float __uint_as_float(unsigned int u) { float f; std::memcpy(&f, &u, 4); return f; }
 static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline float __fmul_rn(float a, float b) { return a * b; }
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(8) ushort4 { unsigned short x, y, z, w; };
+struct alignas(4) uchar4 { unsigned char x, y, z, w; };
 using std::min;
 #include "KERNEL"
 """
@@ -452,7 +455,7 @@ def test_gpu_decodes_every_code(name: str) -> None:
     f = dpr.get_format(name)
     c = codec(name)
     if SPEC[name][5] == 3:
-        c3 = np.append(np.arange(1 << f.bits, dtype=np.uint32), [0, 0]).reshape(-1, 3)
+        c3 = np.append(np.arange(1 << f.bits, dtype=np.uint32), np.zeros(2, np.uint32)).reshape(-1, 3)
         packed = c3[:, 0] | c3[:, 1] << 10 | c3[:, 2] << 20
     else:
         packed = np.arange(1 << f.bits).astype(SPEC[name][4])

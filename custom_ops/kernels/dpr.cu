@@ -58,65 +58,103 @@ __device__ __forceinline__ float dpr_decode_code(unsigned int c) {
 }
 
 // -- one code per payload element (fp16, bf16: unsigned short; fp8: unsigned char) ------------------------
+// A thread takes 4 consecutive elements: one 16-byte load of x and one 8- (fp16/bf16) or 4-byte (fp8) store
+// of codes, when both pointers are aligned (decided once per launch; CuPy allocations always are).
+template <typename T> struct Code4;
+template <> struct Code4<unsigned short> { typedef ushort4 V; };
+template <> struct Code4<unsigned char> { typedef uchar4 V; };
+
 template <int E, int M, typename T>
-__device__ __forceinline__ void dpr_encode_1(const float* __restrict__ x, T* __restrict__ out, long long n) {
+__device__ __forceinline__ void dpr_encode_4(const float* __restrict__ x, T* __restrict__ out, long long n) {
+    typedef typename Code4<T>::V V;
+    const bool vec = (((unsigned long long)x & 15ull) | ((unsigned long long)out & (sizeof(V) - 1))) == 0;
     const long long stride = (long long)blockDim.x * gridDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        out[i] = (T)dpr_encode_code<E, M>(x[i]);
+    for (long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x; 4 * g < n; g += stride) {
+        const long long i = 4 * g;
+        if (vec && i + 4 <= n) {
+            const float4 v = reinterpret_cast<const float4*>(x)[g];
+            V c;
+            c.x = (T)dpr_encode_code<E, M>(v.x);
+            c.y = (T)dpr_encode_code<E, M>(v.y);
+            c.z = (T)dpr_encode_code<E, M>(v.z);
+            c.w = (T)dpr_encode_code<E, M>(v.w);
+            reinterpret_cast<V*>(out)[g] = c;
+        } else {
+            for (long long k = i; k < i + 4 && k < n; ++k) out[k] = (T)dpr_encode_code<E, M>(x[k]);
+        }
     }
 }
 
 template <int E, int M, typename T>
-__device__ __forceinline__ void dpr_decode_1(const T* __restrict__ in, float* __restrict__ y, long long n) {
+__device__ __forceinline__ void dpr_decode_4(const T* __restrict__ in, float* __restrict__ y, long long n) {
+    typedef typename Code4<T>::V V;
+    const bool vec = (((unsigned long long)y & 15ull) | ((unsigned long long)in & (sizeof(V) - 1))) == 0;
     const long long stride = (long long)blockDim.x * gridDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        y[i] = dpr_decode_code<E, M>((unsigned int)in[i]);
+    for (long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x; 4 * g < n; g += stride) {
+        const long long i = 4 * g;
+        if (vec && i + 4 <= n) {
+            const V c = reinterpret_cast<const V*>(in)[g];
+            float4 v;
+            v.x = dpr_decode_code<E, M>((unsigned int)c.x);
+            v.y = dpr_decode_code<E, M>((unsigned int)c.y);
+            v.z = dpr_decode_code<E, M>((unsigned int)c.z);
+            v.w = dpr_decode_code<E, M>((unsigned int)c.w);
+            reinterpret_cast<float4*>(y)[g] = v;
+        } else {
+            for (long long k = i; k < i + 4 && k < n; ++k) y[k] = dpr_decode_code<E, M>((unsigned int)in[k]);
+        }
     }
 }
 
 extern "C" __global__ void dpr_fp16_encode(const float* __restrict__ x, unsigned short* __restrict__ out,
                                            long long n, long long nwords) {
-    dpr_encode_1<5, 10>(x, out, n);
+    dpr_encode_4<5, 10>(x, out, n);
 }
 
 extern "C" __global__ void dpr_fp16_decode(const unsigned short* __restrict__ in, float* __restrict__ y,
                                            long long n) {
-    dpr_decode_1<5, 10>(in, y, n);
+    dpr_decode_4<5, 10>(in, y, n);
 }
 
 extern "C" __global__ void dpr_bf16_encode(const float* __restrict__ x, unsigned short* __restrict__ out,
                                            long long n, long long nwords) {
-    dpr_encode_1<8, 7>(x, out, n);
+    dpr_encode_4<8, 7>(x, out, n);
+}
+
+// bf16 decode is a shift (what dpr_decode_code<8, 7> computes): dpr_decode_code<8, 7> is exact too, but the
+// shift keeps the kernel trivially memory-bound.
+template <> __device__ __forceinline__ float dpr_decode_code<8, 7>(unsigned int c) {
+    return __uint_as_float(c << 16);
 }
 
 extern "C" __global__ void dpr_bf16_decode(const unsigned short* __restrict__ in, float* __restrict__ y,
                                            long long n) {
-    const long long stride = (long long)blockDim.x * gridDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        y[i] = __uint_as_float((unsigned int)in[i] << 16);  // what dpr_decode_code<8, 7> computes
-    }
+    dpr_decode_4<8, 7>(in, y, n);
 }
 
 extern "C" __global__ void dpr_fp8_encode(const float* __restrict__ x, unsigned char* __restrict__ out,
                                           long long n, long long nwords) {
-    dpr_encode_1<4, 3>(x, out, n);
+    dpr_encode_4<4, 3>(x, out, n);
 }
 
 extern "C" __global__ void dpr_fp8_decode(const unsigned char* __restrict__ in, float* __restrict__ y,
                                           long long n) {
-    dpr_decode_1<4, 3>(in, y, n);
+    dpr_decode_4<4, 3>(in, y, n);
 }
 
-// -- fp10: three codes per 32-bit word ------------------------------------------------------------------
+// -- fp10: three codes per 32-bit word; a thread per word both ways ---------------------------------------
 extern "C" __global__ void dpr_fp10_encode(const float* __restrict__ x, unsigned int* __restrict__ words,
                                            long long n, long long nwords) {
     const long long stride = (long long)blockDim.x * gridDim.x;
     for (long long w = (long long)blockIdx.x * blockDim.x + threadIdx.x; w < nwords; w += stride) {
         const long long i0 = 3 * w;
+        float v[3];
+#pragma unroll
+        for (int j = 0; j < 3; ++j) v[j] = i0 + j < n ? x[i0 + j] : 0.0f;
         unsigned int word = 0;
 #pragma unroll
         for (int j = 0; j < 3; ++j) {
-            if (i0 + j < n) word |= dpr_encode_code<5, 4>(x[i0 + j]) << (10 * j);
+            if (i0 + j < n) word |= dpr_encode_code<5, 4>(v[j]) << (10 * j);
         }
         words[w] = word;
     }
@@ -124,10 +162,14 @@ extern "C" __global__ void dpr_fp10_encode(const float* __restrict__ x, unsigned
 
 extern "C" __global__ void dpr_fp10_decode(const unsigned int* __restrict__ words, float* __restrict__ y,
                                            long long n) {
+    const long long nwords = (n + 2) / 3;
     const long long stride = (long long)blockDim.x * gridDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        const long long w = i / 3;
-        const int j = (int)(i - 3 * w);
-        y[i] = dpr_decode_code<5, 4>((words[w] >> (10 * j)) & 0x3ffu);
+    for (long long w = (long long)blockIdx.x * blockDim.x + threadIdx.x; w < nwords; w += stride) {
+        const unsigned int word = words[w];
+        const long long i0 = 3 * w;
+#pragma unroll
+        for (int j = 0; j < 3; ++j) {
+            if (i0 + j < n) y[i0 + j] = dpr_decode_code<5, 4>((word >> (10 * j)) & 0x3ffu);
+        }
     }
 }
