@@ -41,6 +41,14 @@ def _ntiles(n: int) -> int:
     return -(-n // _TILE)
 
 
+_ZVC_K = 4  # tiles per block step in kernels/zvc.cu (ZVC_K)
+
+
+def _zvc_threads(ntiles: int) -> int:
+    """Threads to launch for the tile kernels of zvc.cu: a block of _TILE threads per _ZVC_K tiles."""
+    return -(-ntiles // _ZVC_K) * _TILE
+
+
 def _nnz_from_stats(n: int, stats: dict[str, Any]) -> int:
     """Nonzero count from ``nnz=`` (exact) or ``density=`` (fraction of nonzero elements, rounded)."""
     if stats.get("nnz") is not None:
@@ -178,22 +186,37 @@ class ZVC(Codec):
 
     # -- CuPy: per-tile popcounts -> exclusive scan (cupy.cumsum) -> ballot-based scatter ---------------
     def encode_gpu(self, x: Any, **params: Any) -> Payload:
+        counted = self.gpu_count(x)
+        return self.gpu_finish(counted)
+
+    def gpu_count(self, x: Any) -> tuple[Any, ...]:
+        """Encode pass 1 (bitmap + per-tile counts) and the exact nonzero count: ``sparse`` picks its mode
+        from this count, so a ZVC payload costs no separate counting pass."""
         import cupy as cp
 
+        shape = tuple(x.shape)
         words = _gpu_words(x)
         n = int(words.size)
         ntiles = _ntiles(n)
         bitmap = cp.empty((n + 7) // 8, dtype=cp.uint8)
         counts = cp.empty(ntiles, dtype=cp.int32)
-        gpu.launch(self.kernel_file, "zvc_encode_count", ntiles * _TILE,
+        gpu.launch(self.kernel_file, "zvc_encode_count", _zvc_threads(ntiles),
                    (words, gpu.i64(n), bitmap, gpu.i64(bitmap.size), counts, gpu.i64(ntiles)))
         incl = cp.cumsum(counts, dtype=cp.int64)
         nnz = int(incl[-1]) if ntiles else 0  # the one device->host sync: sizes the values array
+        return words, shape, bitmap, counts, incl, nnz
+
+    def gpu_finish(self, counted: tuple[Any, ...]) -> Payload:
+        """Encode pass 2 (scatter of the nonzero words) after ``gpu_count``."""
+        import cupy as cp
+
+        words, shape, bitmap, counts, incl, nnz = counted
+        ntiles = int(counts.size)
         values = cp.empty(nnz, dtype=cp.uint32)
         if nnz:
-            gpu.launch(self.kernel_file, "zvc_encode_scatter", ntiles * _TILE,
-                       (words, gpu.i64(n), incl - counts, values, gpu.i64(ntiles)))
-        return bitmap, values.view(cp.float32), gpu.shape_array(tuple(x.shape))
+            gpu.launch(self.kernel_file, "zvc_encode_scatter", _zvc_threads(ntiles),
+                       (words, gpu.i64(int(words.size)), incl - counts, values, gpu.i64(ntiles)))
+        return bitmap, values.view(cp.float32), gpu.shape_array(shape)
 
     def decode_gpu(self, payload: Payload, **params: Any) -> Any:
         import cupy as cp
@@ -201,7 +224,7 @@ class ZVC(Codec):
         bitmap, words, shape, n = _zvc_payload(cp, payload)
         ntiles = _ntiles(n)
         counts = cp.empty(ntiles, dtype=cp.int32)
-        gpu.launch(self.kernel_file, "zvc_decode_count", ntiles * _TILE,
+        gpu.launch(self.kernel_file, "zvc_decode_count", ntiles,  # a thread per tile
                    (bitmap, gpu.i64(n), counts, gpu.i64(ntiles)))
         incl = cp.cumsum(counts, dtype=cp.int64)
         # One device->host sync: a bitmap marking more nonzeros than were stored would read past the values.
@@ -210,7 +233,7 @@ class ZVC(Codec):
             raise ValueError(f"zvc: bitmap marks {marked} nonzeros but {words.size} values were stored")
         offsets = incl - counts
         out = cp.empty(n, dtype=cp.uint32)
-        gpu.launch(self.kernel_file, "zvc_decode_scatter", ntiles * _TILE,
+        gpu.launch(self.kernel_file, "zvc_decode_scatter", _zvc_threads(ntiles),
                    (bitmap, words, offsets, gpu.i64(n), out, gpu.i64(ntiles)))
         return out.view(cp.float32).reshape(shape)
 

@@ -60,17 +60,31 @@ class SparseAdaptive(Codec):
         cases.append((np.array([np.nan, -0.0, 0.0, np.inf, -np.inf, 1.0], np.float32), {}))
         return cases
 
+    def encode_with_mode(self, x: Any) -> tuple[str, Payload | None]:
+        """(mode, the chosen sub-codec's payload) for a float32 array; the payload is None for "dense".
+
+        On the GPU the ZVC counting pass doubles as the nonzero count, so choosing costs no extra pass."""
+        if is_cupy_array(x):
+            zvc = get_codec("zvc")
+            counted = zvc.gpu_count(x)
+            mode = choose_sparse_codec(shape=tuple(x.shape), nnz=counted[-1])
+            if mode == "zvc":
+                return mode, zvc.gpu_finish(counted)
+        else:
+            mode = choose_sparse_codec(shape=tuple(x.shape), nnz=count_nonzero(x))
+        return mode, (None if mode == "dense" else get_codec(mode).encode(x))
+
     def _encode(self, x: Any, xp: Any) -> Payload:
         shape = xp.asarray(np.asarray(x.shape, dtype=np.int64).reshape(x.ndim))
-        mode = choose_sparse_codec(shape=tuple(x.shape), nnz=count_nonzero(x))
+        mode, sub = self.encode_with_mode(x)
         empty = xp.zeros(0, dtype=xp.uint8)
         if mode == "dense":
             parts = (_bytes(xp.ascontiguousarray(x, dtype=xp.float32)), empty, empty)
         elif mode == "zvc":
-            bitmap, values, _ = get_codec("zvc").encode(x)
+            bitmap, values, _ = sub
             parts = (bitmap, _bytes(values), empty)
         else:
-            values, cols, row_ptr, _ = get_codec("csr").encode(x)
+            values, cols, row_ptr, _ = sub
             parts = (_bytes(values), cols, _bytes(row_ptr))
         return (xp.asarray(np.array([MODES.index(mode)], dtype=np.uint8)), *parts, shape)
 

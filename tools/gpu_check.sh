@@ -40,9 +40,14 @@ if has zfp; then
   echo "== zfp gpu tests"
   python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_zfp*.py 2>&1 | tee "$OUT/pytest_zfp.txt" | tail -20
 fi
+if has torch; then
+  echo "== tools/bench_torch_gpu.py"
+  timeout ${TORCH_TIMEOUT:-240} python3 tools/bench_torch_gpu.py ${TORCH_ARGS:-} --out "$OUT/bench_torch.json" 2>&1 | tee "$OUT/bench_torch.txt" \
+    | tail -30
+fi
 if has bench; then
   echo "== tools/bench_gpu.py"
-  python3 tools/bench_gpu.py ${BENCH_ARGS:-} --acts acts --out "$OUT/bench_gpu.json" 2>&1 | tee "$OUT/bench_gpu.txt" \
+  timeout ${BENCH_TIMEOUT:-200} python3 tools/bench_gpu.py ${BENCH_ARGS:-} --acts acts --out "$OUT/bench_gpu.json" 2>&1 | tee "$OUT/bench_gpu.txt" \
     | tail -25
 fi
 if has ncu; then
@@ -52,10 +57,5 @@ if has ncu; then
     python3 tools/bench_gpu.py --sizes 64 --once > "$OUT/ncu.txt" 2>&1
   grep -E "^  [a-z_0-9]+\(|Memory Throughput|DRAM Throughput|Duration|Registers Per|Achieved Occupancy" \
     "$OUT/ncu.txt" | head -120
-fi
-if has torch; then
-  echo "== tools/bench_torch_gpu.py"
-  python3 tools/bench_torch_gpu.py ${TORCH_ARGS:-} --out "$OUT/bench_torch.json" 2>&1 | tee "$OUT/bench_torch.txt" \
-    | tail -30
 fi
 exit $rc

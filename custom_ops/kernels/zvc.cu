@@ -12,6 +12,9 @@
 
 #define ZVC_TILE 256
 #define ZVC_WARPS (ZVC_TILE / 32)
+// Tiles per block step: every thread issues ZVC_K loads before its first ballot, so enough bytes are in
+// flight to stream at memory speed (one 4-byte load per thread per step was latency-bound).
+#define ZVC_K 4
 
 __device__ __forceinline__ bool zvc_bit(const unsigned char* __restrict__ bitmap, long long i, long long n)
 {
@@ -30,17 +33,31 @@ extern "C" __global__ void zvc_encode_count(const unsigned int* __restrict__ x, 
                                             unsigned char* __restrict__ bitmap, long long nbytes,
                                             int* __restrict__ tile_counts, long long ntiles)
 {
-    __shared__ int warp_cnt[ZVC_WARPS];
+    __shared__ int warp_cnt[ZVC_K][ZVC_WARPS];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (long long t = blockIdx.x; t < ntiles; t += gridDim.x) {
-        const long long i = t * ZVC_TILE + threadIdx.x;
-        const unsigned int m = __ballot_sync(0xffffffffu, i < n && x[i] != 0u);
-        // A warp's 32 bits are 4 consecutive bitmap bytes; lanes 0..3 write one byte each.
-        const long long b = (t * ZVC_TILE + warp * 32) >> 3;
-        if (lane < 4 && b + lane < nbytes) bitmap[b + lane] = (unsigned char)(m >> (8 * lane));
-        if (lane == 0) warp_cnt[warp] = __popc(m);
+    for (long long t0 = (long long)blockIdx.x * ZVC_K; t0 < ntiles; t0 += (long long)gridDim.x * ZVC_K) {
+        unsigned int v[ZVC_K];
+#pragma unroll
+        for (int k = 0; k < ZVC_K; ++k) {
+            const long long i = (t0 + k) * ZVC_TILE + threadIdx.x;
+            v[k] = i < n ? x[i] : 0u;
+        }
+#pragma unroll
+        for (int k = 0; k < ZVC_K; ++k) {
+            const unsigned int m = __ballot_sync(0xffffffffu, v[k] != 0u);
+            // A warp's 32 bits are 4 consecutive bitmap bytes: one 4-byte store when all 4 exist (the bitmap
+            // is CuPy-allocated, so word aligned), else lanes 0..3 store a byte each.
+            const long long b = ((t0 + k) * ZVC_TILE + warp * 32) >> 3;
+            if (b + 4 <= nbytes) {
+                if (lane == 0) *reinterpret_cast<unsigned int*>(bitmap + b) = m;
+            } else if (lane < 4 && b + lane < nbytes) {
+                bitmap[b + lane] = (unsigned char)(m >> (8 * lane));
+            }
+            if (lane == 0) warp_cnt[k][warp] = __popc(m);
+        }
         __syncthreads();
-        if (threadIdx.x == 0) tile_counts[t] = zvc_warp_prefix(warp_cnt, ZVC_WARPS);
+        if (threadIdx.x < ZVC_K && t0 + threadIdx.x < ntiles)
+            tile_counts[t0 + threadIdx.x] = zvc_warp_prefix(warp_cnt[threadIdx.x], ZVC_WARPS);
         __syncthreads();
     }
 }
@@ -49,31 +66,56 @@ extern "C" __global__ void zvc_encode_scatter(const unsigned int* __restrict__ x
                                               const long long* __restrict__ tile_offsets,
                                               unsigned int* __restrict__ values, long long ntiles)
 {
-    __shared__ int warp_cnt[ZVC_WARPS];
+    __shared__ int warp_cnt[ZVC_K][ZVC_WARPS];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (long long t = blockIdx.x; t < ntiles; t += gridDim.x) {
-        const long long i = t * ZVC_TILE + threadIdx.x;
-        const unsigned int v = i < n ? x[i] : 0u;
-        const unsigned int m = __ballot_sync(0xffffffffu, v != 0u);
-        if (lane == 0) warp_cnt[warp] = __popc(m);
+    for (long long t0 = (long long)blockIdx.x * ZVC_K; t0 < ntiles; t0 += (long long)gridDim.x * ZVC_K) {
+        unsigned int v[ZVC_K], m[ZVC_K];
+        long long off[ZVC_K];
+#pragma unroll
+        for (int k = 0; k < ZVC_K; ++k) {
+            const long long i = (t0 + k) * ZVC_TILE + threadIdx.x;
+            v[k] = i < n ? x[i] : 0u;
+            off[k] = t0 + k < ntiles ? tile_offsets[t0 + k] : 0;
+        }
+#pragma unroll
+        for (int k = 0; k < ZVC_K; ++k) {
+            m[k] = __ballot_sync(0xffffffffu, v[k] != 0u);
+            if (lane == 0) warp_cnt[k][warp] = __popc(m[k]);
+        }
         __syncthreads();
-        if (v != 0u)
-            values[tile_offsets[t] + zvc_warp_prefix(warp_cnt, warp) + __popc(m & ((1u << lane) - 1u))] = v;
+#pragma unroll
+        for (int k = 0; k < ZVC_K; ++k) {
+            if (v[k] != 0u)
+                values[off[k] + zvc_warp_prefix(warp_cnt[k], warp) + __popc(m[k] & ((1u << lane) - 1u))] = v[k];
+        }
         __syncthreads();
     }
 }
 
+// Decode pass 1: a thread per tile adds the popcounts of its 32 bitmap bytes (no element-wise work).
 extern "C" __global__ void zvc_decode_count(const unsigned char* __restrict__ bitmap, long long n,
                                             int* __restrict__ tile_counts, long long ntiles)
 {
-    __shared__ int warp_cnt[ZVC_WARPS];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (long long t = blockIdx.x; t < ntiles; t += gridDim.x) {
-        const unsigned int m = __ballot_sync(0xffffffffu, zvc_bit(bitmap, t * ZVC_TILE + threadIdx.x, n));
-        if (lane == 0) warp_cnt[warp] = __popc(m);
-        __syncthreads();
-        if (threadIdx.x == 0) tile_counts[t] = zvc_warp_prefix(warp_cnt, ZVC_WARPS);
-        __syncthreads();
+    const long long nbytes = (n + 7) >> 3;
+    const bool aligned = ((unsigned long long)bitmap & 15ull) == 0;
+    const long long stride = (long long)blockDim.x * gridDim.x;
+    for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < ntiles; t += stride) {
+        const long long b0 = t * (ZVC_TILE / 8);
+        int c = 0;
+        if (aligned && (t + 1) * ZVC_TILE <= n) {  // a whole tile: no padding bits inside
+            const uint4* w = reinterpret_cast<const uint4*>(bitmap + b0);
+            const uint4 a = w[0], b = w[1];
+            c = __popc(a.x) + __popc(a.y) + __popc(a.z) + __popc(a.w) + __popc(b.x) + __popc(b.y) + __popc(b.z)
+                + __popc(b.w);
+        } else {
+            for (long long b = b0; b < b0 + ZVC_TILE / 8 && b < nbytes; ++b) {
+                // padding bits past n are not counted (a corrupt payload may set them)
+                const long long valid = n - 8 * b;
+                const unsigned int mask = valid >= 8 ? 0xffu : ((1u << valid) - 1u);
+                c += __popc(bitmap[b] & mask);
+            }
+        }
+        tile_counts[t] = c;
     }
 }
 
@@ -82,18 +124,32 @@ extern "C" __global__ void zvc_decode_scatter(const unsigned char* __restrict__ 
                                               const long long* __restrict__ tile_offsets, long long n,
                                               unsigned int* __restrict__ out, long long ntiles)
 {
-    __shared__ int warp_cnt[ZVC_WARPS];
+    __shared__ int warp_cnt[ZVC_K][ZVC_WARPS];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (long long t = blockIdx.x; t < ntiles; t += gridDim.x) {
-        const long long i = t * ZVC_TILE + threadIdx.x;
-        const bool bit = zvc_bit(bitmap, i, n);
-        const unsigned int m = __ballot_sync(0xffffffffu, bit);
-        if (lane == 0) warp_cnt[warp] = __popc(m);
+    for (long long t0 = (long long)blockIdx.x * ZVC_K; t0 < ntiles; t0 += (long long)gridDim.x * ZVC_K) {
+        bool bit[ZVC_K];
+        unsigned int m[ZVC_K], v[ZVC_K];
+        long long off[ZVC_K];
+#pragma unroll
+        for (int k = 0; k < ZVC_K; ++k) {
+            bit[k] = zvc_bit(bitmap, (t0 + k) * ZVC_TILE + threadIdx.x, n);
+            off[k] = t0 + k < ntiles ? tile_offsets[t0 + k] : 0;
+        }
+#pragma unroll
+        for (int k = 0; k < ZVC_K; ++k) {
+            m[k] = __ballot_sync(0xffffffffu, bit[k]);
+            if (lane == 0) warp_cnt[k][warp] = __popc(m[k]);
+        }
         __syncthreads();
-        if (i < n)
-            out[i] = bit ? values[tile_offsets[t] + zvc_warp_prefix(warp_cnt, warp)
-                                  + __popc(m & ((1u << lane) - 1u))]
-                         : 0u;
+#pragma unroll
+        for (int k = 0; k < ZVC_K; ++k)
+            v[k] = bit[k] ? values[off[k] + zvc_warp_prefix(warp_cnt[k], warp) + __popc(m[k] & ((1u << lane) - 1u))]
+                          : 0u;
+#pragma unroll
+        for (int k = 0; k < ZVC_K; ++k) {
+            const long long i = (t0 + k) * ZVC_TILE + threadIdx.x;
+            if (i < n) out[i] = v[k];
+        }
         __syncthreads();
     }
 }

@@ -42,7 +42,6 @@ import torch
 from torch import nn
 
 from onnxcomp.custom_ops import get_codec
-from onnxcomp.custom_ops.sparse_select import choose_sparse_codec, count_nonzero
 
 FULL_CODECS = ("none", "sparse", "dpr_fp16", "dpr_bf16", "dpr_fp10", "dpr_fp8", "sparse+dpr_fp8", "sz")
 
@@ -347,14 +346,13 @@ class _Compressor:
     def _encode_full(self, t: torch.Tensor, a: Any, perm: tuple[int, ...] | None) -> _Packed:
         full = self.policy.full
         if full in ("sparse", "sparse+dpr_fp8"):
-            mode = choose_sparse_codec(shape=tuple(a.shape), nnz=count_nonzero(a))
+            mode, payload = get_codec("sparse").encode_with_mode(a)
             if mode == "dense":
                 if full == "sparse":
                     return _Packed("raw", tensor=t)
                 full = "dpr_fp8"
             else:
                 sub = get_codec(mode)
-                payload = sub.encode(a)
                 if full == "sparse":
                     return self._codec_packed(payload, lambda p, c=sub: _to_tensor(c.decode(p)), perm, t)
                 # sparse, then the nonzero values (payload[0] for csr, [1] for zvc) in fp8
