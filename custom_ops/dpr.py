@@ -310,7 +310,7 @@ class _DprCodec(Codec):
     kernel_file = "dpr.cu"
     fmt: ClassVar[FloatFormat]
     per_word: ClassVar[int] = 1  # codes per element of ``packed``
-    per_thread: ClassVar[int] = 4  # elements of ``packed`` per CUDA thread (kernels/dpr.cu)
+    per_thread: ClassVar[int] = 4  # elements of ``packed`` per CUDA thread when encoding (kernels/dpr.cu)
 
     def _packed_len(self, n: int) -> int:
         return -(-n // self.per_word)
@@ -381,8 +381,7 @@ class _DprCodec(Codec):
         packed = cp.ascontiguousarray(packed).reshape(-1)
         n = self._check_packed(packed, shape)
         y = cp.empty(n, dtype=cp.float32)
-        gpu.launch(self.kernel_file, f"{self.name}_decode", -(-self._packed_len(n) // self.per_thread),
-                   (packed, y, gpu.i64(n)))
+        gpu.launch(self.kernel_file, f"{self.name}_decode", -(-n // 4), (packed, y, gpu.i64(n)))  # 4 per thread
         return y.reshape(shape)
 
 

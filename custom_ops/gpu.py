@@ -55,10 +55,15 @@ def i64(v: int) -> np.int64:
 
 
 def shape_array(shape: tuple[int, ...]) -> Any:
-    """The int64 shape payload entry, on the device."""
+    """The int64 shape payload entry, on the device. The copy is asynchronous (CuPy stages it through pinned
+    memory): a blocking copy from pageable memory would wait for every kernel queued before it."""
     import cupy as cp
 
-    return cp.asarray(np.asarray(shape, dtype=np.int64).reshape(len(shape)))
+    host = np.asarray(shape, dtype=np.int64).reshape(len(shape))
+    try:
+        return cp.asarray(host, blocking=False)
+    except TypeError:  # a CuPy without the blocking keyword
+        return cp.asarray(host)
 
 
 def host_shape(shape_payload: Any) -> tuple[int, ...]:

@@ -82,5 +82,5 @@ class SignBits(Codec):
             raise ValueError(f"{self.name}: {bits.size} bytes cannot hold shape {shape}")
         kernel_file, kernel, dtype = self._decode_kernel
         y = cp.empty(n, dtype=cp.uint8 if dtype == "bool" else dtype)
-        gpu.launch(kernel_file, kernel, (n + 7) // 8, (bits, y, gpu.i64(n)))  # a thread per byte
+        gpu.launch(kernel_file, kernel, -(-n // 256) * 32, (bits, y, gpu.i64(n)))  # a warp per 32 bytes
         return (y.view(cp.bool_) if dtype == "bool" else y).reshape(shape)

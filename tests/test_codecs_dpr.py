@@ -373,6 +373,10 @@ static inline float __fmul_rn(float a, float b) { return a * b; }
 struct alignas(16) float4 { float x, y, z, w; };
 struct alignas(8) ushort4 { unsigned short x, y, z, w; };
 struct alignas(4) uchar4 { unsigned char x, y, z, w; };
+static inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
+static inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b) {
+    return (unsigned long long)(((unsigned __int128)a * b) >> 64);
+}
 using std::min;
 #include "KERNEL"
 """

@@ -7,7 +7,8 @@ median of ``--reps`` runs after warm-up, rotating among input copies so that sma
 
 Conventions (stated in every output):
 
-* ``GB/s``      = uncompressed bytes (the tensor encoded, or decoded to) / time, 1 GB = 1e9 bytes.
+* ``GB/s``      = uncompressed bytes / time, 1 GB = 1e9 bytes: the tensor read by encode, the tensor written by
+  decode (relumask decodes to one byte per element).
 * ``copy GB/s`` = a device-to-device copy of the same size (``cudaMemcpyAsync``), counting bytes read **plus**
   bytes written (2 x size / time), i.e. the memory system's achievable rate.
 * ``of copy``   = GB/s / copy GB/s. A codec reading its tensor once at the copy's rate scores 1.0 (a plain copy
@@ -161,6 +162,8 @@ def measure(label: str, codec_name: str, xs: list[Any], enc: Callable[[Any], Any
     payloads = [enc(x) for x in xs]
     y = dec(payloads[0], xs[0])
     ok = bool(check(xs[0], y)) if check is not None else None
+    # decode's bytes are what it writes (relumask decodes to one byte per element, not four)
+    out_bytes = int(y.nbytes) if hasattr(y, "nbytes") else int(xs[0].nbytes)
     del y
     raw = int(xs[0].nbytes)
     t_enc = time_gpu(lambda i: enc(xs[i]), reps, rotate=len(xs))
@@ -169,9 +172,9 @@ def measure(label: str, codec_name: str, xs: list[Any], enc: Callable[[Any], Any
     del payloads
     cp.get_default_memory_pool().free_all_blocks()
     row = {"input": label, "codec": codec_name, "bytes": raw, "payload_bytes": comp, "ratio": raw / max(comp, 1),
-           "encode_s": t_enc, "decode_s": t_dec, "encode_GBps": raw / t_enc / 1e9, "decode_GBps": raw / t_dec / 1e9,
-           "copy_GBps": copy_bw / 1e9, "encode_of_copy": raw / t_enc / copy_bw,
-           "decode_of_copy": raw / t_dec / copy_bw, "roundtrip_ok": ok}
+           "decoded_bytes": out_bytes, "encode_s": t_enc, "decode_s": t_dec, "encode_GBps": raw / t_enc / 1e9,
+           "decode_GBps": out_bytes / t_dec / 1e9, "copy_GBps": copy_bw / 1e9, "encode_of_copy": raw / t_enc / copy_bw,
+           "decode_of_copy": out_bytes / t_dec / copy_bw, "roundtrip_ok": ok}
     print(f"{label:>28} {codec_name:>22} {raw / MIB:9.1f} MiB  ratio {row['ratio']:7.2f}  "
           f"enc {row['encode_GBps']:8.1f} GB/s ({row['encode_of_copy']:.2f})  "
           f"dec {row['decode_GBps']:8.1f} GB/s ({row['decode_of_copy']:.2f})  ok={ok}", flush=True)

@@ -15,7 +15,7 @@ it trains the same initial weights on the same batches (SGD, momentum 0.9) and r
   ``plain`` itself is not bit-reproducible with cuDNN's default (non-deterministic) algorithms, so the
   ``plain-again`` row gives the noise floor.
 
-Example (the GPU machine): ``python tools/bench_torch_gpu.py --batch 256 --image 64 --out bench_torch.json``
+Example (the GPU machine): ``python tools/bench_torch_gpu.py --batch 256 --images 64,128 --out bench_torch.json``
 """
 from __future__ import annotations
 
@@ -51,15 +51,21 @@ class Checkpointed(nn.Module):
 
 
 def with_checkpoints(model: nn.Module, name: str) -> nn.Module:
-    """ResNet: each of layer1..layer4 checkpointed; VGG: the feature stack in 4 checkpointed segments."""
+    """ResNet: each of layer1..layer4 checkpointed; VGG: each MaxPool-ended stage of the feature stack."""
     model = copy.deepcopy(model)
     if name == "resnet18":
         for layer in ("layer1", "layer2", "layer3", "layer4"):
             setattr(model, layer, Checkpointed(getattr(model, layer)))
-    else:
-        layers = list(model.features)
-        cuts = [round(i * len(layers) / 4) for i in range(5)]
-        model.features = nn.Sequential(*[Checkpointed(nn.Sequential(*layers[a:b])) for a, b in zip(cuts, cuts[1:])])
+    else:  # cut after each MaxPool: a segment starting with an in-place ReLU would modify its saved input
+        layers, segments, current = list(model.features), [], []
+        for layer in layers:
+            current.append(layer)
+            if isinstance(layer, nn.MaxPool2d):
+                segments.append(current)
+                current = []
+        if current:
+            segments.append(current)
+        model.features = nn.Sequential(*[Checkpointed(nn.Sequential(*seg)) for seg in segments])
     return model
 
 
@@ -94,7 +100,7 @@ def run_config(model: nn.Module, policy: str | None, batches: list[tuple[torch.T
         opt.step()
         end.record()
         torch.cuda.synchronize()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if step >= warmup:
             times.append(start.elapsed_time(end))
             peaks.append(torch.cuda.max_memory_allocated() - before)
@@ -109,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="resnet18,vgg16")
     ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--image", type=int, default=64)
+    ap.add_argument("--images", default="64", help="comma-separated square image sizes")
     ap.add_argument("--classes", type=int, default=10)
     ap.add_argument("--steps", type=int, default=8, help="timed steps (after --warmup)")
     ap.add_argument("--warmup", type=int, default=3)
@@ -120,12 +126,12 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit("bench_torch_gpu: no CUDA device (this benchmark measures GPU memory and time)")
     dev = torch.device("cuda")
     device_name = torch.cuda.get_device_name(dev)
-    print(f"device {device_name}, torch {torch.__version__}, batch {args.batch}, {args.image}x{args.image}, "
+    print(f"device {device_name}, torch {torch.__version__}, batch {args.batch}, "
           f"{args.warmup} warm-up + {args.steps} timed steps", flush=True)
     rows = []
-    for name in (m for m in args.models.split(",") if m):
+    for name, image in ((m, int(i)) for i in args.images.split(",") if i for m in args.models.split(",") if m):
         g = torch.Generator(device="cpu").manual_seed(1)
-        batches = [(torch.randn(args.batch, 3, args.image, args.image, generator=g).to(dev),
+        batches = [(torch.randn(args.batch, 3, image, image, generator=g).to(dev),
                     torch.randint(0, args.classes, (args.batch,), generator=g).to(dev))
                    for _ in range(args.warmup + args.steps)]
         init = build(name, args.classes)
@@ -141,12 +147,12 @@ def main(argv: list[str] | None = None) -> None:
             torch.cuda.empty_cache()
             results[label] = r
             base = results["plain"]
-            r.update(model=name, config=label, batch=args.batch, image=args.image,
+            r.update(model=name, config=label, batch=args.batch, image=image,
                      peak_ratio=base["peak_bytes"] / r["peak_bytes"], saved_ratio=base["saved_bytes"] / r["saved_bytes"],
                      time_ratio=r["step_ms"] / base["step_ms"],
                      max_dloss=max(abs(a - b) for a, b in zip(r["losses"], base["losses"])))
             rows.append(r)
-            print(f"{name:9} {label:12} peak {r['peak_bytes'] / MIB:9.1f} MiB (x{r['peak_ratio']:.2f} lower)  "
+            print(f"{name:9} {image:4d}px {label:12} peak {r['peak_bytes'] / MIB:9.1f} MiB (x{r['peak_ratio']:.2f} lower)  "
                   f"saved {r['saved_bytes'] / MIB:9.1f} MiB (x{r['saved_ratio']:.2f})  step {r['step_ms']:7.2f} ms "
                   f"(x{r['time_ratio']:.3f})  max|dloss| {r['max_dloss']:.2e}  last loss {r['losses'][-1]:.4f}"
                   + (f"  hooks kept 1/{r['hook_ratio']:.2f}" if r["hook_ratio"] else "")

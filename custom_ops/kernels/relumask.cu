@@ -1,24 +1,28 @@
 // relumask codec: the signbits bitstream (bit i = x[i] > 0, numpy.packbits little bit order), decoded to a
 // one-byte boolean mask instead of 1.0f/0.0f -- a quarter of the bytes for Where(mask, dY, 0), which is what
 // ReluGrad computes. Encoding is signbits_encode in signbits.cu.
-// One thread per input byte: its 8 mask bytes go out as one 8-byte store when the output is aligned.
+// A warp takes 32 input bytes (256 mask bytes) per step; store k (0, 1) of lane L writes mask bytes
+// [128k + 4L, +4) -- nibble (L & 1) of byte 16k + L/2 -- as one 4-byte word: 128 contiguous bytes per store.
 
 extern "C" __global__ void relumask_decode(const unsigned char* __restrict__ bits, unsigned char* __restrict__ mask,
                                            long long n) {
     const long long nbytes = (n + 7) >> 3;
-    const bool vec = ((unsigned long long)mask & 7ull) == 0;
-    const long long stride = (long long)blockDim.x * gridDim.x;
-    for (long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x; b < nbytes; b += stride) {
-        const unsigned long long byte = bits[b];
-        const long long i0 = b * 8;
-        if (vec && i0 + 8 <= n) {
-            // bit j of the byte -> byte j (0 or 1): copy the byte into all 8 lanes, keep bit j in lane j,
-            // then turn each nonzero lane into 1 (+0x7f carries into bit 7 only when the lane is nonzero)
-            const unsigned long long lanes = (byte * 0x0101010101010101ull) & 0x8040201008040201ull;
-            const unsigned long long spread = ((lanes + 0x7f7f7f7f7f7f7f7full) >> 7) & 0x0101010101010101ull;
-            reinterpret_cast<unsigned long long*>(mask + i0)[0] = spread;
+    const int lane = threadIdx.x & 31;
+    const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const long long nwarps = ((long long)gridDim.x * blockDim.x) >> 5;
+    const bool vec = ((unsigned long long)mask & 3ull) == 0;
+    for (long long b0 = warp * 32; b0 < nbytes; b0 += nwarps * 32) {  // uniform across the warp
+        const long long e0 = b0 * 8;
+        if (vec && e0 + 256 <= n) {
+#pragma unroll
+            for (int k = 0; k < 2; ++k) {
+                const unsigned int nib = (bits[b0 + 16 * k + (lane >> 1)] >> ((lane & 1) * 4)) & 15u;
+                // bit j of the nibble -> byte j: the four shifted copies land on distinct bits (no carries)
+                reinterpret_cast<unsigned int*>(mask + e0 + 128 * k)[lane] = (nib * 0x00204081u) & 0x01010101u;
+            }
         } else {
-            for (int j = 0; j < 8 && i0 + j < n; ++j) mask[i0 + j] = (unsigned char)((byte >> j) & 1u);
+            for (long long i = e0 + lane; i < e0 + 256 && i < n; i += 32)
+                mask[i] = (unsigned char)((bits[i >> 3] >> (i & 7)) & 1u);
         }
     }
 }

@@ -29,6 +29,35 @@ __device__ __forceinline__ int zvc_warp_prefix(const int* warp_cnt, int warp)
     return s;
 }
 
+// Bitmap word (32 elements) at byte offset b, bits past n cleared (a corrupt payload may set them).
+__device__ __forceinline__ unsigned int zvc_word(const unsigned char* __restrict__ bitmap, long long b, long long n,
+                                                 bool aligned)
+{
+    const long long nbytes = (n + 7) >> 3;
+    unsigned int w = 0;
+    if (aligned && b + 4 <= nbytes) {
+        w = *reinterpret_cast<const unsigned int*>(bitmap + b);
+    } else {
+        for (int q = 0; q < 4; ++q)
+            if (b + q < nbytes) w |= (unsigned int)bitmap[b + q] << (8 * q);
+    }
+    const long long valid = n - 8 * b;  // elements of this word that exist
+    return valid >= 32 ? w : (valid <= 0 ? 0u : (w & ((1u << valid) - 1u)));
+}
+
+// For tile t and the calling warp: the warp's bitmap word and the nonzeros of the warps before it in the tile,
+// both read off the bitmap (lanes 0..7 load the tile's 8 words), so no shared memory and no block barrier.
+__device__ __forceinline__ void zvc_tile_word(const unsigned char* __restrict__ bitmap, long long t, long long n,
+                                              bool aligned, int lane, int warp, unsigned int* word, int* prefix)
+{
+    const unsigned int wj = lane < ZVC_WARPS ? zvc_word(bitmap, t * (ZVC_TILE / 8) + 4 * lane, n, aligned) : 0u;
+    *word = __shfl_sync(0xffffffffu, wj, warp);
+    int c = lane < warp ? __popc(wj) : 0;
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1) c += __shfl_xor_sync(0xffffffffu, c, o);  // lanes 0..7 hold the counts
+    *prefix = __shfl_sync(0xffffffffu, c, 0);
+}
+
 extern "C" __global__ void zvc_encode_count(const unsigned int* __restrict__ x, long long n,
                                             unsigned char* __restrict__ bitmap, long long nbytes,
                                             int* __restrict__ tile_counts, long long ntiles)
@@ -62,14 +91,18 @@ extern "C" __global__ void zvc_encode_count(const unsigned int* __restrict__ x, 
     }
 }
 
+// Encode pass 2: each warp takes its 32 elements of each tile, its bitmap word and its in-tile prefix from the
+// bitmap pass 1 wrote, and stores its nonzero words at tile offset + prefix + rank.
 extern "C" __global__ void zvc_encode_scatter(const unsigned int* __restrict__ x, long long n,
+                                              const unsigned char* __restrict__ bitmap,
                                               const long long* __restrict__ tile_offsets,
                                               unsigned int* __restrict__ values, long long ntiles)
 {
-    __shared__ int warp_cnt[ZVC_K][ZVC_WARPS];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const bool aligned = ((unsigned long long)bitmap & 3ull) == 0;
     for (long long t0 = (long long)blockIdx.x * ZVC_K; t0 < ntiles; t0 += (long long)gridDim.x * ZVC_K) {
         unsigned int v[ZVC_K], m[ZVC_K];
+        int pre[ZVC_K];
         long long off[ZVC_K];
 #pragma unroll
         for (int k = 0; k < ZVC_K; ++k) {
@@ -79,16 +112,14 @@ extern "C" __global__ void zvc_encode_scatter(const unsigned int* __restrict__ x
         }
 #pragma unroll
         for (int k = 0; k < ZVC_K; ++k) {
-            m[k] = __ballot_sync(0xffffffffu, v[k] != 0u);
-            if (lane == 0) warp_cnt[k][warp] = __popc(m[k]);
+            m[k] = 0u;
+            pre[k] = 0;
+            if (t0 + k < ntiles) zvc_tile_word(bitmap, t0 + k, n, aligned, lane, warp, &m[k], &pre[k]);  // uniform
         }
-        __syncthreads();
 #pragma unroll
         for (int k = 0; k < ZVC_K; ++k) {
-            if (v[k] != 0u)
-                values[off[k] + zvc_warp_prefix(warp_cnt[k], warp) + __popc(m[k] & ((1u << lane) - 1u))] = v[k];
+            if (v[k] != 0u) values[off[k] + pre[k] + __popc(m[k] & ((1u << lane) - 1u))] = v[k];
         }
-        __syncthreads();
     }
 }
 
@@ -119,37 +150,32 @@ extern "C" __global__ void zvc_decode_count(const unsigned char* __restrict__ bi
     }
 }
 
+// Decode pass 2: the same per-warp word and prefix from the bitmap; each set bit gathers its value.
 extern "C" __global__ void zvc_decode_scatter(const unsigned char* __restrict__ bitmap,
                                               const unsigned int* __restrict__ values,
                                               const long long* __restrict__ tile_offsets, long long n,
                                               unsigned int* __restrict__ out, long long ntiles)
 {
-    __shared__ int warp_cnt[ZVC_K][ZVC_WARPS];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const bool aligned = ((unsigned long long)bitmap & 3ull) == 0;
     for (long long t0 = (long long)blockIdx.x * ZVC_K; t0 < ntiles; t0 += (long long)gridDim.x * ZVC_K) {
-        bool bit[ZVC_K];
         unsigned int m[ZVC_K], v[ZVC_K];
+        int pre[ZVC_K];
         long long off[ZVC_K];
 #pragma unroll
         for (int k = 0; k < ZVC_K; ++k) {
-            bit[k] = zvc_bit(bitmap, (t0 + k) * ZVC_TILE + threadIdx.x, n);
+            m[k] = 0u;
+            pre[k] = 0;
             off[k] = t0 + k < ntiles ? tile_offsets[t0 + k] : 0;
+            if (t0 + k < ntiles) zvc_tile_word(bitmap, t0 + k, n, aligned, lane, warp, &m[k], &pre[k]);  // uniform
         }
-#pragma unroll
-        for (int k = 0; k < ZVC_K; ++k) {
-            m[k] = __ballot_sync(0xffffffffu, bit[k]);
-            if (lane == 0) warp_cnt[k][warp] = __popc(m[k]);
-        }
-        __syncthreads();
 #pragma unroll
         for (int k = 0; k < ZVC_K; ++k)
-            v[k] = bit[k] ? values[off[k] + zvc_warp_prefix(warp_cnt[k], warp) + __popc(m[k] & ((1u << lane) - 1u))]
-                          : 0u;
+            v[k] = ((m[k] >> lane) & 1u) ? values[off[k] + pre[k] + __popc(m[k] & ((1u << lane) - 1u))] : 0u;
 #pragma unroll
         for (int k = 0; k < ZVC_K; ++k) {
             const long long i = (t0 + k) * ZVC_TILE + threadIdx.x;
             if (i < n) out[i] = v[k];
         }
-        __syncthreads();
     }
 }

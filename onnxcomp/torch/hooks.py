@@ -10,10 +10,10 @@ Every tensor autograd saves passes through ``pack``; what it keeps depends on wh
 module hooks track the module running, so ``nn.ReLU`` / ``nn.MaxPool2d`` modules are recognised; functional
 calls fall back to the generic rule):
 
-* ``nn.ReLU``'s saved output: ReluBackward only tests ``y > 0``, so one bit per element (``signbits``; Gist's
-  Binarize). Exact.
-* ``nn.MaxPool2d``'s saved input: its backward reads only the input's shape (it scatters the gradient through
-  the indices), so only shape, strides, dtype and device are kept. Exact (tested).
+* ``nn.ReLU``'s saved output: ReluBackward only tests ``y > 0``, so one bit per element (the ``signbits``
+  bitstream, Gist's Binarize), decoded to a bool mask (``relumask``), which ReluBackward takes as it is. Exact.
+* ``nn.MaxPool2d``'s saved input: its backward reads only the input's shape and layout (it scatters the gradient
+  through the indices), so only shape, strides, dtype and device are kept. Exact (tested).
 * ``nn.MaxPool2d``'s int64 indices: the argmax's offset inside its pooling window, ``ceil(log2(kh*kw))`` bits
   (``maxpool_index``). Exact.
 * any other float32 activation (a conv's input, BatchNorm's input, ...): the policy's ``full`` codec --
@@ -116,6 +116,8 @@ def _to_array(t: torch.Tensor) -> Any:
 
 
 def _to_tensor(a: Any) -> torch.Tensor:
+    if a.dtype == np.bool_:  # through uint8: DLPack's bool support varies between versions
+        return _to_tensor(a.view(np.uint8)).view(torch.bool)
     if isinstance(a, np.ndarray):
         return torch.from_numpy(np.ascontiguousarray(a))
     return torch.from_dlpack(a)
@@ -171,7 +173,11 @@ class _Packed:
         if self.kind == "raw":
             return self.tensor
         if self.kind == "shape":
+            # MaxPool's backward reads only the input's size and memory format: a contiguous input comes back as
+            # one broadcast element (no allocation), any other layout as an uninitialised tensor of its strides
             size, stride, dtype, device = self.meta
+            if stride == torch.empty(size, device="meta").stride():
+                return torch.zeros((), dtype=dtype, device=device).expand(size)
             return torch.empty_strided(size, stride, dtype=dtype, device=device)
         cached = self.decoded() if self.decoded is not None else None
         if cached is not None:
@@ -329,9 +335,8 @@ class _Compressor:
         src, perm = ordered
         a = _to_array(src)
         try:
-            if need == "sign":
-                codec = get_codec("signbits")
-                return self._codec_packed(codec.encode(a), lambda p, c=codec: _to_tensor(c.decode(p)), perm, t)
+            if need == "sign":  # ReluBackward tests result > 0: a bool mask (relumask) is a quarter of float 1/0
+                return self._packed("relumask", a.shape, get_codec("relumask").encode(a), perm, t)
             if need == "pool":
                 return self._encode_pool(t, src, perm, params)
             return self._encode_full(t, a, perm)
@@ -340,43 +345,56 @@ class _Compressor:
             return _Packed("raw", tensor=t)
 
     @staticmethod
-    def _codec_packed(payload: Any, decode: Any, perm: tuple[int, ...] | None, t: torch.Tensor) -> _Packed:
-        return _Packed("codec", payload=payload, decode=decode, meta=(perm, t.device))
+    def _decoder(name: str, on_gpu: bool, **params: Any) -> Any:
+        """payload -> array. On the GPU it calls decode_gpu with check=False: these payloads were made in this
+        process a moment ago, so the codecs' corrupt-payload checks (device->host syncs) are skipped."""
+        codec = get_codec(name)
+        if on_gpu:
+            return lambda p: codec.decode_gpu(p, check=False, **params)
+        return lambda p: codec.decode_cpu(p, **params)
+
+    def _packed(self, name: str, shape: tuple[int, ...], payload: Any, perm: tuple[int, ...] | None,
+                t: torch.Tensor, **params: Any) -> _Packed:
+        """A codec payload as kept: its shape entry on the host (decoding then needs no device->host copy)."""
+        payload = (*payload[:-1], np.asarray(shape, dtype=np.int64).reshape(len(shape)))
+        dec = self._decoder(name, t.is_cuda, **params)
+        return _Packed("codec", payload=payload, decode=lambda p: _to_tensor(dec(p)), meta=(perm, t.device))
 
     def _encode_full(self, t: torch.Tensor, a: Any, perm: tuple[int, ...] | None) -> _Packed:
         full = self.policy.full
+        shape = tuple(a.shape)
         if full in ("sparse", "sparse+dpr_fp8"):
             mode, payload = get_codec("sparse").encode_with_mode(a)
             if mode == "dense":
                 if full == "sparse":
                     return _Packed("raw", tensor=t)
                 full = "dpr_fp8"
-            else:
-                sub = get_codec(mode)
-                if full == "sparse":
-                    return self._codec_packed(payload, lambda p, c=sub: _to_tensor(c.decode(p)), perm, t)
-                # sparse, then the nonzero values (payload[0] for csr, [1] for zvc) in fp8
+            elif full == "sparse":
+                return self._packed(mode, shape, payload, perm, t)
+            else:  # sparse, then the nonzero values (payload[1] for zvc, [0] for csr) in fp8
                 vi = 1 if mode == "zvc" else 0
-                fp8 = get_codec("dpr_fp8")
-                vpay = fp8.encode(payload[vi])
-                rest = tuple(p for i, p in enumerate(payload) if i != vi)
+                values = payload[vi]
+                vpay = get_codec("dpr_fp8").encode(values)
+                vpay = (vpay[0], np.asarray(values.shape, dtype=np.int64))
+                rest = tuple(p for i, p in enumerate(payload[:-1]) if i != vi) + (np.asarray(shape, np.int64),)
+                dec_values, dec_sparse = self._decoder("dpr_fp8", t.is_cuda), self._decoder(mode, t.is_cuda)
 
-                def decode(p: Any, c: Any = sub, vi: int = vi) -> torch.Tensor:
+                def decode(p: Any) -> torch.Tensor:
                     rest, vpay = p
-                    values = fp8.decode(vpay)
-                    return _to_tensor(c.decode((*rest[:vi], values, *rest[vi:])))
+                    return _to_tensor(dec_sparse((*rest[:vi], dec_values(vpay), *rest[vi:])))
 
-                return self._codec_packed((rest, vpay), decode, perm, t)
+                return _Packed("codec", payload=(rest, vpay), decode=decode, meta=(perm, t.device))
         if full == "sz":
+            from onnxcomp.custom_ops.sz import make_header
+
             xp = np if isinstance(a, np.ndarray) else __import__("cupy")
             amax = float(xp.abs(a).max()) if a.size else 0.0
             if not np.isfinite(amax) or amax == 0.0:
                 return _Packed("raw", tensor=t)
-            codec = get_codec("sz")
-            payload = codec.encode(a, eb=self.policy.sz_rel_eb * amax)
-            return self._codec_packed(payload, lambda p, c=codec: _to_tensor(c.decode(p)), perm, t)
-        codec = get_codec(full)
-        return self._codec_packed(codec.encode(a), lambda p, c=codec: _to_tensor(c.decode(p)), perm, t)
+            eb = self.policy.sz_rel_eb * amax
+            payload = get_codec("sz").encode(a, eb=eb)
+            return self._packed("sz", shape, (make_header(eb), *payload[1:]), perm, t)
+        return self._packed(full, shape, get_codec(full).encode(a), perm, t)
 
     def _encode_pool(self, t: torch.Tensor, src: torch.Tensor, perm: tuple[int, ...] | None,
                      params: tuple[nn.MaxPool2d, tuple[int, ...]]) -> _Packed:
@@ -392,15 +410,16 @@ class _Compressor:
                     dilations=[dh, dw], ceil_mode=int(module.ceil_mode))
         # PyTorch's indices are per plane (h*W + w); the codec takes ONNX's absolute NCHW indices.
         base = (torch.arange(N * C, device=t.device, dtype=torch.int64) * (H * W)).view(N, C, 1, 1)
-        codec = get_codec("maxpool_index")
-        payload = codec.encode(_to_array(src + base), **geom)
+        payload = get_codec("maxpool_index").encode(_to_array(src + base), **geom)
+        payload = (payload[0], np.asarray(tuple(src.shape), dtype=np.int64))
+        dec = self._decoder("maxpool_index", t.is_cuda, **geom)
 
         def decode(p: Any) -> torch.Tensor:
-            y = _to_tensor(codec.decode(p, **geom)) - base
+            y = _to_tensor(dec(p)) - base
             return y if y.stride() == stride else torch.empty_strided(y.shape, stride, dtype=y.dtype,
                                                                        device=y.device).copy_(y)
 
-        return self._codec_packed(payload, decode, None, t)
+        return _Packed("codec", payload=payload, decode=decode, meta=(None, t.device))
 
 
 @contextmanager
