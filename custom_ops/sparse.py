@@ -215,7 +215,7 @@ class ZVC(Codec):
         values = cp.empty(nnz, dtype=cp.uint32)
         if nnz:
             gpu.launch(self.kernel_file, "zvc_encode_scatter", _zvc_threads(ntiles),
-                       (words, gpu.i64(int(words.size)), bitmap, incl - counts, values, gpu.i64(ntiles)))
+                       (words, gpu.i64(int(words.size)), incl - counts, values, gpu.i64(ntiles)))
         return bitmap, values.view(cp.float32), gpu.shape_array(shape)
 
     def decode_gpu(self, payload: Payload, **params: Any) -> Any:

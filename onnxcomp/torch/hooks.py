@@ -17,8 +17,9 @@ calls fall back to the generic rule):
 * ``nn.MaxPool2d``'s int64 indices: the argmax's offset inside its pooling window, ``ceil(log2(kh*kw))`` bits
   (``maxpool_index``). Exact.
 * any other float32 activation (a conv's input, BatchNorm's input, ...): the policy's ``full`` codec --
-  ``sparse`` (ZVC / narrow CSR / left as is, whichever is smallest: exact) or a lossy one (DPR fp16/bf16/fp8,
-  ``sparse+dpr_fp8``, SZ with an error bound relative to the tensor's largest magnitude).
+  ``sparse`` (ZVC / narrow CSR / left as is, whichever is smallest: exact; tried only on outputs of ReLU-like
+  ops and pools, since a conv output is dense and finding that out costs a pass and a sync) or a lossy one
+  (DPR fp16/bf16/fp8, ``sparse+dpr_fp8``, SZ with an error bound relative to the tensor's largest magnitude).
 * parameters, tensors under ``min_bytes``, other dtypes: kept as they are.
 
 One tensor is often saved by several ops (an in-place ReLU's output by ReluBackward, the next conv and a
@@ -44,6 +45,10 @@ from torch import nn
 from onnxcomp.custom_ops import get_codec
 
 FULL_CODECS = ("none", "sparse", "dpr_fp16", "dpr_bf16", "dpr_fp10", "dpr_fp8", "sparse+dpr_fp8", "sz")
+# Producers whose outputs are mostly zeros: only their outputs are worth a sparse attempt. A conv output (what
+# BatchNorm saves) is dense, and finding that out costs a counting pass and a device->host sync per tensor.
+_SPARSE_PRODUCERS = frozenset({"ReluBackward0", "ThresholdBackward0", "HardtanhBackward0",
+                               "MaxPool2DWithIndicesBackward0", "DropoutBackward0", "NativeDropoutBackward0"})
 
 
 @dataclass(frozen=True)
@@ -259,6 +264,14 @@ class _Compressor:
         if need == "raw":
             return t
         key = self._key(t, need)
+        if need == "kept":
+            if self._lookup(key) is None:
+                nbytes = t.numel() * t.element_size()
+                self.stats.add("full:kept", nbytes, nbytes)
+                self._remember(key, t, _Packed("raw", tensor=t))
+            else:
+                self.stats.shared += 1
+            return t
         packed = self._lookup(key)
         if packed is not None:
             self.stats.shared += 1
@@ -322,8 +335,8 @@ class _Compressor:
             return "sign", None
         if isinstance(module, nn.MaxPool2d) and p.pool_input_shape_only and in_shape == tuple(t.shape):
             return "shape", None
-        if p.full == "none":
-            return "raw", None
+        if p.full == "none" or (p.full == "sparse" and type(t.grad_fn).__name__ not in _SPARSE_PRODUCERS):
+            return "kept", None  # an activation kept as it is (counted in the stats, unlike parameters)
         return "full", None
 
     def _encode(self, t: torch.Tensor, need: str, params: Any) -> _Packed:
@@ -363,6 +376,8 @@ class _Compressor:
     def _encode_full(self, t: torch.Tensor, a: Any, perm: tuple[int, ...] | None) -> _Packed:
         full = self.policy.full
         shape = tuple(a.shape)
+        if full == "sparse+dpr_fp8" and type(t.grad_fn).__name__ not in _SPARSE_PRODUCERS:
+            full = "dpr_fp8"  # dense for sure: no counting pass
         if full in ("sparse", "sparse+dpr_fp8"):
             mode, payload = get_codec("sparse").encode_with_mode(a)
             if mode == "dense":
