@@ -195,6 +195,9 @@ class _Packed:
         return y
 
 
+_CUPY: bool | None = None  # whether CuPy imports, decided on first use
+
+
 def _cupy_available() -> bool:
     global _CUPY
     if _CUPY is None:
@@ -206,8 +209,6 @@ def _cupy_available() -> bool:
             _CUPY = False
     return _CUPY
 
-
-_CUPY: bool | None = None
 
 
 # -- the context manager ---------------------------------------------------------------------------------------
