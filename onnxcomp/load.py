@@ -52,4 +52,17 @@ def load_model(path: str | Path, model: str | None = None) -> LoadedModel:
     if not proto.graph.node:
         raise OnnxcompError(f"{onnx_path}: the file parsed but holds no graph nodes — it is not an ONNX model "
                             "(or it is empty); pass a training_model.onnx")
+    require_compatible_opset(proto, onnx_path)
     return LoadedModel(proto, onnx_path, artifact_dir)
+
+
+def require_compatible_opset(model: onnx.ModelProto | str | Path, where: str | Path | None = None) -> None:
+    """Refuse a graph whose onnxcomp custom ops follow another op-set version (custom_ops.contract)."""
+    from .custom_ops.contract import opset_problem
+
+    if not isinstance(model, onnx.ModelProto):
+        where = where or model
+        model = onnx.load(str(model), load_external_data=False)
+    problem = opset_problem({p.key: p.value for p in model.metadata_props})
+    if problem:
+        raise OnnxcompError(f"{where or 'model'}: {problem}")

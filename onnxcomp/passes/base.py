@@ -9,9 +9,10 @@ import onnx
 
 from ..errors import OnnxcompError
 
-# Custom ops live in onnxruntime-extensions' PyOp domain.
-CUSTOM_DOMAIN = "ai.onnx.contrib"
+from ..custom_ops import contract
 from ..metadata import PLAN_METADATA_KEY  # noqa: F401  (re-export)
+
+CUSTOM_DOMAIN = contract.DOMAIN  # re-export
 
 
 @dataclass
@@ -53,6 +54,13 @@ class GraphPass(ABC):
 def ensure_opset(model: onnx.ModelProto, domain: str, version: int = 1) -> None:
     if not any(o.domain == domain for o in model.opset_import):
         model.opset_import.append(onnx.helper.make_opsetid(domain, version))
+
+
+def declare_custom_ops(model: onnx.ModelProto) -> None:
+    """Import onnxcomp's custom-op domain and record the op-set version the inserted ops follow."""
+    ensure_opset(model, contract.DOMAIN, contract.DOMAIN_VERSION)
+    onnx.helper.set_model_props(model, {**{p.key: p.value for p in model.metadata_props},
+                                        contract.OPSET_METADATA_KEY: str(contract.OPSET_VERSION)})
 
 
 def require_training_graph(model: onnx.ModelProto) -> None:

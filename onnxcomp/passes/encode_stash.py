@@ -19,16 +19,10 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..analysis import GraphAnalysis, StashedTensor, analyze_model
-from .base import (CUSTOM_DOMAIN, PLAN_METADATA_KEY, GraphPass, PassResult, Skipped, ensure_opset,
+from ..custom_ops import contract
+from ..custom_ops.contract import decode_op as decode_op_type, encode_op as encode_op_type  # noqa: F401
+from .base import (PLAN_METADATA_KEY, GraphPass, PassResult, Skipped, declare_custom_ops,
                    taken_names, trigger_constants, unique_name, zero_after)
-
-
-def encode_op_type(codec: str) -> str:
-    return f"OnnxcompEncode_{codec}"
-
-
-def decode_op_type(codec: str) -> str:
-    return f"OnnxcompDecode_{codec}"
 
 
 @dataclass
@@ -134,8 +128,9 @@ def _is_float(t) -> bool:  # noqa: ANN001
 
 def already_encoded(analysis: GraphAnalysis, name: str) -> bool:
     t = analysis.tensors[name]
-    return any(analysis.model.graph.node[c].op_type.startswith("OnnxcompEncode_")
-               or analysis.model.graph.node[c].name.endswith(NATIVE_ENCODER_SUFFIX) for c in t.consumers)
+    nodes = analysis.model.graph.node
+    return any(contract.is_encoder(nodes[c].domain, nodes[c].op_type)
+               or nodes[c].name.endswith(NATIVE_ENCODER_SUFFIX) for c in t.consumers)
 
 
 class _Rewriter:
@@ -167,7 +162,7 @@ class _Rewriter:
 
     def apply(self, choices: list[tuple[StashedTensor, Encoding]], pass_: EncodeStashPass,
               result: PassResult) -> None:
-        ensure_opset(self.model, CUSTOM_DOMAIN, 1)
+        declare_custom_ops(self.model)
         for stash, enc in choices:
             result.records.append(self._encode_one(stash, enc, pass_))
         del self.graph.node[:]
@@ -182,12 +177,12 @@ class _Rewriter:
         payload_types = pass_.payload_types(enc.codec)
         payload = [unique_name(f"{base}__{enc.codec}_p{k}", self.taken) for k in range(len(payload_types))]
         anchor = unique_name(f"{base}__{enc.codec}_anchor", self.taken)
-        params = json.dumps(enc.params, sort_keys=True)
+        params = contract.params_value(enc.params)
 
         # Encoder right after the target's producer; then the gate's forward readers wait on it.
         encoder = helper.make_node(encode_op_type(enc.codec), [enc.target], [*payload, anchor],
                                    name=unique_name(f"{base}__encode_{enc.codec}", self.taken),
-                                   domain=CUSTOM_DOMAIN, params=params)
+                                   domain=contract.DOMAIN, **{contract.PARAMS_ATTR: params})
         self.encoder_ids.add(id(encoder))
         producer = self._producer(enc.target)
         pos = self._index(producer) + 1
@@ -224,7 +219,7 @@ class _Rewriter:
                                  name=unique_name(f"{trigger}__reshape", self.taken)),
             ]
             enc.params = {**enc.params, "dy_numel": self._numel(d_y)}
-            params = json.dumps(enc.params, sort_keys=True)
+            params = contract.params_value(enc.params)
         elif enc.trigger == "element":
             new_nodes = [
                 helper.make_node("Reshape", [d_y, minus_one], [flat], name=unique_name(f"{flat}__reshape", self.taken)),
@@ -234,7 +229,7 @@ class _Rewriter:
             raise ValueError(f"unknown decoder trigger {enc.trigger!r}")
         decoder = helper.make_node(decode_op_type(enc.codec), [*payload, trigger], [decoded],
                                    name=unique_name(f"{base}__decode_{enc.codec}", self.taken),
-                                   domain=CUSTOM_DOMAIN, params=params)
+                                   domain=contract.DOMAIN, **{contract.PARAMS_ATTR: params})
         new_nodes.append(decoder)
         at = self._index(first)
         for k, n in enumerate(new_nodes):

@@ -30,6 +30,7 @@ from onnx import TensorProto, helper
 
 from ..analysis import GraphAnalysis, StashedTensor, analyze_model
 from ..analysis.patterns import StashUse
+from ..custom_ops import contract
 from ..errors import OnnxcompError
 from .base import (TRIGGER_CONSTANTS, GraphPass, PassResult, Skipped, check_model, require_training_graph,
                    taken_names, unique_name, zero_after)
@@ -211,7 +212,7 @@ class RecomputePass(GraphPass):
             return "a graph input: nothing to recompute it from"
         if already_encoded(analysis, stash.name):
             return "already encoded by another pass"
-        if any(graph.node[c].op_type.startswith("OnnxcompDecode_") for c in stash.backward_consumers):
+        if any(contract.is_decoder(graph.node[c].domain, graph.node[c].op_type) for c in stash.backward_consumers):
             return "an encoding's payload (read by a decoder): recompute the encoded tensor instead"
         if stash.pattern.startswith("BatchNorm-stats") and self.tensors is None:
             return "per-channel BatchNorm statistics: tiny, and rebuilding them costs a whole BatchNorm"
@@ -226,7 +227,8 @@ class RecomputePass(GraphPass):
 
     def _op_problem(self, node: onnx.NodeProto) -> str | None:
         op = node.op_type
-        if op in _FORBIDDEN_OPS or op.startswith("Onnxcomp") or "Random" in op or "Dropout" in op:
+        if op in _FORBIDDEN_OPS or contract.codec_op(node.domain, op) is not None or "Random" in op \
+                or "Dropout" in op:
             return f"produced by {op}: random or side-effecting ops are never recomputed"
         if node.domain not in ("", "ai.onnx") and op not in _MS_DOMAIN_OPS:
             return f"produced by {node.domain}.{op}: not known to be pure"
@@ -316,9 +318,10 @@ class RecomputePass(GraphPass):
         graph = analysis.model.graph
         out: list[tuple[StashedTensor, _Encoded | str]] = []
         for d_idx, dec in enumerate(graph.node):
-            if not dec.op_type.startswith("OnnxcompDecode_") or len(dec.input) < 2:
+            op = contract.codec_op(dec.domain, dec.op_type)
+            if op is None or op.role != "decode" or len(dec.input) < 2:
                 continue
-            codec = dec.op_type[len("OnnxcompDecode_"):]
+            codec = op.codec
             first = analysis.tensors.get(dec.input[0])
             if first is None or first.producer is None:
                 continue
@@ -327,7 +330,7 @@ class RecomputePass(GraphPass):
             target = enc.input[0]
             t = analysis.tensors[target]
             readers = analysis.tensors[dec.output[0]].consumers
-            payload = list(enc.output[:-1])
+            payload = contract.payload_outputs(enc)
             fwd = [c for c in t.consumers if not analysis.boundary.is_backward(c)]
             producer_op = graph.node[t.producer].op_type if t.producer is not None else ""
             use = StashUse(producer_op, list(graph.node[t.producer].output).index(target) if t.producer is not None
@@ -341,7 +344,7 @@ class RecomputePass(GraphPass):
             if codec not in EXACT_CODECS:
                 out.append((stash, f"held by {codec}, whose decoder does not return the tensor itself"))
                 continue
-            if list(dec.input[:-1]) != payload or any(
+            if contract.payload_inputs(dec) != payload or any(
                     set(analysis.tensors[p].consumers) != {d_idx} for p in payload):
                 out.append((stash, f"its {codec} payload is read by more than its decoder"))
                 continue
@@ -366,7 +369,7 @@ def _is_anchor_view(graph: onnx.GraphProto, analysis: GraphAnalysis, node: onnx.
         return False
     shape = analysis.tensors.get(node.input[1])
     return (shape is not None and shape.producer is not None
-            and graph.node[shape.producer].op_type.startswith("OnnxcompEncode_"))
+            and contract.is_encoder(graph.node[shape.producer].domain, graph.node[shape.producer].op_type))
 
 
 def _optional_indices(node: onnx.NodeProto, k: int) -> bool:
