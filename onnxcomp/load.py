@@ -34,7 +34,8 @@ def resolve_model_path(path: str | Path, model: str | None = None) -> tuple[Path
                                 "directory of a training graph or the .onnx file itself")
         return candidate, p
     if model:
-        raise OnnxcompError(f"{p}: --model names a file inside a directory, but {p} is a file")
+        raise OnnxcompError(f"{p}: {{model}} names a file inside a directory, but {p} is a file",
+                            options=("model",))
     return p, p.parent
 
 

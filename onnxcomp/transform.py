@@ -1,7 +1,6 @@
 """`onnxcomp transform`: run a policy's passes, check the result, write it (atomically) with its plan."""
 from __future__ import annotations
 
-import inspect
 import json
 import shutil
 from dataclasses import dataclass, field
@@ -14,9 +13,8 @@ from .analysis import LOSSLESS, analyze_model
 from .errors import OnnxcompError
 from .fileio import atomic_output
 from .load import TRAINING_MODEL, load_model
-from .passes import POLICIES, GraphPass, SplitWeightPass
+from .passes import OPTIONS, GraphPass, get_policy
 from .passes.base import check_model
-from .passes.encode_stash import EncodeStashPass
 from .passes.split_weight import WeightSplit
 from .planner import plan_all
 
@@ -55,8 +53,9 @@ def _footprint(model: onnx.ModelProto) -> dict[str, Any]:
             "payload_tensors": len(encoded_payloads), **plan_all(a.buffers()).to_dict()}
 
 
-CONFIG_KEYS = {"overrides": dict, "eb": float, "adaptive": bool, "dpr_format": str, "min_bytes": int,
-               "split_weight_bytes": int}
+# Options a policy config file may set (the rest are command-line only).
+CONFIG_KEYS = {k: OPTIONS[k][0] for k in ("overrides", "eb", "adaptive", "dpr_format", "min_bytes",
+                                            "split_weight_bytes")}
 
 
 def load_policy_config(path: str | Path) -> dict[str, Any]:
@@ -86,8 +85,9 @@ def load_policy_config(path: str | Path) -> dict[str, Any]:
     if unknown:
         raise OnnxcompError(f"{p}: unknown key(s) {sorted(unknown)}; known: {sorted(CONFIG_KEYS)}")
     for key, typ in CONFIG_KEYS.items():
-        if key in data and not isinstance(data[key], typ) and not (typ is float and isinstance(data[key], int)):
-            raise OnnxcompError(f"{p}: {key} must be a {typ.__name__} (got {data[key]!r})")
+        if key in data and not isinstance(data[key], typ):
+            name = typ.__name__ if isinstance(typ, type) else typ[0].__name__
+            raise OnnxcompError(f"{p}: {key} must be a {name} (got {data[key]!r})")
     known = {*LOSSLESS, DPR, ERROR_BOUNDED, "none"}
     for pattern, enc in data.get("overrides", {}).items():
         if enc not in known:
@@ -96,27 +96,12 @@ def load_policy_config(path: str | Path) -> dict[str, Any]:
 
 
 def make_passes(policy: str, **options: Any) -> list[GraphPass]:
-    if policy not in POLICIES:
-        raise OnnxcompError(f"unknown policy {policy!r}; choose one of: {', '.join(sorted(POLICIES))}")
-    overrides = options.pop("overrides", None) or {}
-    passes = []
-    for factory in POLICIES[policy]:
-        # A policy's own fixed choices (partial keywords, e.g. dpr-fp8's format) win over general options.
-        fixed = set(getattr(factory, "keywords", {}) or {})
-        accepted = set(inspect.signature(factory).parameters) - fixed
-        kwargs = {k: v for k, v in options.items() if k in accepted and v is not None}
-        try:
-            p = factory(**kwargs)
-        except (ValueError, TypeError) as exc:
-            raise OnnxcompError(f"policy {policy!r}: bad option(s) {kwargs}: {exc}") from None
-        if overrides and isinstance(p, EncodeStashPass):
-            p.overrides = dict(overrides)
-        passes.append(p)
-    return passes
+    """The passes of ``policy`` built with ``options``; an option the policy does not take is an error."""
+    return get_policy(policy).build(**options)
 
 
-def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str = "model",
-                    **options: Any) -> TransformResult:
+def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str = "model", *,
+                    passes: list[GraphPass] | None = None, **options: Any) -> TransformResult:
     before = _footprint(model)
     current = model
     records: list[dict[str, Any]] = []
@@ -124,7 +109,7 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
     deferred: list[dict[str, Any]] = []
     chunked: list[dict[str, Any]] = []
     splits: list[WeightSplit] = []
-    for p in make_passes(policy, **options):
+    for p in passes if passes is not None else make_passes(policy, **options):
         result = p.run(current)
         current = result.model
         records += result.records
@@ -175,18 +160,17 @@ def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossl
     to_dir = out.suffix != ".onnx"
     out_model = out / TRAINING_MODEL if to_dir else out
     if out_model.resolve() == loaded.path.resolve() and not force:
-        raise OnnxcompError(f"{out_model}: refusing to overwrite the input model; choose another -o, or pass "
-                            "--force to replace it")
+        raise OnnxcompError(f"{out_model}: refusing to overwrite the input model; choose another {{output}}, or "
+                            "allow replacing it with {force}", options=("output", "force"))
     if out_model.exists() and not force and out_model.resolve() != loaded.path.resolve():
-        raise OnnxcompError(f"{out_model} already exists; pass --force to replace it or choose another -o")
-    if options.get("split_weight_bytes") is not None and policy in POLICIES and not any(
-            getattr(f, "func", f) is SplitWeightPass for f in POLICIES.get(policy, [])):
-        raise OnnxcompError(f"--split-weights: policy {policy!r} keeps training bit-identical and does not split "
-                            "weights (dX is summed in blocks); use a lossy policy: comet or dpr-*")
+        raise OnnxcompError(f"{out_model} already exists; allow replacing it with {{force}} or choose another "
+                            "{output}", options=("output", "force"))
+    passes = make_passes(policy, **options)   # refuses options the policy does not take, before any work
     if options.get("split_weight_bytes") and (not to_dir or loaded.artifact_dir is None):
-        raise OnnxcompError("--split-weights rewrites the checkpoint and eval model too: give an artifact "
-                            "directory as input and a new directory as -o (not a .onnx file)")
-    result = transform_model(loaded.model, policy, where=str(loaded.path), **options)
+        raise OnnxcompError("{split_weight_bytes} rewrites the checkpoint and eval model too: give an artifact "
+                            "directory as input and a new directory as {output} (not a .onnx file)",
+                            options=("split_weight_bytes", "output"))
+    result = transform_model(loaded.model, policy, where=str(loaded.path), passes=passes)
 
     if to_dir:
         out.mkdir(parents=True, exist_ok=True)

@@ -73,7 +73,7 @@ class EncodeStashPass(GraphPass):
         if stash.shape is None:
             return "shape unresolved"
         if stash.nbytes < min_bytes:
-            return f"only {stash.nbytes} bytes: below --min-bytes, the op's overhead would outweigh the saving"
+            return f"only {stash.nbytes} bytes: below min_bytes, the op's overhead would outweigh the saving"
         return None
 
     def applies(self, stash: StashedTensor) -> bool:

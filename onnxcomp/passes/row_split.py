@@ -887,7 +887,7 @@ class RowSplitPass(GraphPass):
         if rows != "auto" and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 1):
             raise OnnxcompError(f"rows={rows!r}: use an integer >= 1 or 'auto'")
         if rows == "auto" and not budget_bytes:
-            raise OnnxcompError("rows='auto' needs a memory budget (budget_bytes / --budget)")
+            raise OnnxcompError("{rows}='auto' needs a memory budget ({budget_bytes})", options=("rows", "budget_bytes"))
         variant = str(variant).lower()
         if variant not in VARIANTS:
             raise OnnxcompError(f"variant={variant!r}: choose one of {', '.join(VARIANTS)}")
