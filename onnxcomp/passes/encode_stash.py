@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from ..analysis import GraphAnalysis, StashedTensor, analyze_model
+from ..analysis import GraphAnalysis, StashedTensor, analyze_model, numel
 from ..custom_ops import contract
 from ..custom_ops.contract import decode_op as decode_op_type, encode_op as encode_op_type  # noqa: F401
 from .base import (PLAN_METADATA_KEY, GraphPass, PassResult, Skipped, declare_custom_ops,
@@ -97,7 +97,7 @@ class EncodeStashPass(GraphPass):
             if chosen is not None and chosen != self.encoding:
                 result.skipped.append(Skipped(stash.name, stash.pattern, f"config assigns this pattern to {chosen!r}"))
                 continue
-            if not _has_gradient_input(analysis, stash):
+            if analysis.incoming_gradient(min(stash.backward_consumers), stash.name) is None:
                 result.skipped.append(Skipped(stash.name, stash.pattern, "its first backward reader has no "
                                               "incoming gradient to time a decoder by"))
                 continue
@@ -109,21 +109,6 @@ class EncodeStashPass(GraphPass):
         if choices:
             _Rewriter(result.model, analysis).apply(choices, self, result)
         return result
-
-
-def _has_gradient_input(analysis: GraphAnalysis, stash: StashedTensor) -> bool:
-    node = analysis.model.graph.node[min(stash.backward_consumers)]
-    for name in node.input:
-        t = analysis.tensors.get(name) if name and name != stash.name else None
-        if t is not None and t.producer is not None and analysis.boundary.is_backward(t.producer) \
-                and _is_float(t):
-            return True
-    return False
-
-
-def _is_float(t) -> bool:  # noqa: ANN001
-    # A gradient, not e.g. an int64 shape gate that a recompute clone reads.
-    return t.type.dtype is not None and np.dtype(t.type.dtype).kind == "f"
 
 
 def already_encoded(analysis: GraphAnalysis, name: str) -> bool:
@@ -206,7 +191,7 @@ class _Rewriter:
         bwd_readers = [n for n in self.nodes if id(n) in self.backward_ids and enc.source in n.input
                        and (enc.readers is None or n.op_type in enc.readers)]
         first = min(bwd_readers, key=self._index)
-        d_y = next(i for i in first.input if i and i != enc.source and self._is_backward_tensor(i))
+        d_y = self.analysis.incoming_gradient(first, enc.source)
         decoded = unique_name(f"{base}__decoded", self.taken)
         trigger = unique_name(f"{base}__{enc.codec}_trigger", self.taken)
         flat = unique_name(f"{trigger}_flat", self.taken)
@@ -316,7 +301,7 @@ class _Rewriter:
         bwd_readers = [n for n in self.nodes if id(n) in self.backward_ids and enc.source in n.input
                        and (enc.readers is None or n.op_type in enc.readers)]
         first = min(bwd_readers, key=self._index)
-        d_y = next(i for i in first.input if i and i != enc.source and self._is_backward_tensor(i))
+        d_y = self.analysis.incoming_gradient(first, enc.source)
         dec_nodes, dzero = self._zero_from(d_y, self._type(d_y)[0], f"{base}__fp16_trigger", to_float=False)
         dshape, view, decoded = (unique_name(f"{base}__{s}", self.taken) for s in ("fp16_shape", "fp16_gated", "decoded"))
         decoder = helper.make_node("Cast", [view], [decoded], to=TensorProto.FLOAT,
@@ -335,7 +320,7 @@ class _Rewriter:
                             helper.make_tensor_value_info(dshape, TensorProto.INT64, [len(shape)]),
                             helper.make_tensor_value_info(view, TensorProto.FLOAT16, shape),
                             helper.make_tensor_value_info(decoded, TensorProto.FLOAT, shape)]
-        nbytes = 2 * int(np.prod(shape, dtype=np.int64))
+        nbytes = 2 * numel(shape)
         return {
             "tensor": enc.source, "encoded_tensor": enc.target, "pattern": stash.pattern,
             "encoding": pass_.encoding, "codec": enc.codec, "native": enc.native, "params": enc.params,
@@ -347,21 +332,10 @@ class _Rewriter:
         _, shape = self._type(name)
         if shape is None or any(not isinstance(d, int) for d in shape):
             raise ValueError(f"{name}: static shape needed for an l2 trigger")
-        n = 1
-        for d in shape:
-            n *= d
-        return n
+        return numel(shape)
 
     def _trigger_constants(self) -> tuple[str, str, str]:
         return trigger_constants(self.graph)
-
-    def has_gradient_input(self, node: onnx.NodeProto, source: str) -> bool:
-        return any(i and i != source and self._is_backward_tensor(i) for i in node.input)
-
-    def _is_backward_tensor(self, name: str) -> bool:
-        t = self.analysis.tensors.get(name)
-        return t is not None and t.producer is not None and self.analysis.boundary.is_backward(t.producer) \
-            and _is_float(t)
 
 
 def _merge_plan_metadata(model: onnx.ModelProto, records: list[dict[str, Any]]) -> None:

@@ -221,7 +221,7 @@ class RecomputePass(GraphPass):
         why = self._op_problem(graph.node[stash.producer])
         if why:
             return why
-        if _gradient_input(analysis, min(stash.backward_consumers), stash.name) is None:
+        if analysis.incoming_gradient(min(stash.backward_consumers), stash.name) is None:
             return "its first backward reader has no incoming gradient to time the recomputation by"
         return None
 
@@ -241,7 +241,7 @@ class RecomputePass(GraphPass):
               avoid: set[str], enc: _Encoded | None = None) -> _Plan | str:
         graph = analysis.model.graph
         consumer = min(stash.backward_consumers)
-        grad = _gradient_input(analysis, consumer, enc.decoded if enc else stash.name)
+        grad = analysis.incoming_gradient(consumer, enc.decoded if enc else stash.name)
         assert grad is not None  # checked in _reject
         nodes: list[int] = []
         leaves: list[str] = []
@@ -356,7 +356,7 @@ class RecomputePass(GraphPass):
             if why:
                 out.append((stash, why))
                 continue
-            if _gradient_input(analysis, min(readers), dec.output[0]) is None:
+            if analysis.incoming_gradient(min(readers), dec.output[0]) is None:
                 out.append((stash, "its first backward reader has no incoming gradient to time the recomputation"))
                 continue
             payload_bytes = sum(analysis.tensors[p].nbytes for p in payload)
@@ -411,16 +411,6 @@ def _training_mode(node: onnx.NodeProto) -> bool:
     if node.op_type == "BatchNormInternal":
         return True   # ORT's training-mode BatchNorm; training_mode attribute absent means training
     return any(a.name == "training_mode" and a.i for a in node.attribute) or len(node.output) > 1
-
-
-def _gradient_input(analysis: GraphAnalysis, node_idx: int, exclude: str) -> str | None:
-    node = analysis.model.graph.node[node_idx]
-    for name in node.input:
-        t = analysis.tensors.get(name) if name and name != exclude else None
-        if t is not None and t.producer is not None and analysis.boundary.is_backward(t.producer) \
-                and t.type.dtype.kind == "f":
-            return name
-    return None
 
 
 class _Builder:
