@@ -68,7 +68,7 @@ def cmd_transform(args: argparse.Namespace) -> int:
     result = transform(args.path, args.output, args.policy, model=args.model, force=args.force, **options)
     summary = result.summary()
     if args.json:
-        cli_args.print_json(summary | {"tensors": result.records})
+        cli_args.print_json(summary | {"tensors": [r.to_dict() for r in result.records]})
     else:
         print_transform_summary(summary)
     return 0

@@ -63,7 +63,10 @@ def require_compatible_opset(model: onnx.ModelProto | str | Path, where: str | P
 
     if not isinstance(model, onnx.ModelProto):
         where = where or model
-        model = onnx.load(str(model), load_external_data=False)
+        try:
+            model = onnx.load(str(model), load_external_data=False)
+        except (DecodeError, RuntimeError, ValueError, OSError):
+            return   # not readable as ONNX: whoever loads it next reports that, with its own context
     problem = opset_problem({p.key: p.value for p in model.metadata_props})
     if problem:
         raise OnnxcompError(f"{where or 'model'}: {problem}")

@@ -15,6 +15,7 @@ from .fileio import atomic_output
 from .load import TRAINING_MODEL, load_model
 from .passes import OPTIONS, GraphPass, get_policy
 from .passes.base import check_model
+from .passes.records import PassRecord, by_section
 from .passes.split_weight import WeightSplit
 from .planner import plan_all
 
@@ -26,23 +27,40 @@ _ARTIFACT_FILES = ("checkpoint", "optimizer_model.onnx", "eval_model.onnx", "onn
 class TransformResult:
     model: onnx.ModelProto
     policy: str
-    records: list[dict[str, Any]]
+    records: list[PassRecord]          # the plan's "tensors": stashes now held differently
     skipped: list[dict[str, str]]
     before: dict[str, Any]
     after: dict[str, Any]
     output: Path | None = None
     plan_path: Path | None = None
     left_alone: list[dict[str, Any]] = field(default_factory=list)
-    deferred: list[dict[str, Any]] = field(default_factory=list)   # weight gradients moved to backward's end
-    chunked: list[dict[str, Any]] = field(default_factory=list)    # first-layer backwards run in batch chunks
-    splits: list[WeightSplit] = field(default_factory=list)         # weights held as row blocks
+    # Every record of every pass, in pass order (the sections below are views of it).
+    all_records: list[PassRecord] = field(default_factory=list)
+    modified_by: list[str] = field(default_factory=list)           # passes that reported modified
+
+    def section(self, name: str) -> list[dict[str, Any]]:
+        return by_section(self.all_records)[name]
+
+    @property
+    def deferred(self) -> list[dict[str, Any]]:      # weight gradients moved to backward's end
+        return self.section("deferred")
+
+    @property
+    def chunked(self) -> list[dict[str, Any]]:       # first-layer backwards run in batch chunks
+        return self.section("chunked")
+
+    @property
+    def splits(self) -> list[WeightSplit]:           # weights held as row blocks
+        return [WeightSplit.from_dict(d) for d in self.section("split_weights")]
 
     def summary(self) -> dict[str, Any]:
+        sections = by_section(self.all_records)
         return {"policy": self.policy, "output": str(self.output) if self.output else None,
                 "plan": str(self.plan_path) if self.plan_path else None,
                 "encoded": len(self.records), "before": self.before, "after": self.after,
-                "skipped": self.skipped, "left_alone": self.left_alone, "deferred": self.deferred,
-                "chunked": self.chunked, "split_weights": [s.to_dict() for s in self.splits]}
+                "skipped": self.skipped, "left_alone": self.left_alone, "deferred": sections["deferred"],
+                "chunked": sections["chunked"], "split_weights": sections["split_weights"],
+                "moved": sections["moved"], "modified_by": self.modified_by}
 
 
 def _footprint(model: onnx.ModelProto) -> dict[str, Any]:
@@ -104,23 +122,21 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
                     passes: list[GraphPass] | None = None, **options: Any) -> TransformResult:
     before = _footprint(model)
     current = model
-    records: list[dict[str, Any]] = []
+    records: list[PassRecord] = []
     skipped: list[dict[str, str]] = []
-    deferred: list[dict[str, Any]] = []
-    chunked: list[dict[str, Any]] = []
-    splits: list[WeightSplit] = []
+    modified_by: list[str] = []
     for p in passes if passes is not None else make_passes(policy, **options):
         result = p.run(current)
         current = result.model
         records += result.records
-        deferred += getattr(p, "deferred", [])
-        chunked += getattr(p, "chunked", [])
-        splits += getattr(p, "splits", [])
+        if result.modified:
+            modified_by.append(p.name)
         skipped += [s.to_dict() | {"pass": p.name} for s in result.skipped]
     check_model(current, where)
     after = _footprint(current)
     # Stashes no pass understood: listed, never touched (a wrong gradient is worse than no saving).
-    handled = {r["tensor"] for r in records} | {t for r in records + chunked for t in r.get("dropped_stashes", [])} | \
+    tensors = [r for r in records if r.section == "tensors"]
+    handled = {r.subject for r in tensors} | {t for r in records for t in r.dropped_stashes} | \
         {s["name"] for s in skipped}
     lossless_only = policy.startswith("lossless")
 
@@ -133,8 +149,8 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
 
     left = [{"name": s.name, "pattern": s.pattern, "bytes": s.nbytes, "reason": why(s.encodings)}
             for s in analyze_model(model).stashed if s.name not in handled and s.nbytes > 0]
-    return TransformResult(current, policy, records, skipped, before, after, left_alone=left, deferred=deferred,
-                           chunked=chunked, splits=splits)
+    return TransformResult(current, policy, tensors, skipped, before, after, left_alone=left, all_records=records,
+                           modified_by=modified_by)
 
 
 def _atomic_save(model: onnx.ModelProto, path: Path) -> None:
@@ -189,6 +205,6 @@ def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossl
     _atomic_save(result.model, out_model)
     plan_path = out_model.with_suffix(".plan.json")
     result.output, result.plan_path = out_model, plan_path
-    plan = {"input": str(loaded.path), **result.summary(), "tensors": result.records}
+    plan = {"input": str(loaded.path), **result.summary(), "tensors": [r.to_dict() for r in result.records]}
     _atomic_write_text(plan_path, json.dumps(plan, indent=2))
     return result

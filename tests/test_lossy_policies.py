@@ -224,7 +224,7 @@ def test_bad_pass_option_is_a_clear_error(small_artifacts: Path, tmp_path: Path)
 @pytest.mark.parametrize("order", ["priority", "default"])
 def test_native_fp16_matches_the_codec_and_keeps_its_timing(small_artifacts: Path, tmp_path: Path,
                                                             order: str) -> None:
-    from test_execution_order import ort_order
+    from onnxcomp.analysis.execution_order import ort_order
 
     from onnxcomp.runtime.session import RuntimeSettings
 

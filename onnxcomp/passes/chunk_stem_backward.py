@@ -33,7 +33,9 @@ from onnx import TensorProto, helper
 
 from ..analysis import GraphAnalysis, analyze_model
 from ..errors import OnnxcompError
-from .base import (GraphPass, NodeBuilder, PassResult, Skipped, check_model, even_bounds, node_attr,
+from .records import PassRecord
+from .editor import GraphEditor
+from .base import (GraphPass, PassResult, Skipped, check_model, even_bounds, node_attr,
                    require_training_graph, taken_names, unique_name)
 
 MS_DOMAIN = "com.microsoft"
@@ -140,17 +142,15 @@ class ChunkedStemBackwardPass(GraphPass):
             raise OnnxcompError(f"ChunkedStemBackwardPass chunks must be integers >= 2 (got {chunks!r})")
         self.chunks = counts
         self.force = force
-        self.chunked: list[dict[str, object]] = []
 
     def run(self, model: onnx.ModelProto) -> PassResult:
         require_training_graph(model)
         result = PassResult(self.copy(model))
-        self.chunked = []
         sites, skipped = _find_sites(analyze_model(result.model))
         result.skipped.extend(skipped)
         if not sites:
             return result
-        from .row_split import predicted_live
+        from ..planner.predict import predicted_live
 
         current = result.model
         for site in sites:
@@ -162,7 +162,7 @@ class ChunkedStemBackwardPass(GraphPass):
                 continue
             if self.force:
                 current = _rewrite(current, site.name, counts[0])
-                self.chunked.append(self._record(site, counts[0]))
+                result.records.append(self._record(site, counts[0]))
                 continue
             seen, live = predicted_live(current)
             peak_before = int(live.max())
@@ -182,20 +182,20 @@ class ChunkedStemBackwardPass(GraphPass):
                                               f"at the peak)"))
                 continue
             current = trial
-            self.chunked.append(self._record(site, k, region_before=before, region_after=region,
-                                             predicted_peak_before=peak_before, predicted_peak_after=peak_after))
-        if self.chunked:
+            result.records.append(self._record(site, k, region_before=before, region_after=region,
+                                               predicted_peak_before=peak_before, predicted_peak_after=peak_after))
+        if result.records:
             check_model(current, "chunk_stem_backward pass")
         result.model = current
-        result.records = []   # encodes nothing; reported through .chunked
         return result
 
 
-    def _record(self, site: _Site, chunks: int, **predicted: int) -> dict[str, object]:
-        return {"site": site.name, "conv_grad": site.conv.name, "chunks": chunks,
-                "relu_grad": site.relu.name if site.relu is not None else None,
-                "dropped_stashes": [site.bn.input[1]] if site.forward_conv is not None else [],
-                **predicted, "pass": self.name}
+    def _record(self, site: _Site, chunks: int, **predicted: int) -> PassRecord:
+        dropped = [site.bn.input[1]] if site.forward_conv is not None else []
+        return PassRecord("chunked", self.name, site.name, {
+            "site": site.name, "conv_grad": site.conv.name, "chunks": chunks,
+            "relu_grad": site.relu.name if site.relu is not None else None, "dropped_stashes": dropped,
+            **predicted, "pass": self.name}, tuple(dropped))
 
 
 def _prefix(site: _Site) -> str:
@@ -214,7 +214,7 @@ def _rewrite(model: onnx.ModelProto, site_name: str, k: int) -> onnx.ModelProto:
     n, c, h, w = site.shape
     nodes = list(graph.node)
     taken = taken_names(graph)
-    b = NodeBuilder(graph, taken, _prefix(site))
+    b = GraphEditor(graph, taken, _prefix(site))
     F = TensorProto.FLOAT
     removed = [bn, conv] + ([relu] if relu is not None else [])
     removed_outputs = {o for nd in removed for o in nd.output if o}

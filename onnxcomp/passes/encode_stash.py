@@ -21,6 +21,7 @@ from onnx import TensorProto, helper
 from ..analysis import GraphAnalysis, StashedTensor, analyze_model, numel
 from ..custom_ops import contract
 from ..custom_ops.contract import decode_op as decode_op_type, encode_op as encode_op_type  # noqa: F401
+from .records import PassRecord
 from .base import (PLAN_METADATA_KEY, GraphPass, PassResult, Skipped, declare_custom_ops,
                    taken_names, trigger_constants, unique_name, zero_after)
 
@@ -149,7 +150,7 @@ class _Rewriter:
               result: PassResult) -> None:
         declare_custom_ops(self.model)
         for stash, enc in choices:
-            result.records.append(self._encode_one(stash, enc, pass_))
+            result.records.append(PassRecord("encoded", pass_.name, enc.source, self._encode_one(stash, enc, pass_)))
         del self.graph.node[:]
         self.graph.node.extend(self.nodes)
         self.graph.value_info.extend(self.value_info)
@@ -338,7 +339,7 @@ class _Rewriter:
         return trigger_constants(self.graph)
 
 
-def _merge_plan_metadata(model: onnx.ModelProto, records: list[dict[str, Any]]) -> None:
+def _merge_plan_metadata(model: onnx.ModelProto, records: list[PassRecord]) -> None:
     """Predicted payload sizes ride along in the model so later analysis can size data-dependent payloads."""
     existing = next((p for p in model.metadata_props if p.key == PLAN_METADATA_KEY), None)
     hints = json.loads(existing.value) if existing else {}

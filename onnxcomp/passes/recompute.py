@@ -34,7 +34,9 @@ from ..custom_ops import contract
 from ..errors import OnnxcompError
 from .base import (TRIGGER_CONSTANTS, GraphPass, PassResult, Skipped, check_model, require_training_graph,
                    taken_names, unique_name, zero_after)
+from .editor import GraphEditor
 from .encode_stash import already_encoded
+from .records import PassRecord
 
 # Cheap, deterministic, side-effect-free ops: recomputing them costs little next to a Conv/Gemm.
 CHEAP_OPS: frozenset[str] = frozenset({
@@ -433,7 +435,7 @@ class _Builder:
 
     def apply(self, plans: list[_Plan], result: PassResult) -> None:
         for plan in plans:
-            result.records.append(self._build(plan))
+            result.records.append(PassRecord("recomputed", RecomputePass.name, plan.stash.name, self._build(plan)))
         nodes: list[onnx.NodeProto] = []
         for idx, node in enumerate(self.orig):
             nodes.extend(self.before.get(idx, []))
@@ -501,22 +503,12 @@ class _Builder:
         zero = self._zero_for(plan, out)
         base = like.replace("/", "_").strip("_")
         shape_t = self.analysis.tensors[like].shape
-        if shape_t is not None:
-            shape_src = self._const(f"onnxcomp_recompute_shape_{'x'.join(map(str, shape_t)) or 'scalar'}",
-                                    list(shape_t))
-        else:   # dynamic: Shape() is not folded then, and is exact
-            shape_src = unique_name(f"{base}__recompute_shape_of", self.taken)
-            out.append(helper.make_node("Shape", [name], [shape_src],
-                                        name=unique_name(f"{shape_src}__shape", self.taken)))
-        shape = unique_name(f"{base}__recompute_shape", self.taken)
-        view = unique_name(f"{base}__recompute_gated", self.taken)
-        out += [
-            helper.make_node("Add", [shape_src, zero], [shape], name=unique_name(f"{shape}__add", self.taken)),
-            helper.make_node("Reshape", [name, shape], [view], name=unique_name(f"{view}__reshape", self.taken)),
-        ]
-        rank = [len(shape_t)] if shape_t is not None else None
-        self.value_info.append(helper.make_tensor_value_info(shape, TensorProto.INT64, rank))
-        self._vi(view, like)
+        editor = GraphEditor(self.graph, self.taken, prefix=f"{base}__recompute")
+        elem, _ = self._type(like)
+        view = editor.gate(name, after=plan.grad, shape=list(shape_t) if shape_t is not None else None, elem=elem,
+                           zero=zero, name=f"{base}__recompute_gated")
+        out += editor.nodes
+        self.value_info += editor.infos
         gated[name] = view
         return view
 

@@ -51,6 +51,9 @@ from onnx import TensorProto, helper
 
 from ..analysis import GraphAnalysis, analyze_model
 from ..errors import OnnxcompError
+from ..planner.predict import predicted_peak
+from .editor import GraphEditor
+from .records import PassRecord
 from .base import GraphPass, PassResult, Skipped, even_bounds, require_training_graph, taken_names, unique_name
 
 MS_DOMAIN = "com.microsoft"
@@ -429,20 +432,20 @@ class _Strip:
     end: int
 
 
-class _Emitter:
+class _Emitter(GraphEditor):
+    """The graph editor with the row-split's naming ("<prefix>/<op>") and its cached integer constants."""
+
     def __init__(self, model: onnx.ModelProto, taken: set[str], prefix: str) -> None:
+        super().__init__(model.graph, taken, prefix, sep="/")
         self.model = model
-        self.taken = taken
-        self.prefix = prefix
-        self.nodes: list[onnx.NodeProto] = []
-        self.value_info: list[onnx.ValueInfoProto] = []
         self._consts: dict[tuple, str] = {}
         self.recomputed_rows = 0
 
-    def name(self, base: str) -> str:
-        return unique_name(f"{self.prefix}/{base}", self.taken)
+    @property
+    def value_info(self) -> list[onnx.ValueInfoProto]:
+        return self.infos
 
-    def const(self, values: list[int], dtype: int = TensorProto.INT64) -> str:
+    def const(self, values: list[int], dtype: int = TensorProto.INT64) -> str:  # type: ignore[override]
         key = (tuple(values), dtype)
         if key not in self._consts:
             n = unique_name(f"onnxcomp_rows_c_{'_'.join(str(v).replace('-', 'm') for v in values)}", self.taken)
@@ -450,11 +453,8 @@ class _Emitter:
             self._consts[key] = n
         return self._consts[key]
 
-    def node(self, op: str, inputs: list[str], outputs: list[str], domain: str = "", **attrs: Any) -> None:
-        self.nodes.append(helper.make_node(op, inputs, outputs, name=self.name(op), domain=domain, **attrs))
-
     def vi(self, name: str, shape: list[int], elem: int = TensorProto.FLOAT) -> None:
-        self.value_info.append(helper.make_tensor_value_info(name, elem, shape))
+        self.typed(name, elem, shape)
 
     def out(self, base: str, shape: list[int] | None, elem: int = TensorProto.FLOAT) -> str:
         n = self.name(base)
@@ -462,28 +462,10 @@ class _Emitter:
             self.vi(n, shape, elem)
         return n
 
-    # --- gating: a zero that exists only once its sources do
-    def gate(self, sources: list[str]) -> str:
-        elems = []
-        for s in sources:
-            flat = self.out("gate_flat", None)
-            self.node("Reshape", [s, self.const([-1])], [flat])
-            e = self.out("gate_elem", [1])
-            self.node("Slice", [flat, self.const([0]), self.const([1])], [e])
-            elems.append(e)
-        cat = elems[0]
-        if len(elems) > 1:
-            cat = self.out("gate_cat", [len(elems)])
-            self.node("Concat", elems, [cat], axis=0)
-        nan = self.out("gate_nan", [len(elems)], TensorProto.BOOL)
-        self.node("IsNaN", [cat], [nan])
-        ints = self.out("gate_int", [len(elems)], TensorProto.INT64)
-        self.node("Cast", [nan], [ints], to=TensorProto.INT64)
-        tot = self.out("gate_sum", [1], TensorProto.INT64)
-        self.node("ReduceSum", [ints, self.const([0])], [tot], keepdims=1)
-        z = self.out("gate_zero", [1], TensorProto.INT64)
-        self.node("Mul", [tot, self.const([0])], [z])
-        return z
+    def gate(self, sources: list[str]) -> str:  # type: ignore[override]
+        """A zero that exists only once every (float) source does: the editor's one gating idiom, as the
+        offset a row Slice adds to its start and end."""
+        return self.zero_after([(s, TensorProto.FLOAT) for s in sources], base=f"{self.prefix}/gate")
 
     def rows(self, src: _Strip, a: int, b: int, shape: tuple[int, ...], gate: str | None = None) -> _Strip:
         """Rows [a, b) of a strip (zeros where the strip has none), optionally gated."""
@@ -929,7 +911,7 @@ class RowSplitPass(GraphPass):
         assert best is not None
         R, peak, result = best
         for rec in result.records:
-            rec["auto"] = {"budget_bytes": self.budget_bytes, "chosen_rows": R, "predicted_peak_bytes": peak,
+            rec.detail["auto"] = {"budget_bytes": self.budget_bytes, "chosen_rows": R, "predicted_peak_bytes": peak,
                            "fits": peak <= self.budget_bytes, "tried": tried}
         return result
 
@@ -1002,7 +984,7 @@ class RowSplitPass(GraphPass):
             dropped_names = [t for lay in chain.layers for t in [lay.y] + list(lay.fwd.output[1:2])
                              if t in stashed and t not in kept and t != chain.layers[-1].y]
             ckpt = sum(chain.layers[i].row_bytes("x") * chain.layers[i].h_in for i, _ in chain.segments[1:])
-            result.records.append({
+            result.records.append(PassRecord("row_split", self.name, chain.layers[0].x, {
                 "tensor": chain.layers[0].x, "pattern": "row-split", "encoding": "rows", "chain": chain.name,
                 "nodes": [lay.fwd.name or lay.y for lay in chain.layers], "variant": self.variant,
                 "rows": R, "output_rows": max(s["output_rows"] for s in seg_records),
@@ -1011,7 +993,7 @@ class RowSplitPass(GraphPass):
                 "segments": seg_records, "original_bytes": dropped + ckpt,
                 "predicted_bytes": ckpt + max(s["predicted_block_bytes"] for s in seg_records),
                 "halos": [s.get("halo_rows") or s.get("kept_rows") for s in seg_records],
-            })
+            }, tuple(dropped_names)))
         new_nodes: list[onnx.NodeProto] = []
         for i, n in enumerate(nodes):
             if i in replace:
@@ -1068,47 +1050,3 @@ def _sole_accumulator(analysis: GraphAnalysis, grad: str) -> int | None:
     if node.op_type != "InPlaceAccumulatorV2" or len(node.input) < 3 or node.input[1] != grad or len(node.output) != 1:
         return None
     return t.consumers[0]
-
-
-def predicted_peak(model: onnx.ModelProto, eager_accumulation: bool = True) -> int:
-    """Training-step peak predicted for ``model`` in node order: the planner's lower bound on transient
-    buffers plus ConvGrad's im2col workspace ((C_in/group)*kh*kw x H_out*W_out floats, allocated inside the
-    kernel, invisible to the graph; at 512x512 it is VGG-16's largest single allocation).
-
-    eager_accumulation: predict for the graph with weight-gradient accumulators moved right after their
-    producers (policy "rows" runs EagerAccumulationPass after this pass).
-    """
-    _, live = predicted_live(model, eager_accumulation)
-    return int(live.max()) if len(live) else 0
-
-
-def predicted_live(model: onnx.ModelProto, eager_accumulation: bool = True) -> tuple[onnx.ModelProto, np.ndarray]:
-    """The graph the prediction was made on (accumulators moved, see predicted_peak) and the bytes
-    predicted live at each of its nodes."""
-    from ..planner.buffers import live_bytes
-
-    if eager_accumulation:
-        from .eager_accumulation import EagerAccumulationPass
-
-        model = EagerAccumulationPass().run(model).model
-    analysis = analyze_model(model)
-    n = len(model.graph.node)
-    live = np.zeros(n, dtype=np.int64)
-    # InPlaceAccumulatorV2's optional second output is its first input's (persistent) buffer, updated in place.
-    in_place = {n.output[1] for n in model.graph.node
-                if n.op_type == "InPlaceAccumulatorV2" and len(n.output) > 1 and n.output[1]}
-    lb = live_bytes([b for b in analysis.buffers() if b.name not in in_place])
-    live[: len(lb)] += lb[:n]
-    for i, node in enumerate(model.graph.node):
-        live[i] += conv_grad_workspace(analysis, node)
-    return model, live
-
-
-def conv_grad_workspace(analysis: GraphAnalysis, node: onnx.NodeProto) -> int:
-    """Bytes of the im2col buffer ORT's CPU ConvGrad allocates for one image (0 for other ops)."""
-    if node.op_type != "ConvGrad":
-        return 0
-    dy, w = analysis.tensors.get(node.input[0]), analysis.tensors.get(node.input[2])
-    if dy is None or w is None or dy.shape is None or w.shape is None:
-        return 0
-    return int(np.prod(w.shape[1:], dtype=np.int64) * np.prod(dy.shape[2:], dtype=np.int64)) * 4
