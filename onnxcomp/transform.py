@@ -12,7 +12,7 @@ import onnx
 from .analysis import LOSSLESS, analyze_model
 from .errors import OnnxcompError
 from .fileio import atomic_output
-from .load import TRAINING_MODEL, load_model
+from .load import TRAINING_MODEL, load_model, save_model
 from .passes import OPTIONS, GraphPass, get_policy
 from .passes.base import check_model
 from .passes.records import PassRecord, by_section
@@ -153,11 +153,6 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
                            modified_by=modified_by)
 
 
-def _atomic_save(model: onnx.ModelProto, path: Path) -> None:
-    with atomic_output(path) as tmp:
-        onnx.save(model, tmp)
-
-
 def _atomic_write_text(path: Path, text: str) -> None:
     with atomic_output(path) as tmp:
         Path(tmp).write_text(text)
@@ -202,7 +197,7 @@ def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossl
                     (shutil.copytree if src.is_dir() else shutil.copy2)(src, out / name)
     elif not out.parent.exists():
         raise OnnxcompError(f"{out.parent}: output directory does not exist; create it first")
-    _atomic_save(result.model, out_model)
+    save_model(result.model, out_model, source_dir=loaded.path.parent)
     plan_path = out_model.with_suffix(".plan.json")
     result.output, result.plan_path = out_model, plan_path
     plan = {"input": str(loaded.path), **result.summary(), "tensors": [r.to_dict() for r in result.records]}
