@@ -2,48 +2,14 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from .errors import OnnxcompError
 
 
-def _print_json(obj: Any) -> None:
-    json.dump(obj, sys.stdout, indent=2)
-    sys.stdout.write("\n")
-
-
-def _positive(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}") from None
-    if n <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {n}")
-    return n
-
-
-def _add_runtime_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("ONNX Runtime settings (reported with every figure)")
-    g.add_argument("--arena", action=argparse.BooleanOptionalAction, default=False,
-                   help="ORT CPU memory arena (default: off, so freed tensors return to the OS)")
-    g.add_argument("--mem-pattern", action=argparse.BooleanOptionalAction, default=False,
-                   help="ORT memory-pattern planning (default: off)")
-    g.add_argument("--mem-reuse", action=argparse.BooleanOptionalAction, default=False,
-                   help="ORT buffer-reuse planning (default: off; on, freed forward buffers stay allocated "
-                        "until a backward tensor of the same size reuses them)")
-    g.add_argument("--order", choices=["priority", "default"], default="priority",
-                   help="ORT execution order (default: priority — node-list order among ready nodes)")
-    g.add_argument("--threads", type=_positive, default=None, help="intra-op threads (default: ORT's)")
-
-
-def _settings(args: argparse.Namespace):
-    from .runtime.session import RuntimeSettings
-
-    return RuntimeSettings(arena=args.arena, mem_pattern=args.mem_pattern, execution_order=args.order,
-                           intra_threads=args.threads, mem_reuse=args.mem_reuse)
+from .cli_args import OPTION_FLAGS, add_runtime_options as _add_runtime_options, positive as _positive  # noqa: F401
+from .cli_args import print_json as _print_json, settings as _settings  # noqa: F401
 
 
 # --------------------------------------------------------------------------------------------- commands
@@ -78,7 +44,7 @@ def cmd_artifacts(args: argparse.Namespace) -> int:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from .analysis import analyze
-    from .inspect import inspect_report, plot_live_bytes, render_report
+    from .stash_report import inspect_report, plot_live_bytes, render_report
 
     analysis = analyze(args.path, batch=args.batch, model=args.model)
     report = inspect_report(analysis)
@@ -175,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except OnnxcompError as exc:
-        print(f"onnxcomp {args.command}: error: {exc}", file=sys.stderr)
+        print(f"onnxcomp {args.command}: error: {exc.render(OPTION_FLAGS)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("onnxcomp: interrupted", file=sys.stderr)

@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from . import cli
+from . import cli_args
 from .errors import OnnxcompError
 
 MiB = 1 << 20
@@ -68,7 +68,7 @@ def cmd_transform(args: argparse.Namespace) -> int:
     result = transform(args.path, args.output, args.policy, model=args.model, force=args.force, **options)
     summary = result.summary()
     if args.json:
-        cli._print_json(summary | {"tensors": result.records})
+        cli_args.print_json(summary | {"tensors": [r.to_dict() for r in result.records]})
     else:
         print_transform_summary(summary)
     return 0
@@ -77,12 +77,12 @@ def cmd_transform(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     from .runtime.train import train
 
-    result = train(args.dir, model=args.model, steps=args.steps, data=args.data, settings=cli._settings(args),
+    result = train(args.dir, model=args.model, steps=args.steps, data=args.data, settings=cli_args.settings(args),
                    seed=args.seed, eval_every=args.eval_every, progress=not args.json,
                    learning_rate=args.lr)
     d = result.to_dict()
     if args.json:
-        cli._print_json(d)
+        cli_args.print_json(d)
         return 0
     print(f"trained {d['steps']} steps on {d['data']} data ({d['model']}): "
           f"{d['step_time_s'] * 1000:,.1f} ms/step")
@@ -118,7 +118,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from .analysis import analyze
-    from .inspect import inspect_report, render_report
+    from .stash_report import inspect_report, render_report
     from .models.artifacts import generate_artifacts
     from .runtime.measure import measure
     from .runtime.session import RuntimeSettings
@@ -228,13 +228,13 @@ def add_subcommands(sub: Any) -> None:
     s = sub.add_parser("train", help="train with ONNX Runtime's training API, onnxcomp ops registered")
     s.add_argument("dir", metavar="DIR")
     s.add_argument("--model", help="training graph file inside DIR (default training_model.onnx)")
-    s.add_argument("--steps", type=cli._positive, default=20)
+    s.add_argument("--steps", type=cli_args.positive, default=20)
     s.add_argument("--data", choices=["synthetic", "digits"], default="synthetic")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--lr", type=float, default=None, help="learning rate (default: the optimizer model's)")
-    s.add_argument("--eval-every", type=cli._positive, default=None)
+    s.add_argument("--eval-every", type=cli_args.positive, default=None)
     s.add_argument("--json", action="store_true")
-    cli._add_runtime_options(s)
+    cli_args.add_runtime_options(s)
     s.set_defaults(func=cmd_train)
 
     s = sub.add_parser("params", help="export a checkpoint's parameters by their original names (split weights "
@@ -248,10 +248,10 @@ def add_subcommands(sub: Any) -> None:
 
     s = sub.add_parser("demo", help="run the whole pipeline on the bundled default model")
     s.add_argument("--model", default="resnet18")
-    s.add_argument("--batch", type=cli._positive, default=8)
-    s.add_argument("--image", type=cli._positive, default=32)
-    s.add_argument("--classes", type=cli._positive, default=10)
-    s.add_argument("--steps", type=cli._positive, default=3)
+    s.add_argument("--batch", type=cli_args.positive, default=8)
+    s.add_argument("--image", type=cli_args.positive, default=32)
+    s.add_argument("--classes", type=cli_args.positive, default=10)
+    s.add_argument("--steps", type=cli_args.positive, default=3)
     s.add_argument("--workdir", help="keep artifacts here (default: a new temporary directory)")
     s.add_argument("--json", metavar="FILE", help="also write every figure as JSON")
     s.set_defaults(func=cmd_demo)

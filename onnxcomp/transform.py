@@ -1,7 +1,6 @@
 """`onnxcomp transform`: run a policy's passes, check the result, write it (atomically) with its plan."""
 from __future__ import annotations
 
-import inspect
 import json
 import shutil
 from dataclasses import dataclass, field
@@ -13,10 +12,10 @@ import onnx
 from .analysis import LOSSLESS, analyze_model
 from .errors import OnnxcompError
 from .fileio import atomic_output
-from .load import TRAINING_MODEL, load_model
-from .passes import POLICIES, GraphPass, SplitWeightPass
+from .load import TRAINING_MODEL, load_model, save_model
+from .passes import OPTIONS, GraphPass, get_policy
 from .passes.base import check_model
-from .passes.encode_stash import EncodeStashPass
+from .passes.records import PassRecord, by_section
 from .passes.split_weight import WeightSplit
 from .planner import plan_all
 
@@ -28,23 +27,40 @@ _ARTIFACT_FILES = ("checkpoint", "optimizer_model.onnx", "eval_model.onnx", "onn
 class TransformResult:
     model: onnx.ModelProto
     policy: str
-    records: list[dict[str, Any]]
+    records: list[PassRecord]          # the plan's "tensors": stashes now held differently
     skipped: list[dict[str, str]]
     before: dict[str, Any]
     after: dict[str, Any]
     output: Path | None = None
     plan_path: Path | None = None
     left_alone: list[dict[str, Any]] = field(default_factory=list)
-    deferred: list[dict[str, Any]] = field(default_factory=list)   # weight gradients moved to backward's end
-    chunked: list[dict[str, Any]] = field(default_factory=list)    # first-layer backwards run in batch chunks
-    splits: list[WeightSplit] = field(default_factory=list)         # weights held as row blocks
+    # Every record of every pass, in pass order (the sections below are views of it).
+    all_records: list[PassRecord] = field(default_factory=list)
+    modified_by: list[str] = field(default_factory=list)           # passes that reported modified
+
+    def section(self, name: str) -> list[dict[str, Any]]:
+        return by_section(self.all_records)[name]
+
+    @property
+    def deferred(self) -> list[dict[str, Any]]:      # weight gradients moved to backward's end
+        return self.section("deferred")
+
+    @property
+    def chunked(self) -> list[dict[str, Any]]:       # first-layer backwards run in batch chunks
+        return self.section("chunked")
+
+    @property
+    def splits(self) -> list[WeightSplit]:           # weights held as row blocks
+        return [WeightSplit.from_dict(d) for d in self.section("split_weights")]
 
     def summary(self) -> dict[str, Any]:
+        sections = by_section(self.all_records)
         return {"policy": self.policy, "output": str(self.output) if self.output else None,
                 "plan": str(self.plan_path) if self.plan_path else None,
                 "encoded": len(self.records), "before": self.before, "after": self.after,
-                "skipped": self.skipped, "left_alone": self.left_alone, "deferred": self.deferred,
-                "chunked": self.chunked, "split_weights": [s.to_dict() for s in self.splits]}
+                "skipped": self.skipped, "left_alone": self.left_alone, "deferred": sections["deferred"],
+                "chunked": sections["chunked"], "split_weights": sections["split_weights"],
+                "moved": sections["moved"], "modified_by": self.modified_by}
 
 
 def _footprint(model: onnx.ModelProto) -> dict[str, Any]:
@@ -55,8 +71,9 @@ def _footprint(model: onnx.ModelProto) -> dict[str, Any]:
             "payload_tensors": len(encoded_payloads), **plan_all(a.buffers()).to_dict()}
 
 
-CONFIG_KEYS = {"overrides": dict, "eb": float, "adaptive": bool, "dpr_format": str, "min_bytes": int,
-               "split_weight_bytes": int}
+# Options a policy config file may set (the rest are command-line only).
+CONFIG_KEYS = {k: OPTIONS[k][0] for k in ("overrides", "eb", "adaptive", "dpr_format", "min_bytes",
+                                            "split_weight_bytes")}
 
 
 def load_policy_config(path: str | Path) -> dict[str, Any]:
@@ -86,8 +103,9 @@ def load_policy_config(path: str | Path) -> dict[str, Any]:
     if unknown:
         raise OnnxcompError(f"{p}: unknown key(s) {sorted(unknown)}; known: {sorted(CONFIG_KEYS)}")
     for key, typ in CONFIG_KEYS.items():
-        if key in data and not isinstance(data[key], typ) and not (typ is float and isinstance(data[key], int)):
-            raise OnnxcompError(f"{p}: {key} must be a {typ.__name__} (got {data[key]!r})")
+        if key in data and not isinstance(data[key], typ):
+            name = typ.__name__ if isinstance(typ, type) else typ[0].__name__
+            raise OnnxcompError(f"{p}: {key} must be a {name} (got {data[key]!r})")
     known = {*LOSSLESS, DPR, ERROR_BOUNDED, "none"}
     for pattern, enc in data.get("overrides", {}).items():
         if enc not in known:
@@ -96,46 +114,29 @@ def load_policy_config(path: str | Path) -> dict[str, Any]:
 
 
 def make_passes(policy: str, **options: Any) -> list[GraphPass]:
-    if policy not in POLICIES:
-        raise OnnxcompError(f"unknown policy {policy!r}; choose one of: {', '.join(sorted(POLICIES))}")
-    overrides = options.pop("overrides", None) or {}
-    passes = []
-    for factory in POLICIES[policy]:
-        # A policy's own fixed choices (partial keywords, e.g. dpr-fp8's format) win over general options.
-        fixed = set(getattr(factory, "keywords", {}) or {})
-        accepted = set(inspect.signature(factory).parameters) - fixed
-        kwargs = {k: v for k, v in options.items() if k in accepted and v is not None}
-        try:
-            p = factory(**kwargs)
-        except (ValueError, TypeError) as exc:
-            raise OnnxcompError(f"policy {policy!r}: bad option(s) {kwargs}: {exc}") from None
-        if overrides and isinstance(p, EncodeStashPass):
-            p.overrides = dict(overrides)
-        passes.append(p)
-    return passes
+    """The passes of ``policy`` built with ``options``; an option the policy does not take is an error."""
+    return get_policy(policy).build(**options)
 
 
-def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str = "model",
-                    **options: Any) -> TransformResult:
+def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str = "model", *,
+                    passes: list[GraphPass] | None = None, **options: Any) -> TransformResult:
     before = _footprint(model)
     current = model
-    records: list[dict[str, Any]] = []
+    records: list[PassRecord] = []
     skipped: list[dict[str, str]] = []
-    deferred: list[dict[str, Any]] = []
-    chunked: list[dict[str, Any]] = []
-    splits: list[WeightSplit] = []
-    for p in make_passes(policy, **options):
+    modified_by: list[str] = []
+    for p in passes if passes is not None else make_passes(policy, **options):
         result = p.run(current)
         current = result.model
         records += result.records
-        deferred += getattr(p, "deferred", [])
-        chunked += getattr(p, "chunked", [])
-        splits += getattr(p, "splits", [])
+        if result.modified:
+            modified_by.append(p.name)
         skipped += [s.to_dict() | {"pass": p.name} for s in result.skipped]
     check_model(current, where)
     after = _footprint(current)
     # Stashes no pass understood: listed, never touched (a wrong gradient is worse than no saving).
-    handled = {r["tensor"] for r in records} | {t for r in records + chunked for t in r.get("dropped_stashes", [])} | \
+    tensors = [r for r in records if r.section == "tensors"]
+    handled = {r.subject for r in tensors} | {t for r in records for t in r.dropped_stashes} | \
         {s["name"] for s in skipped}
     lossless_only = policy.startswith("lossless")
 
@@ -148,13 +149,8 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
 
     left = [{"name": s.name, "pattern": s.pattern, "bytes": s.nbytes, "reason": why(s.encodings)}
             for s in analyze_model(model).stashed if s.name not in handled and s.nbytes > 0]
-    return TransformResult(current, policy, records, skipped, before, after, left_alone=left, deferred=deferred,
-                           chunked=chunked, splits=splits)
-
-
-def _atomic_save(model: onnx.ModelProto, path: Path) -> None:
-    with atomic_output(path) as tmp:
-        onnx.save(model, tmp)
+    return TransformResult(current, policy, tensors, skipped, before, after, left_alone=left, all_records=records,
+                           modified_by=modified_by)
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
@@ -175,18 +171,17 @@ def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossl
     to_dir = out.suffix != ".onnx"
     out_model = out / TRAINING_MODEL if to_dir else out
     if out_model.resolve() == loaded.path.resolve() and not force:
-        raise OnnxcompError(f"{out_model}: refusing to overwrite the input model; choose another -o, or pass "
-                            "--force to replace it")
+        raise OnnxcompError(f"{out_model}: refusing to overwrite the input model; choose another {{output}}, or "
+                            "allow replacing it with {force}", options=("output", "force"))
     if out_model.exists() and not force and out_model.resolve() != loaded.path.resolve():
-        raise OnnxcompError(f"{out_model} already exists; pass --force to replace it or choose another -o")
-    if options.get("split_weight_bytes") is not None and policy in POLICIES and not any(
-            getattr(f, "func", f) is SplitWeightPass for f in POLICIES.get(policy, [])):
-        raise OnnxcompError(f"--split-weights: policy {policy!r} keeps training bit-identical and does not split "
-                            "weights (dX is summed in blocks); use a lossy policy: comet or dpr-*")
+        raise OnnxcompError(f"{out_model} already exists; allow replacing it with {{force}} or choose another "
+                            "{output}", options=("output", "force"))
+    passes = make_passes(policy, **options)   # refuses options the policy does not take, before any work
     if options.get("split_weight_bytes") and (not to_dir or loaded.artifact_dir is None):
-        raise OnnxcompError("--split-weights rewrites the checkpoint and eval model too: give an artifact "
-                            "directory as input and a new directory as -o (not a .onnx file)")
-    result = transform_model(loaded.model, policy, where=str(loaded.path), **options)
+        raise OnnxcompError("{split_weight_bytes} rewrites the checkpoint and eval model too: give an artifact "
+                            "directory as input and a new directory as {output} (not a .onnx file)",
+                            options=("split_weight_bytes", "output"))
+    result = transform_model(loaded.model, policy, where=str(loaded.path), passes=passes)
 
     if to_dir:
         out.mkdir(parents=True, exist_ok=True)
@@ -202,9 +197,9 @@ def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossl
                     (shutil.copytree if src.is_dir() else shutil.copy2)(src, out / name)
     elif not out.parent.exists():
         raise OnnxcompError(f"{out.parent}: output directory does not exist; create it first")
-    _atomic_save(result.model, out_model)
+    save_model(result.model, out_model, source_dir=loaded.path.parent)
     plan_path = out_model.with_suffix(".plan.json")
     result.output, result.plan_path = out_model, plan_path
-    plan = {"input": str(loaded.path), **result.summary(), "tensors": result.records}
+    plan = {"input": str(loaded.path), **result.summary(), "tensors": [r.to_dict() for r in result.records]}
     _atomic_write_text(plan_path, json.dumps(plan, indent=2))
     return result

@@ -6,7 +6,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from test_execution_order import ORDERS, planned_peak
+from onnxcomp.analysis.execution_order import ORDERS
+from onnxcomp.planner.predict import planned_peak
 
 from onnxcomp.analysis import analyze_model
 from onnxcomp.errors import OnnxcompError
@@ -36,9 +37,11 @@ def _apply(model: onnx.ModelProto, policy_passes: list) -> onnx.ModelProto:  # n
 def test_rewrites_only_the_first_layer(small_artifacts: Path) -> None:
     model = _model(small_artifacts)
     p = ChunkedStemBackwardPass(chunks=2, force=True)
-    out = p.run(model).model
-    (rec,) = p.chunked
-    assert rec["chunks"] == 2 and rec["dropped_stashes"] == [STEM_INPUT]
+    result = p.run(model)
+    out = result.model
+    (rec,) = result.records
+    assert rec.kind == "chunked" and result.modified
+    assert rec["chunks"] == 2 and rec["dropped_stashes"] == [STEM_INPUT] and rec.dropped_stashes == (STEM_INPUT,)
     # The second block's BN grad (its conv needs dX) stays; the first is gone, its ConvGrad split in two.
     assert len(_ops(out, STEM_BN_GRAD)) == len(_ops(model, STEM_BN_GRAD)) - 1
     chunk_convgrads = [n for n in _ops(out, "ConvGrad") if n.name.startswith(PREFIX)]
@@ -49,7 +52,8 @@ def test_rewrites_only_the_first_layer(small_artifacts: Path) -> None:
     assert STEM_INPUT not in {s.name for s in analyze_model(out).stashed}
     # Idempotent: nothing left to chunk.
     again = ChunkedStemBackwardPass(chunks=2, force=True)
-    assert again.run(out).model.graph.node == out.graph.node and not again.chunked
+    second = again.run(out)
+    assert second.model.graph.node == out.graph.node and not second.records and not second.modified
 
 
 @pytest.mark.parametrize("chunks", [2, 3])
@@ -116,8 +120,7 @@ def test_planned_peak_drops_under_both_orders(small_artifacts: Path, order: str)
 
 def test_planner_chooses_and_reports(small_artifacts: Path) -> None:
     p = ChunkedStemBackwardPass()
-    p.run(_apply(_model(small_artifacts), POLICIES["dpr-fp16"][:-2]))
-    (rec,) = p.chunked
+    (rec,) = p.run(_apply(_model(small_artifacts), POLICIES["dpr-fp16"][:-2])).records
     assert rec["chunks"] in (2, 4)                     # 8 > batch 4 is not a candidate
     assert rec["region_after"] < rec["region_before"]
     assert rec["predicted_peak_after"] <= rec["predicted_peak_before"]
@@ -126,7 +129,7 @@ def test_planner_chooses_and_reports(small_artifacts: Path) -> None:
 def test_small_batch_and_bad_options(small_artifacts: Path) -> None:
     p = ChunkedStemBackwardPass(chunks=8)
     result = p.run(_model(small_artifacts))
-    assert not p.chunked and any("smaller than every chunk count" in s.reason for s in result.skipped)
+    assert not result.records and any("smaller than every chunk count" in s.reason for s in result.skipped)
     for bad in (1, (), (2, 0)):
         with pytest.raises(OnnxcompError, match="chunks"):
             ChunkedStemBackwardPass(chunks=bad)

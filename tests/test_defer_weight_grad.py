@@ -6,12 +6,13 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from test_execution_order import ORDERS, in_run_order, ort_order, planned_peak
+from onnxcomp.analysis.execution_order import ORDERS, in_run_order, ort_order
+from onnxcomp.planner.predict import planned_peak
 
 from onnxcomp.errors import OnnxcompError
 from onnxcomp.passes import POLICIES, DeferWeightGradientPass, EagerAccumulationPass
 from onnxcomp.passes.defer_weight_grad import GATE_SUFFIX
-from onnxcomp.passes.row_split import predicted_peak
+from onnxcomp.planner.predict import predicted_peak
 from onnxcomp.runtime.session import RuntimeSettings
 
 FC1 = "/fc1/Gemm_Grad/Gemm_1"   # fc1's dW = dYᵀ·X: 512 x 4096 floats (8 MiB)
@@ -61,9 +62,10 @@ def _reorder(model: onnx.ModelProto) -> onnx.ModelProto:
 def test_defers_the_wide_fc_gradient_only(wide_fc: Path) -> None:
     model = _model(wide_fc)
     p = DeferWeightGradientPass()
-    out = p.run(model).model
-    assert [d["producer"] for d in p.deferred] == [FC1]
-    (rec,) = p.deferred
+    result = p.run(model)
+    out = result.model
+    assert [(d.kind, d["producer"]) for d in result.records] == [("deferred", FC1)] and result.modified
+    (rec,) = result.records
     assert rec["gradient_bytes"] == 512 * 4096 * 4
     assert rec["after"] == "conv.weight_grad"           # the first layer's gradient is computed last
     assert rec["predicted_peak_after"] < rec["predicted_peak_before"]
@@ -80,20 +82,21 @@ def test_planner_refuses_a_deferral_that_does_not_help(small_artifacts: Path) ->
     # still sees no gain (its activations dominate), so nothing moves unless forced.
     model = _model(small_artifacts)
     p = DeferWeightGradientPass()
-    assert p.run(model).model.graph.node == model.graph.node and not p.deferred
+    result = p.run(model)
+    assert result.model.graph.node == model.graph.node and not result.records and not result.modified
     p = DeferWeightGradientPass(min_bytes=0)
     result = p.run(model)
-    assert not p.deferred
+    assert not result.records
     assert any("not lower the predicted peak" in s.reason for s in result.skipped)
     forced = DeferWeightGradientPass(min_bytes=0, force=True)
-    forced.run(model)
-    assert [d["producer"] for d in forced.deferred] == ["/fc/Gemm_Grad/Gemm_1"]
+    assert [d["producer"] for d in forced.run(model).records] == ["/fc/Gemm_Grad/Gemm_1"]
 
 
 def test_idempotent_and_after_eager_accumulation(wide_fc: Path) -> None:
     once = DeferWeightGradientPass().run(_model(wide_fc)).model
     p = DeferWeightGradientPass()
-    assert p.run(once).model.graph.node == once.graph.node and not p.deferred
+    again = p.run(once)
+    assert again.model.graph.node == once.graph.node and not again.records and not again.modified
     # Run after the eager pass (order chain present): the chain is rebuilt around the moved accumulator.
     eager_first = DeferWeightGradientPass().run(EagerAccumulationPass().run(_model(wide_fc)).model).model
     assert planned_peak(eager_first, "priority") == planned_peak(_reorder(_model(wide_fc)), "priority")

@@ -1,7 +1,8 @@
 """Our rewrites must keep their timing under BOTH of ORT's execution orders.
 
-ORT 1.19's two orders, re-implemented here from onnxruntime/core/graph/graph_viewer.cc (and checked against
-ORT's own profiling trace below, so the model of ORT is tested, not assumed):
+ORT 1.19's two orders, re-implemented in onnxcomp.analysis.execution_order from
+onnxruntime/core/graph/graph_viewer.cc (and checked against ORT's own profiling trace below, so the model of
+ORT is tested, not assumed):
 - DEFAULT: reverse depth-first walk from the leaves (nodes no other node reads). Leaves go on a stack in node
   index order, so the highest-indexed leaf is walked first; a node's input nodes are pushed in ascending index
   order (the highest is walked first); a node is emitted after all its inputs (post-order).
@@ -10,7 +11,6 @@ ORT drops Identity nodes and constant-folds Shape of statically shaped tensors b
 """
 from __future__ import annotations
 
-import heapq
 import json
 import os
 from pathlib import Path
@@ -18,96 +18,12 @@ from pathlib import Path
 import onnx
 import pytest
 
-from onnxcomp.analysis import analyze_model
+from onnxcomp.analysis.execution_order import ORDERS, ort_order
+from onnxcomp.custom_ops import contract
 from onnxcomp.passes import POLICIES, EagerAccumulationPass
 from onnxcomp.passes.base import check_model
 from onnxcomp.passes.eager_accumulation import ACCUMULATORS
-from onnxcomp.planner import lower_bound
-
-ORDERS = ("default", "priority")
-
-
-# ---------------------------------------------------------------- a model of ORT's two orders
-
-def _ort_view(model: onnx.ModelProto) -> tuple[list[int], dict[int, list[int]], dict[int, list[int]]]:
-    g = model.graph
-    alias: dict[str, str] = {}
-    keep = []
-    for i, n in enumerate(g.node):
-        if n.op_type == "Identity":
-            alias[n.output[0]] = n.input[0]
-        elif n.op_type != "Shape":
-            keep.append(i)
-
-    def resolve(x: str) -> str:
-        while x in alias:
-            x = alias[x]
-        return x
-
-    producer = {o: i for i in keep for o in g.node[i].output if o}
-    inputs = {i: sorted({producer[resolve(x)] for x in g.node[i].input if x and resolve(x) in producer})
-              for i in keep}
-    outputs: dict[int, list[int]] = {i: [] for i in keep}
-    for i in keep:
-        for j in inputs[i]:
-            outputs[j].append(i)
-    return keep, inputs, outputs
-
-
-def ort_order(model: onnx.ModelProto, order: str) -> list[int]:
-    """Node indices in the order ORT 1.19 runs them (see module docstring)."""
-    keep, inputs, outputs = _ort_view(model)
-    seq: list[int] = []
-    if order == "default":
-        stack = [(i, False) for i in keep if not outputs[i]]
-        seen: set[int] = set()
-        while stack:
-            n, leave = stack.pop()
-            if leave:
-                seq.append(n)
-                continue
-            if n in seen:
-                continue
-            seen.add(n)
-            stack.append((n, True))
-            stack.extend((j, False) for j in inputs[n])
-        return seq
-    if order != "priority":
-        raise ValueError(order)
-    nodes = model.graph.node
-    indeg = {i: len(inputs[i]) for i in keep}
-    key = lambda i: (nodes[i].op_type not in ("Shape", "Size"), i)  # noqa: E731
-    ready = [key(i) for i in keep if indeg[i] == 0]
-    heapq.heapify(ready)
-    while ready:
-        _, n = heapq.heappop(ready)
-        seq.append(n)
-        for j in outputs[n]:
-            indeg[j] -= 1
-            if indeg[j] == 0:
-                heapq.heappush(ready, key(j))
-    return seq
-
-
-def in_run_order(model: onnx.ModelProto, order: str) -> onnx.ModelProto:
-    """A copy whose node list is ORT's run order (dropped Identity/Shape nodes right after their inputs),
-    so node-order analyses (planner live bytes) describe what ORT does."""
-    g = model.graph
-    seq = ort_order(model, order)
-    kept = set(seq)
-    for i in range(len(g.node)):
-        if i not in kept:
-            made = {o: k for k, j in enumerate(seq) for o in g.node[j].output}
-            seq.insert(max((made[x] + 1 for x in g.node[i].input if x in made), default=0), i)
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    del out.graph.node[:]
-    out.graph.node.extend(g.node[i] for i in seq)
-    return out
-
-
-def planned_peak(model: onnx.ModelProto, order: str) -> int:
-    return lower_bound(analyze_model(in_run_order(model, order)).buffers())
+from onnxcomp.planner.predict import planned_peak
 
 
 def timing(model: onnx.ModelProto, order: str) -> dict[str, list[int]]:
@@ -128,9 +44,9 @@ def timing(model: onnx.ModelProto, order: str) -> dict[str, list[int]]:
         node = g.node[n]
         if node.op_type in ACCUMULATORS and node.input[1] in made:
             out["acc_lag"].append(pos[n] - pos[made[node.input[1]]])
-        elif node.op_type.startswith("OnnxcompEncode_"):
+        elif contract.is_encoder(node.domain, node.op_type):
             out["enc_after_loss"].append(int(pos[n] > pos[loss]))
-        elif node.op_type.startswith("OnnxcompDecode_"):
+        elif contract.is_decoder(node.domain, node.op_type):
             out["dec_lead"].append(min(pos[r] for r in readers[node.output[0]]) - pos[n])
             out["dec_before_loss"].append(int(pos[n] < pos[loss]))
     return out

@@ -172,9 +172,12 @@ def test_comet_dpr_format_is_an_option_dpr_policies_fix_theirs(small_artifacts: 
                  "--min-bytes", "0", "--json"]) == 0
     codecs = {t["codec"] for t in json.loads(out.with_suffix(".plan.json").read_text())["tensors"]}
     assert "dpr_fp10" in codecs and "dpr_fp16" not in codecs
-    fixed = {r["codec"] for r in transform(small_artifacts, tmp_path / "b", "dpr-fp8", min_bytes=0,
-                                            dpr_format="fp16").records}
+    fixed = {r["codec"] for r in transform(small_artifacts, tmp_path / "b", "dpr-fp8", min_bytes=0).records}
     assert "dpr_fp8" in fixed and "dpr_fp16" not in fixed
+    # A dpr-* policy fixes its format: asking for another is an error, not silently ignored.
+    with pytest.raises(OnnxcompError, match="'dpr-fp8' does not take option 'dpr_format'"):
+        transform(small_artifacts, tmp_path / "c", "dpr-fp8", dpr_format="fp16")
+    assert not (tmp_path / "c").exists()
 
 
 def test_cli_transform_comet_with_flags(small_artifacts: Path, tmp_path: Path) -> None:
@@ -221,7 +224,7 @@ def test_bad_pass_option_is_a_clear_error(small_artifacts: Path, tmp_path: Path)
 @pytest.mark.parametrize("order", ["priority", "default"])
 def test_native_fp16_matches_the_codec_and_keeps_its_timing(small_artifacts: Path, tmp_path: Path,
                                                             order: str) -> None:
-    from test_execution_order import ort_order
+    from onnxcomp.analysis.execution_order import ort_order
 
     from onnxcomp.runtime.session import RuntimeSettings
 

@@ -101,12 +101,17 @@ def test_measure_small(small_artifacts: Path, batch32_artifacts: Path) -> None:
     for r in (small, big):
         assert len(r.losses) == 3 and all(math.isfinite(v) for v in r.losses)
         assert r.settings == settings.to_dict() and r.step_time_s > 0 and r.rss_setup_bytes > 0
-        assert r.peak_bytes >= 0 and r.growth_bytes > 0
+        assert r.growth_bytes > 0
         d = json.loads(json.dumps(r.to_dict()))
         assert {"peak_bytes", "step_time_s", "losses", "settings"} <= set(d)
         assert r.extras["malloc_mmap_threshold"] == "131072"
-    # Batch 32 stashes 8x the activations: its step peak must be clearly larger.
-    assert big.peak_bytes > 0 and big.peak_bytes > 2 * small.peak_bytes
+    # Batch 32 stashes 8x the activations: its step peak must be clearly larger, and hold at least half of
+    # the stashes that malloc maps fresh (>= 128 KiB: the pinned mmap threshold), alive together at the turn.
+    assert big.peak_bytes > 2 * small.peak_bytes
+    from onnxcomp.analysis import analyze
+
+    mapped = sum(s.nbytes for s in analyze(batch32_artifacts).stashed if s.nbytes >= 128 << 10)
+    assert mapped > 0 and big.peak_bytes >= mapped // 2
 
 
 def test_measure_is_seeded(small_artifacts: Path) -> None:
@@ -144,7 +149,11 @@ def test_measure_reports_native_crash(small_artifacts: Path, monkeypatch: pytest
 
 
 def test_onnx_model_is_loadable(small_artifacts: Path) -> None:
-    # The fixture's training graph has the inputs the runtime expects.
-    g = onnx.load(str(small_artifacts / "training_model.onnx")).graph
-    names = [i.name for i in g.input]
-    assert names[:2] == ["input", "labels"]
+    # The fixture's training graph loads into ORT's training API with the inputs the runtime feeds.
+    from onnxruntime.training import api
+
+    state = api.CheckpointState.load_checkpoint(str(small_artifacts / "checkpoint"))
+    module = api.Module(str(small_artifacts / "training_model.onnx"), state, None, "cpu",
+                        RuntimeSettings().session_options())
+    assert module.input_names()[:2] == ["input", "labels"]
+    assert len(module.output_names()) == 1 and module.get_parameters_size() > 0

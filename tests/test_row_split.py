@@ -10,7 +10,8 @@ import pytest
 from conftest import artifacts_from_net
 from onnxcomp.errors import OnnxcompError
 from onnxcomp.passes.base import check_model
-from onnxcomp.passes.row_split import RowSplitPass, predicted_peak
+from onnxcomp.passes.row_split import RowSplitPass
+from onnxcomp.planner.predict import predicted_peak
 
 torch = pytest.importorskip("torch")
 nn = torch.nn

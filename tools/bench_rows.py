@@ -151,9 +151,10 @@ def cmd_curve(a: argparse.Namespace) -> None:
 
 
 def _predict(model: str, batch: int, image: int, rows: str, variant: str, budget: int) -> tuple[int, dict]:
-    """Planner-predicted step peak (onnxcomp.passes.row_split.predicted_peak) of the baseline or of the
+    """Planner-predicted step peak (onnxcomp.planner.predict.predicted_peak) of the baseline or of the
     row-split graph (rows='auto': R chosen by the pass for the budget)."""
-    from onnxcomp.passes.row_split import RowSplitPass, predicted_peak
+    from onnxcomp.passes.row_split import RowSplitPass
+    from onnxcomp.planner.predict import predicted_peak
 
     art = artifacts(model, batch, image)
     m = onnx.load(str(art / "training_model.onnx"))

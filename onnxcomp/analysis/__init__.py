@@ -6,11 +6,12 @@ from pathlib import Path
 from ..load import load_model
 from .boundary import Boundary, find_boundary
 from .patterns import LOSSLESS, applicable_encodings, pattern_of
-from .shapes import TensorType, resolve_shapes
+from .shapes import TensorType, numel, resolve_shapes
 from .training_graph import GraphAnalysis, StashedTensor, TensorClass, TensorInfo, analyze_model
 
 __all__ = ["Boundary", "GraphAnalysis", "LOSSLESS", "StashedTensor", "TensorClass", "TensorInfo", "TensorType",
-           "analyze", "analyze_model", "applicable_encodings", "find_boundary", "pattern_of", "resolve_shapes"]
+           "analyze", "analyze_model", "applicable_encodings", "find_boundary", "numel", "pattern_of",
+           "resolve_shapes"]
 
 
 def analyze(model_or_dir: str | Path, batch: int | None = None, model: str | None = None) -> GraphAnalysis:

@@ -15,6 +15,11 @@ from onnx import helper
 from ..errors import OnnxcompError
 
 
+def numel(shape: tuple[int, ...] | list[int]) -> int:
+    """Elements of a static shape (1 for a scalar)."""
+    return int(np.prod(shape, dtype=np.int64))
+
+
 @dataclass(frozen=True)
 class TensorType:
     shape: tuple[int, ...] | None   # None: unknown rank/dims
@@ -24,7 +29,7 @@ class TensorType:
     def nbytes(self) -> int | None:
         if self.shape is None:
             return None
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return numel(self.shape) * self.dtype.itemsize
 
 
 def _np_dtype(elem_type: int) -> np.dtype:

@@ -128,6 +128,19 @@ class GraphAnalysis:
                 spans[root] = [s, e]
         return [Buffer(n, self.tensors[n].nbytes, s, e) for n, (s, e) in spans.items()]
 
+    def is_gradient(self, name: str) -> bool:
+        """A float tensor made in backward (a gradient map), as opposed to a stash, weight or int gate."""
+        t = self.tensors.get(name)
+        return t is not None and t.producer is not None and self.boundary.is_backward(t.producer) \
+            and t.type.dtype.kind == "f"
+
+    def incoming_gradient(self, node: int | onnx.NodeProto, exclude: str = "") -> str | None:
+        """The first input of ``node`` (an index, or a node holding this graph's tensor names) that is a
+        gradient, ``exclude`` aside: its dY, which exists only once backward reaches it. What passes time a
+        node by so it runs just before ``node``, never in the forward pass."""
+        proto = self.model.graph.node[node] if isinstance(node, int) else node
+        return next((i for i in proto.input if i and i != exclude and self.is_gradient(i)), None)
+
     def _root(self, name: str) -> str:
         seen = set()
         while self.tensors[name].alias_of is not None and name not in seen:

@@ -1,9 +1,7 @@
-"""Graph rewrites, one pass per module; a policy is an ordered list of passes (or pass factories)."""
+"""Graph rewrites, one pass per module; a policy (passes.policy) is a named pass sequence with declared options."""
 from __future__ import annotations
 
-from functools import partial
-from typing import Callable
-
+from ..errors import OnnxcompError
 from .base import GraphPass, PassResult, Skipped
 from .chunk_stem_backward import ChunkedStemBackwardPass
 from .defer_weight_grad import DeferWeightGradientPass
@@ -11,6 +9,7 @@ from .dpr import DPR_FORMATS, DprPass
 from .eager_accumulation import EagerAccumulationPass
 from .error_bounded import ErrorBoundedPass
 from .maxpool_index import MaxPoolIndexPass
+from .policy import OPTIONS, Policy, Step, policy, step
 from .recompute import RecomputePass
 from .row_split import RowSplitPass
 from .signbits import SignBitsPass
@@ -19,34 +18,46 @@ from .split_weight import SplitWeightPass
 
 # Scheduling first: large weight gradients (VGG's fc1 dW) deferred to the end of backward, then every
 # accumulator moved right behind its gradient.
-REORDER: list[Callable[..., GraphPass]] = [DeferWeightGradientPass, EagerAccumulationPass]
-LOSSLESS_PASSES: list[Callable[..., GraphPass]] = [*REORDER, SignBitsPass, MaxPoolIndexPass]
+REORDER = (step(DeferWeightGradientPass), step(EagerAccumulationPass))
+LOSSLESS_ENCODINGS = (step(SignBitsPass), step(MaxPoolIndexPass))
 
 # Before a lossy pass: ReluGrad must keep reading exact signs, so it gets its own sign bits. Large fc
-# weights are split into row blocks first when asked (--split-weights: it renames the parameter, and dX is
-# summed in blocks, so only the lossy policies offer it).
-LOSSY_FIRST: list[Callable[..., GraphPass]] = [SplitWeightPass, *REORDER, partial(SignBitsPass, split_readers=True),
-                                               MaxPoolIndexPass]
+# weights are split into row blocks first when asked (split_weight_bytes: it renames the parameter, and dX
+# is summed in blocks, so only the lossy policies offer it).
+LOSSY_FIRST = (step(SplitWeightPass), *REORDER, step(SignBitsPass, split_readers=True), step(MaxPoolIndexPass))
 
-POLICIES: dict[str, list[Callable[..., GraphPass]]] = {
-    # Exact: cheap layers (BN, ReLU, pooling) recomputed in backward, then the lossless encodings.
-    "lossless": [*REORDER, RecomputePass, SignBitsPass, MaxPoolIndexPass, SparsePass],
-    # The lossless encodings alone (Gist's lossless set), without recomputation.
-    "lossless-encode": [*LOSSLESS_PASSES, SparsePass],
-    "recompute": [*REORDER, RecomputePass],
-    # LR-CNN: conv chains split into row blocks, recomputed row by row in backward (exact).
-    "rows": [RowSplitPass, EagerAccumulationPass],
-    # Reordering alone: the share of a lossless saving that needs no codec at all.
-    "reorder": REORDER,
-    # Gist: lossless encodings where they apply, the rest of the float stashes in reduced precision.
-    # The first layer's backward in batch chunks (exact up to rounding; its BN input recomputed from the
-    # image, so it needs no stash) before DPR reduces what is left.
-    **{f"dpr-{fmt}": [*LOSSY_FIRST, ChunkedStemBackwardPass, partial(DprPass, dpr_format=fmt)]
-       for fmt in DPR_FORMATS},
+_POLICIES = [
+    policy("lossless", "exact: cheap layers (BN, ReLU, pooling) recomputed in backward, then the lossless "
+           "encodings", *REORDER, RecomputePass, *LOSSLESS_ENCODINGS, SparsePass,
+           options=("min_bytes", "overrides")),
+    policy("lossless-encode", "the lossless encodings alone (Gist's lossless set), without recomputation",
+           *REORDER, *LOSSLESS_ENCODINGS, SparsePass, options=("min_bytes", "overrides")),
+    policy("recompute", "cheap layers recomputed in backward", *REORDER, RecomputePass, options=("min_bytes",)),
+    policy("rows", "LR-CNN: conv chains split into row blocks, recomputed row by row in backward (exact)",
+           RowSplitPass, EagerAccumulationPass, options=("rows", "variant", "checkpoints", "budget_bytes")),
+    policy("reorder", "reordering alone: the share of a lossless saving that needs no codec at all", *REORDER,
+           options=("min_bytes",)),
+    # Gist: lossless encodings where they apply, the rest of the float stashes in reduced precision. The first
+    # layer's backward in batch chunks (exact up to rounding; its BN input recomputed from the image, so it
+    # needs no stash) before DPR reduces what is left.
+    *(policy(f"dpr-{fmt}", f"Gist: lossless encodings, the rest of the float stashes in {fmt}", *LOSSY_FIRST,
+             ChunkedStemBackwardPass, step(DprPass, dpr_format=fmt),
+             options=("min_bytes", "overrides", "split_weight_bytes", "native"))
+      for fmt in DPR_FORMATS),
     # COMET: lossless where it applies, error-bounded conv/fc inputs, reduced precision elsewhere.
-    # (DprPass unbound: its default fp16 gives way to --dpr-format / the config's dpr_format.)
-    "comet": [*LOSSY_FIRST, ErrorBoundedPass, ChunkedStemBackwardPass, DprPass, SparsePass],
-}
+    policy("comet", "COMET: lossless where it applies, error-bounded conv/fc inputs, reduced precision "
+           "elsewhere", *LOSSY_FIRST, ErrorBoundedPass, ChunkedStemBackwardPass, DprPass, SparsePass,
+           options=("min_bytes", "overrides", "split_weight_bytes", "eb", "adaptive", "dpr_format", "native")),
+]
+POLICIES: dict[str, Policy] = {p.name: p for p in _POLICIES}
+
+
+def get_policy(name: str) -> Policy:
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise OnnxcompError(f"unknown policy {name!r}; choose one of: {', '.join(sorted(POLICIES))}") from None
+
 
 __all__ = ["ChunkedStemBackwardPass", "DeferWeightGradientPass", "DprPass", "RecomputePass", "RowSplitPass", "EagerAccumulationPass", "ErrorBoundedPass", "GraphPass", "MaxPoolIndexPass", "POLICIES",
-           "PassResult", "SignBitsPass", "Skipped", "SparsePass", "SplitWeightPass"]
+           "OPTIONS", "PassResult", "Policy", "SignBitsPass", "Step", "get_policy", "Skipped", "SparsePass", "SplitWeightPass"]

@@ -9,9 +9,13 @@ import onnx
 
 from ..errors import OnnxcompError
 
-# Custom ops live in onnxruntime-extensions' PyOp domain.
-CUSTOM_DOMAIN = "ai.onnx.contrib"
+from ..custom_ops import contract
 from ..metadata import PLAN_METADATA_KEY  # noqa: F401  (re-export)
+from .editor import (TRIGGER_CONSTANTS, taken_names, trigger_constants,  # noqa: F401  (re-export)
+                     unique_name, zero_after)
+from .records import PassRecord
+
+CUSTOM_DOMAIN = contract.DOMAIN  # re-export
 
 
 @dataclass
@@ -26,13 +30,18 @@ class Skipped:
 
 @dataclass
 class PassResult:
+    """What a pass did: the model, its records (one schema, passes.records) and the candidates it left.
+
+    ``modified``: the pass changed the graph — every change is recorded, so a pass with records modified
+    it; ``changed`` covers edits no record describes (e.g. an order chain rebuilt in place)."""
     model: onnx.ModelProto
-    records: list[dict[str, Any]] = field(default_factory=list)   # one per rewritten tensor
+    records: list[PassRecord] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
+    changed: bool = False
 
     @property
     def modified(self) -> bool:
-        return bool(self.records)
+        return self.changed or bool(self.records)
 
 
 class GraphPass(ABC):
@@ -55,93 +64,17 @@ def ensure_opset(model: onnx.ModelProto, domain: str, version: int = 1) -> None:
         model.opset_import.append(onnx.helper.make_opsetid(domain, version))
 
 
+def declare_custom_ops(model: onnx.ModelProto) -> None:
+    """Import onnxcomp's custom-op domain and record the op-set version the inserted ops follow."""
+    ensure_opset(model, contract.DOMAIN, contract.DOMAIN_VERSION)
+    onnx.helper.set_model_props(model, {**{p.key: p.value for p in model.metadata_props},
+                                        contract.OPSET_METADATA_KEY: str(contract.OPSET_VERSION)})
+
+
 def require_training_graph(model: onnx.ModelProto) -> None:
     from ..analysis import find_boundary
 
     find_boundary(model.graph)  # raises OnnxcompError for an inference-only graph
-
-
-def unique_name(base: str, taken: set[str]) -> str:
-    name, k = base, 1
-    while name in taken:
-        name, k = f"{base}_{k}", k + 1
-    taken.add(name)
-    return name
-
-
-# Shared int64 constants of the one-element slices that time a node by a tensor (see zero_after).
-TRIGGER_CONSTANTS = (("onnxcomp_trigger_start", [0]), ("onnxcomp_trigger_end", [1]),
-                     ("onnxcomp_trigger_flat_shape", [-1]))
-
-
-def trigger_constants(graph: onnx.GraphProto) -> tuple[str, str, str]:
-    """Names of the start/end/flat-shape initializers, added to ``graph`` once."""
-    have = {i.name for i in graph.initializer}
-    for name, value in TRIGGER_CONSTANTS:
-        if name not in have:
-            graph.initializer.append(onnx.helper.make_tensor(name, onnx.TensorProto.INT64, [1], value))
-    start, end, flat = (n for n, _ in TRIGGER_CONSTANTS)
-    return start, end, flat
-
-
-def zero_after(graph: onnx.GraphProto, tensor: str, elem: int, base: str, taken: set[str], *,
-               to_float: bool = False) -> tuple[list[onnx.NodeProto], list[onnx.ValueInfoProto], str]:
-    """Nodes computing an int64 [1] zero from one element of ``tensor`` (element type ``elem``).
-
-    ``Less(t, t)`` is false for every value (NaN and ±Inf included), so adding the zero to a shape and
-    reshaping by it is an exact, zero-copy view; but ORT can neither constant-fold it nor run the reader
-    before ``tensor`` exists, under either execution order. ``to_float``: Cast the element to float first
-    (ORT's CPU Less has no float16 kernel). Returns (nodes, value_infos, zero)."""
-    from onnx import TensorProto, helper
-
-    start, end, minus_one = trigger_constants(graph)
-    flat, one, f32, less, zero = (unique_name(f"{base}_{s}", taken) for s in ("flat", "trigger", "f32", "less", "zero"))
-    nodes = [helper.make_node("Reshape", [tensor, minus_one], [flat], name=unique_name(f"{flat}__reshape", taken)),
-             helper.make_node("Slice", [flat, start, end], [one], name=unique_name(f"{one}__slice", taken))]
-    infos = [helper.make_tensor_value_info(flat, elem, None), helper.make_tensor_value_info(one, elem, [1])]
-    if to_float:
-        nodes.append(helper.make_node("Cast", [one], [f32], to=TensorProto.FLOAT, name=unique_name(f"{f32}__cast", taken)))
-        infos.append(helper.make_tensor_value_info(f32, TensorProto.FLOAT, [1]))
-        one = f32
-    nodes += [helper.make_node("Less", [one, one], [less], name=unique_name(f"{less}__less", taken)),
-              helper.make_node("Cast", [less], [zero], to=TensorProto.INT64, name=unique_name(f"{zero}__cast", taken))]
-    infos += [helper.make_tensor_value_info(less, TensorProto.BOOL, [1]),
-              helper.make_tensor_value_info(zero, TensorProto.INT64, [1])]
-    return nodes, infos, zero
-
-
-class NodeBuilder:
-    """Collects new nodes (``.nodes``) and their typed value_infos (``.infos``) under one name prefix; the
-    pass decides where in the node list they go."""
-
-    def __init__(self, graph: onnx.GraphProto, taken: set[str], prefix: str) -> None:
-        self.graph, self.taken, self.prefix = graph, taken, prefix
-        self.nodes: list[onnx.NodeProto] = []
-        self.infos: list[onnx.ValueInfoProto] = []
-
-    def tensor(self, base: str, elem: int, shape: list[int] | None) -> str:
-        name = unique_name(f"{self.prefix}_{base}", self.taken)
-        self.infos.append(onnx.helper.make_tensor_value_info(name, elem, shape))
-        return name
-
-    def op(self, op: str, inputs: list[str], base: str, elem: int, shape: list[int] | None,
-           domain: str = "", **attrs: Any) -> str:
-        out = self.tensor(base, elem, shape)
-        self.nodes.append(onnx.helper.make_node(op, inputs, [out], name=unique_name(f"{out}__{op.lower()}", self.taken),
-                                                domain=domain, **attrs))
-        return out
-
-    def const(self, base: str, elem: int, values: list[int]) -> str:
-        name = unique_name(f"{self.prefix}_{base}", self.taken)
-        self.graph.initializer.append(onnx.helper.make_tensor(name, elem, [len(values)], values))
-        return name
-
-    def zero_after(self, tensor: str, elem: int) -> str:
-        nodes, infos, zero = zero_after(self.graph, tensor, elem, f"{self.prefix}_gate", self.taken,
-                                        to_float=elem == onnx.TensorProto.FLOAT16)
-        self.nodes += nodes
-        self.infos += infos
-        return zero
 
 
 def node_attr(node: onnx.NodeProto, name: str, default: Any) -> Any:
@@ -155,12 +88,6 @@ def node_attr(node: onnx.NodeProto, name: str, default: Any) -> Any:
 def even_bounds(n: int, k: int) -> list[int]:
     """``k + 1`` bounds cutting ``range(n)`` into ``k`` spans whose lengths differ by at most one."""
     return [round(i * n / k) for i in range(k + 1)]
-
-
-def taken_names(graph: onnx.GraphProto) -> set[str]:
-    """Every tensor and node name in use in ``graph`` (what unique_name must avoid)."""
-    return {o for n in graph.node for o in n.output} | {n.name for n in graph.node} | \
-        {i.name for i in graph.input} | {i.name for i in graph.initializer} | {o.name for o in graph.output}
 
 
 def check_model(model: onnx.ModelProto, where: str) -> None:

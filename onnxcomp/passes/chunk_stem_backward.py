@@ -33,7 +33,9 @@ from onnx import TensorProto, helper
 
 from ..analysis import GraphAnalysis, analyze_model
 from ..errors import OnnxcompError
-from .base import (GraphPass, NodeBuilder, PassResult, Skipped, check_model, even_bounds, node_attr,
+from .records import PassRecord
+from .editor import GraphEditor
+from .base import (GraphPass, PassResult, Skipped, check_model, even_bounds, node_attr,
                    require_training_graph, taken_names, unique_name)
 
 MS_DOMAIN = "com.microsoft"
@@ -140,17 +142,15 @@ class ChunkedStemBackwardPass(GraphPass):
             raise OnnxcompError(f"ChunkedStemBackwardPass chunks must be integers >= 2 (got {chunks!r})")
         self.chunks = counts
         self.force = force
-        self.chunked: list[dict[str, object]] = []
 
     def run(self, model: onnx.ModelProto) -> PassResult:
         require_training_graph(model)
         result = PassResult(self.copy(model))
-        self.chunked = []
         sites, skipped = _find_sites(analyze_model(result.model))
         result.skipped.extend(skipped)
         if not sites:
             return result
-        from .row_split import predicted_live
+        from ..planner.predict import predicted_live
 
         current = result.model
         for site in sites:
@@ -162,7 +162,7 @@ class ChunkedStemBackwardPass(GraphPass):
                 continue
             if self.force:
                 current = _rewrite(current, site.name, counts[0])
-                self.chunked.append(self._record(site, counts[0]))
+                result.records.append(self._record(site, counts[0]))
                 continue
             seen, live = predicted_live(current)
             peak_before = int(live.max())
@@ -182,20 +182,20 @@ class ChunkedStemBackwardPass(GraphPass):
                                               f"at the peak)"))
                 continue
             current = trial
-            self.chunked.append(self._record(site, k, region_before=before, region_after=region,
-                                             predicted_peak_before=peak_before, predicted_peak_after=peak_after))
-        if self.chunked:
+            result.records.append(self._record(site, k, region_before=before, region_after=region,
+                                               predicted_peak_before=peak_before, predicted_peak_after=peak_after))
+        if result.records:
             check_model(current, "chunk_stem_backward pass")
         result.model = current
-        result.records = []   # encodes nothing; reported through .chunked
         return result
 
 
-    def _record(self, site: _Site, chunks: int, **predicted: int) -> dict[str, object]:
-        return {"site": site.name, "conv_grad": site.conv.name, "chunks": chunks,
-                "relu_grad": site.relu.name if site.relu is not None else None,
-                "dropped_stashes": [site.bn.input[1]] if site.forward_conv is not None else [],
-                **predicted, "pass": self.name}
+    def _record(self, site: _Site, chunks: int, **predicted: int) -> PassRecord:
+        dropped = [site.bn.input[1]] if site.forward_conv is not None else []
+        return PassRecord("chunked", self.name, site.name, {
+            "site": site.name, "conv_grad": site.conv.name, "chunks": chunks,
+            "relu_grad": site.relu.name if site.relu is not None else None, "dropped_stashes": dropped,
+            **predicted, "pass": self.name}, tuple(dropped))
 
 
 def _prefix(site: _Site) -> str:
@@ -206,201 +206,236 @@ def _rewrite(model: onnx.ModelProto, site_name: str, k: int) -> onnx.ModelProto:
     """A copy of ``model`` with the site's backward region replaced by ``k`` batch chunks."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    graph = out.graph
     analysis = analyze_model(out)
     sites, _ = _find_sites(analysis)
-    site = next(s for s in sites if s.name == site_name)
-    bn, conv, relu = site.bn, site.conv, site.relu
-    n, c, h, w = site.shape
-    nodes = list(graph.node)
-    taken = taken_names(graph)
-    b = NodeBuilder(graph, taken, _prefix(site))
-    F = TensorProto.FLOAT
-    removed = [bn, conv] + ([relu] if relu is not None else [])
-    removed_outputs = {o for nd in removed for o in nd.output if o}
+    region = _ChunkedRegion(out.graph, analysis, next(s for s in sites if s.name == site_name), k)
+    region.statistics_pass()
+    region.coefficients()
+    region.bn_parameter_gradients()
+    region.dx_pass()
+    region.splice()
+    return out
 
-    def elem_of(name: str) -> int:
-        return helper.np_dtype_to_tensor_dtype(analysis.tensors[name].type.dtype)
 
-    def source(name: str) -> tuple[str, int | None]:
+class _ChunkedRegion:
+    """The replacement of one site's backward region (BatchNormalizationGrad, ConvGrad and the ReluGrad
+    before them), built in named steps:
+
+    1. ``statistics_pass``: Σ g and Σ g·(x − μ) per channel, chunk after chunk;
+    2. ``coefficients``: dX = a·g + b·(x − μ) + c, with a = γ·inv_std, b = −a·inv_std·dScale/N, c = −a·Σg/N;
+    3. ``bn_parameter_gradients``: BN's dScale and dBias outputs (their accumulators follow them);
+    4. ``dx_pass``: dX chunk by chunk, straight into ConvGrad; dW (and dB) summed over chunks;
+    5. ``splice``: the new nodes replace the region in the node list, in an order both ORT orders keep.
+    """
+
+    def __init__(self, graph: onnx.GraphProto, analysis: GraphAnalysis, site: _Site, k: int) -> None:
+        self.graph, self.analysis, self.site = graph, analysis, site
+        self.bn, self.conv, self.relu, self.fwd = site.bn, site.conv, site.relu, site.forward_conv
+        self.n, self.c, self.h, self.w = site.shape
+        self.nodes = list(graph.node)
+        self.taken = taken_names(graph)
+        self.b = GraphEditor(graph, self.taken, _prefix(site))
+        self.removed = [self.bn, self.conv] + ([self.relu] if self.relu is not None else [])
+        self.removed_outputs = {o for nd in self.removed for o in nd.output if o}
+        self.grad_in = self.relu.input[0] if self.relu is not None else self.bn.input[0]
+        self.grad_elem = self.elem_of(self.grad_in)
+        self.srcs = {"g": self.source(self.grad_in)}
+        if self.fwd is None:
+            self.srcs["x"] = self.source(self.bn.input[1])
+        if self.relu is not None:
+            self.srcs["mask"] = self.source(self.relu.input[1])
+        self.image = self.conv.input[1]
+        self.img_shape = list(analysis.tensors[self.image].shape)
+        self.shape_c11 = self.b.const("c11", TensorProto.INT64, [1, self.c, 1, 1])
+        self.axes = self.b.const("axes", TensorProto.INT64, [0, 2, 3])
+        self.axis0 = self.b.const("axis0", TensorProto.INT64, [0])
+        self.chan = [1, self.c, 1, 1]
+        self.spans = _spans(self.n, k)
+        self.bounds: dict[tuple[int, int, str | None], tuple[str, str]] = {}   # one start/end per chunk and gate
+        self.bn_outs = list(self.bn.output) + [""] * 3
+        self.conv_outs = list(self.conv.output) + [""] * 3
+
+    # -- reading chunks ----------------------------------------------------------------------------------
+    def elem_of(self, name: str) -> int:
+        return helper.np_dtype_to_tensor_dtype(self.analysis.tensors[name].type.dtype)
+
+    def source(self, name: str) -> tuple[str, int | None]:
         """Where to slice ``name``: the input of the Cast producing it (sliced, then cast) or itself."""
-        t = analysis.tensors[name]
+        t = self.analysis.tensors[name]
         if t.producer is not None:
-            p = nodes[t.producer]
-            if p.op_type == "Cast" and analysis.tensors[p.input[0]].shape == t.shape:
-                return p.input[0], node_attr(p, "to", F)
+            p = self.nodes[t.producer]
+            if p.op_type == "Cast" and self.analysis.tensors[p.input[0]].shape == t.shape:
+                return p.input[0], node_attr(p, "to", TensorProto.FLOAT)
         return name, None
 
-    grad_in = relu.input[0] if relu is not None else bn.input[0]
-    grad_elem = elem_of(grad_in)
-    srcs = {"g": source(grad_in)}
-    if site.forward_conv is None:
-        srcs["x"] = source(bn.input[1])
-    if relu is not None:
-        srcs["mask"] = source(relu.input[1])
-    image = conv.input[1]
-    img_shape = list(analysis.tensors[image].shape)
-    scale, mean, inv_std = bn.input[2], bn.input[3], bn.input[4]
-
-    shape_c11 = b.const("c11", TensorProto.INT64, [1, c, 1, 1])
-    axes = b.const("axes", TensorProto.INT64, [0, 2, 3])
-    axis0 = b.const("axis0", TensorProto.INT64, [0])
-    chan = [1, c, 1, 1]
-    spans = _spans(n, k)
-
-    bounds: dict[tuple[int, int, str | None], tuple[str, str]] = {}   # one start/end pair per chunk and gate
-
-    def chunk(key: str, lo: int, hi: int, gate: str | None, shape: list[int]) -> str:
-        src, cast_to = srcs[key] if key in srcs else (key, None)
-        if (lo, hi, gate) not in bounds:
+    def chunk(self, key: str, lo: int, hi: int, gate: str | None, shape: list[int]) -> str:
+        b = self.b
+        src, cast_to = self.srcs[key] if key in self.srcs else (key, None)
+        if (lo, hi, gate) not in self.bounds:
             start, end = b.const(f"start{lo}", TensorProto.INT64, [lo]), b.const(f"end{hi}", TensorProto.INT64, [hi])
             if gate is not None:
                 start = b.op("Add", [start, gate], "start", TensorProto.INT64, [1])
                 end = b.op("Add", [end, gate], "end", TensorProto.INT64, [1])
-            bounds[(lo, hi, gate)] = (start, end)
-        start, end = bounds[(lo, hi, gate)]
-        sl = b.op("Slice", [src, start, end, axis0], f"{key}_rows", elem_of(src), shape)
+            self.bounds[(lo, hi, gate)] = (start, end)
+        start, end = self.bounds[(lo, hi, gate)]
+        sl = b.op("Slice", [src, start, end, self.axis0], f"{key}_rows", self.elem_of(src), shape)
         return b.op("Cast", [sl], f"{key}_cast", cast_to, shape, to=cast_to) if cast_to is not None else sl
 
-    fwd = site.forward_conv
+    def recomputed_x(self, img: str, shape: list[int]) -> str:
+        """The BN input rebuilt from an image chunk by the stem's forward Conv."""
+        return self.b.op("Conv", [img, *self.fwd.input[1:]], "x_recomputed", TensorProto.FLOAT, shape,
+                         **{a.name: helper.get_attribute_value(a) for a in self.fwd.attribute})
 
-    def x_chunk(lo: int, hi: int, gate: str | None) -> str:
-        shp = [hi - lo, c, h, w]
-        if fwd is None:
-            return chunk("x", lo, hi, gate, shp)
-        img = chunk(image, lo, hi, gate, [hi - lo, *img_shape[1:]])
-        return b.op("Conv", [img, *fwd.input[1:]], "x_recomputed", F, shp,
-                    **{a.name: helper.get_attribute_value(a) for a in fwd.attribute})
+    def x_chunk(self, lo: int, hi: int, gate: str | None) -> str:
+        shp = [hi - lo, self.c, self.h, self.w]
+        if self.fwd is None:
+            return self.chunk("x", lo, hi, gate, shp)
+        return self.recomputed_x(self.chunk(self.image, lo, hi, gate, [hi - lo, *self.img_shape[1:]]), shp)
 
-    def g_chunk(lo: int, hi: int, gate: str | None) -> str:
-        shp = [hi - lo, c, h, w]
-        dy = chunk("g", lo, hi, gate, shp)
-        if relu is None:
+    def g_chunk(self, lo: int, hi: int, gate: str | None) -> str:
+        shp = [hi - lo, self.c, self.h, self.w]
+        dy = self.chunk("g", lo, hi, gate, shp)
+        if self.relu is None:
             return dy
-        mask = chunk("mask", lo, hi, gate, shp)
-        return b.op("ReluGrad", [dy, mask], "relu_grad", F, shp, domain=MS_DOMAIN)
+        mask = self.chunk("mask", lo, hi, gate, shp)
+        return self.b.op("ReluGrad", [dy, mask], "relu_grad", TensorProto.FLOAT, shp, domain=MS_DOMAIN)
 
-    # Pass A: Σ g and Σ g·(x − μ) per channel, chunk after chunk. Everything waits for the gradient input
-    # (a zero from one of its elements): no recomputation in the forward pass, and the analysis sees
-    # every new node as backward.
-    sum_g = sum_gx = None
-    gate = b.zero_after(grad_in, grad_elem)
-    for lo, hi in spans:
-        shp = [hi - lo, c, h, w]
-        g = g_chunk(lo, hi, gate)
-        x = x_chunk(lo, hi, gate)
-        if sum_g is None:   # after the first slices, so that decoders stay right before their readers
-            gated_c11 = b.op("Add", [shape_c11, gate], "c11_gated", TensorProto.INT64, [4])
-            mean4 = b.op("Reshape", [mean, gated_c11], "mean", F, chan)
-            inv4 = b.op("Reshape", [inv_std, gated_c11], "inv_std", F, chan)
-            scale4 = b.op("Reshape", [scale, gated_c11], "scale", F, chan)
-        xc = b.op("Sub", [x, mean4], "x_centred", F, shp)
-        gx = b.op("Mul", [g, xc], "g_x", F, shp)
-        sg = b.op("ReduceSum", [g, axes], "sum_g_part", F, chan, keepdims=1)
-        sgx = b.op("ReduceSum", [gx, axes], "sum_gx_part", F, chan, keepdims=1)
-        sum_g = sg if sum_g is None else b.op("Add", [sum_g, sg], "sum_g", F, chan)
-        sum_gx = sgx if sum_gx is None else b.op("Add", [sum_gx, sgx], "sum_gx", F, chan)
-        # Both sums, so that under ORT's DEFAULT order neither reduction is left pending (holding its chunk).
-        gate = b.op("Add", [b.zero_after(sum_g, F), b.zero_after(sum_gx, F)], "gate", TensorProto.INT64, [1])
-    assert sum_g is not None and sum_gx is not None
-    count = float(n * h * w)
-    inv_count = unique_name(f"{b.prefix}_inv_count", taken)
-    graph.initializer.append(helper.make_tensor(inv_count, F, [], [1.0 / count]))
-    d_scale4 = b.op("Mul", [sum_gx, inv4], "d_scale", F, chan)
-    # dX = a·g + b·(x − μ) + c with a = γ·inv_std, b = −a·inv_std·dScale/N, c = −a·Σg/N.
-    coef_a = b.op("Mul", [scale4, inv4], "coef_a", F, chan)
-    a_over_n = b.op("Mul", [coef_a, inv_count], "coef_a_over_n", F, chan)
-    t = b.op("Mul", [a_over_n, inv4], "coef_b_part", F, chan)
-    t = b.op("Mul", [t, d_scale4], "coef_b_neg", F, chan)
-    coef_b = b.op("Neg", [t], "coef_b", F, chan)
-    t = b.op("Mul", [a_over_n, sum_g], "coef_c_neg", F, chan)
-    coef_c = b.op("Neg", [t], "coef_c", F, chan)
-    shape_c = b.const("c", TensorProto.INT64, [c])
-    bn_outs = list(bn.output) + [""] * 3
-    finals: list[onnx.NodeProto] = []
-    if bn_outs[1]:
-        finals.append(helper.make_node("Reshape", [d_scale4, shape_c], [bn_outs[1]],
-                                       name=unique_name(f"{b.prefix}_d_scale__reshape", taken)))
-    if bn_outs[2]:
-        finals.append(helper.make_node("Reshape", [sum_g, shape_c], [bn_outs[2]],
-                                       name=unique_name(f"{b.prefix}_d_bias__reshape", taken)))
-    b.nodes += finals
-    acc_at = len(b.nodes)   # BN's gradient accumulators go here, before pass B (as eager accumulation had them)
+    # -- the steps ---------------------------------------------------------------------------------------
+    def statistics_pass(self) -> None:
+        """Pass A: Σ g and Σ g·(x − μ) per channel, chunk after chunk. Everything waits for the gradient input
+        (a zero from one of its elements): no recomputation in the forward pass, and the analysis sees every
+        new node as backward."""
+        b, F, chan = self.b, TensorProto.FLOAT, self.chan
+        bn = self.bn
+        scale, mean, inv_std = bn.input[2], bn.input[3], bn.input[4]
+        sum_g = sum_gx = None
+        gate = b.zero_after(self.grad_in, self.grad_elem)
+        for lo, hi in self.spans:
+            shp = [hi - lo, self.c, self.h, self.w]
+            g = self.g_chunk(lo, hi, gate)
+            x = self.x_chunk(lo, hi, gate)
+            if sum_g is None:   # after the first slices, so that decoders stay right before their readers
+                gated_c11 = b.op("Add", [self.shape_c11, gate], "c11_gated", TensorProto.INT64, [4])
+                self.mean4 = b.op("Reshape", [mean, gated_c11], "mean", F, chan)
+                self.inv4 = b.op("Reshape", [inv_std, gated_c11], "inv_std", F, chan)
+                self.scale4 = b.op("Reshape", [scale, gated_c11], "scale", F, chan)
+            xc = b.op("Sub", [x, self.mean4], "x_centred", F, shp)
+            gx = b.op("Mul", [g, xc], "g_x", F, shp)
+            sg = b.op("ReduceSum", [g, self.axes], "sum_g_part", F, chan, keepdims=1)
+            sgx = b.op("ReduceSum", [gx, self.axes], "sum_gx_part", F, chan, keepdims=1)
+            sum_g = sg if sum_g is None else b.op("Add", [sum_g, sg], "sum_g", F, chan)
+            sum_gx = sgx if sum_gx is None else b.op("Add", [sum_gx, sgx], "sum_gx", F, chan)
+            # Both sums, so that under ORT's DEFAULT order neither reduction is left pending (holding its chunk).
+            gate = b.op("Add", [b.zero_after(sum_g, F), b.zero_after(sum_gx, F)], "gate", TensorProto.INT64, [1])
+        assert sum_g is not None and sum_gx is not None
+        self.sum_g, self.sum_gx = sum_g, sum_gx
 
-    # Pass B: dX chunk by chunk, straight into ConvGrad; dW (and dB) summed over chunks.
-    conv_outs = list(conv.output) + [""] * 3
-    w_name = conv.input[2]
-    w_shape = list(analysis.tensors[conv_outs[1]].shape or analysis.tensors[w_name].shape)
-    gate = b.zero_after(coef_c, F)
-    d_w = d_b = None
-    for lo, hi in spans:
-        shp = [hi - lo, c, h, w]
-        g = g_chunk(lo, hi, gate)
-        img = chunk(image, lo, hi, gate, [hi - lo, *img_shape[1:]])
-        if fwd is None:
-            x = chunk("x", lo, hi, gate, shp)
-        else:
-            x = b.op("Conv", [img, *fwd.input[1:]], "x_recomputed", F, shp,
-                     **{a.name: helper.get_attribute_value(a) for a in fwd.attribute})
-        xc = b.op("Sub", [x, mean4], "x_centred", F, shp)
-        ga = b.op("Mul", [g, coef_a], "dx_a", F, shp)
-        xb = b.op("Mul", [xc, coef_b], "dx_b", F, shp)
-        s = b.op("Add", [ga, xb], "dx_ab", F, shp)
-        dx = b.op("Add", [s, coef_c], "dx", F, shp)
-        dw_k = b.tensor("d_w_part", F, w_shape)
-        db_k = b.tensor("d_b_part", F, [w_shape[0]]) if conv_outs[2] else ""
-        b.nodes.append(helper.make_node("ConvGrad", [dx, img, w_name], ["", dw_k, db_k],
-                                        name=unique_name(f"{b.prefix}_conv_grad", taken), domain=conv.domain,
-                                        **{a.name: helper.get_attribute_value(a) for a in conv.attribute}))
-        d_w = dw_k if d_w is None else b.op("Add", [d_w, dw_k], "d_w", F, w_shape)
-        if db_k:
-            d_b = db_k if d_b is None else b.op("Add", [d_b, db_k], "d_b", F, [w_shape[0]])
-        gate = b.zero_after(d_w, F)
-    b.nodes.append(helper.make_node("Identity", [d_w], [conv_outs[1]], name=unique_name(f"{b.prefix}_d_w", taken)))
-    if conv_outs[2]:
-        b.nodes.append(helper.make_node("Identity", [d_b], [conv_outs[2]],
-                                        name=unique_name(f"{b.prefix}_d_b", taken)))
+    def coefficients(self) -> None:
+        """dX = a·g + b·(x − μ) + c with a = γ·inv_std, b = −a·inv_std·dScale/N, c = −a·Σg/N."""
+        b, F, chan = self.b, TensorProto.FLOAT, self.chan
+        count = float(self.n * self.h * self.w)
+        inv_count = unique_name(f"{b.prefix}_inv_count", self.taken)
+        self.graph.initializer.append(helper.make_tensor(inv_count, F, [], [1.0 / count]))
+        self.d_scale4 = b.op("Mul", [self.sum_gx, self.inv4], "d_scale", F, chan)
+        self.coef_a = b.op("Mul", [self.scale4, self.inv4], "coef_a", F, chan)
+        a_over_n = b.op("Mul", [self.coef_a, inv_count], "coef_a_over_n", F, chan)
+        t = b.op("Mul", [a_over_n, self.inv4], "coef_b_part", F, chan)
+        t = b.op("Mul", [t, self.d_scale4], "coef_b_neg", F, chan)
+        self.coef_b = b.op("Neg", [t], "coef_b", F, chan)
+        t = b.op("Mul", [a_over_n, self.sum_g], "coef_c_neg", F, chan)
+        self.coef_c = b.op("Neg", [t], "coef_c", F, chan)
 
-    removed_outputs -= {o for nd in b.nodes for o in nd.output}
-    # Timing reads of removed tensors move to the region's gradient input (available at the same point).
-    for nd in nodes:
-        if any(nd is r for r in removed):
-            continue
-        for i, name in enumerate(nd.input):
-            if name in removed_outputs:
-                if not _is_trigger(nd) or elem_of(name) != grad_elem:
-                    raise OnnxcompError(f"chunk_stem_backward: {nd.name} reads {name} (internal error)")
-                nd.input[i] = grad_in
-    from .eager_accumulation import ACCUMULATORS
+    def bn_parameter_gradients(self) -> None:
+        """BN's dScale and dBias outputs; its gradient accumulators go right after them, before pass B (as
+        eager accumulation had them)."""
+        b = self.b
+        shape_c = b.const("c", TensorProto.INT64, [self.c])
+        finals: list[onnx.NodeProto] = []
+        if self.bn_outs[1]:
+            finals.append(helper.make_node("Reshape", [self.d_scale4, shape_c], [self.bn_outs[1]],
+                                           name=unique_name(f"{b.prefix}_d_scale__reshape", self.taken)))
+        if self.bn_outs[2]:
+            finals.append(helper.make_node("Reshape", [self.sum_g, shape_c], [self.bn_outs[2]],
+                                           name=unique_name(f"{b.prefix}_d_bias__reshape", self.taken)))
+        b.nodes += finals
+        self.acc_at = len(b.nodes)
 
-    bn_accumulators = [nd for nd in nodes if nd.op_type in ACCUMULATORS and len(nd.input) > 1
-                       and nd.input[1] in {o for o in bn_outs[1:3] if o}]
-    b.nodes[acc_at:acc_at] = bn_accumulators
-    removed += bn_accumulators
-    pos = next(i for i, nd in enumerate(nodes) if nd is bn)
-    kept = [nd for nd in nodes if not any(nd is r for r in removed)]
-    pos = sum(1 for nd in nodes[:pos] if not any(nd is r for r in removed))
-    new_nodes = _drop_dead(kept[:pos] + b.nodes + kept[pos:], graph)
-    # A decoder of a sliced source runs right before its first slice (PRIORITY_BASED order follows the list).
-    for src, _ in srcs.values():
-        k = next((i for i, nd in enumerate(new_nodes) if src in nd.output), None)
-        if k is None:
-            continue
-        first = next(i for i, nd in enumerate(new_nodes) if src in nd.input)
-        if first > k + 1:
-            new_nodes.insert(first - 1, new_nodes.pop(k))
-    from .row_split import _stable_toposort
+    def dx_pass(self) -> None:
+        """Pass B: dX chunk by chunk, straight into ConvGrad; dW (and dB) summed over chunks."""
+        b, F = self.b, TensorProto.FLOAT
+        conv, conv_outs = self.conv, self.conv_outs
+        w_name = conv.input[2]
+        w_shape = list(self.analysis.tensors[conv_outs[1]].shape or self.analysis.tensors[w_name].shape)
+        gate = b.zero_after(self.coef_c, F)
+        d_w = d_b = None
+        for lo, hi in self.spans:
+            shp = [hi - lo, self.c, self.h, self.w]
+            g = self.g_chunk(lo, hi, gate)
+            img = self.chunk(self.image, lo, hi, gate, [hi - lo, *self.img_shape[1:]])
+            x = self.chunk("x", lo, hi, gate, shp) if self.fwd is None else self.recomputed_x(img, shp)
+            xc = b.op("Sub", [x, self.mean4], "x_centred", F, shp)
+            ga = b.op("Mul", [g, self.coef_a], "dx_a", F, shp)
+            xb = b.op("Mul", [xc, self.coef_b], "dx_b", F, shp)
+            s = b.op("Add", [ga, xb], "dx_ab", F, shp)
+            dx = b.op("Add", [s, self.coef_c], "dx", F, shp)
+            dw_k = b.tensor("d_w_part", F, w_shape)
+            db_k = b.tensor("d_b_part", F, [w_shape[0]]) if conv_outs[2] else ""
+            b.nodes.append(helper.make_node("ConvGrad", [dx, img, w_name], ["", dw_k, db_k],
+                                            name=unique_name(f"{b.prefix}_conv_grad", self.taken), domain=conv.domain,
+                                            **{a.name: helper.get_attribute_value(a) for a in conv.attribute}))
+            d_w = dw_k if d_w is None else b.op("Add", [d_w, dw_k], "d_w", F, w_shape)
+            if db_k:
+                d_b = db_k if d_b is None else b.op("Add", [d_b, db_k], "d_b", F, [w_shape[0]])
+            gate = b.zero_after(d_w, F)
+        b.nodes.append(helper.make_node("Identity", [d_w], [conv_outs[1]],
+                                        name=unique_name(f"{b.prefix}_d_w", self.taken)))
+        if conv_outs[2]:
+            b.nodes.append(helper.make_node("Identity", [d_b], [conv_outs[2]],
+                                            name=unique_name(f"{b.prefix}_d_b", self.taken)))
 
-    available = {i.name for i in graph.input} | {i.name for i in graph.initializer}
-    new_nodes = _stable_toposort(new_nodes, available)
-    del graph.node[:]
-    graph.node.extend(new_nodes)
-    graph.value_info.extend(b.infos)
-    stale = removed_outputs - {o for nd in new_nodes for o in nd.output}
-    keep_vi = [v for v in graph.value_info if v.name not in stale]
-    del graph.value_info[:]
-    graph.value_info.extend(keep_vi)
-    return out
+    def splice(self) -> None:
+        """Replace the region by the new nodes: timing reads rewired, BN's accumulators moved in, dead decode
+        Casts dropped, decoders right before their first slice, then a stable topological sort."""
+        b, graph, nodes, removed = self.b, self.graph, self.nodes, self.removed
+        removed_outputs = self.removed_outputs - {o for nd in b.nodes for o in nd.output}
+        # Timing reads of removed tensors move to the region's gradient input (available at the same point).
+        for nd in nodes:
+            if any(nd is r for r in removed):
+                continue
+            for i, name in enumerate(nd.input):
+                if name in removed_outputs:
+                    if not _is_trigger(nd) or self.elem_of(name) != self.grad_elem:
+                        raise OnnxcompError(f"chunk_stem_backward: {nd.name} reads {name} (internal error)")
+                    nd.input[i] = self.grad_in
+        from .eager_accumulation import ACCUMULATORS
+
+        bn_accumulators = [nd for nd in nodes if nd.op_type in ACCUMULATORS and len(nd.input) > 1
+                           and nd.input[1] in {o for o in self.bn_outs[1:3] if o}]
+        b.nodes[self.acc_at:self.acc_at] = bn_accumulators
+        removed += bn_accumulators
+        pos = next(i for i, nd in enumerate(nodes) if nd is self.bn)
+        kept = [nd for nd in nodes if not any(nd is r for r in removed)]
+        pos = sum(1 for nd in nodes[:pos] if not any(nd is r for r in removed))
+        new_nodes = _drop_dead(kept[:pos] + b.nodes + kept[pos:], graph)
+        # A decoder of a sliced source runs right before its first slice (PRIORITY_BASED order follows the list).
+        for src, _ in self.srcs.values():
+            k = next((i for i, nd in enumerate(new_nodes) if src in nd.output), None)
+            if k is None:
+                continue
+            first = next(i for i, nd in enumerate(new_nodes) if src in nd.input)
+            if first > k + 1:
+                new_nodes.insert(first - 1, new_nodes.pop(k))
+        from .row_split import _stable_toposort
+
+        available = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+        new_nodes = _stable_toposort(new_nodes, available)
+        del graph.node[:]
+        graph.node.extend(new_nodes)
+        graph.value_info.extend(b.infos)
+        stale = removed_outputs - {o for nd in new_nodes for o in nd.output}
+        keep_vi = [v for v in graph.value_info if v.name not in stale]
+        del graph.value_info[:]
+        graph.value_info.extend(keep_vi)
 
 
 def _drop_dead(nodes: list[onnx.NodeProto], graph: onnx.GraphProto) -> list[onnx.NodeProto]:

@@ -23,12 +23,13 @@ the same kernel runs on the same inputs, so losses and parameters stay bit-ident
 from __future__ import annotations
 
 import onnx
-from onnx import TensorProto, helper
+from onnx import helper
 
 from ..analysis import GraphAnalysis, analyze_model
 from ..errors import OnnxcompError
-from .base import (GraphPass, PassResult, Skipped, check_model, require_training_graph, taken_names, unique_name,
-                   zero_after)
+from .base import GraphPass, PassResult, Skipped, check_model, require_training_graph
+from .editor import GraphEditor
+from .records import PassRecord
 from .eager_accumulation import ACCUMULATORS, CHAIN_PREFIX
 
 DEFAULT_MIN_BYTES = 1 << 20
@@ -47,12 +48,10 @@ class DeferWeightGradientPass(GraphPass):
             raise OnnxcompError(f"DeferWeightGradientPass min_bytes must be >= 0 (got {min_bytes})")
         self.min_bytes = min_bytes
         self.force = force
-        self.deferred: list[dict[str, object]] = []
 
     def run(self, model: onnx.ModelProto) -> PassResult:
         require_training_graph(model)
         result = PassResult(self.copy(model))
-        self.deferred = []
         analysis = analyze_model(result.model)
         anchor = _anchor_gradient(analysis)
         if anchor is None:
@@ -61,7 +60,7 @@ class DeferWeightGradientPass(GraphPass):
         result.skipped.extend(skipped)
         if not candidates:
             return result
-        from .row_split import predicted_peak
+        from ..planner.predict import predicted_peak
 
         current = result.model
         peak = None if self.force else predicted_peak(current)
@@ -79,11 +78,10 @@ class DeferWeightGradientPass(GraphPass):
                     continue
                 peak = new_peak
             current = trial
-            self.deferred.append(record)
-        if self.deferred:
+            result.records.append(PassRecord("deferred", self.name, producer_name, record))
+        if result.records:
             check_model(current, "defer_weight_grad pass")
         result.model = current
-        result.records = []   # reordering encodes nothing; reported through .deferred
         return result
 
 
@@ -177,19 +175,12 @@ def _defer(model: onnx.ModelProto, producer_name: str, anchor: str) -> onnx.Mode
     assert k is not None
     gated, elem_anchor = node.input[k], analysis.tensors[anchor]
     shape = list(analysis.tensors[gated].shape)
-    taken = taken_names(graph)
-    base = gated.replace("/", "_").strip("_") + "__deferred"
-    shape_c = unique_name(f"{base}_shape", taken)
-    graph.initializer.append(helper.make_tensor(shape_c, TensorProto.INT64, [len(shape)], shape))
-    anchor_elem = helper.np_dtype_to_tensor_dtype(elem_anchor.type.dtype)
-    gate, infos, zero = zero_after(graph, anchor, anchor_elem, base, taken)
-    new_shape = unique_name(f"{base}_shape_gated", taken)
-    view = unique_name(f"{gated}{GATE_SUFFIX}", taken)
-    gate += [helper.make_node("Add", [shape_c, zero], [new_shape], name=unique_name(f"{new_shape}__add", taken)),
-             helper.make_node("Reshape", [gated, new_shape], [view], name=unique_name(f"{view}__reshape", taken))]
-    gated_elem = helper.np_dtype_to_tensor_dtype(analysis.tensors[gated].type.dtype)
-    graph.value_info.extend(infos + [helper.make_tensor_value_info(new_shape, TensorProto.INT64, [len(shape)]),
-                                     helper.make_tensor_value_info(view, gated_elem, shape)])
+    editor = GraphEditor(graph, prefix=gated.replace("/", "_").strip("_") + "__deferred")
+    view = editor.gate(gated, after=anchor, shape=shape, elem=helper.np_dtype_to_tensor_dtype(
+        analysis.tensors[gated].type.dtype), after_elem=helper.np_dtype_to_tensor_dtype(elem_anchor.type.dtype),
+        name=f"{gated}{GATE_SUFFIX}")
+    gate = editor.nodes
+    graph.value_info.extend(editor.infos)
     node.input[k] = view
     # The producer and its accumulators move behind the anchor's producer (and its accumulator, if eager).
     moving = [node] + [n for n in nodes if n.op_type in ACCUMULATORS and any(o in n.input for o in node.output)]

@@ -11,9 +11,8 @@ output (ResNet-18 stem: the float32 decode of conv1's output existed twice, +13 
 """
 from __future__ import annotations
 
-import numpy as np
 
-from ..analysis import GraphAnalysis, StashedTensor
+from ..analysis import GraphAnalysis, StashedTensor, numel
 from ..analysis.patterns import DPR
 from .encode_stash import EncodeStashPass, Encoding
 
@@ -49,7 +48,7 @@ class DprPass(EncodeStashPass):
             return f"backward reader(s) {sorted(set(stash.backward_consumer_ops))} not in {list(self.consumers)}"
         shape = tuple(stash.shape)
         if self.native:
-            n = 2 * int(np.prod(shape, dtype=np.int64))
+            n = 2 * numel(shape)
             return Encoding(stash.name, stash.name, stash.name, self.codec, {}, [n], [list(shape)],
                             "fp16: 16 bits/value (ONNX Clip + Cast)", native="fp16")
         codec = get_codec(self.codec)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import onnx
 from onnx import TensorProto, helper
 
+from .records import PassRecord
 from .base import GraphPass, PassResult, require_training_graph, unique_name
 
 ACCUMULATORS = {"InPlaceAccumulatorV2", "InPlaceAccumulator"}
@@ -40,12 +41,12 @@ class EagerAccumulationPass(GraphPass):
 
     def __init__(self, order_chain: bool = True) -> None:
         self.order_chain = order_chain
-        self.moved: list[dict[str, str]] = []
 
     def run(self, model: onnx.ModelProto) -> PassResult:
         require_training_graph(model)
         result = PassResult(self.copy(model))
         graph = result.model.graph
+        before = [_signature(n) for n in graph.node]
         nodes = [n for n in graph.node if not _is_chain_node(n)]
         producer_of = {o: n for n in nodes for o in n.output if o}
         accumulators = [n for n in nodes if n.op_type in ACCUMULATORS]
@@ -64,8 +65,9 @@ class EagerAccumulationPass(GraphPass):
             nodes.insert(pos, acc)
             placed.append(acc)
             if pos != len(nodes) - 1:
-                moved.append({"tensor": acc.input[1] if len(acc.input) > 1 else acc.name, "pass": self.name,
-                              "after": anchor.name})
+                tensor = acc.input[1] if len(acc.input) > 1 else acc.name
+                moved.append(PassRecord("moved", self.name, tensor, {"tensor": tensor, "pass": self.name,
+                                                                     "after": anchor.name}))
         if self.order_chain:
             in_order = [n for n in nodes if n.op_type in ACCUMULATORS]   # list order = production order now
             chain, infos = _order_chain(in_order, graph, nodes)
@@ -76,9 +78,14 @@ class EagerAccumulationPass(GraphPass):
             graph.value_info.extend(kept + infos)
         del graph.node[:]
         graph.node.extend(nodes)
-        result.records = []  # reordering encodes nothing; report through .moved
-        self.moved = moved
+        # Honest: a graph already in this order (a re-run) is unmodified, whatever the records say.
+        result.changed = [_signature(n) for n in graph.node] != before
+        result.records = moved if result.changed else []
         return result
+
+
+def _signature(node: onnx.NodeProto) -> tuple:
+    return node.op_type, node.name, tuple(node.input), tuple(node.output)
 
 
 def _is_chain_node(node: onnx.NodeProto) -> bool:

@@ -18,17 +18,12 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from ..analysis import GraphAnalysis, StashedTensor, analyze_model
-from .base import (CUSTOM_DOMAIN, PLAN_METADATA_KEY, GraphPass, PassResult, Skipped, ensure_opset,
+from ..analysis import GraphAnalysis, StashedTensor, analyze_model, numel
+from ..custom_ops import contract
+from ..custom_ops.contract import decode_op as decode_op_type, encode_op as encode_op_type  # noqa: F401
+from .records import PassRecord
+from .base import (PLAN_METADATA_KEY, GraphPass, PassResult, Skipped, declare_custom_ops,
                    taken_names, trigger_constants, unique_name, zero_after)
-
-
-def encode_op_type(codec: str) -> str:
-    return f"OnnxcompEncode_{codec}"
-
-
-def decode_op_type(codec: str) -> str:
-    return f"OnnxcompDecode_{codec}"
 
 
 @dataclass
@@ -79,7 +74,7 @@ class EncodeStashPass(GraphPass):
         if stash.shape is None:
             return "shape unresolved"
         if stash.nbytes < min_bytes:
-            return f"only {stash.nbytes} bytes: below --min-bytes, the op's overhead would outweigh the saving"
+            return f"only {stash.nbytes} bytes: below min_bytes, the op's overhead would outweigh the saving"
         return None
 
     def applies(self, stash: StashedTensor) -> bool:
@@ -103,7 +98,7 @@ class EncodeStashPass(GraphPass):
             if chosen is not None and chosen != self.encoding:
                 result.skipped.append(Skipped(stash.name, stash.pattern, f"config assigns this pattern to {chosen!r}"))
                 continue
-            if not _has_gradient_input(analysis, stash):
+            if analysis.incoming_gradient(min(stash.backward_consumers), stash.name) is None:
                 result.skipped.append(Skipped(stash.name, stash.pattern, "its first backward reader has no "
                                               "incoming gradient to time a decoder by"))
                 continue
@@ -117,25 +112,11 @@ class EncodeStashPass(GraphPass):
         return result
 
 
-def _has_gradient_input(analysis: GraphAnalysis, stash: StashedTensor) -> bool:
-    node = analysis.model.graph.node[min(stash.backward_consumers)]
-    for name in node.input:
-        t = analysis.tensors.get(name) if name and name != stash.name else None
-        if t is not None and t.producer is not None and analysis.boundary.is_backward(t.producer) \
-                and _is_float(t):
-            return True
-    return False
-
-
-def _is_float(t) -> bool:  # noqa: ANN001
-    # A gradient, not e.g. an int64 shape gate that a recompute clone reads.
-    return t.type.dtype is not None and np.dtype(t.type.dtype).kind == "f"
-
-
 def already_encoded(analysis: GraphAnalysis, name: str) -> bool:
     t = analysis.tensors[name]
-    return any(analysis.model.graph.node[c].op_type.startswith("OnnxcompEncode_")
-               or analysis.model.graph.node[c].name.endswith(NATIVE_ENCODER_SUFFIX) for c in t.consumers)
+    nodes = analysis.model.graph.node
+    return any(contract.is_encoder(nodes[c].domain, nodes[c].op_type)
+               or nodes[c].name.endswith(NATIVE_ENCODER_SUFFIX) for c in t.consumers)
 
 
 class _Rewriter:
@@ -167,9 +148,9 @@ class _Rewriter:
 
     def apply(self, choices: list[tuple[StashedTensor, Encoding]], pass_: EncodeStashPass,
               result: PassResult) -> None:
-        ensure_opset(self.model, CUSTOM_DOMAIN, 1)
+        declare_custom_ops(self.model)
         for stash, enc in choices:
-            result.records.append(self._encode_one(stash, enc, pass_))
+            result.records.append(PassRecord("encoded", pass_.name, enc.source, self._encode_one(stash, enc, pass_)))
         del self.graph.node[:]
         self.graph.node.extend(self.nodes)
         self.graph.value_info.extend(self.value_info)
@@ -182,12 +163,12 @@ class _Rewriter:
         payload_types = pass_.payload_types(enc.codec)
         payload = [unique_name(f"{base}__{enc.codec}_p{k}", self.taken) for k in range(len(payload_types))]
         anchor = unique_name(f"{base}__{enc.codec}_anchor", self.taken)
-        params = json.dumps(enc.params, sort_keys=True)
+        params = contract.params_value(enc.params)
 
         # Encoder right after the target's producer; then the gate's forward readers wait on it.
         encoder = helper.make_node(encode_op_type(enc.codec), [enc.target], [*payload, anchor],
                                    name=unique_name(f"{base}__encode_{enc.codec}", self.taken),
-                                   domain=CUSTOM_DOMAIN, params=params)
+                                   domain=contract.DOMAIN, **{contract.PARAMS_ATTR: params})
         self.encoder_ids.add(id(encoder))
         producer = self._producer(enc.target)
         pos = self._index(producer) + 1
@@ -211,7 +192,7 @@ class _Rewriter:
         bwd_readers = [n for n in self.nodes if id(n) in self.backward_ids and enc.source in n.input
                        and (enc.readers is None or n.op_type in enc.readers)]
         first = min(bwd_readers, key=self._index)
-        d_y = next(i for i in first.input if i and i != enc.source and self._is_backward_tensor(i))
+        d_y = self.analysis.incoming_gradient(first, enc.source)
         decoded = unique_name(f"{base}__decoded", self.taken)
         trigger = unique_name(f"{base}__{enc.codec}_trigger", self.taken)
         flat = unique_name(f"{trigger}_flat", self.taken)
@@ -224,7 +205,7 @@ class _Rewriter:
                                  name=unique_name(f"{trigger}__reshape", self.taken)),
             ]
             enc.params = {**enc.params, "dy_numel": self._numel(d_y)}
-            params = json.dumps(enc.params, sort_keys=True)
+            params = contract.params_value(enc.params)
         elif enc.trigger == "element":
             new_nodes = [
                 helper.make_node("Reshape", [d_y, minus_one], [flat], name=unique_name(f"{flat}__reshape", self.taken)),
@@ -234,7 +215,7 @@ class _Rewriter:
             raise ValueError(f"unknown decoder trigger {enc.trigger!r}")
         decoder = helper.make_node(decode_op_type(enc.codec), [*payload, trigger], [decoded],
                                    name=unique_name(f"{base}__decode_{enc.codec}", self.taken),
-                                   domain=CUSTOM_DOMAIN, params=params)
+                                   domain=contract.DOMAIN, **{contract.PARAMS_ATTR: params})
         new_nodes.append(decoder)
         at = self._index(first)
         for k, n in enumerate(new_nodes):
@@ -321,7 +302,7 @@ class _Rewriter:
         bwd_readers = [n for n in self.nodes if id(n) in self.backward_ids and enc.source in n.input
                        and (enc.readers is None or n.op_type in enc.readers)]
         first = min(bwd_readers, key=self._index)
-        d_y = next(i for i in first.input if i and i != enc.source and self._is_backward_tensor(i))
+        d_y = self.analysis.incoming_gradient(first, enc.source)
         dec_nodes, dzero = self._zero_from(d_y, self._type(d_y)[0], f"{base}__fp16_trigger", to_float=False)
         dshape, view, decoded = (unique_name(f"{base}__{s}", self.taken) for s in ("fp16_shape", "fp16_gated", "decoded"))
         decoder = helper.make_node("Cast", [view], [decoded], to=TensorProto.FLOAT,
@@ -340,7 +321,7 @@ class _Rewriter:
                             helper.make_tensor_value_info(dshape, TensorProto.INT64, [len(shape)]),
                             helper.make_tensor_value_info(view, TensorProto.FLOAT16, shape),
                             helper.make_tensor_value_info(decoded, TensorProto.FLOAT, shape)]
-        nbytes = 2 * int(np.prod(shape, dtype=np.int64))
+        nbytes = 2 * numel(shape)
         return {
             "tensor": enc.source, "encoded_tensor": enc.target, "pattern": stash.pattern,
             "encoding": pass_.encoding, "codec": enc.codec, "native": enc.native, "params": enc.params,
@@ -352,24 +333,13 @@ class _Rewriter:
         _, shape = self._type(name)
         if shape is None or any(not isinstance(d, int) for d in shape):
             raise ValueError(f"{name}: static shape needed for an l2 trigger")
-        n = 1
-        for d in shape:
-            n *= d
-        return n
+        return numel(shape)
 
     def _trigger_constants(self) -> tuple[str, str, str]:
         return trigger_constants(self.graph)
 
-    def has_gradient_input(self, node: onnx.NodeProto, source: str) -> bool:
-        return any(i and i != source and self._is_backward_tensor(i) for i in node.input)
 
-    def _is_backward_tensor(self, name: str) -> bool:
-        t = self.analysis.tensors.get(name)
-        return t is not None and t.producer is not None and self.analysis.boundary.is_backward(t.producer) \
-            and _is_float(t)
-
-
-def _merge_plan_metadata(model: onnx.ModelProto, records: list[dict[str, Any]]) -> None:
+def _merge_plan_metadata(model: onnx.ModelProto, records: list[PassRecord]) -> None:
     """Predicted payload sizes ride along in the model so later analysis can size data-dependent payloads."""
     existing = next((p for p in model.metadata_props if p.key == PLAN_METADATA_KEY), None)
     hints = json.loads(existing.value) if existing else {}

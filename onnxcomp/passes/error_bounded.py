@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import onnx
 
-from ..analysis import GraphAnalysis, StashedTensor
+from ..analysis import GraphAnalysis, StashedTensor, numel
 from ..analysis.patterns import ERROR_BOUNDED
 from .encode_stash import EncodeStashPass, Encoding
 
@@ -62,9 +62,7 @@ class ErrorBoundedPass(EncodeStashPass):
 def _predicted_payload(codec, shape: tuple[int, ...], bits: float, density: float) -> list[int | None]:  # noqa: ANN001
     """Per-payload-array bytes before any data is seen: assumed mean block bit width and density."""
     total = int(codec.predicted_nbytes(shape, mean_rate=bits, density=density))
-    n = 1
-    for d in shape:
-        n *= d
+    n = numel(shape)
     fixed = {"header": 16, "rates": -(-n // 32), "outlier_idx": 0, "outlier_bits": 0, "shape": 8 * len(shape)}
     data = total - sum(fixed.values())
     return [fixed.get(name, data) for name in codec.payload_names]

@@ -30,10 +30,13 @@ from onnx import TensorProto, helper
 
 from ..analysis import GraphAnalysis, StashedTensor, analyze_model
 from ..analysis.patterns import StashUse
+from ..custom_ops import contract
 from ..errors import OnnxcompError
 from .base import (TRIGGER_CONSTANTS, GraphPass, PassResult, Skipped, check_model, require_training_graph,
                    taken_names, unique_name, zero_after)
+from .editor import GraphEditor
 from .encode_stash import already_encoded
+from .records import PassRecord
 
 # Cheap, deterministic, side-effect-free ops: recomputing them costs little next to a Conv/Gemm.
 CHEAP_OPS: frozenset[str] = frozenset({
@@ -211,7 +214,7 @@ class RecomputePass(GraphPass):
             return "a graph input: nothing to recompute it from"
         if already_encoded(analysis, stash.name):
             return "already encoded by another pass"
-        if any(graph.node[c].op_type.startswith("OnnxcompDecode_") for c in stash.backward_consumers):
+        if any(contract.is_decoder(graph.node[c].domain, graph.node[c].op_type) for c in stash.backward_consumers):
             return "an encoding's payload (read by a decoder): recompute the encoded tensor instead"
         if stash.pattern.startswith("BatchNorm-stats") and self.tensors is None:
             return "per-channel BatchNorm statistics: tiny, and rebuilding them costs a whole BatchNorm"
@@ -220,13 +223,14 @@ class RecomputePass(GraphPass):
         why = self._op_problem(graph.node[stash.producer])
         if why:
             return why
-        if _gradient_input(analysis, min(stash.backward_consumers), stash.name) is None:
+        if analysis.incoming_gradient(min(stash.backward_consumers), stash.name) is None:
             return "its first backward reader has no incoming gradient to time the recomputation by"
         return None
 
     def _op_problem(self, node: onnx.NodeProto) -> str | None:
         op = node.op_type
-        if op in _FORBIDDEN_OPS or op.startswith("Onnxcomp") or "Random" in op or "Dropout" in op:
+        if op in _FORBIDDEN_OPS or contract.codec_op(node.domain, op) is not None or "Random" in op \
+                or "Dropout" in op:
             return f"produced by {op}: random or side-effecting ops are never recomputed"
         if node.domain not in ("", "ai.onnx") and op not in _MS_DOMAIN_OPS:
             return f"produced by {node.domain}.{op}: not known to be pure"
@@ -239,7 +243,7 @@ class RecomputePass(GraphPass):
               avoid: set[str], enc: _Encoded | None = None) -> _Plan | str:
         graph = analysis.model.graph
         consumer = min(stash.backward_consumers)
-        grad = _gradient_input(analysis, consumer, enc.decoded if enc else stash.name)
+        grad = analysis.incoming_gradient(consumer, enc.decoded if enc else stash.name)
         assert grad is not None  # checked in _reject
         nodes: list[int] = []
         leaves: list[str] = []
@@ -316,9 +320,10 @@ class RecomputePass(GraphPass):
         graph = analysis.model.graph
         out: list[tuple[StashedTensor, _Encoded | str]] = []
         for d_idx, dec in enumerate(graph.node):
-            if not dec.op_type.startswith("OnnxcompDecode_") or len(dec.input) < 2:
+            op = contract.codec_op(dec.domain, dec.op_type)
+            if op is None or op.role != "decode" or len(dec.input) < 2:
                 continue
-            codec = dec.op_type[len("OnnxcompDecode_"):]
+            codec = op.codec
             first = analysis.tensors.get(dec.input[0])
             if first is None or first.producer is None:
                 continue
@@ -327,7 +332,7 @@ class RecomputePass(GraphPass):
             target = enc.input[0]
             t = analysis.tensors[target]
             readers = analysis.tensors[dec.output[0]].consumers
-            payload = list(enc.output[:-1])
+            payload = contract.payload_outputs(enc)
             fwd = [c for c in t.consumers if not analysis.boundary.is_backward(c)]
             producer_op = graph.node[t.producer].op_type if t.producer is not None else ""
             use = StashUse(producer_op, list(graph.node[t.producer].output).index(target) if t.producer is not None
@@ -341,7 +346,7 @@ class RecomputePass(GraphPass):
             if codec not in EXACT_CODECS:
                 out.append((stash, f"held by {codec}, whose decoder does not return the tensor itself"))
                 continue
-            if list(dec.input[:-1]) != payload or any(
+            if contract.payload_inputs(dec) != payload or any(
                     set(analysis.tensors[p].consumers) != {d_idx} for p in payload):
                 out.append((stash, f"its {codec} payload is read by more than its decoder"))
                 continue
@@ -353,7 +358,7 @@ class RecomputePass(GraphPass):
             if why:
                 out.append((stash, why))
                 continue
-            if _gradient_input(analysis, min(readers), dec.output[0]) is None:
+            if analysis.incoming_gradient(min(readers), dec.output[0]) is None:
                 out.append((stash, "its first backward reader has no incoming gradient to time the recomputation"))
                 continue
             payload_bytes = sum(analysis.tensors[p].nbytes for p in payload)
@@ -366,7 +371,7 @@ def _is_anchor_view(graph: onnx.GraphProto, analysis: GraphAnalysis, node: onnx.
         return False
     shape = analysis.tensors.get(node.input[1])
     return (shape is not None and shape.producer is not None
-            and graph.node[shape.producer].op_type.startswith("OnnxcompEncode_"))
+            and contract.is_encoder(graph.node[shape.producer].domain, graph.node[shape.producer].op_type))
 
 
 def _optional_indices(node: onnx.NodeProto, k: int) -> bool:
@@ -410,16 +415,6 @@ def _training_mode(node: onnx.NodeProto) -> bool:
     return any(a.name == "training_mode" and a.i for a in node.attribute) or len(node.output) > 1
 
 
-def _gradient_input(analysis: GraphAnalysis, node_idx: int, exclude: str) -> str | None:
-    node = analysis.model.graph.node[node_idx]
-    for name in node.input:
-        t = analysis.tensors.get(name) if name and name != exclude else None
-        if t is not None and t.producer is not None and analysis.boundary.is_backward(t.producer) \
-                and t.type.dtype.kind == "f":
-            return name
-    return None
-
-
 class _Builder:
     """Inserts the clones, their gating and trigger, and rewires the backward readers."""
 
@@ -440,7 +435,7 @@ class _Builder:
 
     def apply(self, plans: list[_Plan], result: PassResult) -> None:
         for plan in plans:
-            result.records.append(self._build(plan))
+            result.records.append(PassRecord("recomputed", RecomputePass.name, plan.stash.name, self._build(plan)))
         nodes: list[onnx.NodeProto] = []
         for idx, node in enumerate(self.orig):
             nodes.extend(self.before.get(idx, []))
@@ -508,22 +503,12 @@ class _Builder:
         zero = self._zero_for(plan, out)
         base = like.replace("/", "_").strip("_")
         shape_t = self.analysis.tensors[like].shape
-        if shape_t is not None:
-            shape_src = self._const(f"onnxcomp_recompute_shape_{'x'.join(map(str, shape_t)) or 'scalar'}",
-                                    list(shape_t))
-        else:   # dynamic: Shape() is not folded then, and is exact
-            shape_src = unique_name(f"{base}__recompute_shape_of", self.taken)
-            out.append(helper.make_node("Shape", [name], [shape_src],
-                                        name=unique_name(f"{shape_src}__shape", self.taken)))
-        shape = unique_name(f"{base}__recompute_shape", self.taken)
-        view = unique_name(f"{base}__recompute_gated", self.taken)
-        out += [
-            helper.make_node("Add", [shape_src, zero], [shape], name=unique_name(f"{shape}__add", self.taken)),
-            helper.make_node("Reshape", [name, shape], [view], name=unique_name(f"{view}__reshape", self.taken)),
-        ]
-        rank = [len(shape_t)] if shape_t is not None else None
-        self.value_info.append(helper.make_tensor_value_info(shape, TensorProto.INT64, rank))
-        self._vi(view, like)
+        editor = GraphEditor(self.graph, self.taken, prefix=f"{base}__recompute")
+        elem, _ = self._type(like)
+        view = editor.gate(name, after=plan.grad, shape=list(shape_t) if shape_t is not None else None, elem=elem,
+                           zero=zero, name=f"{base}__recompute_gated")
+        out += editor.nodes
+        self.value_info += editor.infos
         gated[name] = view
         return view
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import onnx
 from onnx import TensorProto, helper
 
-from ..analysis import GraphAnalysis, StashedTensor
+from ..analysis import GraphAnalysis, StashedTensor, numel
 from ..analysis.patterns import SIGNBITS
 from .base import PassResult
 from .encode_stash import EncodeStashPass, Encoding, decode_op_type
@@ -56,12 +56,12 @@ class SignBitsPass(EncodeStashPass):
             if stash.dtype != "float32":
                 return f"dtype {stash.dtype}: the signbits op takes float32"
             return Encoding(stash.name, stash.name, stash.name, self.codec, {},
-                            [(_numel(shape) + 7) // 8, 8 * len(shape)], [[(_numel(shape) + 7) // 8], [len(shape)]],
+                            [(numel(shape) + 7) // 8, 8 * len(shape)], [[(numel(shape) + 7) // 8], [len(shape)]],
                             f"sign bits for ReluGrad only; {sorted(others)} left to later passes",
                             readers=("ReluGrad",))
         if stash.use.float_tensor is False or stash.dtype != "float32":
             return f"dtype {stash.dtype}: the signbits op takes float32"
-        codec_bytes = lambda shape: [(_numel(shape) + 7) // 8, 8 * len(shape)]  # noqa: E731
+        codec_bytes = lambda shape: [(numel(shape) + 7) // 8, 8 * len(shape)]  # noqa: E731
         target = stash.name
         fwd = [graph.node[c] for c in stash.forward_consumers]
         # Encode Relu's output when Relu is X's only forward reader: Y > 0 ⇔ X > 0, and X is then freed
@@ -74,7 +74,7 @@ class SignBitsPass(EncodeStashPass):
         if shape is None:
             return "shape unresolved"
         return Encoding(stash.name, target, target, self.codec, {}, codec_bytes(shape),
-                        [[(_numel(shape) + 7) // 8], [len(shape)]], note)
+                        [[(numel(shape) + 7) // 8], [len(shape)]], note)
 
 
 def _relugrad_reads_float_mask(model: onnx.ModelProto) -> None:
@@ -96,10 +96,3 @@ def _relugrad_reads_float_mask(model: onnx.ModelProto) -> None:
         nodes.append(node)
     del model.graph.node[:]
     model.graph.node.extend(nodes)
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n

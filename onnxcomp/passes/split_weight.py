@@ -33,7 +33,9 @@ from onnx import TensorProto, helper
 
 from ..analysis.training_graph import GRAD_BUFFER_SUFFIX, GRAD_OUT_SUFFIX
 from ..errors import OnnxcompError
-from .base import (GraphPass, NodeBuilder, PassResult, Skipped, check_model, node_attr, require_training_graph,
+from .records import PassRecord
+from .editor import GraphEditor
+from .base import (GraphPass, PassResult, Skipped, check_model, node_attr, require_training_graph,
                    taken_names, unique_name)
 
 PART_INFIX = ".part"
@@ -84,6 +86,11 @@ def record_splits(model: onnx.ModelProto, splits: Iterable[WeightSplit]) -> None
         onnx.helper.set_model_props(model, props | {SPLIT_METADATA_KEY: json.dumps([s.to_dict() for s in known])})
 
 
+def splits_made(result: PassResult) -> list[WeightSplit]:
+    """The splits a SplitWeightPass run made, from its records."""
+    return [WeightSplit.from_dict(r.detail) for r in result.records if r.kind == "split_weight"]
+
+
 def splits_of(model: onnx.ModelProto) -> list[WeightSplit]:
     for p in model.metadata_props:
         if p.key == SPLIT_METADATA_KEY:
@@ -95,7 +102,7 @@ def _prefix(param: str) -> str:
     return f"onnxcomp_split_{param.replace('/', '_').strip('_')}"
 
 
-def _slice(b: NodeBuilder, tensor: str, lo: int, hi: int, axis: int, base: str) -> str:
+def _slice(b: GraphEditor, tensor: str, lo: int, hi: int, axis: int, base: str) -> str:
     start, end, axes = (b.const(f"{base}_{k}", TensorProto.INT64, [v]) for k, v in (("start", lo), ("end", hi),
                                                                                       ("axis", axis)))
     return b.op("Slice", [tensor, start, end, axes], base, TensorProto.FLOAT, None)
@@ -109,7 +116,7 @@ def split_forward_gemm(graph: onnx.GraphProto, split: WeightSplit, taken: set[st
                 and n.input[1] == split.parameter and node_attr(n, "transB", 0) == 1), None)
     if idx is None:
         return False
-    b = NodeBuilder(graph, taken if taken is not None else taken_names(graph), _prefix(split.parameter))
+    b = GraphEditor(graph, taken if taken is not None else taken_names(graph), _prefix(split.parameter))
     gemm = nodes[idx]
     x, bias = gemm.input[0], (gemm.input[2] if len(gemm.input) > 2 and gemm.input[2] else None)
     keep = {a.name: helper.get_attribute_value(a) for a in gemm.attribute}
@@ -150,12 +157,10 @@ class SplitWeightPass(GraphPass):
         if split_weight_bytes is not None and split_weight_bytes <= 0:
             raise OnnxcompError(f"split_weight_bytes must be > 0 (got {split_weight_bytes})")
         self.max_part_bytes = split_weight_bytes
-        self.splits: list[WeightSplit] = []
 
     def run(self, model: onnx.ModelProto) -> PassResult:
         require_training_graph(model)
         result = PassResult(self.copy(model))
-        self.splits = []
         if self.max_part_bytes is None:
             return result
         graph = result.model.graph
@@ -176,11 +181,11 @@ class SplitWeightPass(GraphPass):
             if isinstance(site, str):
                 result.skipped.append(Skipped(param, "fully connected weight", site))
                 continue
-            self.splits.append(_rewrite(graph, site, parts))
-        if self.splits:
-            record_splits(result.model, self.splits)
+            split = _rewrite(graph, site, parts)
+            result.records.append(PassRecord("split_weight", self.name, split.parameter, split.to_dict()))
+        if result.records:
+            record_splits(result.model, splits_made(result))
             check_model(result.model, "split_weight pass")
-            result.records = []   # no stash is encoded; reported through .splits
         return result
 
 
@@ -253,7 +258,7 @@ def _rewrite(graph: onnx.GraphProto, site: _Site, parts: int) -> WeightSplit:
     # Backward, per block: dY's columns, dX's partial product (added to a running sum at once, so two
     # partials are alive, not p), and dW_j with its accumulator right behind it.
     prefix = _prefix(param)
-    slices, dx_chain, grads = (NodeBuilder(graph, taken, prefix) for _ in range(3))
+    slices, dx_chain, grads = (GraphEditor(graph, taken, prefix) for _ in range(3))
     running = None
     for j, part in enumerate(split.parts):
         dy_j = _slice(slices, dy, split.bounds[j], split.bounds[j + 1], 1, f"dy{j}")

@@ -66,10 +66,10 @@ def write_split_artifacts(src_dir: Path, out_dir: Path, splits: list[WeightSplit
     """Checkpoint and eval model of ``src_dir`` rewritten for ``splits`` into ``out_dir`` (which must differ)."""
     if src_dir.resolve() == out_dir.resolve():
         raise OnnxcompError(f"{out_dir}: splitting weights rewrites the checkpoint; write to another directory "
-                            "(-o NEW_DIR) so the original artifacts stay intact")
+                            "({output}) so the original artifacts stay intact", options=("output",))
     if (out_dir / "checkpoint").exists() and not force:
-        raise OnnxcompError(f"{out_dir / 'checkpoint'} already exists; pass --force to replace it or choose "
-                            "another -o")
+        raise OnnxcompError(f"{out_dir / 'checkpoint'} already exists; allow replacing it with {{force}} or "
+                            "choose another {output}", options=("force", "output"))
     write_split_checkpoint(src_dir / "checkpoint", out_dir / "checkpoint", splits)
     if (src_dir / "eval_model.onnx").exists():
         write_split_eval_model(src_dir / "eval_model.onnx", out_dir / "eval_model.onnx", splits)

@@ -13,20 +13,14 @@ Importing this module registers the ops with onnxruntime-extensions; it must hap
 """
 from __future__ import annotations
 
-import json
 from typing import Any, Callable
 
 import numpy as np
 from onnxruntime_extensions import PyCustomOpDef, onnx_op
 
-from onnxcomp.custom_ops import REGISTRY, Codec
+from onnxcomp.custom_ops import REGISTRY, Codec, contract
+from onnxcomp.custom_ops.contract import CONTROL_PARAMS, DOMAIN, PARAMS_ATTR  # noqa: F401  (re-export)
 from onnxcomp.runtime import bounds
-
-# Bookkeeping params the graph pass adds for the run-time bound controller; codecs never see them.
-CONTROL_PARAMS = frozenset({"key", "weight", "dy_numel", "batch", "adaptive", "out_spatial"})
-
-DOMAIN = "ai.onnx.contrib"  # onnxruntime-extensions puts every PyOp in this domain
-PARAMS_ATTR = "params"
 
 _DT = {
     "float32": PyCustomOpDef.dt_float,
@@ -45,18 +39,11 @@ _DT = {
 
 def op_type_names(codec_name: str) -> tuple[str, str]:
     """(encode op type, decode op type) for a registered codec."""
-    return f"OnnxcompEncode_{codec_name}", f"OnnxcompDecode_{codec_name}"
+    return contract.encode_op(codec_name), contract.decode_op(codec_name)
 
 
-def params_attr(params: dict[str, Any]) -> str:
-    """The ``params`` attribute value for a node: canonical JSON (sorted keys, numpy scalars as Python)."""
-    return json.dumps(params, sort_keys=True, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o))
-
-
-def _parse(params: Any) -> dict[str, Any]:
-    if isinstance(params, bytes):
-        params = params.decode()
-    return json.loads(params) if params else {}
+params_attr = contract.params_value
+_parse = contract.parse_params
 
 
 def _pydtype(name: str) -> int:
@@ -74,13 +61,14 @@ def _make_encode(codec: Codec) -> Callable[..., tuple[np.ndarray, ...]]:
         x = np.asarray(x, dtype=in_dtype)
         params = _parse(attrs.get(PARAMS_ATTR))
         key = params.get("key")
-        if key is not None and "eb" in params:
-            params["eb"] = bounds.bound(key, float(params["eb"]))
+        eb = contract.ERROR_BOUND_PARAM
+        if key is not None and eb in params:
+            params[eb] = bounds.bound(key, float(params[eb]))
             if bounds.collecting():
-                bounds.record_activation(key, int(np.count_nonzero(x)), int(x.size), params["eb"])
-        payload = codec.encode_cpu(x, **{k: v for k, v in params.items() if k not in CONTROL_PARAMS})
+                bounds.record_activation(key, int(np.count_nonzero(x)), int(x.size), params[eb])
+        payload = codec.encode_cpu(x, **contract.codec_params(params))
         arrays = tuple(np.ascontiguousarray(p, dtype=d) for p, d in zip(payload, out_dtypes))
-        if key is not None and "eb" in params:
+        if key is not None and eb in params:
             bounds.record_payload(key, sum(a.nbytes for a in arrays), x.nbytes)
         return (*arrays, np.asarray(x.shape, dtype=np.int64).reshape(x.ndim))
 
@@ -94,9 +82,9 @@ def _make_decode(codec: Codec) -> Callable[..., np.ndarray]:
         params = _parse(attrs.get(PARAMS_ATTR))
         if "dy_numel" in params and bounds.collecting():
             # The trigger is ReduceL2(dY): the scale of dY for the controller at the cost of one float input.
-            bounds.record_gradient(params["key"], float(np.asarray(inputs[-1]).reshape(-1)[0]),
+            bounds.record_gradient(params["key"], float(np.asarray(inputs[contract.DECODER_TRIGGER]).reshape(-1)[0]),
                                    int(params["dy_numel"]))
-        y = codec.decode_cpu(tuple(inputs[:-1]), **{k: v for k, v in params.items() if k not in CONTROL_PARAMS})
+        y = codec.decode_cpu(tuple(inputs[:contract.DECODER_TRIGGER]), **contract.codec_params(params))
         return np.ascontiguousarray(y, dtype=out_dtype)
 
     return decode

@@ -18,7 +18,6 @@ session is never rebuilt. ``static=True`` keeps the graph's bounds (the ablation
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,9 +26,11 @@ from typing import Any
 import numpy as np
 import onnx
 
+from onnxcomp.custom_ops import contract
 from onnxcomp.runtime import bounds
 
-ENCODE_SZ = "OnnxcompEncode_sz"
+# The error-bounded codec whose encoders carry a per-layer key and bound.
+BOUNDED_CODEC = "sz"
 # Var(Σ dY·e) with e ~ U[-eb, eb] on a fraction R of N terms = eb²/3 · R · N · rms(dY)²  →  a = 1/√3.
 DEFAULT_A = 1 / math.sqrt(3)
 
@@ -51,14 +52,14 @@ def bounded_layers(model: onnx.ModelProto | str | Path) -> list[BoundedLayer]:
         model = onnx.load(str(model), load_external_data=False)
     layers = []
     for node in model.graph.node:
-        if node.op_type != ENCODE_SZ:
+        if not contract.is_encoder(node.domain, node.op_type, BOUNDED_CODEC):
             continue
-        attr = next((a for a in node.attribute if a.name == "params"), None)
-        params = json.loads(attr.s.decode()) if attr is not None else {}
+        attr = next((a for a in node.attribute if a.name == contract.PARAMS_ATTR), None)
+        params = contract.parse_params(attr.s if attr is not None else None)
         if "key" not in params:
             continue
         layers.append(BoundedLayer(params["key"], params.get("weight", ""), int(params.get("batch", 1)),
-                                   float(params["eb"]), bool(params.get("adaptive", True))))
+                                   float(params[contract.ERROR_BOUND_PARAM]), bool(params.get("adaptive", True))))
     return layers
 
 

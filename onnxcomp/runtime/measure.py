@@ -63,6 +63,9 @@ def _resolve_model(artifact_dir: Path, model: str | os.PathLike | None) -> Path:
                 f"{needed} missing from {artifact_dir}; regenerate the artifacts with "
                 "onnxruntime.training.artifacts.generate_artifacts"
             )
+    from onnxcomp.load import require_compatible_opset
+
+    require_compatible_opset(path)
     return path.resolve()
 
 

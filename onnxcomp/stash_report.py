@@ -1,4 +1,4 @@
-"""`onnxcomp inspect`: what a training graph stashes, by class, and what the planners predict."""
+"""What a training graph stashes, by class, and what the planners predict (`onnxcomp inspect`, `demo`)."""
 from __future__ import annotations
 
 from pathlib import Path

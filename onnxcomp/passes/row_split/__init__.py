@@ -1,0 +1,215 @@
+"""Row-centric convolution (LR-CNN, OverL / 2PS and their checkpoint hybrids) on an ORT training graph.
+
+What the pass does to a chain of forward ops ``Conv -> Relu|LeakyRelu -> MaxPool|AveragePool -> Conv ...``
+(each intermediate tensor read by exactly one forward op; BatchNorm, residual Adds, concatenations and
+everything else end a chain):
+
+* The forward pass is left as it is (default), but the chain's intermediates are no longer read in backward,
+  so they die right after their forward consumer. Only the chain input (and, for the hybrids, segment
+  inputs: checkpoints) stays stashed. ``split_forward=True`` also runs the forward row by row (LR-CNN's FP:
+  per-block rows, one Concat per segment output); measured, it cuts the forward's own peak (VGG-16 512x512:
+  34 vs 128 MiB) but the training-step peak came out 5-25 MiB *higher* than with the unsplit forward, so
+  it is off by default (cause not found yet).
+* The chain's backward nodes (ConvGrad, ReluGrad, LeakyReluGrad, MaxPoolGrad, AveragePoolGrad) are replaced,
+  for row blocks r = 1..R along the height axis, by: slice the rows of the checkpoint that block r's
+  receptive field needs (its halo), recompute the chain forward on that slice with *semi-closed padding*
+  (a clone keeps its real top/bottom padding only where the block touches the true image border, so the
+  recomputed rows are exactly the original rows), then run clones of the original backward ops on the
+  block's rows. Weight/bias gradients of every block go straight into the optimizer's gradient buffer
+  (a chain of InPlaceAccumulatorV2 whose first link honours lazy_reset_grad; no running sum lives across
+  blocks) or, where no sole accumulator reads them, into a running Add. The chain input's gradient is
+  assembled from per-block pieces by overlap-add and one Concat.
+* OverL: blocks are independent; halos overlap and are recomputed; each block back-propagates its own
+  output rows' gradient through its own sub-network. Exact by linearity of backprop.
+* 2PS: each row of each layer is computed once: a block keeps the rows the next block needs (forward
+  halo rows and the rows its backward windows reach) and the next block concatenates them in front of
+  its new rows; partial input gradients of boundary rows are carried to the next block and added there, so
+  backward also touches each row once (MaxPool indices are the one exception: they are recomputed by a
+  cheap MaxPool over the backward window, because the forward window of that block differs).
+* Ordering: block 1's slices take a zero derived from one element of the chain output's gradient dY (ORT
+  cannot fold it), and block r+1's from block r's last backward result (and its kept rows), so under both
+  ORT execution orders only one block's intermediates are alive at a time.
+* Hybrids (checkpoints): a chain is cut into segments whose inputs stay stashed; ``checkpoints="auto"``
+  picks the cut that minimises a predicted per-block peak plus checkpoint bytes, an int N cuts N segments.
+* ``rows="auto"`` with ``budget_bytes``: the smallest R whose rewritten graph's predicted training-step
+  peak fits the budget (LR-CNN §III-C), predicted by ``predicted_peak``: the planner's lower bound on the
+  analysed graph plus ConvGrad's im2col workspace (within 1 MiB of the measured VGG-16 512x512 baseline;
+  for row-split graphs it misses 10-25% of ORT overheads, so plan with a margin).
+
+Row-split and row-merge are standard ONNX ops here (Slice, Pad, Add, Concat): they are memcpy-bound, ORT's
+CPU kernels for them are as fast as a custom op would be, and a PyOp would add the bridge's copy of every
+input (platform notes) plus a Python call per block.
+"""
+from __future__ import annotations
+
+import onnx
+
+from ...analysis import analyze_model
+from ...errors import OnnxcompError
+from ...planner.predict import predicted_peak
+from ..base import GraphPass, PassResult, require_training_graph, taken_names
+from ..records import PassRecord
+from .chains import _find_chains, _sole_accumulator
+from .emission import _Emitter, _SegmentWriter, _stable_toposort  # noqa: F401  (chunk_stem_backward reuses the sort)
+from .geometry import _AUTO_R_CANDIDATES, VARIANTS
+from .schedule import _block_bytes, _choose_segments, _internal_stash_bytes
+
+
+class RowSplitPass(GraphPass):
+    """Row-split conv chains (LR-CNN). rows: R blocks per segment (int >= 1) or "auto" (needs budget_bytes);
+    variant: "overl" | "2ps"; checkpoints: "auto" | N segments per chain."""
+
+    name = "row_split"
+
+    def __init__(self, rows: int | str = 2, variant: str = "overl", checkpoints: int | str = "auto",
+                 budget_bytes: int | None = None, split_forward: bool = False,
+                 accumulate_in_place: bool = True) -> None:
+        if isinstance(rows, str) and rows != "auto":
+            try:
+                rows = int(rows)
+            except ValueError:
+                raise OnnxcompError(f"rows={rows!r}: use an integer >= 1 or 'auto'") from None
+        if rows != "auto" and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 1):
+            raise OnnxcompError(f"rows={rows!r}: use an integer >= 1 or 'auto'")
+        if rows == "auto" and not budget_bytes:
+            raise OnnxcompError("{rows}='auto' needs a memory budget ({budget_bytes})", options=("rows", "budget_bytes"))
+        variant = str(variant).lower()
+        if variant not in VARIANTS:
+            raise OnnxcompError(f"variant={variant!r}: choose one of {', '.join(VARIANTS)}")
+        if isinstance(checkpoints, str) and checkpoints != "auto":
+            try:
+                checkpoints = int(checkpoints)
+            except ValueError:
+                raise OnnxcompError(f"checkpoints={checkpoints!r}: use 'auto' or an integer >= 1") from None
+        if checkpoints != "auto" and (isinstance(checkpoints, bool) or checkpoints < 1):
+            raise OnnxcompError(f"checkpoints={checkpoints!r}: use 'auto' or an integer >= 1")
+        if budget_bytes is not None and budget_bytes <= 0:
+            raise OnnxcompError(f"budget_bytes={budget_bytes}: must be positive")
+        self.rows = rows
+        self.variant = variant
+        self.checkpoints = checkpoints
+        self.budget_bytes = budget_bytes
+        self.split_forward = bool(split_forward)
+        self.accumulate_in_place = bool(accumulate_in_place)
+
+    def run(self, model: onnx.ModelProto) -> PassResult:
+        require_training_graph(model)
+        if self.rows != "auto":
+            return self._rewrite(model, int(self.rows))
+        tried = []
+        best: tuple[int, int, PassResult] | None = None
+        for R in _AUTO_R_CANDIDATES:
+            result = self._rewrite(model, R)
+            if not result.records:
+                return result
+            peak = predicted_peak(result.model)
+            tried.append({"rows": R, "predicted_peak_bytes": peak})
+            if best is None or peak < best[1]:
+                best = (R, peak, result)
+            if peak <= self.budget_bytes:
+                best = (R, peak, result)
+                break
+            if R >= max(r["output_rows"] for r in result.records):
+                break
+        assert best is not None
+        R, peak, result = best
+        for rec in result.records:
+            rec.detail["auto"] = {"budget_bytes": self.budget_bytes, "chosen_rows": R, "predicted_peak_bytes": peak,
+                           "fits": peak <= self.budget_bytes, "tried": tried}
+        return result
+
+    def _rewrite(self, model: onnx.ModelProto, R: int) -> PassResult:
+        analysis = analyze_model(model)
+        chains, skipped = _find_chains(analysis)
+        result = PassResult(self.copy(model), skipped=skipped)
+        if not chains:
+            return result
+        out = result.model
+        graph = out.graph
+        taken = taken_names(graph)
+        wshapes = {n: t.shape for n, t in analysis.tensors.items() if t.shape is not None}
+        nodes = list(graph.node)
+        index_of = {id(n): i for i, n in enumerate(model.graph.node)}
+        replace: dict[int, list[onnx.NodeProto]] = {}   # original index of first removed node -> new nodes
+        remove: set[int] = set()
+        value_info: list[onnx.ValueInfoProto] = []
+        drop_idx_outputs: set[int] = set()
+        for ci, chain in enumerate(chains):
+            chain.segments = _choose_segments(chain.layers, R, self.variant, self.checkpoints)
+            seg_records = []
+            for si, (i, j) in enumerate(reversed(chain.segments)):     # top segment first (backward order)
+                layers = chain.layers[i:j]
+                R_seg = max(1, min(R, layers[-1].h_out))
+                em = _Emitter(out, taken, f"onnxcomp_rows/c{ci}s{len(chain.segments) - 1 - si}")
+                accs = {}
+                if self.accumulate_in_place:
+                    for lay in layers:
+                        for g in lay.grad.output[1:3]:
+                            ipa = _sole_accumulator(analysis, g)
+                            if ipa is not None:
+                                accs[g] = model.graph.node[ipa]
+                                remove.add(ipa)
+                writer = _SegmentWriter(em, layers, R_seg, wshapes, accs)
+                dy_name = layers[-1].y + "_grad"
+                info = writer.overl([dy_name]) if self.variant == "overl" else writer.twops([dy_name])
+                writer.finish_params()
+                fwd_split = self.split_forward and len(layers) > 1
+                if fwd_split:
+                    fem = _Emitter(out, taken, f"onnxcomp_rows/c{ci}s{len(chain.segments) - 1 - si}f")
+                    fem._consts = em._consts
+                    writer.em = fem
+                    writer.forward_split(self.variant)
+                    fwd_idx = [index_of[id(lay.fwd)] for lay in layers]
+                    remove.update(fwd_idx)
+                    replace[min(fwd_idx)] = fem.nodes
+                    value_info += fem.value_info
+                grads = [index_of[id(lay.grad)] for lay in layers]
+                first = min(grads)
+                remove.update(grads)
+                replace[first] = em.nodes
+                value_info += em.value_info
+                for lay in layers:
+                    if lay.kind == "MaxPool":
+                        drop_idx_outputs.add(index_of[id(lay.fwd)])
+                seg_records.append({
+                    "layers": [lay.fwd.name or lay.y for lay in layers], "input": layers[0].x,
+                    "rows": R_seg, "output_rows": layers[-1].h_out,
+                    "dropped_stash_bytes": _internal_stash_bytes(layers, 0, len(layers)),
+                    "predicted_block_bytes": _block_bytes(layers, R_seg, self.variant),
+                    "recomputed_rows": em.recomputed_rows, "forward_split": fwd_split,
+                    "original_rows": sum(lay.h_out for lay in layers),
+                    **info,
+                })
+            seg_records.reverse()
+            dropped = sum(s["dropped_stash_bytes"] for s in seg_records)
+            kept = {chain.layers[i].x for i, _ in chain.segments}
+            stashed = {st.name for st in analysis.stashed}
+            dropped_names = [t for lay in chain.layers for t in [lay.y] + list(lay.fwd.output[1:2])
+                             if t in stashed and t not in kept and t != chain.layers[-1].y]
+            ckpt = sum(chain.layers[i].row_bytes("x") * chain.layers[i].h_in for i, _ in chain.segments[1:])
+            result.records.append(PassRecord("row_split", self.name, chain.layers[0].x, {
+                "tensor": chain.layers[0].x, "pattern": "row-split", "encoding": "rows", "chain": chain.name,
+                "nodes": [lay.fwd.name or lay.y for lay in chain.layers], "variant": self.variant,
+                "rows": R, "output_rows": max(s["output_rows"] for s in seg_records),
+                "checkpoints": [chain.layers[i].x for i, _ in chain.segments],
+                "dropped_stashes": dropped_names,
+                "segments": seg_records, "original_bytes": dropped + ckpt,
+                "predicted_bytes": ckpt + max(s["predicted_block_bytes"] for s in seg_records),
+                "halos": [s.get("halo_rows") or s.get("kept_rows") for s in seg_records],
+            }, tuple(dropped_names)))
+        new_nodes: list[onnx.NodeProto] = []
+        for i, n in enumerate(nodes):
+            if i in replace:
+                new_nodes.extend(replace[i])
+            if i in remove:
+                continue
+            if i in drop_idx_outputs and len(n.output) > 1:
+                still_read = any(n.output[1] in m.input for k_, m in enumerate(nodes) if k_ not in remove)
+                if not still_read:
+                    del n.output[1:]
+            new_nodes.append(n)
+        del graph.node[:]
+        graph.node.extend(_stable_toposort(new_nodes, {i.name for i in graph.input} |
+                                           {i.name for i in graph.initializer}))
+        graph.value_info.extend(value_info)
+        return result

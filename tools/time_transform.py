@@ -1,0 +1,50 @@
+"""Transform time of two onnxcomp trees, interleaved (A, B, A, B, ...) in fresh processes so that machine
+load hits both alike; only the transform itself is timed (imports and loading excluded).
+
+usage: python tools/time_transform.py TREE_A TREE_B ARTIFACT_DIR POLICY [POLICY ...] [--repeats N]
+TREE_*: a checkout whose ``onnxcomp`` package is importable from it (sys.path[0]) with its venv's python.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+
+_CHILD = """
+import sys, time, json
+sys.path.insert(0, {tree!r})
+from onnxcomp.load import load_model
+from onnxcomp.transform import transform_model
+model = load_model({art!r}).model
+t = time.perf_counter()
+transform_model(model, {policy!r})
+print(json.dumps(time.perf_counter() - t))
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("tree_a"), ap.add_argument("tree_b"), ap.add_argument("artifacts")
+    ap.add_argument("policies", nargs="+")
+    ap.add_argument("--python-a", default=sys.executable), ap.add_argument("--python-b", default=sys.executable)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args(argv)
+    out = {}
+    for policy in args.policies:
+        times: dict[str, list[float]] = {"a": [], "b": []}
+        for _ in range(args.repeats):
+            for key, tree, py in (("a", args.tree_a, args.python_a), ("b", args.tree_b, args.python_b)):
+                code = _CHILD.format(tree=tree, art=args.artifacts, policy=policy)
+                proc = subprocess.run([py, "-c", code], capture_output=True, text=True, check=True)
+                times[key].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        a, b = statistics.median(times["a"]), statistics.median(times["b"])
+        out[policy] = {"a_s": round(a, 2), "b_s": round(b, 2), "ratio_b_over_a": round(b / a, 2), "runs": times}
+        print(f"{policy:16s} A {a:6.2f} s   B {b:6.2f} s   B/A {b / a:.2f}", flush=True)
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
