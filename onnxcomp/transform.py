@@ -11,8 +11,8 @@ from typing import Any
 import onnx
 
 from .analysis import LOSSLESS, analyze_model
-from .errors import OnnxcompError
-from .fileio import atomic_output
+from .errors import OnnxcompError, OutputExistsError
+from .fileio import atomic_output, check_output_path, output_lock, staged_directory
 from .load import TRAINING_MODEL, load_model
 from .passes import POLICIES, GraphPass, SplitWeightPass
 from .passes.base import check_model
@@ -152,13 +152,13 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
                            chunked=chunked, splits=splits)
 
 
-def _atomic_save(model: onnx.ModelProto, path: Path) -> None:
-    with atomic_output(path) as tmp:
+def _atomic_save(model: onnx.ModelProto, path: Path, replace: bool = True) -> None:
+    with atomic_output(path, replace=replace) as tmp:
         onnx.save(model, tmp)
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    with atomic_output(path) as tmp:
+def _atomic_write_text(path: Path, text: str, replace: bool = True) -> None:
+    with atomic_output(path, replace=replace) as tmp:
         Path(tmp).write_text(text)
 
 
@@ -168,7 +168,9 @@ def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossl
 
     ``output`` ending in ``.onnx`` is a model file (e.g. inside the artifact directory, next to the
     checkpoint); anything else is a directory that receives the transformed training_model.onnx plus copies
-    of the checkpoint, optimizer and eval models, so it can be trained or measured on its own.
+    of the checkpoint, optimizer and eval models, so it can be trained or measured on its own. The output is
+    checked (writable, not there unless ``force``) and locked against concurrent runs before any work; a
+    directory is built beside the old one and swapped in whole, so it is never half old, half new.
     """
     loaded = load_model(model_or_dir, model)
     out = Path(output)
@@ -177,8 +179,6 @@ def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossl
     if out_model.resolve() == loaded.path.resolve() and not force:
         raise OnnxcompError(f"{out_model}: refusing to overwrite the input model; choose another -o, or pass "
                             "--force to replace it")
-    if out_model.exists() and not force and out_model.resolve() != loaded.path.resolve():
-        raise OnnxcompError(f"{out_model} already exists; pass --force to replace it or choose another -o")
     if options.get("split_weight_bytes") is not None and policy in POLICIES and not any(
             getattr(f, "func", f) is SplitWeightPass for f in POLICIES.get(policy, [])):
         raise OnnxcompError(f"--split-weights: policy {policy!r} keeps training bit-identical and does not split "
@@ -186,25 +186,40 @@ def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossl
     if options.get("split_weight_bytes") and (not to_dir or loaded.artifact_dir is None):
         raise OnnxcompError("--split-weights rewrites the checkpoint and eval model too: give an artifact "
                             "directory as input and a new directory as -o (not a .onnx file)")
-    result = transform_model(loaded.model, policy, where=str(loaded.path), **options)
-
-    if to_dir:
-        out.mkdir(parents=True, exist_ok=True)
-        if result.splits:
-            from .runtime.checkpoint import write_split_artifacts
-
-            assert loaded.artifact_dir is not None
-            write_split_artifacts(loaded.artifact_dir, out, result.splits, force=force)
-        if loaded.artifact_dir is not None and loaded.artifact_dir.resolve() != out.resolve():
-            for name in _ARTIFACT_FILES:
-                src = loaded.artifact_dir / name
-                if src.exists() and not (out / name).exists():
-                    (shutil.copytree if src.is_dir() else shutil.copy2)(src, out / name)
-    elif not out.parent.exists():
-        raise OnnxcompError(f"{out.parent}: output directory does not exist; create it first")
-    _atomic_save(result.model, out_model)
-    plan_path = out_model.with_suffix(".plan.json")
-    result.output, result.plan_path = out_model, plan_path
-    plan = {"input": str(loaded.path), **result.summary(), "tensors": result.records}
-    _atomic_write_text(plan_path, json.dumps(plan, indent=2))
+    how = "pass --force"
+    target = check_output_path(out if to_dir else out_model, directory=to_dir, replace=True)
+    with output_lock(target):
+        for existing in ([out_model, out / "checkpoint"] if options.get("split_weight_bytes") else [out_model]):
+            if existing.exists() and not force and existing.resolve() != loaded.path.resolve():
+                raise OutputExistsError(existing, how=how)
+        result = transform_model(loaded.model, policy, where=str(loaded.path), **options)
+        if to_dir:
+            with staged_directory(out, replace=True, carry_over=True) as stage:
+                _write_set(result, loaded, stage, out, force)
+        else:
+            _write_model_and_plan(result, loaded, out_model, out_model, replace=force)
     return result
+
+
+def _write_set(result: TransformResult, loaded: Any, stage: Path, out: Path, force: bool) -> None:
+    """The directory output, written into ``stage`` (swapped in for ``out`` afterwards): the training graph,
+    its plan and the artifact files (split ones rewritten; files ``out`` already has are kept)."""
+    if result.splits:
+        from .runtime.checkpoint import write_split_artifacts
+
+        assert loaded.artifact_dir is not None
+        write_split_artifacts(loaded.artifact_dir, stage, result.splits, force=True)
+    if loaded.artifact_dir is not None and loaded.artifact_dir.resolve() != out.resolve():
+        for name in _ARTIFACT_FILES:
+            src = loaded.artifact_dir / name
+            if src.exists() and not (stage / name).exists() and not (out / name).exists():
+                (shutil.copytree if src.is_dir() else shutil.copy2)(src, stage / name)
+    _write_model_and_plan(result, loaded, stage / TRAINING_MODEL, out / TRAINING_MODEL, replace=True)
+
+
+def _write_model_and_plan(result: TransformResult, loaded: Any, path: Path, final: Path, replace: bool) -> None:
+    plan_path = path.with_suffix(".plan.json")
+    result.output, result.plan_path = final, final.with_suffix(".plan.json")
+    plan = {"input": str(loaded.path), **result.summary(), "tensors": result.records}
+    _atomic_save(result.model, path, replace)
+    _atomic_write_text(plan_path, json.dumps(plan, indent=2))  # the model's companion: follows the model

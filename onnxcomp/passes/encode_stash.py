@@ -19,6 +19,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..analysis import GraphAnalysis, StashedTensor, analyze_model
+from ..custom_ops import checked_params
 from .base import (CUSTOM_DOMAIN, PLAN_METADATA_KEY, GraphPass, PassResult, Skipped, ensure_opset,
                    taken_names, trigger_constants, unique_name, zero_after)
 
@@ -182,6 +183,7 @@ class _Rewriter:
         payload_types = pass_.payload_types(enc.codec)
         payload = [unique_name(f"{base}__{enc.codec}_p{k}", self.taken) for k in range(len(payload_types))]
         anchor = unique_name(f"{base}__{enc.codec}_anchor", self.taken)
+        enc.params = checked_params(enc.codec, enc.params, enc.source)
         params = json.dumps(enc.params, sort_keys=True)
 
         # Encoder right after the target's producer; then the gate's forward readers wait on it.
