@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .argv import glue_dash_values
 from .errors import OnnxcompError
 
 
@@ -37,13 +38,16 @@ def _add_runtime_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--order", choices=["priority", "default"], default="priority",
                    help="ORT execution order (default: priority — node-list order among ready nodes)")
     g.add_argument("--threads", type=_positive, default=None, help="intra-op threads (default: ORT's)")
+    g.add_argument("--verify-payloads", action="store_true",
+                   help="checksum every encoded activation (xxh3) and verify it before decoding")
 
 
 def _settings(args: argparse.Namespace):
     from .runtime.session import RuntimeSettings
 
     return RuntimeSettings(arena=args.arena, mem_pattern=args.mem_pattern, execution_order=args.order,
-                           intra_threads=args.threads, mem_reuse=args.mem_reuse)
+                           intra_threads=args.threads, mem_reuse=args.mem_reuse,
+                           verify_payloads=args.verify_payloads)
 
 
 # --------------------------------------------------------------------------------------------- commands
@@ -68,9 +72,14 @@ def cmd_models(args: argparse.Namespace) -> int:
 def cmd_artifacts(args: argparse.Namespace) -> int:
     from .models.artifacts import generate_artifacts
 
-    out = generate_artifacts(args.model, args.batch, args.image, args.classes, Path(args.output),
-                             smoke_test=not args.no_smoke_test, optimizer=args.optimizer,
-                             overwrite=args.force)
+    from .errors import OutputExistsError
+
+    try:
+        out = generate_artifacts(args.model, args.batch, args.image, args.classes, Path(args.output),
+                                 smoke_test=not args.no_smoke_test, optimizer=args.optimizer,
+                                 overwrite=args.force)
+    except OutputExistsError as exc:  # the API's remedy is overwrite=True; here it is a flag
+        raise OutputExistsError(exc.path, exc.what, how="pass --force") from None
     print(f"wrote ORT training artifacts for {args.model} (batch {args.batch}, {args.image}×{args.image}, "
           f"{args.classes} classes) to {out.out_dir}")
     return 0
@@ -171,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(glue_dash_values(parser, sys.argv[1:] if argv is None else argv))
     try:
         return int(args.func(args) or 0)
     except OnnxcompError as exc:

@@ -127,41 +127,68 @@ def clean_stale(path: str | os.PathLike[str]) -> list[Path]:
     return removed
 
 
-@contextmanager
-def output_lock(path: str | os.PathLike[str], *, how: str = "wait for it to finish") -> Iterator[None]:
-    """Hold an exclusive lock for writing ``path`` (``.NAME.lock`` beside it) and clean up after killed runs.
+class OutputLock:
+    """An exclusive lock for writing ``path`` (``flock`` on ``.NAME.lock`` beside it), held for a whole run.
 
-    Fails at once with OutputExistsError if another process holds it. The lock file is removed on release."""
-    target = Path(path)
-    lock_path = target.parent / f".{target.name}.lock"
-    while True:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+    ``acquire()`` fails at once with OutputExistsError if another process holds it, then removes what killed
+    runs left beside ``path`` (``clean_stale``). The lock file is removed on release. Also a context manager."""
+
+    def __init__(self, path: str | os.PathLike[str], *, how: str = "wait for it to finish") -> None:
+        self.target = Path(path)
+        self.lock_path = self.target.parent / f".{self.target.name}.lock"
+        self.how = how
+        self._fd: int | None = None
+
+    def acquire(self) -> "OutputLock":
+        while True:
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
             try:
-                holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
-            finally:
-                os.close(fd)
-            raise OutputExistsError(target, f"is being written by another onnxcomp run"
-                                    f"{f' (pid {holder})' if holder else ''}", how=how) from None
-        try:
-            same = os.fstat(fd).st_ino == os.stat(lock_path).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:  # not a lock file its last holder already unlinked
-            break
-        os.close(fd)
-    try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        clean_stale(target)
-        yield
-    finally:
-        try:
-            os.unlink(lock_path)
-        finally:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                try:
+                    holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+                finally:
+                    os.close(fd)
+                raise OutputExistsError(self.target, "is being written by another onnxcomp run"
+                                        f"{f' (pid {holder})' if holder else ''}", how=self.how) from None
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.lock_path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:  # not a lock file its last holder unlinked after we opened it
+                break
             os.close(fd)
+        self._fd = fd
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            clean_stale(self.target)
+        except BaseException:
+            self.release()
+            raise
+        return self
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            os.unlink(self.lock_path)
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> "OutputLock":
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def output_lock(path: str | os.PathLike[str], *, how: str = "wait for it to finish") -> OutputLock:
+    """``with output_lock(path):`` -- see OutputLock."""
+    return OutputLock(path, how=how)
 
 
 def _renameat2(src: Path, dst: Path, flags: int) -> bool:
@@ -192,7 +219,8 @@ def _carry_over(old: Path, new: Path) -> None:
             os.link(e, dst)
 
 
-def _publish(stage: Path, target: Path, replace: bool, carry_over: bool) -> None:
+def publish_directory(stage: Path, target: Path, *, replace: bool, carry_over: bool = False) -> None:
+    """Put the complete directory ``stage`` at ``target`` atomically (see ``staged_directory``)."""
     if not os.path.lexists(target) or (target.is_dir() and not any(target.iterdir())):
         if os.path.lexists(target):
             target.rmdir()
@@ -233,7 +261,7 @@ def staged_directory(path: str | os.PathLike[str], *, replace: bool = False, car
     try:
         os.chmod(stage, 0o777 & ~_umask())  # mkdtemp makes it 0700; the published directory should look ordinary
         yield stage
-        _publish(stage, target, replace, carry_over)
+        publish_directory(stage, target, replace=replace, carry_over=carry_over)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
