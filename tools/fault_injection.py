@@ -357,16 +357,16 @@ def kill_trials(label: str, target: Path, old_cmd: list[str], new_cmd: list[str]
             "rerun_not_clean": leftover_after_rerun}
 
 
-def campaign_kill(work: Path, art: Path, points: int, rng: random.Random) -> list[dict[str, Any]]:
+def campaign_kill(work: Path, art: Path, points: int, rng: random.Random, split: str) -> list[dict[str, Any]]:
     rows = []
     single = work / "kill_single.onnx"
-    base = ONNXCOMP + ["transform", str(art)]
+    base = ONNXCOMP + ["transform", str(art), "--min-bytes", "1024"]
     rows.append(kill_trials("transform -o FILE.onnx --force", single, base + ["-o", str(single), "--policy", "lossless"],
                             base + ["-o", str(single), "--policy", "comet", "--force"], max(4, points // 4), rng,
                             signal.SIGKILL))
     d = work / "kill_dir"
     old = base + ["-o", str(d), "--policy", "comet"]
-    new = base + ["-o", str(d), "--policy", "comet", "--split-weights", "8KiB", "--force"]
+    new = base + ["-o", str(d), "--policy", "comet", "--split-weights", split, "--force"]
     rows.append(kill_trials("transform -o DIR --split-weights --force", d, old, new, points, rng, signal.SIGKILL))
     rows.append(kill_trials("transform -o DIR --split-weights --force", d, old, new, max(4, points // 4), rng,
                             signal.SIGINT))
@@ -374,7 +374,7 @@ def campaign_kill(work: Path, art: Path, points: int, rng: random.Random) -> lis
     art_cmd = ONNXCOMP + ["artifacts", "--model", "resnet18", "--batch", "2", "--image", "32", "--no-smoke-test",
                           "-o", str(a)]
     rows.append(kill_trials("artifacts -o DIR --force", a, art_cmd + ["--classes", "10"],
-                            art_cmd + ["--classes", "12", "--force"], max(4, points // 4), rng, signal.SIGKILL))
+                            art_cmd + ["--classes", "12", "--force"], max(3, points // 6), rng, signal.SIGKILL))
     return rows
 
 
@@ -422,6 +422,7 @@ _LONG_CHILD = textwrap.dedent('''
         module.lazy_reset_grad()
         if step == 1 or step % 100 == 0:
             samples.append([step, rss()])
+            print(f"step {step} rss {samples[-1][1] / 2**20:.1f} MiB", file=sys.stderr, flush=True)
     print(json.dumps({"steps": steps, "rss": samples, "time_s": time.perf_counter() - t0,
                       "finite_losses": bool(np.isfinite(losses).all()), "first_loss": losses[0], "last_loss": losses[-1]}))
 ''')
@@ -430,12 +431,13 @@ _LONG_CHILD = textwrap.dedent('''
 def campaign_long(work: Path, art: Path, steps: int) -> dict[str, Any]:
     d = work / "long"
     shutil.rmtree(d, ignore_errors=True)
-    p = _run(ONNXCOMP + ["transform", str(art), "-o", str(d), "--policy", "comet", "--min-bytes", "1024"])
+    p = _run(ONNXCOMP + ["transform", str(art), "-o", str(d), "--policy", "comet", "--min-bytes", "1000"])
     if p.returncode != 0:
         raise RuntimeError(p.stderr)
     script = work / "long_child.py"
     script.write_text(_LONG_CHILD)
-    p = _run([PY, str(script), str(d), str(steps)], timeout=3600)
+    p = subprocess.run([PY, str(script), str(d), str(steps)], stdout=subprocess.PIPE, stderr=None, text=True,
+                       timeout=7200)  # progress lines pass through on stderr
     if p.returncode != 0:
         return {"steps": steps, "error": p.stderr[-1500:]}
     r = json.loads(p.stdout.strip().splitlines()[-1])
@@ -498,6 +500,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--op-cases", type=int, default=20, help="op-level corruptions per codec")
     ap.add_argument("--steps", type=int, default=1000, help="long-run training steps")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--art", help="use this artifact directory for the flags/kill/concurrent/long campaigns "
+                    "(default: generate resnet18, batch 2, 32x32, 10 classes)")
+    ap.add_argument("--split", default="8KiB", help="--split-weights size for the kill campaign (a size below "
+                    "the model's largest fully connected weight)")
     args = ap.parse_args(argv)
     work = Path(args.work)
     shutil.rmtree(work, ignore_errors=True)
@@ -505,8 +511,8 @@ def main(argv: list[str] | None = None) -> int:
     only = set(args.only or ["codec", "op", "flags", "kill", "concurrent", "long"])
     rng = random.Random(args.seed)
     res: dict[str, Any] = {}
-    art = work / "art"
-    if only & {"flags", "kill", "concurrent", "long"}:
+    art = Path(args.art).resolve() if args.art else work / "art"
+    if only & {"flags", "kill", "concurrent", "long"} and not args.art:
         p = _run(ONNXCOMP + ["artifacts", "--model", "resnet18", "--batch", "2", "--image", "32", "--classes", "10",
                              "--no-smoke-test", "-o", str(art)])
         if p.returncode != 0:
@@ -516,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
              ("flags", lambda: campaign_flags(work, art)),
              ("concurrent", lambda: campaign_concurrent(work, art, 5)),
              ("long", lambda: campaign_long(work, art, args.steps)),
-             ("kill", lambda: campaign_kill(work, art, args.kills, rng))]
+             ("kill", lambda: campaign_kill(work, art, args.kills, rng, args.split))]
     for name, fn in steps:
         if name in only:
             t0 = time.perf_counter()
