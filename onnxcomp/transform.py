@@ -186,6 +186,9 @@ def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossl
     if options.get("split_weight_bytes") and (not to_dir or loaded.artifact_dir is None):
         raise OnnxcompError("--split-weights rewrites the checkpoint and eval model too: give an artifact "
                             "directory as input and a new directory as -o (not a .onnx file)")
+    if options.get("split_weight_bytes") and loaded.artifact_dir.resolve() == out.resolve():
+        raise OnnxcompError(f"{out}: splitting weights rewrites the checkpoint; write to another directory "
+                            "(-o NEW_DIR) so the original artifacts stay intact")
     how = "pass --force"
     target = check_output_path(out if to_dir else out_model, directory=to_dir, replace=True)
     with output_lock(target):

@@ -357,24 +357,33 @@ def kill_trials(label: str, target: Path, old_cmd: list[str], new_cmd: list[str]
             "rerun_not_clean": leftover_after_rerun}
 
 
-def campaign_kill(work: Path, art: Path, points: int, rng: random.Random, split: str) -> list[dict[str, Any]]:
-    rows = []
-    single = work / "kill_single.onnx"
+def campaign_kill(work: Path, art: Path, points: int, rng: random.Random, split: str,
+                  progress: Any = None) -> list[dict[str, Any]]:
+    """The acceptance case first (SIGKILL, ``--split-weights --force`` into a directory, ``points`` times),
+    then fewer trials of a single-file output, SIGINT, and ``artifacts --force``. ``progress(rows)`` is
+    called after each row so partial results survive a long campaign being stopped."""
+    rows: list[dict[str, Any]] = []
     base = ONNXCOMP + ["transform", str(art), "--min-bytes", "1024"]
-    rows.append(kill_trials("transform -o FILE.onnx --force", single, base + ["-o", str(single), "--policy", "lossless"],
-                            base + ["-o", str(single), "--policy", "comet", "--force"], max(4, points // 4), rng,
-                            signal.SIGKILL))
     d = work / "kill_dir"
     old = base + ["-o", str(d), "--policy", "comet"]
     new = base + ["-o", str(d), "--policy", "comet", "--split-weights", split, "--force"]
-    rows.append(kill_trials("transform -o DIR --split-weights --force", d, old, new, points, rng, signal.SIGKILL))
-    rows.append(kill_trials("transform -o DIR --split-weights --force", d, old, new, max(4, points // 4), rng,
-                            signal.SIGINT))
+    few = max(3, points // 6)
+    single = work / "kill_single.onnx"
     a = work / "kill_artifacts"
     art_cmd = ONNXCOMP + ["artifacts", "--model", "resnet18", "--batch", "2", "--image", "32", "--no-smoke-test",
                           "-o", str(a)]
-    rows.append(kill_trials("artifacts -o DIR --force", a, art_cmd + ["--classes", "10"],
-                            art_cmd + ["--classes", "12", "--force"], max(3, points // 6), rng, signal.SIGKILL))
+    plan = [("transform -o DIR --split-weights --force", d, old, new, points, signal.SIGKILL),
+            ("transform -o FILE.onnx --force", single, base + ["-o", str(single), "--policy", "lossless"],
+             base + ["-o", str(single), "--policy", "comet", "--force"], few, signal.SIGKILL),
+            ("transform -o DIR --split-weights --force", d, old, new, few, signal.SIGINT),
+            ("artifacts -o DIR --force", a, art_cmd + ["--classes", "10"], art_cmd + ["--classes", "12", "--force"],
+             max(2, points // 10), signal.SIGKILL)]
+    for label, target, old_cmd, new_cmd, n, sig in plan:
+        rows.append(kill_trials(label, target, old_cmd, new_cmd, n, rng, sig))
+        print(f"[kill] {label} {sig.name}: {rows[-1]['states']}, rerun not clean {rows[-1]['rerun_not_clean']}",
+              file=sys.stderr, flush=True)
+        if progress is not None:
+            progress(rows)
     return rows
 
 
@@ -522,7 +531,11 @@ def main(argv: list[str] | None = None) -> int:
              ("flags", lambda: campaign_flags(work, art)),
              ("concurrent", lambda: campaign_concurrent(work, art, 5)),
              ("long", lambda: campaign_long(work, art, args.steps)),
-             ("kill", lambda: campaign_kill(work, art, args.kills, rng, args.split))]
+             ("kill", lambda: campaign_kill(work, art, args.kills, rng, args.split, progress=partial))]
+
+    def partial(rows: list[dict[str, Any]]) -> None:
+        if args.out:
+            Path(args.out).write_text(json.dumps({**res, "kill": rows}, indent=2))
     for name, fn in steps:
         if name in only:
             t0 = time.perf_counter()
