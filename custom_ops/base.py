@@ -49,6 +49,13 @@ class Codec(ABC):
             return self.decode_gpu(tuple(cp.asarray(p) for p in payload), **params)
         return self.decode_cpu(tuple(np.asarray(p) for p in payload), **params)
 
+    def validate_params(self, **params: Any) -> None:
+        """Raise ValueError for params this codec's encode/decode would refuse.
+
+        The graph rewrite calls it when it writes a node's params (so ``transform --eb inf`` is refused before
+        any training step), and the codec's own encode runs the same checks. Default: no params to check
+        (codecs without params ignore any given)."""
+
     @staticmethod
     def payload_nbytes(payload: Payload) -> int:
         return int(sum(int(p.nbytes) for p in payload))
@@ -75,6 +82,21 @@ class Codec(ABC):
 
 
 REGISTRY: dict[str, Codec] = {}
+
+# Bookkeeping keys the graph rewrite adds to an op's params; the ops strip them, codecs never see them.
+from .contract import CONTROL_PARAMS  # noqa: E402
+
+
+def checked_params(codec: str, params: dict[str, Any], tensor: str) -> dict[str, Any]:
+    """``params`` with ``tensor`` added, once the codec's ``validate_params`` accepted its part of them:
+    what the rewrite writes into a node, refused at transform time if the op would refuse it at run time."""
+    from onnxcomp.errors import OnnxcompError
+
+    try:
+        get_codec(codec).validate_params(**{k: v for k, v in params.items() if k not in CONTROL_PARAMS})
+    except (ValueError, KeyError) as exc:
+        raise OnnxcompError(f"{tensor}: codec params refused: {exc}") from None
+    return {**params, "tensor": tensor}
 
 
 def register(cls: type[Codec]) -> type[Codec]:

@@ -238,6 +238,12 @@ class MaxPoolIndex(Codec):
     payload_dtypes = ("uint8", "int64")
     kernel_file = "maxpool_index.cu"
 
+    def validate_params(self, **params: Any) -> None:
+        try:
+            geometry(**params)  # what encode/decode resolve first
+        except TypeError as exc:  # a missing or unknown MaxPool attribute
+            raise ValueError(f"maxpool_index: bad params {sorted(params)}: {exc}") from None
+
     def predicted_nbytes(self, shape: tuple[int, ...], **stats: Any) -> int:
         """``shape``: the index tensor's; ``stats`` must carry ``kernel_shape``."""
         kh, kw = (int(v) for v in stats["kernel_shape"])

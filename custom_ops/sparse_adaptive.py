@@ -89,13 +89,19 @@ class SparseAdaptive(Codec):
         return (xp.asarray(np.array([MODES.index(mode)], dtype=np.uint8)), *parts, shape)
 
     def _decode(self, payload: Payload, xp: Any) -> Any:
+        if len(payload) != len(self.payload_names):
+            raise ValueError(f"sparse: payload has {len(payload)} arrays, expected {len(self.payload_names)}")
         mode_arr, a, b, c, shape_arr = payload
         mode_code = np.asarray(mode_arr.get() if is_cupy_array(mode_arr) else mode_arr).reshape(-1)
         if mode_code.size != 1 or int(mode_code[0]) >= len(MODES):
             raise ValueError(f"sparse: corrupt payload: mode {mode_code.tolist()} is not one of 0..{len(MODES) - 1}")
         mode = MODES[int(mode_code[0])]
         shape = tuple(int(d) for d in (shape_arr.get() if is_cupy_array(shape_arr) else shape_arr).reshape(-1))
+        if any(d < 0 for d in shape):
+            raise ValueError(f"sparse: negative dimension in shape {shape}")
         if mode == "dense":
+            if a.size != 4 * int(np.prod(shape, dtype=np.int64)):
+                raise ValueError(f"sparse: {a.size} dense bytes cannot hold shape {shape}")
             return xp.ascontiguousarray(a).view(xp.float32).reshape(shape).copy()
         if mode == "zvc":
             return get_codec("zvc").decode((a, xp.ascontiguousarray(b).view(xp.float32), shape_arr))

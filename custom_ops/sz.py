@@ -327,6 +327,9 @@ class SZ(Codec):
     payload_dtypes = ("uint8", "uint8", "uint8", "int64", "uint32", "int64")
     kernel_file = "sz.cu"
 
+    def validate_params(self, **params: Any) -> None:
+        _encode_params(params)  # the same check encode_cpu/encode_gpu run first
+
     def predicted_nbytes(self, shape: tuple[int, ...], **stats: Any) -> int:
         """Payload bytes (without zstd) from ``mean_rate`` (mean bit width of blocks with r > 0, 0..31),
         ``nonzero_block_fraction`` (default 1), or instead ``density`` (fraction of nonzero elements; blocks

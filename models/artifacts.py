@@ -20,7 +20,8 @@ import onnx
 import torch
 
 import onnxcomp
-from onnxcomp.errors import OnnxcompError
+from onnxcomp.errors import OnnxcompError, OutputExistsError
+from onnxcomp.fileio import OutputLock, publish_directory
 
 from .export import INPUT_NAME, OUTPUT_NAME, _validate_shape, export_training_onnx
 from .zoo import build_model, canonical_name, count_parameters
@@ -99,6 +100,7 @@ def generate_artifacts(
         check(image, image)
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
+    lock = OutputLock(out_dir).acquire()  # one writer per directory; removes what killed runs left beside it
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     umask = os.umask(0)
     os.umask(umask)
@@ -172,6 +174,8 @@ def generate_artifacts(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    finally:
+        lock.release()
     return ArtifactSet.in_dir(out_dir, smoke_loss)
 
 
@@ -312,29 +316,15 @@ def _check_destination(out_dir: Path, overwrite: bool) -> None:
     if out_dir.exists() and not out_dir.is_dir():
         raise OnnxcompError(f"artifact directory {out_dir} exists and is not a directory; choose another path")
     if out_dir.is_dir() and any(out_dir.iterdir()) and not overwrite:
-        raise OnnxcompError(
-            f"artifact directory {out_dir} already exists and is not empty; pass overwrite=True (--overwrite) "
-            "to replace it or choose another directory"
-        )
+        raise OutputExistsError(f"artifact directory {out_dir}", "already exists and is not empty",
+                                how="pass overwrite=True")
 
 
 def _publish(staging: Path, out_dir: Path, overwrite: bool) -> None:
-    """Move the finished staging directory to ``out_dir`` with renames (same filesystem, no copying)."""
+    """Swap the finished staging directory in for ``out_dir`` in one atomic rename (no copying): ``out_dir`` is
+    always the complete old set or the complete new one, even if the process is killed."""
     _check_destination(out_dir, overwrite)  # again: something may have appeared while we worked
-    if out_dir.is_dir() and not any(out_dir.iterdir()):
-        out_dir.rmdir()
-    if out_dir.exists():
-        retired = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
-        retired.rmdir()
-        os.rename(out_dir, retired)
-        try:
-            os.rename(staging, out_dir)
-        except OSError:
-            os.rename(retired, out_dir)  # put the old artifacts back rather than leave nothing
-            raise
-        shutil.rmtree(retired, ignore_errors=True)
-    else:
-        os.rename(staging, out_dir)
+    publish_directory(staging, out_dir, replace=overwrite)
 
 
 __all__ = [

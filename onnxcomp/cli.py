@@ -5,6 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from .argv import glue_dash_values
 from .errors import OnnxcompError
 
 
@@ -34,9 +35,14 @@ def cmd_models(args: argparse.Namespace) -> int:
 def cmd_artifacts(args: argparse.Namespace) -> int:
     from .models.artifacts import generate_artifacts
 
-    out = generate_artifacts(args.model, args.batch, args.image, args.classes, Path(args.output),
-                             smoke_test=not args.no_smoke_test, optimizer=args.optimizer,
-                             overwrite=args.force)
+    from .errors import OutputExistsError
+
+    try:
+        out = generate_artifacts(args.model, args.batch, args.image, args.classes, Path(args.output),
+                                 smoke_test=not args.no_smoke_test, optimizer=args.optimizer,
+                                 overwrite=args.force)
+    except OutputExistsError as exc:  # the API's remedy is overwrite=True; here it is a flag
+        raise OutputExistsError(exc.path, exc.what, how="pass --force") from None
     print(f"wrote ORT training artifacts for {args.model} (batch {args.batch}, {args.image}×{args.image}, "
           f"{args.classes} classes) to {out.out_dir}")
     return 0
@@ -137,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(glue_dash_values(parser, sys.argv[1:] if argv is None else argv))
     try:
         return int(args.func(args) or 0)
     except OnnxcompError as exc:

@@ -42,10 +42,13 @@ def add_runtime_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--order", choices=["priority", "default"], default="priority",
                    help="ORT execution order (default: priority — node-list order among ready nodes)")
     g.add_argument("--threads", type=positive, default=None, help="intra-op threads (default: ORT's)")
+    g.add_argument("--verify-payloads", action="store_true",
+                   help="checksum every encoded activation (xxh3) and verify it before decoding")
 
 
 def settings(args: argparse.Namespace):
     from .runtime.session import RuntimeSettings
 
     return RuntimeSettings(arena=args.arena, mem_pattern=args.mem_pattern, execution_order=args.order,
-                           intra_threads=args.threads, mem_reuse=args.mem_reuse)
+                           intra_threads=args.threads, mem_reuse=args.mem_reuse,
+                           verify_payloads=getattr(args, "verify_payloads", False))

@@ -64,7 +64,7 @@ def has_external_data(model: onnx.ModelProto) -> bool:
 
 
 def save_model(model: onnx.ModelProto, path: str | Path, *, source_dir: Path | None = None,
-               external_threshold: int = EXTERNAL_DATA_THRESHOLD) -> list[Path]:
+               external_threshold: int = EXTERNAL_DATA_THRESHOLD, replace: bool = True) -> list[Path]:
     """Write ``model`` to ``path`` atomically; returns the files written.
 
     Initializers the source keeps in external data (relative to ``source_dir``) are read in first, so the
@@ -85,7 +85,7 @@ def save_model(model: onnx.ModelProto, path: str | Path, *, source_dir: Path | N
             raise OnnxcompError(f"{source_dir}: cannot read the model's external data ({exc.strerror or exc}); "
                                 "keep the .data file next to the model") from None
     big = sum(t.ByteSize() for t in model.graph.initializer) >= external_threshold
-    with atomic_output(target) as tmp:
+    with atomic_output(target, replace=replace) as tmp:  # replace=False: exclusive create
         if not big:
             onnx.save(model, tmp)
             return [target]

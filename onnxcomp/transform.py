@@ -10,8 +10,8 @@ from typing import Any
 import onnx
 
 from .analysis import LOSSLESS, analyze_model
-from .errors import OnnxcompError
-from .fileio import atomic_output
+from .errors import OnnxcompError, OutputExistsError
+from .fileio import atomic_output, check_output_path, output_lock, staged_directory
 from .load import TRAINING_MODEL, load_model, save_model
 from .passes import OPTIONS, GraphPass, get_policy
 from .passes.base import check_model
@@ -153,8 +153,8 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
                            modified_by=modified_by)
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    with atomic_output(path) as tmp:
+def _atomic_write_text(path: Path, text: str, replace: bool = True) -> None:
+    with atomic_output(path, replace=replace) as tmp:
         Path(tmp).write_text(text)
 
 
@@ -164,7 +164,9 @@ def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossl
 
     ``output`` ending in ``.onnx`` is a model file (e.g. inside the artifact directory, next to the
     checkpoint); anything else is a directory that receives the transformed training_model.onnx plus copies
-    of the checkpoint, optimizer and eval models, so it can be trained or measured on its own.
+    of the checkpoint, optimizer and eval models, so it can be trained or measured on its own. The output is
+    checked (writable, not there unless ``force``) and locked against concurrent runs before any work; a
+    directory is built beside the old one and swapped in whole, so it is never half old, half new.
     """
     loaded = load_model(model_or_dir, model)
     out = Path(output)
@@ -173,33 +175,47 @@ def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossl
     if out_model.resolve() == loaded.path.resolve() and not force:
         raise OnnxcompError(f"{out_model}: refusing to overwrite the input model; choose another {{output}}, or "
                             "allow replacing it with {force}", options=("output", "force"))
-    if out_model.exists() and not force and out_model.resolve() != loaded.path.resolve():
-        raise OnnxcompError(f"{out_model} already exists; allow replacing it with {{force}} or choose another "
-                            "{output}", options=("output", "force"))
     passes = make_passes(policy, **options)   # refuses options the policy does not take, before any work
     if options.get("split_weight_bytes") and (not to_dir or loaded.artifact_dir is None):
         raise OnnxcompError("{split_weight_bytes} rewrites the checkpoint and eval model too: give an artifact "
                             "directory as input and a new directory as {output} (not a .onnx file)",
                             options=("split_weight_bytes", "output"))
-    result = transform_model(loaded.model, policy, where=str(loaded.path), passes=passes)
-
-    if to_dir:
-        out.mkdir(parents=True, exist_ok=True)
-        if result.splits:
-            from .runtime.checkpoint import write_split_artifacts
-
-            assert loaded.artifact_dir is not None
-            write_split_artifacts(loaded.artifact_dir, out, result.splits, force=force)
-        if loaded.artifact_dir is not None and loaded.artifact_dir.resolve() != out.resolve():
-            for name in _ARTIFACT_FILES:
-                src = loaded.artifact_dir / name
-                if src.exists() and not (out / name).exists():
-                    (shutil.copytree if src.is_dir() else shutil.copy2)(src, out / name)
-    elif not out.parent.exists():
-        raise OnnxcompError(f"{out.parent}: output directory does not exist; create it first")
-    save_model(result.model, out_model, source_dir=loaded.path.parent)
-    plan_path = out_model.with_suffix(".plan.json")
-    result.output, result.plan_path = out_model, plan_path
-    plan = {"input": str(loaded.path), **result.summary(), "tensors": [r.to_dict() for r in result.records]}
-    _atomic_write_text(plan_path, json.dumps(plan, indent=2))
+    if options.get("split_weight_bytes") and loaded.artifact_dir.resolve() == out.resolve():
+        raise OnnxcompError(f"{out}: splitting weights rewrites the checkpoint; write to another directory as "
+                            "{output} so the original artifacts stay intact", options=("output",))
+    target = check_output_path(out if to_dir else out_model, directory=to_dir, replace=True)
+    with output_lock(target):
+        for existing in ([out_model, out / "checkpoint"] if options.get("split_weight_bytes") else [out_model]):
+            if existing.exists() and not force and existing.resolve() != loaded.path.resolve():
+                raise OutputExistsError(existing, how="allow it with {force}", options=("force",))
+        result = transform_model(loaded.model, policy, where=str(loaded.path), passes=passes)
+        if to_dir:
+            with staged_directory(out, replace=True, carry_over=True) as stage:
+                _write_set(result, loaded, stage, out)
+        else:
+            _write_model_and_plan(result, loaded, out_model, out_model, replace=force)
     return result
+
+
+def _write_set(result: TransformResult, loaded: Any, stage: Path, out: Path) -> None:
+    """The directory output, written into ``stage`` (swapped in for ``out`` afterwards): the training graph,
+    its plan and the artifact files (split ones rewritten; files ``out`` already has are kept)."""
+    if result.splits:
+        from .runtime.checkpoint import write_split_artifacts
+
+        assert loaded.artifact_dir is not None
+        write_split_artifacts(loaded.artifact_dir, stage, result.splits, force=True)
+    if loaded.artifact_dir is not None and loaded.artifact_dir.resolve() != out.resolve():
+        for name in _ARTIFACT_FILES:
+            src = loaded.artifact_dir / name
+            if src.exists() and not (stage / name).exists() and not (out / name).exists():
+                (shutil.copytree if src.is_dir() else shutil.copy2)(src, stage / name)
+    _write_model_and_plan(result, loaded, stage / TRAINING_MODEL, out / TRAINING_MODEL, replace=True)
+
+
+def _write_model_and_plan(result: TransformResult, loaded: Any, path: Path, final: Path, replace: bool) -> None:
+    plan_path = path.with_suffix(".plan.json")
+    result.output, result.plan_path = final, final.with_suffix(".plan.json")
+    plan = {"input": str(loaded.path), **result.summary(), "tensors": [r.to_dict() for r in result.records]}
+    save_model(result.model, path, source_dir=loaded.path.parent, replace=replace)
+    _atomic_write_text(plan_path, json.dumps(plan, indent=2))  # the model's companion: follows the model

@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, ValueInfoProto, helper
 
 # Define the PyOps at collection time: they must exist before any session registers the library.
-from onnxcomp.runtime import codec_ops
+from onnxcomp.runtime import codec_ops, framing
 from onnxcomp.custom_ops import REGISTRY, get_codec
 from onnxcomp.custom_ops import maxpool_index as mpi
 
@@ -73,7 +73,8 @@ def test_relu_signbits_encode_decode(shape: tuple[int, ...]) -> None:
                                          [*payload, "signbits_anchor", decoded, "Z"])
     y = np.maximum(x, 0)
     assert bits.dtype == np.uint8 and bits.size == (x.size + 7) // 8
-    assert anchor.dtype == np.int64 and tuple(anchor) == shape and tuple(shape_out) == shape
+    assert anchor.dtype == np.int64 and tuple(anchor) == shape
+    assert framing.unframe(get_codec("signbits"), (bits, shape_out))[1] == shape  # the shape travels framed
     np.testing.assert_array_equal(d, (y > 0).astype(np.float32))
     assert d.dtype == np.float32 and d.shape == shape
     np.testing.assert_array_equal(z, np.maximum(x, 0))  # NaN passes Relu as NaN; assert_array_equal matches NaNs
@@ -116,7 +117,10 @@ def test_every_codec_op_matches_numpy(name: str) -> None:
         nodes, payload, decoded = _codec_nodes(name, "X", params)
         outs = _run(nodes, {"X": x}, {"X": _ONNX_TYPE[codec.input_dtype]}, [*payload, f"{name}_anchor", decoded])
         expected_payload = codec.encode_cpu(x, **params)
-        for got, want, dt in zip(outs, expected_payload, codec.payload_dtypes):
+        # The op frames the codec's shape array; stripped of the frame, the payload is the codec's own bytes.
+        unframed, dims = framing.unframe(codec, tuple(outs[:len(payload)]))
+        assert dims == x.shape
+        for got, want, dt in zip(unframed, expected_payload, codec.payload_dtypes):
             assert got.dtype == np.dtype(dt)
             np.testing.assert_array_equal(got, want)
         assert tuple(outs[len(payload)]) == x.shape

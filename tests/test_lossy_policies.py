@@ -213,7 +213,7 @@ def test_bad_pass_option_is_a_clear_error(small_artifacts: Path, tmp_path: Path)
     from onnxcomp.cli import main
 
     out = tmp_path / "bad.onnx"
-    with pytest.raises(OnnxcompError, match="error bound must be > 0"):
+    with pytest.raises(OnnxcompError, match="eb must be a finite float > 0"):
         transform(small_artifacts, out, "comet", eb=-1.0)
     assert main(["transform", str(small_artifacts), "-o", str(out), "--policy", "comet", "--eb", "-1"]) != 0
     assert not out.exists()

@@ -17,6 +17,14 @@ from ..errors import OnnxcompError
 # Gradient-accumulation and optimizer ops: backward by nature even where no seed reaches them.
 _BACKWARD_OPS = {"InPlaceAccumulatorV2", "InPlaceAccumulator", "ZeroGradient", "AdamWOptimizer",
                  "SGDOptimizerV2", "YieldOp"}
+# Domains whose ops are ONNX's or ONNX Runtime's own: an op type means what ORT means by it only there.
+ORT_DOMAINS = frozenset({"", "ai.onnx", "com.microsoft"})
+
+
+def known_op_type(node: onnx.NodeProto) -> str:
+    """The node's op type when it is an ONNX/ORT op, else ``domain::op_type`` (a vendor's ``ReluGrad`` is not
+    ORT's, so no pattern or gradient rule may match it)."""
+    return node.op_type if node.domain in ORT_DOMAINS else f"{node.domain}::{node.op_type}"
 
 
 @dataclass
@@ -40,7 +48,8 @@ def find_boundary(graph: onnx.GraphProto, where: str = "model") -> Boundary:
     tainted = set(seeds)
     backward: list[int] = []
     for idx, node in enumerate(graph.node):  # node lists are topologically sorted in ONNX
-        is_grad_op = node.op_type.endswith("Grad") or node.op_type in _BACKWARD_OPS
+        op = known_op_type(node)
+        is_grad_op = op.endswith("Grad") and "::" not in op or op in _BACKWARD_OPS
         if is_grad_op or any(i in tainted for i in node.input if i):
             backward.append(idx)
             tainted.update(o for o in node.output if o)

@@ -11,7 +11,7 @@ import onnx
 
 from ..planner.buffers import Buffer
 from ..metadata import PLAN_METADATA_KEY
-from .boundary import Boundary, find_boundary
+from .boundary import Boundary, find_boundary, known_op_type
 from .patterns import StashUse, applicable_encodings, pattern_of, sparse_source
 from .shapes import TensorType, resolve_shapes, static_batch
 
@@ -233,7 +233,7 @@ def _stash_record(t: TensorInfo, graph: onnx.GraphProto, boundary: Boundary,
     node = graph.node[idx]
     fwd = [c for c in t.consumers if not boundary.is_backward(c)]
     bwd = [c for c in t.consumers if boundary.is_backward(c)]
-    uses = tuple((graph.node[c].op_type, list(graph.node[c].input).index(t.name)) for c in bwd)
+    uses = tuple((known_op_type(graph.node[c]), list(graph.node[c].input).index(t.name)) for c in bwd)
     upstream: list[str] = []
     cur = node
     for _ in range(4):  # walk back through views/pools to find what made it sparse
@@ -241,8 +241,8 @@ def _stash_record(t: TensorInfo, graph: onnx.GraphProto, boundary: Boundary,
         if src not in producer:
             break
         cur = graph.node[producer[src][0]]
-        upstream.append(cur.op_type)
-    use = StashUse(node.op_type, k, tuple(graph.node[c].op_type for c in fwd), uses,
+        upstream.append(known_op_type(cur))
+    use = StashUse(known_op_type(node), k, tuple(known_op_type(graph.node[c]) for c in fwd), uses,
                    t.type.dtype.kind == "f", sparse_source(node.op_type, upstream))
     return StashedTensor(t.name, t.shape, t.type.dtype.name, t.nbytes, idx, node.op_type, fwd, bwd,
                          [op for op, _ in uses], pattern_of(use), applicable_encodings(use), use)

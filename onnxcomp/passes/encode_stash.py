@@ -19,7 +19,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..analysis import GraphAnalysis, StashedTensor, analyze_model, numel
-from ..custom_ops import contract
+from ..custom_ops import checked_params, contract
 from ..custom_ops.contract import decode_op as decode_op_type, encode_op as encode_op_type  # noqa: F401
 from .records import PassRecord
 from .base import (PLAN_METADATA_KEY, GraphPass, PassResult, Skipped, declare_custom_ops,
@@ -163,6 +163,7 @@ class _Rewriter:
         payload_types = pass_.payload_types(enc.codec)
         payload = [unique_name(f"{base}__{enc.codec}_p{k}", self.taken) for k in range(len(payload_types))]
         anchor = unique_name(f"{base}__{enc.codec}_anchor", self.taken)
+        enc.params = checked_params(enc.codec, enc.params, enc.source)
         params = contract.params_value(enc.params)
 
         # Encoder right after the target's producer; then the gate's forward readers wait on it.

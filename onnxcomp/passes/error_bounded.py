@@ -26,8 +26,9 @@ class ErrorBoundedPass(EncodeStashPass):
 
     def __init__(self, eb: float = 1e-3, adaptive: bool = True, min_bytes: int = 64 * 1024,
                  assumed_bits: float = 4.0, assumed_density: float = 0.5) -> None:
-        if not eb > 0:
-            raise ValueError(f"error bound must be > 0 (got {eb})")
+        from ..custom_ops import get_codec
+
+        get_codec("sz").validate_params(eb=eb)  # the op's own check: refused now, not at the first step
         self.eb = eb
         self.adaptive = adaptive
         self.min_bytes = min_bytes

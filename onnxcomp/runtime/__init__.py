@@ -12,6 +12,10 @@ _EXPORTS = {
     "session_options": "onnxcomp.runtime.session",
     "MeasureResult": "onnxcomp.runtime.measure",
     "TrainResult": "onnxcomp.runtime.train",
+    # Op failures inside ORT surface through these (see op_errors): wrap your module, or call raise_pending().
+    "GuardedModule": "onnxcomp.runtime.op_errors",
+    "guarded_step": "onnxcomp.runtime.op_errors",
+    "raise_pending": "onnxcomp.runtime.op_errors",
 }
 __all__ = sorted(_EXPORTS)
 

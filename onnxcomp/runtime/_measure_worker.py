@@ -34,6 +34,7 @@ def run_measurement(cfg: dict[str, Any]) -> dict[str, Any]:
     from onnxruntime.training import api
 
     from onnxcomp.runtime import bounds
+    from onnxcomp.runtime.op_errors import guarded_step
     from onnxcomp.runtime.data import digits_dataset, graph_data, synthetic_batches
     from onnxcomp.runtime.session import RuntimeSettings
 
@@ -70,7 +71,8 @@ def run_measurement(cfg: dict[str, Any]) -> dict[str, Any]:
         pre = _status_kib("VmRSS") * 1024
         _reset_hwm()
         t0 = time.perf_counter()
-        loss = module(x, y)
+        with guarded_step():  # an onnxcomp op that failed inside ORT raises OpError here
+            loss = module(x, y)
         optimizer.step()
         module.lazy_reset_grad()
         elapsed = time.perf_counter() - t0

@@ -42,8 +42,12 @@ def bound(key: str, default: float) -> float:
 
 
 def set_bound(key: str, eb: float) -> None:
-    if not eb > 0:
-        raise ValueError(f"error bound for {key!r} must be > 0 (got {eb})")
+    from onnxcomp.custom_ops import get_codec
+
+    try:
+        get_codec("sz").validate_params(eb=eb)  # what the encoder would refuse mid-step
+    except ValueError as exc:
+        raise ValueError(f"error bound for {key!r}: {exc}") from None
     with _lock:
         _bounds[key] = float(eb)
 
@@ -132,4 +136,12 @@ def load_bounds_file(path: str | Path) -> dict[str, float]:
     if not isinstance(loaded, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                                for v in loaded.values()):
         raise OnnxcompError(f"{path}: expected a JSON object of encoder key → error bound")
-    return {str(k): float(v) for k, v in loaded.items()}
+    out = {str(k): float(v) for k, v in loaded.items()}
+    from onnxcomp.custom_ops import get_codec
+
+    for key, eb in out.items():
+        try:
+            get_codec("sz").validate_params(eb=eb)
+        except ValueError as exc:
+            raise OnnxcompError(f"{path}: bound for {key!r}: {exc}") from None
+    return out

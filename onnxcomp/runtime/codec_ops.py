@@ -8,6 +8,12 @@ feeds it one element of the backward consumer's dY so the decoder cannot run bef
 output the decoded tensor.
 Codec params travel as ONE string attribute ``params`` holding JSON (PyOp attributes arrive as strings).
 
+The ops frame each payload (``framing``: a header check always, an xxh3 checksum after
+``set_verify_payloads(True)``) without touching the codecs' bitstreams, and never let an exception reach ORT:
+a failure is recorded (``op_errors``; the training step raises it, naming the op and the params' ``tensor``)
+and the op returns placeholders of the right shape -- zeros for a decoder, a "failed" frame for an encoder --
+so the rest of the step runs on well-formed tensors.
+
 Importing this module registers the ops with onnxruntime-extensions; it must happen before
 ``SessionOptions.register_custom_ops_library(onnxruntime_extensions.get_library_path())``.
 """
@@ -20,7 +26,7 @@ from onnxruntime_extensions import PyCustomOpDef, onnx_op
 
 from onnxcomp.custom_ops import REGISTRY, Codec, contract
 from onnxcomp.custom_ops.contract import CONTROL_PARAMS, DOMAIN, PARAMS_ATTR  # noqa: F401  (re-export)
-from onnxcomp.runtime import bounds
+from onnxcomp.runtime import bounds, framing
 
 _DT = {
     "float32": PyCustomOpDef.dt_float,
@@ -53,11 +59,42 @@ def _pydtype(name: str) -> int:
         raise TypeError(f"dtype {name!r} has no onnxruntime-extensions PyOp type") from None
 
 
+_verify = False
+# Last shape each encode op (by its params string, which names its tensor) saw: a decoder whose frame is too
+# corrupt to read its dims still returns a tensor of the shape the backward pass expects.
+_encoded_shapes: dict[str, tuple[int, ...] | None] = {}
+
+
+def set_verify_payloads(on: bool) -> None:
+    """Checksum every payload at encode and verify it at decode (``--verify-payloads``); process-wide."""
+    global _verify
+    _verify = bool(on)
+
+
+def verify_payloads() -> bool:
+    return _verify
+
+
+def _tensor_name(attrs: dict[str, Any]) -> str | None:
+    params = _parse(attrs.get(PARAMS_ATTR))
+    name = params.get("tensor") or params.get("key")
+    return str(name) if name is not None else None
+
+
+def _remember_shape(attr: Any, shape: tuple[int, ...]) -> None:
+    key = attr.decode() if isinstance(attr, bytes) else str(attr)
+    if _encoded_shapes.get(key, shape) != shape:
+        _encoded_shapes[key] = None  # two tensors share these params: no single answer
+    else:
+        _encoded_shapes[key] = shape
+
+
 def _make_encode(codec: Codec) -> Callable[..., tuple[np.ndarray, ...]]:
     in_dtype = np.dtype(codec.input_dtype)
     out_dtypes = [np.dtype(d) for d in codec.payload_dtypes]
 
     def encode(x: np.ndarray, **attrs: Any) -> tuple[np.ndarray, ...]:
+        _remember_shape(attrs.get(PARAMS_ATTR, ""), tuple(np.shape(x)))
         x = np.asarray(x, dtype=in_dtype)
         params = _parse(attrs.get(PARAMS_ATTR))
         key = params.get("key")
@@ -70,13 +107,20 @@ def _make_encode(codec: Codec) -> Callable[..., tuple[np.ndarray, ...]]:
         arrays = tuple(np.ascontiguousarray(p, dtype=d) for p, d in zip(payload, out_dtypes))
         if key is not None and eb in params:
             bounds.record_payload(key, sum(a.nbytes for a in arrays), x.nbytes)
-        return (*arrays, np.asarray(x.shape, dtype=np.int64).reshape(x.ndim))
+        return (*framing.frame(codec, arrays, checksum=_verify), np.asarray(x.shape, dtype=np.int64).reshape(x.ndim))
 
+    def fallback(feed: Any, attrs: dict[str, Any]) -> tuple[np.ndarray, ...]:
+        shape = tuple(np.shape(feed[0]))
+        return (*framing.failed_payload(codec, shape), np.asarray(shape, dtype=np.int64).reshape(len(shape)))
+
+    encode.onnxcomp_fallback = fallback  # type: ignore[attr-defined]
+    encode.onnxcomp_tensor = _tensor_name  # type: ignore[attr-defined]
     return encode
 
 
 def _make_decode(codec: Codec) -> Callable[..., np.ndarray]:
     out_dtype = np.dtype(codec.output_dtype)
+    shape_index = list(codec.payload_names).index("shape")
 
     def decode(*inputs: np.ndarray, **attrs: Any) -> np.ndarray:
         params = _parse(attrs.get(PARAMS_ATTR))
@@ -84,9 +128,23 @@ def _make_decode(codec: Codec) -> Callable[..., np.ndarray]:
             # The trigger is ReduceL2(dY): the scale of dY for the controller at the cost of one float input.
             bounds.record_gradient(params["key"], float(np.asarray(inputs[contract.DECODER_TRIGGER]).reshape(-1)[0]),
                                    int(params["dy_numel"]))
-        y = codec.decode_cpu(tuple(inputs[:contract.DECODER_TRIGGER]), **contract.codec_params(params))
+        payload, dims = framing.unframe(codec, tuple(inputs[:contract.DECODER_TRIGGER]))
+        if payload is None:  # the encoder failed; its error is already recorded
+            return np.zeros(dims, dtype=out_dtype)
+        y = codec.decode_cpu(payload, **contract.codec_params(params))
+        if tuple(np.shape(y)) != dims:
+            raise framing.PayloadError(f"{codec.name}: decoded shape {tuple(np.shape(y))} != framed shape {dims}")
         return np.ascontiguousarray(y, dtype=out_dtype)
 
+    def fallback(feed: Any, attrs: dict[str, Any]) -> np.ndarray:
+        dims = framing.framed_dims(codec, feed[shape_index]) if len(feed) > shape_index else None
+        if dims is None:
+            key = attrs.get(PARAMS_ATTR, "")
+            dims = _encoded_shapes.get(key.decode() if isinstance(key, bytes) else str(key)) or (0,)
+        return np.zeros(dims, dtype=out_dtype)
+
+    decode.onnxcomp_fallback = fallback  # type: ignore[attr-defined]
+    decode.onnxcomp_tensor = _tensor_name  # type: ignore[attr-defined]
     return decode
 
 

@@ -64,13 +64,24 @@ def _flat_output(value: Any, type_code: int) -> tuple[tuple[int, ...], Any]:
 
 
 def _fast_hook(k_id: int, feed: Any, attributes: dict[str, str]) -> tuple:
-    """Same contract as onnxruntime_extensions._ocos._on_pyop_invocation, minus the .tolist()."""
+    """Same contract as onnxruntime_extensions._ocos._on_pyop_invocation, minus the .tolist(), and it never
+    raises: an exception escaping a PyOp aborts the whole process (onnxruntime-extensions 0.15.2 lets the
+    pybind11 error reach std::terminate). A failing op is recorded in ``op_errors`` (the training step raises
+    it) and ORT gets placeholder outputs: the op's own ``onnxcomp_fallback(feed, attrs)`` when it has one
+    (right shapes, so later ops in the step run normally), else empty arrays of the declared types."""
     global calls
     op = Opdef._odlist.get(k_id)
-    if op is None:
-        raise RuntimeError(f"Unable to find PyOp function id={k_id}; was it decorated with @onnx_op?")
     calls += 1
-    rv = op.body(*feed, **op.cast_attributes(attributes))
+    try:
+        if op is None:
+            raise RuntimeError(f"Unable to find PyOp function id={k_id}; was it decorated with @onnx_op?")
+        attrs = op.cast_attributes(attributes)
+        return _pack(k_id, op, op.body(*feed, **attrs))
+    except BaseException as exc:  # noqa: BLE001  (nothing may escape into ORT; KeyboardInterrupt included)
+        return _failed(k_id, op, feed, attributes, exc)
+
+
+def _pack(k_id: int, op: Any, rv: Any) -> tuple:
     outs = rv if isinstance(rv, tuple) else (rv,)
     types = list(op._nativedef.output_types)
     if len(outs) != len(types):
@@ -80,6 +91,32 @@ def _fast_hook(k_id: int, feed: Any, attributes: dict[str, str]) -> tuple:
         shape, flat = _flat_output(value, type_code)
         res.append(shape)
         res.append(flat)
+    return tuple(res)
+
+
+def _failed(k_id: int, op: Any, feed: Any, attributes: dict[str, str], exc: BaseException) -> tuple:
+    from onnxcomp.runtime import op_errors
+
+    body = getattr(op, "body", None)
+    op_type = getattr(op, "op_type", f"PyOp id={k_id}")
+    tensor = None
+    try:
+        name_of = getattr(body, "onnxcomp_tensor", None)
+        tensor = name_of(attributes) if name_of is not None else None
+    except Exception:  # noqa: BLE001  (a name is a nicety; the attributes may be what is broken)
+        pass
+    op_errors.record(op_type, tensor, exc)
+    fallback = getattr(body, "onnxcomp_fallback", None)
+    if fallback is not None:
+        try:
+            return _pack(k_id, op, fallback(feed, attributes))
+        except Exception:  # noqa: BLE001
+            pass
+    types = list(op._nativedef.output_types) if op is not None else []
+    res: list[Any] = [k_id]
+    for type_code in types:
+        dtype = _NUMPY_DTYPES.get(type_code) or np.dtype(np.float32)
+        res += [(0,), [] if type_code == PyCustomOpDef.dt_string else np.empty(0, dtype=dtype)]
     return tuple(res)
 
 

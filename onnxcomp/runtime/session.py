@@ -29,6 +29,9 @@ class RuntimeSettings:
     # backward pass and keeps it allocated in between: with the arena off that holds every freed
     # activation (measured +10 MiB on ResNet-18's baseline, +25 MiB once its stashes are encoded).
     mem_reuse: bool = False
+    # Checksum every codec payload at encode and verify it at decode (xxh3; framing.py); the header check
+    # runs either way.
+    verify_payloads: bool = False
 
     def __post_init__(self) -> None:
         if self.execution_order not in EXECUTION_ORDERS:
@@ -66,6 +69,7 @@ def session_options(
     intra_threads: int | None = None,
     profile: str | None = None,
     mem_reuse: bool = False,
+    verify_payloads: bool = False,
 ) -> ort.SessionOptions:
     """SessionOptions with onnxcomp's PyOps registered.
 
@@ -74,13 +78,17 @@ def session_options(
     intra_threads: intra-op thread count (None = ORT default). profile: file prefix to enable
     ORT profiling (a JSON trace with node execution order). mem_reuse: ORT's buffer-reuse plan (keeps
     freed buffers allocated until a same-sized tensor reuses them; off gives per-tensor frees).
+    verify_payloads: checksum codec payloads (process-wide: it applies to every session in the process).
     """
-    RuntimeSettings(arena, mem_pattern, execution_order, intra_threads, profile, mem_reuse)  # validates
+    RuntimeSettings(arena, mem_pattern, execution_order, intra_threads, profile, mem_reuse, verify_payloads)
     from onnxcomp.runtime import pyops
     from onnxruntime_extensions import get_library_path
 
     # The library snapshots the PyOps defined at registration time: define ours first.
     pyops.prepare_registration()
+    from onnxcomp.runtime import codec_ops
+
+    codec_ops.set_verify_payloads(verify_payloads)
     so = ort.SessionOptions()
     so.enable_cpu_mem_arena = arena
     so.enable_mem_pattern = mem_pattern

@@ -15,6 +15,7 @@ import onnx
 from onnxcomp.errors import OnnxcompError
 from onnxcomp.runtime.data import digits_dataset, graph_data, synthetic_batches
 from onnxcomp.runtime.measure import _resolve_model
+from onnxcomp.runtime.op_errors import guarded_step
 from onnxcomp.runtime.session import RuntimeSettings
 
 DATA_SOURCES = ("synthetic", "digits")
@@ -80,7 +81,8 @@ def _evaluate(module: Any, batches: list[tuple[np.ndarray, np.ndarray]]) -> floa
     correct = total = 0
     try:
         for x, y in batches:
-            outputs = module(x, y)
+            with guarded_step():
+                outputs = module(x, y)
             logits = outputs[-1]
             correct += int((np.argmax(logits, axis=-1) == y).sum())
             total += len(y)
@@ -185,7 +187,8 @@ def train(
             t0 = time.perf_counter()
             if controller is not None:
                 controller.before_step(step)
-            loss = module(x, y)
+            with guarded_step():  # an onnxcomp op that failed inside ORT raises OpError here
+                loss = module(x, y)
             if controller is not None:
                 controller.after_step(step, state.parameters)
             optimizer.step()

@@ -95,7 +95,12 @@ class RowSplitPass(GraphPass):
     def run(self, model: onnx.ModelProto) -> PassResult:
         require_training_graph(model)
         if self.rows != "auto":
-            return self._rewrite(model, int(self.rows))
+            result = self._rewrite(model, int(self.rows))
+            tallest = max((r["output_rows"] for r in result.records), default=None)
+            if tallest is not None and int(self.rows) > tallest:  # would be clamped to each chain's height
+                raise OnnxcompError(f"rows={self.rows}: the tallest row-split chain has {tallest} output rows; "
+                                    f"use {{rows}} <= {tallest} or 'auto'", options=("rows",))
+            return result
         tried = []
         best: tuple[int, int, PassResult] | None = None
         for R in _AUTO_R_CANDIDATES:
