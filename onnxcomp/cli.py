@@ -66,8 +66,15 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_artifacts(args: argparse.Namespace) -> int:
+    if args.module:
+        from .user_model import cli_artifacts
+
+        return cli_artifacts(args)
+    if not args.model:
+        raise OnnxcompError("give --model NAME (a zoo model) or --module pkg.mod:factory (your own)")
     from .models.artifacts import generate_artifacts
 
+    args.classes = args.classes or 1000
     out = generate_artifacts(args.model, args.batch, args.image, args.classes, Path(args.output),
                              smoke_test=not args.no_smoke_test, optimizer=args.optimizer,
                              overwrite=args.force)
@@ -132,10 +139,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_models)
 
     s = sub.add_parser("artifacts", help="export a zoo model and generate ORT training artifacts")
-    s.add_argument("--model", required=True, help="alexnet, vgg16, resnet18, resnet50 or mobilenet_v2")
+    s.add_argument("--model", help="alexnet, vgg16, resnet18, resnet50 or mobilenet_v2")
+    s.add_argument("--module", metavar="PKG.MOD:FACTORY", help="your own model instead: a callable returning a "
+                   "torch.nn.Module (given num_classes=K when it takes that argument); needs --input-shape")
+    s.add_argument("--input-shape", metavar="C,H,W", help="per-sample input shape for --module, e.g. 3,48,48")
+    s.add_argument("--loss", default="cross_entropy", choices=["cross_entropy", "mse", "l1", "bce_with_logits"],
+                   help="training loss for --module (default cross_entropy)")
     s.add_argument("--batch", type=_positive, default=32)
     s.add_argument("--image", type=_positive, default=64, help="square input size in pixels")
-    s.add_argument("--classes", type=_positive, default=1000)
+    s.add_argument("--classes", type=_positive, default=None,
+                   help="output classes (default 1000 for --model; for --module, read from the model's output)")
     s.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
     s.add_argument("--no-smoke-test", action="store_true", help="skip the first-step check in a child process")
     s.add_argument("--force", action="store_true", help="replace an existing output directory")
