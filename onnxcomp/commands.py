@@ -65,7 +65,8 @@ def cmd_transform(args: argparse.Namespace) -> int:
     if args.static_eb:
         cli_options["adaptive"] = False
     options.update({k: v for k, v in cli_options.items() if v is not None})
-    result = transform(args.path, args.output, args.policy, model=args.model, force=args.force, **options)
+    result = transform(args.path, args.output, args.policy, model=args.model, force=args.force,
+                       batch=args.batch, allow_unresolved=args.allow_unresolved, **options)
     summary = result.summary()
     if args.json:
         cli._print_json(summary | {"tensors": result.records})
@@ -197,6 +198,9 @@ def add_subcommands(sub: Any) -> None:
                    help="output .onnx file (e.g. inside the artifact dir) or a new artifact directory")
     s.add_argument("--policy", default="lossless", help="encoding policy (default: lossless)")
     s.add_argument("--model", help="file name inside MODEL_OR_DIR (default training_model.onnx)")
+    s.add_argument("--batch", type=cli._positive, help="fix a dynamic batch axis to this size before the rewrite")
+    s.add_argument("--allow-unresolved", action="store_true",
+                   help="rewrite even when some stashed tensors have no resolved shape (they are left alone)")
     s.add_argument("--min-bytes", type=int, default=None,
                    help="leave candidates smaller than this alone (default 65536)")
     s.add_argument("--config", metavar="FILE", help="policy config (TOML/JSON): eb, adaptive, dpr_format, "

@@ -84,7 +84,8 @@ def render_report(report: dict[str, Any], console: Console | None = None, limit:
     console.print(pl)
     if report["unresolved_shapes"]:
         console.print(f"[yellow]{len(report['unresolved_shapes'])} tensor(s) with unresolved shapes counted "
-                      f"as 0 bytes: {', '.join(report['unresolved_shapes'][:5])}[/yellow]")
+                      f"as 0 bytes: {', '.join(report['unresolved_shapes'][:5])}; a dynamic batch axis? pass "
+                      "--batch N[/yellow]")
 
 
 def plot_live_bytes(analysis: GraphAnalysis, path: str | Path, title: str = "") -> Path:

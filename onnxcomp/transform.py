@@ -163,14 +163,20 @@ def _atomic_write_text(path: Path, text: str) -> None:
 
 
 def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossless", *,
-              model: str | None = None, force: bool = False, **options: Any) -> TransformResult:
+              model: str | None = None, force: bool = False, batch: int | None = None,
+              allow_unresolved: bool = False, **options: Any) -> TransformResult:
     """Transform a training graph file or artifact directory.
 
     ``output`` ending in ``.onnx`` is a model file (e.g. inside the artifact directory, next to the
     checkpoint); anything else is a directory that receives the transformed training_model.onnx plus copies
-    of the checkpoint, optimizer and eval models, so it can be trained or measured on its own.
+    of the checkpoint, optimizer and eval models, so it can be trained or measured on its own. ``batch`` fixes
+    a dynamic batch axis first; a stash whose size stays unresolved is an error unless ``allow_unresolved``.
     """
+    from .static_batch import prepare_for_transform
+
     loaded = load_model(model_or_dir, model)
+    loaded.model = prepare_for_transform(loaded.model, str(loaded.path), batch=batch,
+                                         allow_unresolved=allow_unresolved)
     out = Path(output)
     to_dir = out.suffix != ".onnx"
     out_model = out / TRAINING_MODEL if to_dir else out
