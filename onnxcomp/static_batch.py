@@ -21,20 +21,10 @@ def dynamic_inputs(model: onnx.ModelProto) -> list[str]:
 
 
 def static_batch_of(model: onnx.ModelProto) -> int | None:
-    """The exported batch: first dim of the graph's non-parameter inputs, when every one of them agrees.
+    """The exported batch of a static graph (first dim of its data inputs, as the analysis finds them)."""
+    from .analysis import analyze_model
 
-    Parameters and gradient buffers are inputs too; the data inputs are those without an initializer whose
-    name does not end in _grad and whose shape is not a parameter's (checked through a *_grad twin)."""
-    names = {vi.name for vi in model.graph.input}
-    params = {n[: -len("_grad")] for n in names if n.endswith("_grad")}
-    firsts = set()
-    for vi in model.graph.input:
-        if vi.name in params or vi.name.endswith("_grad") or vi.name == "lazy_reset_grad":
-            continue
-        dims = vi.type.tensor_type.shape.dim
-        if dims and dims[0].HasField("dim_value"):
-            firsts.add(int(dims[0].dim_value))
-    return firsts.pop() if len(firsts) == 1 else None
+    return analyze_model(model).batch
 
 
 def fix_batch(model: onnx.ModelProto, batch: int, where: str = "model") -> onnx.ModelProto:
