@@ -117,8 +117,12 @@ def cmd_measure(args: argparse.Namespace) -> int:
     else:
         mib = 1 << 20
         print(f"model: {d.get('model', args.model or 'training_model.onnx')}")
+        from .runtime.figures import describe_peaks
+
         print(f"training-step peak: {d['peak_bytes'] / mib:,.1f} MiB   step time (median): "
               f"{d['step_time_s'] * 1000:,.1f} ms   steps: {args.steps}")
+        for line in describe_peaks(d):
+            print(line)
         print("(malloc's mmap threshold is pinned for an honest peak, which slows graphs with many large "
               "temporaries; `onnxcomp train` times steps under the default allocator)")
         print("losses: " + " ".join(f"{x:.4f}" for x in d["losses"]))
