@@ -80,7 +80,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     result = train(args.dir, model=args.model, steps=args.steps, data=args.data, settings=cli._settings(args),
                    seed=args.seed, eval_every=args.eval_every, progress=not args.json,
-                   learning_rate=args.lr)
+                   learning_rate=args.lr, save_dir=args.save)
     d = result.to_dict()
     if args.json:
         cli._print_json(d)
@@ -233,7 +233,11 @@ def add_subcommands(sub: Any) -> None:
     s.add_argument("dir", metavar="DIR")
     s.add_argument("--model", help="training graph file inside DIR (default training_model.onnx)")
     s.add_argument("--steps", type=cli._positive, default=20)
-    s.add_argument("--data", choices=["synthetic", "digits"], default="synthetic")
+    s.add_argument("--data", default="synthetic", metavar="SOURCE",
+                   help="synthetic, digits, a .npz file with arrays x [N, ...] and y [N], or a directory with one "
+                   "sub-directory of images per class (default synthetic)")
+    s.add_argument("--save", metavar="DIR", help="save checkpoint, optimizer state and progress to DIR at the end; "
+                   "a run with the same --save resumes from it")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--lr", type=float, default=None, help="learning rate (default: the optimizer model's)")
     s.add_argument("--eval-every", type=cli._positive, default=None)
