@@ -66,6 +66,9 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_artifacts(args: argparse.Namespace) -> int:
+    from .outputs import ensure_writable
+
+    ensure_writable(args.output, directory=True)
     if args.module:
         from .user_model import cli_artifacts
 
@@ -87,6 +90,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from .analysis import analyze
     from .inspect import inspect_report, plot_live_bytes, render_report
 
+    if args.plot:
+        from .outputs import ensure_writable
+
+        ensure_writable(args.plot, "--plot")
     analysis = analyze(args.path, batch=args.batch, model=args.model)
     report = inspect_report(analysis)
     report["model"] = str(args.path)

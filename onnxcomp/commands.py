@@ -22,7 +22,7 @@ def print_transform_summary(summary: dict[str, Any]) -> None:
     from rich.table import Table
 
     b, a = summary["before"], summary["after"]
-    console = Console(width=max(Console().width, 120))
+    console = Console()  # the terminal's width (rich wraps long names)
     console.print(f"policy [bold]{summary['policy']}[/bold]: {summary['encoded']} stashed tensor(s) encoded "
                   f"→ {summary['output']}  (plan: {summary['plan']})")
     t = Table(header_style="bold")
@@ -42,8 +42,12 @@ def print_transform_summary(summary: dict[str, Any]) -> None:
         how = f", its input {d['dropped_stashes'][0]} recomputed per chunk" if d.get("dropped_stashes") else ""
         console.print(f"first-layer backward in {d['chunks']} batch chunks: {d['site']}{how}")
     if summary["skipped"]:
-        console.print(f"{len(summary['skipped'])} candidate(s) skipped:")
-        for s in summary["skipped"][:10]:
+        shown = summary["skipped"][:10]
+        more = len(summary["skipped"]) - len(shown)
+        console.print(f"{len(summary['skipped'])} stashed tensor(s) a pass looked at and left as they are (for "
+                      "information: they stay exact)" + (f"; {len(shown)} shown, {more} more with --json:" if more
+                                                          else ":"))
+        for s in shown:
             console.print(f"  {s['name']} ({s['pattern']}): {s['reason']}")
     left = [x for x in summary["left_alone"] if x["bytes"] >= 1024]
     if left:
@@ -100,6 +104,8 @@ def cmd_params(args: argparse.Namespace) -> int:
     from .fileio import atomic_output
     from .runtime.checkpoint import merged_parameters
 
+    from .outputs import ensure_writable
+
     out = Path(args.output)
     if out.suffix != ".npz":
         raise OnnxcompError(f"{out}: the output is a NumPy archive; give a name ending in .npz")
@@ -107,6 +113,7 @@ def cmd_params(args: argparse.Namespace) -> int:
         raise OnnxcompError(f"{out} already exists; pass --force to replace it or choose another -o")
     if not out.parent.exists():
         raise OnnxcompError(f"{out.parent}: output directory does not exist; create it first")
+    ensure_writable(out)
     params = merged_parameters(args.dir, args.model, args.checkpoint)
     with atomic_output(out) as tmp, open(tmp, "wb") as f:
         np.savez(f, **params)
@@ -118,6 +125,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Export the bundled default model, analyse it, transform it losslessly, and measure both graphs."""
     from rich.console import Console
 
+    from .outputs import ensure_writable
+
+    console = Console()
+    if args.json:
+        ensure_writable(args.json, "--json")
+    if args.workdir:
+        ensure_writable(args.workdir, "--workdir", directory=True)
+        return _demo(args, console, Path(args.workdir))
+    with tempfile.TemporaryDirectory(prefix="onnxcomp-demo-") as tmp:  # removed afterwards, even on errors
+        return _demo(args, console, Path(tmp))
+
+
+def _demo(args: argparse.Namespace, console: Any, work: Path) -> int:
     from .analysis import analyze
     from .inspect import inspect_report, render_report
     from .models.artifacts import generate_artifacts
@@ -125,8 +145,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from .runtime.session import RuntimeSettings
     from .transform import transform
 
-    console = Console(width=max(Console().width, 150))
-    work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="onnxcomp-demo-"))
     art = work / f"{args.model}-b{args.batch}-{args.image}px"
     console.rule(f"[bold]1. {args.model}: export + ORT training artifacts (batch {args.batch}, "
                  f"{args.image}×{args.image}, {args.classes} classes)")
@@ -196,7 +214,10 @@ def add_subcommands(sub: Any) -> None:
     s.add_argument("path", metavar="MODEL_OR_DIR")
     s.add_argument("-o", "--output", required=True,
                    help="output .onnx file (e.g. inside the artifact dir) or a new artifact directory")
-    s.add_argument("--policy", default="lossless", help="encoding policy (default: lossless)")
+    from .passes import POLICIES
+
+    s.add_argument("--policy", default="lossless", metavar="POLICY",
+                   help=f"encoding policy: {', '.join(POLICIES)} (default: lossless)")
     s.add_argument("--model", help="file name inside MODEL_OR_DIR (default training_model.onnx)")
     s.add_argument("--batch", type=cli._positive, help="fix a dynamic batch axis to this size before the rewrite")
     s.add_argument("--allow-unresolved", action="store_true",
