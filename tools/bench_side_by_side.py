@@ -147,6 +147,7 @@ def run_ort(cfg: dict) -> dict:
         so = ort.SessionOptions()
         model_path = art / "training_model.onnx"
     else:
+        import onnxcomp.runtime  # noqa: F401  (first: its lean import keeps torch out of onnxruntime's import)
         from onnxruntime.training import api
 
         from onnxcomp.runtime.session import RuntimeSettings
