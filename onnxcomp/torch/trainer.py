@@ -176,6 +176,7 @@ class Trainer:
         skipped = 0
         history: list[dict[str, float]] = []
         while self.epoch < epochs:
+            epoch_start = len(losses)
             bar = tqdm(dataloader, disable=not self.progress, desc=f"epoch {self.epoch + 1}/{epochs}",
                        unit="batch", leave=False)
             for batch in bar:
@@ -203,7 +204,8 @@ class Trainer:
             if self._session is None:
                 raise OnnxcompError("the data loader yielded no batches")
             self.epoch += 1
-            history.append({"epoch": self.epoch, "loss": float(np.mean(losses[-max(1, len(losses)):]))})
+            if len(losses) > epoch_start:
+                history.append({"epoch": self.epoch, "mean_loss": float(np.mean(losses[epoch_start:]))})
             self.sync_module()
             if ckpt is not None:
                 self.save(ckpt)
