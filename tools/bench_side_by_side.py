@@ -214,6 +214,23 @@ def run_row(row: str, artifacts: Path, steps: int, graph: Path | None, threads: 
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def render(label: str, meta: dict, steps: int, results: dict[str, dict]) -> None:
+    """The Markdown table (step times are medians; compare them only within one run)."""
+    ref = results["pytorch-eager"]["losses"]
+    base = results[ORT_DEFAULTS]
+    print(f"\n{label}, batch {meta['batch']}, input {meta['inputs']['input'][1:]}, {steps} steps after 1 warm-up "
+          "(fresh process per row, MALLOC_MMAP_THRESHOLD_=131072)\n")
+    print("| configuration | step peak | process peak | growth over set-up | process peak vs ORT defaults | "
+          "step time | loss Δ vs eager | loss Δ vs ORT defaults | torch imported |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    for row, r in results.items():
+        d_eager = max(abs(a - b) for a, b in zip(r["losses"], ref))
+        d_ort = max(abs(a - b) for a, b in zip(r["losses"], base["losses"]))
+        print(f"| {row} | {r['step_peak'] / MiB:.1f} MiB | {r['process_peak'] / MiB:.1f} MiB | {r['growth'] / MiB:.1f} MiB"
+              f" | {base['process_peak'] / r['process_peak']:.2f}× | {r['step_time'] * 1000:.0f} ms | {d_eager:.1e} | "
+              f"{d_ort:.1e} | {'yes' if r['torch_imported'] else 'no'} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--child", help=argparse.SUPPRESS)
@@ -223,9 +240,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=4, help="measured steps after one warm-up step")
     p.add_argument("--threads", type=int, default=None, help="intra-op threads for every row (default: library's)")
     p.add_argument("--json", type=Path, help="also write the rows as JSON")
+    p.add_argument("--table", type=Path, help="print the table of an earlier run's --json and exit")
     args = p.parse_args(argv)
     if args.child:
         return child(args.child)
+    if args.table:
+        saved = json.loads(args.table.read_text())
+        render(saved["model"], saved["meta"], saved["steps"], saved["rows"])
+        return 0
     if args.artifacts is None:
         p.error("--artifacts is required")
     import numpy as np
@@ -247,18 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         for row, graph in rows:
             print(f"running {row} ...", file=sys.stderr, flush=True)
             results[row] = run_row(row, args.artifacts, args.steps, graph, args.threads, params)
-    ref = results["pytorch-eager"]["losses"]
-    base = results[ORT_DEFAULTS]
-    print(f"\n{label}, batch {meta['batch']}, input {meta['inputs']['input'][1:]}, {args.steps} steps after 1 warm-up "
-          "(fresh process per row, MALLOC_MMAP_THRESHOLD_=131072)\n")
-    print("| configuration | step peak | process peak | growth over set-up | process peak vs ORT defaults | "
-          "step time | loss Δ vs eager | torch imported |")
-    print("|---|---:|---:|---:|---:|---:|---:|---|")
-    for row, r in results.items():
-        delta = max(abs(a - b) for a, b in zip(r["losses"], ref))
-        print(f"| {row} | {r['step_peak'] / MiB:.1f} MiB | {r['process_peak'] / MiB:.1f} MiB | {r['growth'] / MiB:.1f} MiB"
-              f" | {base['process_peak'] / r['process_peak']:.2f}× | {r['step_time'] * 1000:.0f} ms | {delta:.2e} | "
-              f"{'yes' if r['torch_imported'] else 'no'} |")
+    render(label, meta, args.steps, results)
     if args.json:
         args.json.write_text(json.dumps({"model": label, "meta": meta, "steps": args.steps, "rows": results}, indent=2))
     return 0
