@@ -44,3 +44,18 @@ def test_transform_help_lists_policies(capsys: pytest.CaptureFixture[str]) -> No
         main(["transform", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert all(p in text for p in POLICIES)
+
+
+def test_demo_removes_its_temporary_directory(monkeypatch: pytest.MonkeyPatch) -> None:
+    from onnxcomp import commands
+
+    seen: list[Path] = []
+
+    def fake_demo(args, console, work: Path) -> int:  # noqa: ANN001
+        (work / "artifact").write_text("x")
+        seen.append(work)
+        raise KeyboardInterrupt  # even an interrupted demo leaves nothing behind
+
+    monkeypatch.setattr(commands, "_demo", fake_demo)
+    assert main(["demo"]) == 130
+    assert seen and not seen[0].exists()
