@@ -191,3 +191,15 @@ def test_artifacts_cli_with_module(tmp_path: Path) -> None:
     bad = subprocess.run(cmd[:-2] + ["-o", str(tmp_path / "o2")][:0] + ["--input-shape", "3,4", "-o",
                          str(tmp_path / "o2")], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_trainer_auto_policy_respects_the_budget(tmp_path: Path) -> None:
+    data = _loader((20,), 4, n=16)
+    tight = Trainer(TabularMLP(), "cross_entropy", policy="auto", budget=1, progress=False, smoke_test=False,
+                    work_dir=tmp_path / "tight")
+    with pytest.raises(OnnxcompError, match="no policy fits the budget"):
+        tight.fit(data, epochs=1)
+    roomy = Trainer(TabularMLP(), "cross_entropy", policy="auto", budget=1 << 30, progress=False, smoke_test=False,
+                    work_dir=tmp_path / "roomy")
+    assert roomy.fit(data, epochs=1).policy == "lossless"
+    assert roomy.transform_summary["after"]["lower_bound_bytes"] <= 1 << 30
