@@ -1,9 +1,10 @@
 """Child-process smoke test for a training-artifact directory.
 
-Run as ``python -m onnxcomp.models._smoke ARTIFACT_DIR BATCH IMAGE CLASSES SEED``. It loads the artifacts
-with the ORT training API, takes one training step and one optimizer step on random data, then one eval step,
-and prints a JSON line ``{"loss": ..., "eval_loss": ...}``. It lives in its own process because ORT-training
-can die natively (SIGSEGV) on an unfamiliar graph; the parent reports that instead of crashing with it.
+Run as ``python -m onnxcomp.models._smoke ARTIFACT_DIR SEED``. It reads the data inputs' shapes from the
+directory's onnxcomp.json, loads the artifacts with the ORT training API, takes one training step and one
+optimizer step on random data, then one eval step, and prints a JSON line ``{"loss": ..., "eval_loss": ...}``.
+It lives in its own process because ORT-training can die natively (SIGSEGV) on an unfamiliar graph; the
+parent reports that instead of crashing with it.
 """
 
 from __future__ import annotations
@@ -15,26 +16,47 @@ import sys
 from pathlib import Path
 
 
-def run_one_step(artifact_dir: Path, batch: int, image: int, classes: int, seed: int) -> dict[str, float]:
+def random_batch(meta: dict, seed: int) -> tuple:
+    """(input, labels) arrays shaped as onnxcomp.json's "inputs" says: int64 class labels for
+    cross-entropy, float targets otherwise."""
     import numpy as np
-    from onnxruntime.training.api import CheckpointState, Module, Optimizer
 
     rng = np.random.default_rng(seed)
-    x = rng.standard_normal((batch, 3, image, image), dtype=np.float32)
-    labels = rng.integers(0, classes, size=(batch,), dtype=np.int64)
+    inputs = meta["inputs"]
+    label_name = meta.get("labels", "labels")
+    data_name = next(n for n in inputs if n != label_name)
+    x = rng.standard_normal(inputs[data_name], dtype=np.float32)
+    if meta.get("label_dtype", "int64") == "int64":
+        y = rng.integers(0, int(meta.get("classes") or 2), size=inputs[label_name], dtype=np.int64)
+    else:
+        y = rng.random(inputs[label_name], dtype=np.float32)
+    return x, y
 
+
+def run_one_step(artifact_dir: Path, seed: int) -> dict[str, float]:
+    import numpy as np
+
+    import onnxcomp.runtime  # noqa: F401  (the lean onnxruntime import: no torch in this child)
+    from onnxruntime.training.api import CheckpointState, Module, Optimizer
+
+    meta = json.loads((artifact_dir / "onnxcomp.json").read_text())
+    x, labels = random_batch(meta, seed)
     state = CheckpointState.load_checkpoint(str(artifact_dir / "checkpoint"))
     module = Module(
         str(artifact_dir / "training_model.onnx"), state, str(artifact_dir / "eval_model.onnx"), device="cpu"
     )
     optimizer = Optimizer(str(artifact_dir / "optimizer_model.onnx"), module)
 
+    def first(outputs: object) -> float:
+        out = outputs[0] if isinstance(outputs, (list, tuple)) else outputs
+        return float(np.asarray(out).reshape(-1)[0])
+
     module.train()
     module.lazy_reset_grad()
-    loss = float(np.asarray(module(x, labels)).reshape(-1)[0])
+    loss = first(module(x, labels))
     optimizer.step()
     module.eval()
-    eval_loss = float(np.asarray(module(x, labels)).reshape(-1)[0])
+    eval_loss = first(module(x, labels))
     if not (math.isfinite(loss) and math.isfinite(eval_loss)):
         raise RuntimeError(f"non-finite loss after one step: train {loss}, eval {eval_loss}")
     return {"loss": loss, "eval_loss": eval_loss}
@@ -42,8 +64,8 @@ def run_one_step(artifact_dir: Path, batch: int, image: int, classes: int, seed:
 
 def main(argv: list[str]) -> int:
     faulthandler.enable()  # a native crash then leaves a Python stack on stderr for the parent to show
-    artifact_dir, batch, image, classes, seed = Path(argv[0]), *map(int, argv[1:5])
-    result = run_one_step(artifact_dir, batch, image, classes, seed)
+    artifact_dir, seed = Path(argv[0]), int(argv[1])
+    result = run_one_step(artifact_dir, seed)
     print(json.dumps(result), flush=True)
     return 0
 

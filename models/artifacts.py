@@ -23,7 +23,7 @@ import onnxcomp
 from onnxcomp.errors import OnnxcompError, OutputExistsError
 from onnxcomp.fileio import OutputLock, publish_directory
 
-from .export import INPUT_NAME, OUTPUT_NAME, _validate_shape, export_training_onnx
+from .export import INPUT_NAME, OUTPUT_NAME, _validate_shape, export_module
 from .zoo import build_model, canonical_name, count_parameters
 
 LABELS_NAME = "labels"  # what onnxblock's CrossEntropyLoss calls the labels input it adds
@@ -60,6 +60,15 @@ class ArtifactSet:
         )
 
 
+# onnxblock's losses: name → (LossType member, label input it adds, label dtype)
+LOSSES = {
+    "cross_entropy": ("CrossEntropyLoss", LABELS_NAME, "int64"),
+    "mse": ("MSELoss", "target", "float32"),
+    "l1": ("L1Loss", "target", "float32"),
+    "bce_with_logits": ("BCEWithLogitsLoss", "target", "float32"),
+}
+
+
 def generate_artifacts(
     name: str,
     batch: int,
@@ -82,22 +91,78 @@ def generate_artifacts(
     beside ``out_dir`` and renamed into place only after it (and the optional one-step smoke test in a child
     process) succeeded. An existing non-empty ``out_dir`` is replaced only with ``overwrite=True``.
     """
-    from onnxruntime.training import artifacts as ort_artifacts
-
     _validate_shape(batch, image, num_classes)
-    optimizer_key = optimizer.lower()
-    if optimizer_key not in OPTIMIZERS:
-        raise OnnxcompError(f"unknown optimizer {optimizer!r}; choose one of: {', '.join(OPTIMIZERS)}")
-    out_dir = Path(out_dir).resolve()  # "." or "x/.." must still have a real name and parent to rename
-    _check_destination(out_dir, overwrite)
     name = canonical_name(name)
-
     with torch.random.fork_rng(devices=[]):  # seed the weights without disturbing the caller's RNG
         torch.manual_seed(seed)
         model = build_model(name, num_classes)  # raises OnnxcompError for unknown names
+        example = torch.randn(batch, 3, image, image)
     check = getattr(model, "check_image_size", None)
     if check is not None:
         check(image, image)
+    return generate_module_artifacts(
+        model, example, out_dir, name=name, classes=num_classes, optimizer=optimizer, seed=seed,
+        smoke_test=smoke_test, overwrite=overwrite, opset=opset, smoke_timeout_s=smoke_timeout_s,
+        metadata={"image": image}, release_model=True, eval_output=False,
+    )
+
+
+def generate_module_artifacts(
+    model: torch.nn.Module,
+    example_input: torch.Tensor,
+    out_dir: str | os.PathLike[str],
+    *,
+    name: str | None = None,
+    loss: str = "cross_entropy",
+    classes: int | None = None,
+    optimizer: str = "adamw",
+    seed: int = 0,
+    smoke_test: bool = True,
+    overwrite: bool = False,
+    opset: int = 17,
+    smoke_timeout_s: float = DEFAULT_SMOKE_TIMEOUT_S,
+    metadata: dict | None = None,
+    release_model: bool = False,
+    eval_output: bool = True,
+) -> ArtifactSet:
+    """ORT training artifacts for any single-input PyTorch module, exported with ``example_input``'s shape.
+
+    loss: one of LOSSES (cross_entropy: the output is [batch, classes] logits and the labels int64 [batch];
+    the others compare against a float target shaped like the output). classes: for cross_entropy, checked
+    against the output's last dimension (inferred from it when None). Every parameter is trainable; buffers
+    (BatchNorm running statistics) are frozen and still updated by ORT's training graph. Staging, the eval
+    model repair, the child-process smoke test and the atomic publish are as for ``generate_artifacts``.
+    release_model: drop the reference to ``model`` once exported (large zoo models), so the caller's copy is
+    the only one. eval_output: the eval model returns (loss, output) rather than the loss alone.
+    """
+    from onnxruntime.training import artifacts as ort_artifacts
+
+    optimizer_key = optimizer.lower()
+    if optimizer_key not in OPTIMIZERS:
+        raise OnnxcompError(f"unknown optimizer {optimizer!r}; choose one of: {', '.join(OPTIMIZERS)}")
+    if loss not in LOSSES:
+        raise OnnxcompError(f"unknown loss {loss!r}; choose one of: {', '.join(LOSSES)}")
+    if not isinstance(example_input, torch.Tensor) or example_input.dim() < 1:
+        raise OnnxcompError("example_input must be one tensor with a batch dimension, e.g. torch.randn(32, 3, 64, 64)")
+    name = name or type(model).__name__
+    out_dir = Path(out_dir).resolve()  # "." or "x/.." must still have a real name and parent to rename
+    _check_destination(out_dir, overwrite)
+    loss_type, label_name, label_dtype = LOSSES[loss]
+    example_input = example_input.detach().to("cpu")
+    batch = int(example_input.shape[0])
+    output_shape = _output_shape(model, example_input)
+    if loss == "cross_entropy":
+        if len(output_shape) != 2 or output_shape[0] != batch:
+            raise OnnxcompError(
+                f"{name}: loss 'cross_entropy' needs [batch, classes] logits, but the model returns shape "
+                f"{list(output_shape)} for input {list(example_input.shape)}; use --loss mse or reshape the output"
+            )
+        if classes is not None and classes != output_shape[1]:
+            raise OnnxcompError(
+                f"{name} outputs {output_shape[1]} classes but {classes} were requested; build the model with "
+                f"{classes} outputs or pass --classes {output_shape[1]}"
+            )
+        classes = int(output_shape[1])
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     lock = OutputLock(out_dir).acquire()  # one writer per directory; removes what killed runs left beside it
@@ -107,10 +172,11 @@ def generate_artifacts(
     os.chmod(staging, 0o777 & ~umask)  # mkdtemp makes it 0700; the published directory should look ordinary
     try:
         started = time.perf_counter()
-        forward_path = export_training_onnx(model, batch, image, num_classes, staging / "forward.onnx", opset)
-        trainable = [n for n, _ in model.named_parameters()]
+        forward_path = export_module(model, (example_input,), staging / "forward.onnx", opset)
+        trainable = [n for n, p in model.named_parameters() if p.requires_grad]
         n_params = count_parameters(model)
-        del model  # VGG-16's weights are half a gigabyte; the ONNX file has them now
+        if release_model:
+            del model  # VGG-16's weights are half a gigabyte; the ONNX file has them now
 
         forward = onnx.load(str(forward_path))
         initializers = {init.name for init in forward.graph.initializer}
@@ -118,7 +184,8 @@ def generate_artifacts(
         if missing:
             raise OnnxcompError(
                 f"exported graph of {name!r} lacks initializers for parameters {missing[:5]}; "
-                "the exporter renamed or folded them, so their gradients cannot be requested"
+                "the exporter renamed or folded them (shared or unused parameters?), so their gradients "
+                "cannot be requested"
             )
         frozen = sorted(initializers.difference(trainable))
         del forward
@@ -131,7 +198,7 @@ def generate_artifacts(
                     str(forward_path),
                     requires_grad=trainable,
                     frozen_params=frozen,
-                    loss=ort_artifacts.LossType.CrossEntropyLoss,
+                    loss=getattr(ort_artifacts.LossType, loss_type),
                     optimizer=(
                         ort_artifacts.OptimType.AdamW if optimizer_key == "adamw" else ort_artifacts.OptimType.SGD
                     ),
@@ -140,35 +207,42 @@ def generate_artifacts(
         except Exception as exc:
             tail = "\n".join(native_log.getvalue().strip().splitlines()[-10:])
             raise OnnxcompError(
-                f"onnxruntime-training could not generate artifacts for {name!r} (batch {batch}, {image}x{image}, "
-                f"{num_classes} classes): {exc}" + (f"\nonnxruntime log:\n{tail}" if tail else "")
+                f"onnxruntime-training could not generate artifacts for {name!r} (input "
+                f"{list(example_input.shape)}, loss {loss}): {exc}" + (f"\nonnxruntime log:\n{tail}" if tail else "")
             ) from exc
         forward_path.unlink()
 
         result = ArtifactSet.in_dir(staging)
-        fixed = fix_eval_batchnorm(result.eval_model)
+        fixed = repair_eval_model(result.eval_model, OUTPUT_NAME if eval_output else None)
         _log.info("eval model: trimmed extra outputs of %d BatchNormalization nodes", fixed)
-        inputs = _graph_inputs(result.training_model, {INPUT_NAME, LABELS_NAME})
-        metadata = {
+        inputs = _graph_inputs(result.training_model, {INPUT_NAME, label_name})
+        meta = {
             "model": name,
             "batch": batch,
-            "image": image,
-            "classes": num_classes,
+            "image": list(example_input.shape[1:]),
+            "classes": classes,
             "inputs": inputs,
-            "labels": LABELS_NAME,
+            "labels": label_name,
+            "label_dtype": label_dtype,
+            "loss": loss,
             "output": OUTPUT_NAME,
+            "output_shape": list(output_shape),
             "optimizer": optimizer_key,
             "seed": seed,
             "opset": opset,
             "parameters": n_params,
             "onnxcomp_version": onnxcomp.__version__,
         }
-        result.metadata.write_text(json.dumps(metadata, indent=2) + "\n")
+        if loss == "cross_entropy":  # the zoo's metadata never had these keys; keep it as it was
+            for key in ("label_dtype", "loss", "output_shape"):
+                meta.pop(key)
+        meta.update(metadata or {})
+        result.metadata.write_text(json.dumps(meta, indent=2) + "\n")
         _log.info("artifacts for %s generated in %.1f s", name, time.perf_counter() - started)
 
         smoke_loss = None
         if smoke_test:
-            smoke = smoke_test_artifacts(staging, batch, image, num_classes, seed=seed, timeout_s=smoke_timeout_s)
+            smoke = smoke_test_artifacts(staging, timeout_s=smoke_timeout_s, seed=seed)
             smoke_loss = smoke["loss"]
         _publish(staging, out_dir, overwrite)
     except BaseException:
@@ -177,6 +251,25 @@ def generate_artifacts(
     finally:
         lock.release()
     return ArtifactSet.in_dir(out_dir, smoke_loss)
+
+
+def _output_shape(model: torch.nn.Module, example_input: torch.Tensor) -> tuple[int, ...]:
+    """The module's output shape for ``example_input``, from a no-grad forward in eval mode."""
+    was_training = model.training
+    try:
+        with torch.no_grad():
+            out = model.eval()(example_input)
+    except Exception as exc:
+        raise OnnxcompError(
+            f"{type(model).__name__} does not run on an input of shape {list(example_input.shape)}: "
+            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        ) from exc
+    finally:
+        model.train(was_training)
+    if not isinstance(out, torch.Tensor):
+        raise OnnxcompError(f"{type(model).__name__} returns {type(out).__name__}; onnxcomp needs a module that "
+                            "returns one tensor (wrap it to return the logits)")
+    return tuple(int(d) for d in out.shape)
 
 
 class _NativeLog:
@@ -207,6 +300,26 @@ def _native_stderr_captured() -> Iterator[_NativeLog]:
             size = log.seek(0, os.SEEK_END)
             log.seek(max(0, size - 8192))
             captured.text = log.read().decode(errors="replace")
+
+
+def repair_eval_model(eval_model: str | os.PathLike[str], output_name: str | None = None) -> int:
+    """``fix_eval_batchnorm``, and (given ``output_name``) make the forward output an eval-model output after
+    the loss, so ``Module.eval()`` returns (loss, output): predictions without a second export. Returns the
+    number of BatchNormalization nodes changed."""
+    changed = fix_eval_batchnorm(eval_model)
+    if output_name is None:
+        return changed
+    path = Path(eval_model)
+    model = onnx.load(str(path))
+    if output_name in {o.name for o in model.graph.output}:
+        return changed
+    if output_name not in {o for node in model.graph.node for o in node.output}:
+        raise OnnxcompError(f"eval model {path}: no tensor named {output_name!r} to expose as an output")
+    model.graph.output.append(onnx.helper.make_tensor_value_info(output_name, onnx.TensorProto.FLOAT, None))
+    tmp = path.with_name(f".{path.name}.tmp")
+    onnx.save(model, str(tmp))
+    os.replace(tmp, path)
+    return changed
 
 
 def fix_eval_batchnorm(eval_model: str | os.PathLike[str]) -> int:
@@ -248,21 +361,27 @@ def fix_eval_batchnorm(eval_model: str | os.PathLike[str]) -> int:
 
 def smoke_test_artifacts(
     artifact_dir: str | os.PathLike[str],
-    batch: int,
-    image: int,
-    num_classes: int,
+    batch: int | None = None,
+    image: int | None = None,
+    num_classes: int | None = None,
     *,
     seed: int = 0,
     timeout_s: float = DEFAULT_SMOKE_TIMEOUT_S,
 ) -> dict[str, float]:
     """One training step, optimizer step and eval step on random data, in a child process.
 
+    The input and label shapes come from the directory's onnxcomp.json; batch/image/num_classes only
+    label the messages (kept for callers of the zoo-only signature).
+
     Returns ``{"loss": ..., "eval_loss": ...}``. A crash, error or timeout in the child is raised as an
     OnnxcompError naming the signal or the child's last error lines.
     """
     artifact_dir = Path(artifact_dir)
-    cmd = _smoke_command(artifact_dir, batch, image, num_classes, seed)
-    where = f"smoke test of the training artifacts (batch {batch}, {image}x{image}, {num_classes} classes)"
+    cmd = _smoke_command(artifact_dir, seed)
+    if batch is None:
+        where = f"smoke test of the training artifacts in {artifact_dir}"
+    else:
+        where = f"smoke test of the training artifacts (batch {batch}, {image}x{image}, {num_classes} classes)"
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired as exc:
@@ -289,11 +408,8 @@ def smoke_test_artifacts(
         raise OnnxcompError(f"{where} printed no result; child stdout was {proc.stdout[-500:]!r}") from exc
 
 
-def _smoke_command(artifact_dir: Path, batch: int, image: int, num_classes: int, seed: int) -> list[str]:
-    return [
-        sys.executable, "-m", "onnxcomp.models._smoke",
-        str(artifact_dir), str(batch), str(image), str(num_classes), str(seed),
-    ]
+def _smoke_command(artifact_dir: Path, seed: int) -> list[str]:
+    return [sys.executable, "-m", "onnxcomp.models._smoke", str(artifact_dir), str(seed)]
 
 
 def _graph_inputs(model_path: Path, names: set[str]) -> dict[str, list[int | str]]:
@@ -328,6 +444,7 @@ def _publish(staging: Path, out_dir: Path, overwrite: bool) -> None:
 
 
 __all__ = [
-    "ArtifactSet", "generate_artifacts", "fix_eval_batchnorm", "smoke_test_artifacts", "LABELS_NAME",
+    "ArtifactSet", "generate_artifacts", "generate_module_artifacts", "repair_eval_model", "LOSSES",
+    "fix_eval_batchnorm", "smoke_test_artifacts", "LABELS_NAME",
     "METADATA_NAME", "OPTIMIZERS", "INPUT_NAME",
 ]

@@ -42,8 +42,6 @@ def export_training_onnx(
     Returns the written path.
     """
     _validate_shape(batch, image, num_classes)
-    if not 7 <= opset <= 20:
-        raise OnnxcompError(f"ONNX opset {opset} is not supported for export; use an opset between 7 and 20")
     check = getattr(model, "check_image_size", None)
     if check is not None:
         check(image, image)
@@ -54,13 +52,40 @@ def export_training_onnx(
             "build the model with the same number of classes"
         )
 
+    dummy = torch.randn(batch, 3, image, image)
+    dynamic_axes = {INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}} if dynamic_batch else None
+    return export_module(model, (dummy,), path, opset, dynamic_axes=dynamic_axes)
+
+
+def export_module(
+    model: nn.Module,
+    example_inputs: tuple[torch.Tensor, ...],
+    path: str | os.PathLike[str],
+    opset: int = 17,
+    *,
+    input_names: list[str] | None = None,
+    output_names: list[str] | None = None,
+    dynamic_axes: dict[str, dict[int, str]] | None = None,
+) -> Path:
+    """Export any module for training with static shapes taken from ``example_inputs``.
+
+    What works with the pinned torch: the TorchScript exporter (``dynamo=False``; the dynamo exporter needs
+    onnxscript and puts BatchNorm in inference mode), TRAINING mode, no constant folding. Inputs are named
+    "input" (one input) or "input0", "input1", ...; outputs "logits" (one) or "output0", ... Written
+    atomically; returns the path.
+    """
+    if not 7 <= opset <= 20:
+        raise OnnxcompError(f"ONNX opset {opset} is not supported for export; use an opset between 7 and 20")
+    if input_names is None:
+        input_names = [INPUT_NAME] if len(example_inputs) == 1 else [f"input{i}" for i in range(len(example_inputs))]
+    if output_names is None:
+        output_names = [OUTPUT_NAME]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     param = next(model.parameters(), None)
     if param is not None and param.device.type == "meta":
         raise OnnxcompError("cannot export a model built on the meta device; build it on the CPU")
-    dummy = torch.randn(batch, 3, image, image)
-    dynamic_axes = {INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}} if dynamic_batch else None
+    shapes = ", ".join("x".join(map(str, t.shape)) for t in example_inputs)
 
     # Write next to the target then rename, so a failed export never leaves a truncated file behind.
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -73,15 +98,15 @@ def export_training_onnx(
             warnings.simplefilter("ignore")
             torch.onnx.export(
                 model,
-                (dummy,),
+                tuple(example_inputs),
                 tmp_name,
                 dynamo=False,
                 export_params=True,
                 training=torch.onnx.TrainingMode.TRAINING,
                 do_constant_folding=False,
                 opset_version=opset,
-                input_names=[INPUT_NAME],
-                output_names=[OUTPUT_NAME],
+                input_names=input_names,
+                output_names=output_names,
                 dynamic_axes=dynamic_axes,
             )
         os.replace(tmp_name, path)
@@ -89,8 +114,8 @@ def export_training_onnx(
         raise
     except Exception as exc:
         raise OnnxcompError(
-            f"ONNX export of {type(model).__name__} (batch {batch}, {image}x{image}, opset {opset}) to {path} "
-            f"failed: {exc}"
+            f"ONNX export of {type(model).__name__} (input {shapes}, opset {opset}) to {path} failed: "
+            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
         ) from exc
     finally:
         if os.path.exists(tmp_name):

@@ -33,10 +33,20 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_artifacts(args: argparse.Namespace) -> int:
+    from .outputs import ensure_writable
+
+    ensure_writable(args.output, directory=True)
+    if args.module:
+        from .user_model import cli_artifacts
+
+        return cli_artifacts(args)
+    if not args.model:
+        raise OnnxcompError("give --model NAME (a zoo model) or --module pkg.mod:factory (your own)")
     from .models.artifacts import generate_artifacts
 
     from .errors import OutputExistsError
 
+    args.classes = args.classes or 1000
     try:
         out = generate_artifacts(args.model, args.batch, args.image, args.classes, Path(args.output),
                                  smoke_test=not args.no_smoke_test, optimizer=args.optimizer,
@@ -52,6 +62,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from .analysis import analyze
     from .stash_report import inspect_report, plot_live_bytes, render_report
 
+    if args.plot:
+        from .outputs import ensure_writable
+
+        ensure_writable(args.plot, "--plot")
     analysis = analyze(args.path, batch=args.batch, model=args.model)
     report = inspect_report(analysis)
     report["model"] = str(args.path)
@@ -82,8 +96,12 @@ def cmd_measure(args: argparse.Namespace) -> int:
     else:
         mib = 1 << 20
         print(f"model: {d.get('model', args.model or 'training_model.onnx')}")
+        from .runtime.figures import describe_peaks
+
         print(f"training-step peak: {d['peak_bytes'] / mib:,.1f} MiB   step time (median): "
               f"{d['step_time_s'] * 1000:,.1f} ms   steps: {args.steps}")
+        for line in describe_peaks(d):
+            print(line)
         print("(malloc's mmap threshold is pinned for an honest peak, which slows graphs with many large "
               "temporaries; `onnxcomp train` times steps under the default allocator)")
         print("losses: " + " ".join(f"{x:.4f}" for x in d["losses"]))
@@ -104,10 +122,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_models)
 
     s = sub.add_parser("artifacts", help="export a zoo model and generate ORT training artifacts")
-    s.add_argument("--model", required=True, help="alexnet, vgg16, resnet18, resnet50 or mobilenet_v2")
+    s.add_argument("--model", help="alexnet, vgg16, resnet18, resnet50 or mobilenet_v2")
+    s.add_argument("--module", metavar="PKG.MOD:FACTORY", help="your own model instead: a callable returning a "
+                   "torch.nn.Module (given num_classes=K when it takes that argument); needs --input-shape")
+    s.add_argument("--input-shape", metavar="C,H,W", help="per-sample input shape for --module, e.g. 3,48,48")
+    s.add_argument("--loss", default="cross_entropy", choices=["cross_entropy", "mse", "l1", "bce_with_logits"],
+                   help="training loss for --module (default cross_entropy)")
     s.add_argument("--batch", type=_positive, default=32)
     s.add_argument("--image", type=_positive, default=64, help="square input size in pixels")
-    s.add_argument("--classes", type=_positive, default=1000)
+    s.add_argument("--classes", type=_positive, default=None,
+                   help="output classes (default 1000 for --model; for --module, read from the model's output)")
     s.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
     s.add_argument("--no-smoke-test", action="store_true", help="skip the first-step check in a child process")
     s.add_argument("--force", action="store_true", help="replace an existing output directory")

@@ -22,7 +22,7 @@ def print_transform_summary(summary: dict[str, Any]) -> None:
     from rich.table import Table
 
     b, a = summary["before"], summary["after"]
-    console = Console(width=max(Console().width, 120))
+    console = Console()  # the terminal's width (rich wraps long names)
     console.print(f"policy [bold]{summary['policy']}[/bold]: {summary['encoded']} stashed tensor(s) encoded "
                   f"→ {summary['output']}  (plan: {summary['plan']})")
     t = Table(header_style="bold")
@@ -42,8 +42,12 @@ def print_transform_summary(summary: dict[str, Any]) -> None:
         how = f", its input {d['dropped_stashes'][0]} recomputed per chunk" if d.get("dropped_stashes") else ""
         console.print(f"first-layer backward in {d['chunks']} batch chunks: {d['site']}{how}")
     if summary["skipped"]:
-        console.print(f"{len(summary['skipped'])} candidate(s) skipped:")
-        for s in summary["skipped"][:10]:
+        shown = summary["skipped"][:10]
+        more = len(summary["skipped"]) - len(shown)
+        console.print(f"{len(summary['skipped'])} stashed tensor(s) a pass looked at and left as they are (for "
+                      "information: they stay exact)" + (f"; {len(shown)} shown, {more} more with --json:" if more
+                                                          else ":"))
+        for s in shown:
             console.print(f"  {s['name']} ({s['pattern']}): {s['reason']}")
     left = [x for x in summary["left_alone"] if x["bytes"] >= 1024]
     if left:
@@ -65,7 +69,8 @@ def cmd_transform(args: argparse.Namespace) -> int:
     if args.static_eb:
         cli_options["adaptive"] = False
     options.update({k: v for k, v in cli_options.items() if v is not None})
-    result = transform(args.path, args.output, args.policy, model=args.model, force=args.force, **options)
+    result = transform(args.path, args.output, args.policy, model=args.model, force=args.force,
+                       batch=args.batch, allow_unresolved=args.allow_unresolved, **options)
     summary = result.summary()
     if args.json:
         cli_args.print_json(summary | {"tensors": [r.to_dict() for r in result.records]})
@@ -79,7 +84,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     result = train(args.dir, model=args.model, steps=args.steps, data=args.data, settings=cli_args.settings(args),
                    seed=args.seed, eval_every=args.eval_every, progress=not args.json,
-                   learning_rate=args.lr)
+                   learning_rate=args.lr, save_dir=args.save)
     d = result.to_dict()
     if args.json:
         cli_args.print_json(d)
@@ -99,6 +104,8 @@ def cmd_params(args: argparse.Namespace) -> int:
     from .fileio import atomic_output
     from .runtime.checkpoint import merged_parameters
 
+    from .outputs import ensure_writable
+
     out = Path(args.output)
     if out.suffix != ".npz":
         raise OnnxcompError(f"{out}: the output is a NumPy archive; give a name ending in .npz")
@@ -106,6 +113,7 @@ def cmd_params(args: argparse.Namespace) -> int:
         raise OnnxcompError(f"{out} already exists; pass --force to replace it or choose another -o")
     if not out.parent.exists():
         raise OnnxcompError(f"{out.parent}: output directory does not exist; create it first")
+    ensure_writable(out)
     params = merged_parameters(args.dir, args.model, args.checkpoint)
     with atomic_output(out) as tmp, open(tmp, "wb") as f:
         np.savez(f, **params)
@@ -117,6 +125,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Export the bundled default model, analyse it, transform it losslessly, and measure both graphs."""
     from rich.console import Console
 
+    from .outputs import ensure_writable
+
+    console = Console()
+    if args.json:
+        ensure_writable(args.json, "--json")
+    if args.workdir:
+        ensure_writable(args.workdir, "--workdir", directory=True)
+        return _demo(args, console, Path(args.workdir))
+    with tempfile.TemporaryDirectory(prefix="onnxcomp-demo-") as tmp:  # removed afterwards, even on errors
+        return _demo(args, console, Path(tmp))
+
+
+def _demo(args: argparse.Namespace, console: Any, work: Path) -> int:
     from .analysis import analyze
     from .stash_report import inspect_report, render_report
     from .models.artifacts import generate_artifacts
@@ -124,8 +145,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from .runtime.session import RuntimeSettings
     from .transform import transform
 
-    console = Console(width=max(Console().width, 150))
-    work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="onnxcomp-demo-"))
     art = work / f"{args.model}-b{args.batch}-{args.image}px"
     console.rule(f"[bold]1. {args.model}: export + ORT training artifacts (batch {args.batch}, "
                  f"{args.image}×{args.image}, {args.classes} classes)")
@@ -195,8 +214,14 @@ def add_subcommands(sub: Any) -> None:
     s.add_argument("path", metavar="MODEL_OR_DIR")
     s.add_argument("-o", "--output", required=True,
                    help="output .onnx file (e.g. inside the artifact dir) or a new artifact directory")
-    s.add_argument("--policy", default="lossless", help="encoding policy (default: lossless)")
+    from .passes import POLICIES
+
+    s.add_argument("--policy", default="lossless", metavar="POLICY",
+                   help=f"encoding policy: {', '.join(POLICIES)} (default: lossless)")
     s.add_argument("--model", help="file name inside MODEL_OR_DIR (default training_model.onnx)")
+    s.add_argument("--batch", type=cli_args.positive, help="fix a dynamic batch axis to this size before the rewrite")
+    s.add_argument("--allow-unresolved", action="store_true",
+                   help="rewrite even when some stashed tensors have no resolved shape (they are left alone)")
     s.add_argument("--min-bytes", type=int, default=None,
                    help="leave candidates smaller than this alone (default 65536)")
     s.add_argument("--config", metavar="FILE", help="policy config (TOML/JSON): eb, adaptive, dpr_format, "
@@ -229,7 +254,11 @@ def add_subcommands(sub: Any) -> None:
     s.add_argument("dir", metavar="DIR")
     s.add_argument("--model", help="training graph file inside DIR (default training_model.onnx)")
     s.add_argument("--steps", type=cli_args.positive, default=20)
-    s.add_argument("--data", choices=["synthetic", "digits"], default="synthetic")
+    s.add_argument("--data", default="synthetic", metavar="SOURCE",
+                   help="synthetic, digits, a .npz file with arrays x [N, ...] and y [N], or a directory with one "
+                   "sub-directory of images per class (default synthetic)")
+    s.add_argument("--save", metavar="DIR", help="save checkpoint, optimizer state and progress to DIR at the end; "
+                   "a run with the same --save resumes from it")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--lr", type=float, default=None, help="learning rate (default: the optimizer model's)")
     s.add_argument("--eval-every", type=cli_args.positive, default=None)

@@ -38,9 +38,10 @@ def _mib(n: int) -> str:
 
 def render_report(report: dict[str, Any], console: Console | None = None, limit: int | None = None) -> None:
     if console is None:
-        # Piped output would be cut to 80 columns; the table needs room for tensor names and patterns.
+        # Piped output would be cut to 80 columns; the table needs room for tensor names and patterns. A
+        # terminal keeps its own width (rich folds the long columns).
         console = Console()
-        if not console.is_terminal or console.width < 150:
+        if not console.is_terminal:
             console = Console(width=180)
     title = f"Stashed tensors — {report['model']} (batch {report['batch']})"
     table = Table(title=title, show_lines=False, header_style="bold")
@@ -84,7 +85,8 @@ def render_report(report: dict[str, Any], console: Console | None = None, limit:
     console.print(pl)
     if report["unresolved_shapes"]:
         console.print(f"[yellow]{len(report['unresolved_shapes'])} tensor(s) with unresolved shapes counted "
-                      f"as 0 bytes: {', '.join(report['unresolved_shapes'][:5])}[/yellow]")
+                      f"as 0 bytes: {', '.join(report['unresolved_shapes'][:5])}; a dynamic batch axis? pass "
+                      "--batch N[/yellow]")
 
 
 def plot_live_bytes(analysis: GraphAnalysis, path: str | Path, title: str = "") -> Path:

@@ -159,7 +159,8 @@ def _atomic_write_text(path: Path, text: str, replace: bool = True) -> None:
 
 
 def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossless", *,
-              model: str | None = None, force: bool = False, **options: Any) -> TransformResult:
+              model: str | None = None, force: bool = False, batch: int | None = None,
+              allow_unresolved: bool = False, **options: Any) -> TransformResult:
     """Transform a training graph file or artifact directory.
 
     ``output`` ending in ``.onnx`` is a model file (e.g. inside the artifact directory, next to the
@@ -167,8 +168,14 @@ def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossl
     of the checkpoint, optimizer and eval models, so it can be trained or measured on its own. The output is
     checked (writable, not there unless ``force``) and locked against concurrent runs before any work; a
     directory is built beside the old one and swapped in whole, so it is never half old, half new.
+    ``batch`` fixes a dynamic batch axis first; a stash whose size stays unresolved is an error unless
+    ``allow_unresolved``.
     """
+    from .static_batch import prepare_for_transform
+
     loaded = load_model(model_or_dir, model)
+    loaded.model = prepare_for_transform(loaded.model, str(loaded.path), batch=batch,
+                                         allow_unresolved=allow_unresolved)
     out = Path(output)
     to_dir = out.suffix != ".onnx"
     out_model = out / TRAINING_MODEL if to_dir else out

@@ -3,6 +3,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import lean_import
+
+# The training API does not need torch; onnxruntime's own __init__ would import it (see lean_import).
+lean_import.install()
+
 # Lazy re-exports: importing onnxcomp.runtime (e.g. for codec_ops) must not pull in onnxruntime.
 # The functions measure() and train() are NOT re-exported: they share their names with submodules,
 # and importing a submodule rebinds the package attribute to the module. Use

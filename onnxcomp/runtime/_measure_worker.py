@@ -62,6 +62,7 @@ def run_measurement(cfg: dict[str, Any]) -> dict[str, Any]:
     del gen
     rss_setup = _status_kib("VmRSS") * 1024
 
+    process_peak = _status_kib("VmHWM") * 1024  # imports and set-up, before the first per-step reset
     losses: list[float] = []
     peaks: list[int] = []
     growths: list[int] = []
@@ -77,6 +78,7 @@ def run_measurement(cfg: dict[str, Any]) -> dict[str, Any]:
         module.lazy_reset_grad()
         elapsed = time.perf_counter() - t0
         hwm = _status_kib("VmHWM") * 1024
+        process_peak = max(process_peak, hwm)
         if i < warmup:
             warmup_peaks.append(hwm - pre)
             continue
@@ -96,6 +98,9 @@ def run_measurement(cfg: dict[str, Any]) -> dict[str, Any]:
         "peak_bytes_per_step": peaks,
         "growth_bytes_per_step": growths,
         "warmup_peak_bytes": warmup_peaks,
+        # The whole process's high-water mark (imports, session set-up, warm-up and measured steps).
+        "process_peak_bytes": process_peak,
+        "torch_imported": "torch" in sys.modules,
         "batch": spec.batch,
         "classes": spec.classes,
         "classes_inferred": spec.classes_inferred,

@@ -167,15 +167,12 @@ def digits_dataset(input_shape: tuple[int, ...], classes: int, *, test_fraction:
         raise OnnxcompError(f"digits data needs an NCHW image input; the graph's input has shape {input_shape}")
     if classes < 10:
         raise OnnxcompError(f"digits has 10 classes but the model has {classes}; use data='synthetic'")
-    import torch
     from sklearn.datasets import load_digits
 
     batch, channels, height, width = input_shape
     digits = load_digits()
-    images = torch.from_numpy(digits.images.astype(np.float32))[:, None]  # [N, 1, 8, 8], values 0..16
-    images = torch.nn.functional.interpolate(images, size=(height, width), mode="bilinear",
-                                             align_corners=False)
-    x = images.expand(-1, channels, -1, -1).numpy()
+    images = resize_bilinear(digits.images.astype(np.float32), height, width)[:, None]  # values 0..16
+    x = np.broadcast_to(images, (images.shape[0], channels, height, width))
     y = digits.target.astype(np.int64)
     order = np.random.default_rng(split_seed).permutation(len(y))
     n_test = int(round(len(y) * test_fraction))
@@ -195,3 +192,21 @@ def digits_dataset(input_shape: tuple[int, ...], classes: int, *, test_fraction:
     x_train, y_train = batched(train_idx)
     x_test, y_test = batched(test_idx)
     return Dataset(x_train, y_train, x_test, y_test)
+
+
+def _linear_taps(size_in: int, size_out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Source indices and weights of a bilinear resize along one axis (half-pixel centres, edges clamped)."""
+    scale = np.float32(size_in / size_out)
+    src = np.maximum((np.arange(size_out, dtype=np.float32) + np.float32(0.5)) * scale - np.float32(0.5), 0)
+    lo = np.minimum(src.astype(np.int64), size_in - 1)
+    hi = np.minimum(lo + 1, size_in - 1)
+    return lo, hi, (src - lo).astype(np.float32)
+
+
+def resize_bilinear(images: np.ndarray, height: int, width: int) -> np.ndarray:
+    """Resize [N, h, w] images to [N, height, width] the way torch's interpolate(mode="bilinear",
+    align_corners=False) does, in NumPy: the training runtime must not import torch."""
+    r0, r1, rw = _linear_taps(images.shape[1], height)
+    c0, c1, cw = _linear_taps(images.shape[2], width)
+    rows = images[:, r0, :] * (1 - rw)[None, :, None] + images[:, r1, :] * rw[None, :, None]
+    return (rows[:, :, c0] * (1 - cw) + rows[:, :, c1] * cw).astype(np.float32)

@@ -48,15 +48,26 @@ class MeasureResult:
 
 
 def _resolve_model(artifact_dir: Path, model: str | os.PathLike | None) -> Path:
+    if artifact_dir.is_file():
+        raise OnnxcompError(
+            f"{artifact_dir} is a file; this command takes the artifact directory (checkpoint, optimizer model) "
+            f"and the graph by name: {artifact_dir.parent} --model {artifact_dir.name}"
+        )
     if not artifact_dir.is_dir():
         raise OnnxcompError(f"artifact directory {artifact_dir} does not exist; generate the training artifacts first")
-    path = artifact_dir / "training_model.onnx" if model is None else Path(model)
-    if not path.is_absolute() and not path.exists():
-        path = artifact_dir / path
+    # A name inside the directory first, as inspect and transform read --model; then a path of its own.
+    path = artifact_dir / "training_model.onnx" if model is None else artifact_dir / Path(model)
+    if model is not None and not path.is_file() and Path(model).is_file():
+        path = Path(model)
     if not path.is_file():
+        found = sorted(q.name for q in artifact_dir.glob("*.onnx"))
         raise OnnxcompError(
-            f"training model {path} not found; pass an existing .onnx file (a name in {artifact_dir} or a path)"
+            f"training model {path} not found; pass a .onnx name in {artifact_dir} (it has: {', '.join(found) or 'none'}) "
+            "or a path"
         )
+    from onnxcomp.load import load_model
+
+    load_model(path)  # a truncated or non-ONNX file: one short message here, not a child's traceback
     for needed in ("checkpoint", "optimizer_model.onnx"):
         if not (artifact_dir / needed).exists():
             raise OnnxcompError(

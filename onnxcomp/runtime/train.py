@@ -104,17 +104,25 @@ def train(
     learning_rate: float | None = None,
     return_parameters: bool = False,
     bound_control: dict[str, Any] | None = None,
+    save_dir: str | os.PathLike | None = None,
 ) -> TrainResult:
     """Train `steps` steps on `data` ("synthetic" or "digits"); evaluate test accuracy at the end and
     every `eval_every` steps when the data has real labels. Same seed and settings give bit-identical
     losses and parameters. learning_rate: None keeps the optimizer model's default.
     bound_control: options for the adaptive error-bound controller (a, sigma_frac, window, static), used
-    when the graph holds error-bounded encoders."""
+    when the graph holds error-bounded encoders. data may also be a .npz file (arrays x, y) or a directory
+    of images per class (onnxcomp.runtime.user_data). save_dir: checkpoint, optimizer state, step count and
+    error bounds are written there at the end; a run that finds a save there resumes from it (same batches
+    as an uninterrupted run with the same seed)."""
     from onnxruntime.training import api
     from tqdm.auto import tqdm
 
-    if data not in DATA_SOURCES:
-        raise OnnxcompError(f"unknown data source {data!r}; use one of {list(DATA_SOURCES)}")
+    from onnxcomp.runtime.resume import load_progress, save_progress
+    from onnxcomp.runtime.user_data import is_user_data, load_user_dataset
+
+    if data not in DATA_SOURCES and not Path(data).exists():
+        raise OnnxcompError(f"unknown data source {data!r}; use one of {list(DATA_SOURCES)}, a .npz file with x "
+                            "and y arrays, or a directory of images per class")
     if steps < 1:
         raise OnnxcompError(f"train needs steps >= 1 (got {steps})")
     if eval_every is not None and eval_every < 1:
@@ -123,9 +131,12 @@ def train(
     settings = settings or RuntimeSettings()
     model_path = _resolve_model(artifact_dir, model)
     eval_src = artifact_dir / "eval_model.onnx"
+    resume = load_progress(save_dir, model_path)
+    checkpoint = Path(resume["checkpoint"]) if resume else artifact_dir / "checkpoint"
+    done = int(resume["step"]) if resume else 0  # steps a saved run already took
 
     with tempfile.TemporaryDirectory(prefix="onnxcomp-train-") as tmp:
-        state = api.CheckpointState.load_checkpoint(str(artifact_dir / "checkpoint"))
+        state = api.CheckpointState.load_checkpoint(str(checkpoint))
         so = settings.session_options()
         # Accuracy: prefer the (repaired) eval model on a held-out split, run through Module.eval() so
         # it sees the live parameters. If it is missing or does not load, accuracy is reported as
@@ -148,7 +159,7 @@ def train(
                 raise OnnxcompError(f"ONNX Runtime cannot load {model_path}: {exc}") from exc
             accuracy_source = f"unavailable: eval model does not load ({str(exc).splitlines()[0][:200]})"
             eval_path = None
-            state = api.CheckpointState.load_checkpoint(str(artifact_dir / "checkpoint"))
+            state = api.CheckpointState.load_checkpoint(str(checkpoint))
             try:
                 module = api.Module(str(model_path), state, None, "cpu", so)
             except Exception as exc2:
@@ -165,6 +176,11 @@ def train(
         from onnxcomp.runtime.controller import AdaptiveBoundController
 
         controller = AdaptiveBoundController.for_model(model_path, **(bound_control or {}))
+        if resume:
+            from onnxcomp.runtime import bounds as run_bounds
+
+            for key, eb in resume.get("bounds", {}).items():
+                run_bounds.set_bound(key, float(eb))
         spec = graph_data(artifact_dir, model_path, list(module.input_names()))
 
         if data == "digits":
@@ -173,15 +189,25 @@ def train(
             test = list(dataset.test_batches())
             if eval_path is not None:
                 accuracy_source = f"eval model on digits test split ({len(test) * spec.batch} samples)"
+        elif is_user_data(data):
+            dataset = load_user_dataset(data, spec.image.shape, spec.classes)
+            batches = dataset.train_batches(seed)
+            test = list(dataset.test_batches())
+            if not test:
+                accuracy_source, eval_path = f"unavailable: the held-out 20 % of {data} is less than one batch", None
+            elif eval_path is not None:
+                accuracy_source = f"eval model on a held-out 20 % of {data} ({len(test) * spec.batch} samples)"
         else:
             batches = synthetic_batches(spec.image.shape, spec.classes, seed, spec.image.dtype)
             test = []
+        for _ in range(done):  # resuming: continue the batch stream where the saved run stopped
+            next(batches)
 
         losses: list[float] = []
         times: list[float] = []
         history: list[tuple[int, float]] = []
         start = time.perf_counter()
-        bar = tqdm(range(1, steps + 1), disable=not progress, desc="train", unit="step")
+        bar = tqdm(range(done + 1, done + steps + 1), disable=not progress, desc="train", unit="step")
         for step in bar:
             x, y = next(batches)
             t0 = time.perf_counter()
@@ -197,7 +223,7 @@ def train(
             loss_value = float(loss[0] if isinstance(loss, (list, tuple)) else loss)
             losses.append(loss_value)
             bar.set_postfix(loss=f"{loss_value:.4f}")
-            if eval_path is not None and ((eval_every and step % eval_every == 0) or step == steps):
+            if eval_path is not None and ((eval_every and step % eval_every == 0) or step == done + steps):
                 history.append((step, _evaluate(module, test)))
                 bar.set_postfix(loss=f"{loss_value:.4f}", acc=f"{history[-1][1]:.3f}")
         bar.close()
@@ -205,6 +231,11 @@ def train(
         params = module.get_contiguous_parameters(trainable_only=False).numpy().copy() if return_parameters else None
         # Release the sessions before the temp dir (holding the eval model) goes away.
         summary = controller.summary() if controller is not None else None
+        if save_dir is not None:
+            from onnxcomp.runtime import bounds as run_bounds
+
+            save_progress(save_dir, state, step=done + steps, model_path=model_path, seed=seed, data=data,
+                          bounds=run_bounds.bounds())
         del optimizer, module, state
 
     return TrainResult(

@@ -1,0 +1,18 @@
+"""measure's text says which memory figure counts under the settings used."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from onnxcomp.runtime.figures import describe_peaks
+from onnxcomp.runtime.measure import measure
+from onnxcomp.runtime.session import RuntimeSettings
+
+
+def test_arena_on_points_at_growth_and_reports_process_peak(small_artifacts: Path) -> None:
+    on = measure(small_artifacts, steps=2, settings=RuntimeSettings(arena=True, mem_pattern=True)).to_dict()
+    text = "\n".join(describe_peaks(on))
+    assert "arena is on" in text and "growth over set-up is the figure" in text
+    assert on["extras"]["process_peak_bytes"] >= on["rss_setup_bytes"] + on["growth_bytes"] - 4096
+    assert on["extras"]["torch_imported"] is False
+    off = {**on, "settings": RuntimeSettings().to_dict()}
+    assert "arena is off" in "\n".join(describe_peaks(off))
