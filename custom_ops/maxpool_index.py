@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import gpu
+from . import cpu, gpu
 from .base import Codec, Payload, register
 
 _CHUNK = 1 << 16  # elements per CPU block: keeps the int temporaries in L2 (~4x faster than whole-array ops)
@@ -269,6 +269,12 @@ class MaxPoolIndex(Codec):
             raise ValueError(f"maxpool_index: expected int64 indices, got {idx.dtype}")
         if tuple(idx.shape) != g.out_shape:
             raise ValueError(f"maxpool_index: index tensor shape {idx.shape} != {g.out_shape} implied by params")
+        if (kern := cpu.kernels("bits")) is not None:
+            packed, e = kern.maxpool_encode(idx, g)
+            if e >= 0:
+                raise ValueError(f"maxpool_index: index {int(idx.reshape(-1)[e])} at flat position {e} is not "
+                                 f"inside its pooling window (wrong params or not MaxPool indices)")
+            return packed, np.asarray(g.out_shape, dtype=np.int64)
         P, hw, ohw = g.N * g.C, g.H * g.W, g.OH * g.OW
         idx = np.ascontiguousarray(idx).reshape(P, ohw)
         # int32 arithmetic halves the work of every step below; int64 only for planes of >= 2**30 elements.
@@ -322,6 +328,14 @@ class MaxPoolIndex(Codec):
         if shape != g.out_shape:
             raise ValueError(f"maxpool_index: payload shape {shape} != {g.out_shape} implied by params")
         P, ohw = g.N * g.C, g.OH * g.OW
+        if (kern := cpu.kernels("bits")) is not None and g.kh * g.kw <= 1 << 20:
+            packed = np.asarray(packed, dtype=np.uint8).reshape(-1)
+            if packed.size != (P * ohw * g.bits + 7) // 8:
+                raise ValueError(f"maxpool_index: {packed.size} bytes cannot hold {P * ohw} offsets of {g.bits} bits")
+            out, corrupt = kern.maxpool_decode(packed, g)
+            if corrupt:
+                raise ValueError("maxpool_index: corrupt payload (offset outside the window)")
+            return out.reshape(shape)
         k = unpack_bits(packed, g.bits, P * ohw).reshape(P, ohw)
         if k.size and int(k.max()) >= g.kh * g.kw:
             raise ValueError("maxpool_index: corrupt payload (offset outside the window)")
