@@ -19,35 +19,47 @@ QMAX = (1 << 30) - 1
 TASK_BLOCKS = 2048  # 64 Ki elements per parallel task
 
 
+_RINT_MAGIC = 6755399441055744.0  # 1.5 * 2**52
+
+
 @njit(inline="always", cache=True)
-def _quant(xf, recip, twoeb, eb):  # noqa: ANN001, ANN202
-    """(q, outlier) of one float32 element, as sz._quantize_cpu computes them."""
-    xd = np.float64(xf)
-    qf = np.rint(xd * recip)
-    if not (np.abs(qf) <= QMAX):  # NaN / Inf / too large: q = 0 and an outlier
-        qf = 0.0
-    xh = np.float32(qf * twoeb)
-    err = np.abs(xd - np.float64(xh))
-    return np.int64(qf), not (err <= eb)
+def _rint(v):  # noqa: ANN001, ANN202
+    """np.rint (ties to even) for |v| < 2**51 by the float64 magic-number addition, which vectorises where
+    a libm call does not; larger |v| (and NaN / Inf) come out with |result| > QMAX or NaN / Inf, so they
+    are outliers under both, with q = 0."""
+    return (v + _RINT_MAGIC) - _RINT_MAGIC
 
 
 @njit(inline="always", cache=True)
 def _block_q(x, i0, lanes, recip, twoeb, eb, q):  # noqa: ANN001, ANN202
-    """q[0:32] of the block starting at i0 (lanes valid, the rest 0); returns (rate, outlier lane bits)."""
+    """q[0:32] (int32) of the block starting at i0 (lanes valid, the rest 0), as sz._quantize_cpu computes
+    them (NaN / Inf / |q| > QMAX: q = 0 and an outlier); returns (rate, outlier lane bits). Fixed-trip,
+    branch-free loops over the 32 lanes, so LLVM vectorises them."""
     obits = np.uint32(0)
-    for k in range(lanes):
-        qk, out = _quant(x[i0 + k], recip, twoeb, eb)
-        q[k] = qk
-        obits |= np.uint32(out) << np.uint32(k)
-    for k in range(lanes, BLOCK):
-        q[k] = 0
-    m = np.abs(q[0])
-    prev = q[0]
-    for k in range(1, lanes):
-        d = np.abs(q[k] - prev)
-        prev = q[k]
-        if d > m:
-            m = d
+    if lanes == BLOCK:  # full block: no lane tests in the vectorised loops
+        for k in range(BLOCK):
+            xd = np.float64(x[i0 + k])
+            qf = _rint(xd * recip)
+            qf = qf if np.abs(qf) <= QMAX else 0.0
+            err = np.abs(xd - np.float64(np.float32(qf * twoeb)))
+            q[k] = np.int32(qf)
+            obits |= (np.uint32(1) - np.uint32(err <= eb)) << np.uint32(k)  # NaN error: an outlier too
+        m = np.abs(q[0])
+        for k in range(1, BLOCK):
+            m = max(m, np.abs(q[k] - q[k - 1]))
+    else:
+        for k in range(BLOCK):
+            q[k] = 0
+        for k in range(lanes):
+            xd = np.float64(x[i0 + k])
+            qf = _rint(xd * recip)
+            qf = qf if np.abs(qf) <= QMAX else 0.0
+            err = np.abs(xd - np.float64(np.float32(qf * twoeb)))
+            q[k] = np.int32(qf)
+            obits |= (np.uint32(1) - np.uint32(err <= eb)) << np.uint32(k)
+        m = np.abs(q[0])
+        for k in range(1, lanes):
+            m = max(m, np.abs(q[k] - q[k - 1]))
     r = 0
     while m >> r:
         r += 1
@@ -59,7 +71,7 @@ def _encode_rates(x, recip, twoeb, eb, rates, outlier_bits, task_words, task_out
     n = x.size
     nb = rates.size
     for t in prange(task_words.size):
-        q = np.empty(BLOCK, dtype=np.int64)
+        q = np.empty(BLOCK, dtype=np.int32)
         words = 0
         outs = 0
         for b in range(t * TASK_BLOCKS, min(nb, (t + 1) * TASK_BLOCKS)):
@@ -82,34 +94,30 @@ def _encode_pack(x, recip, twoeb, eb, rates, outlier_bits, word_start, outlier_s
     n = x.size
     nb = rates.size
     for t in prange(word_start.size - 1):
-        q = np.empty(BLOCK, dtype=np.int64)
+        q = np.empty(BLOCK, dtype=np.int32)
         mag = np.empty(BLOCK, dtype=np.uint32)
         w = word_start[t]
         o = outlier_start[t]
         for b in range(t * TASK_BLOCKS, min(nb, (t + 1) * TASK_BLOCKS)):
             i0 = b * BLOCK
             ob = outlier_bits[b]
+            k = 0
             while ob:
-                k = 0
-                while not (ob >> np.uint32(k)) & np.uint32(1):
-                    k += 1
-                idx[o] = i0 + k
-                o += 1
-                ob &= ob - np.uint32(1)
+                if ob & np.uint32(1):
+                    idx[o] = i0 + k
+                    o += 1
+                ob >>= np.uint32(1)
+                k += 1
             r = np.int64(rates[b])
             if r == 0:
                 continue
-            lanes = min(BLOCK, n - i0)
-            _block_q(x, i0, lanes, recip, twoeb, eb, q)
+            _block_q(x, i0, min(BLOCK, n - i0), recip, twoeb, eb, q)  # padding lanes are q = 0 ...
             sign = np.uint32(0)
-            prev = 0
             for k in range(BLOCK):
-                d = q[k] - prev if k < lanes else 0
-                prev = q[k]
-                if d < 0:
-                    sign |= np.uint32(1) << np.uint32(k)
-                    d = -d
-                mag[k] = d
+                d = q[k] - (q[k - 1] if k > 0 else 0)
+                d = d if i0 + k < n else 0  # ... but their delta is 0, not -q[last]
+                sign |= np.uint32(d < 0) << np.uint32(k)
+                mag[k] = np.uint32(np.abs(d))
             data[w] = sign
             for j in range(r):
                 plane = np.uint32(0)
@@ -136,6 +144,7 @@ def _decode(rates, data, word_start, twoeb, y):  # noqa: ANN001, ANN202
     n = y.size
     nb = rates.size
     for t in prange(word_start.size - 1):
+        mag = np.empty(BLOCK, dtype=np.int32)
         w = word_start[t]
         for b in range(t * TASK_BLOCKS, min(nb, (t + 1) * TASK_BLOCKS)):
             i0 = b * BLOCK
@@ -145,15 +154,19 @@ def _decode(rates, data, word_start, twoeb, y):  # noqa: ANN001, ANN202
                 for k in range(lanes):
                     y[i0 + k] = 0.0
                 continue
+            for k in range(BLOCK):
+                mag[k] = 0
+            for j in range(r):
+                p = data[w + 1 + j]
+                for k in range(BLOCK):
+                    mag[k] |= np.int32((p >> np.uint32(k)) & np.uint32(1)) << np.int32(j)
             sign = data[w]
-            acc = 0
+            for k in range(BLOCK):
+                s = -np.int32((sign >> np.uint32(k)) & np.uint32(1))  # 0 or -1
+                mag[k] = (mag[k] ^ s) - s
+            acc = np.int32(0)
             for k in range(lanes):
-                m = 0
-                for j in range(r):
-                    m |= np.int64((data[w + 1 + j] >> np.uint32(k)) & np.uint32(1)) << j
-                if (sign >> np.uint32(k)) & np.uint32(1):
-                    m = -m
-                acc += m
+                acc += mag[k]
                 y[i0 + k] = np.float32(np.float64(acc) * twoeb)
             w += r + 1
 

@@ -13,6 +13,7 @@ Importing this module registers the ops with onnxruntime-extensions; it must hap
 """
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any, Callable
 
@@ -59,6 +60,14 @@ def _parse(params: Any) -> dict[str, Any]:
     return json.loads(params) if params else {}
 
 
+@functools.lru_cache(maxsize=4096)
+def _parsed(params: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(all params, the codec's params without CONTROL_PARAMS) of one attribute string, parsed once: a node's
+    attribute never changes, so per-call JSON decoding is wasted. Callers must not mutate the dicts."""
+    parsed = _parse(params)
+    return parsed, {k: v for k, v in parsed.items() if k not in CONTROL_PARAMS}
+
+
 def _pydtype(name: str) -> int:
     try:
         return _DT[name]
@@ -72,13 +81,13 @@ def _make_encode(codec: Codec) -> Callable[..., tuple[np.ndarray, ...]]:
 
     def encode(x: np.ndarray, **attrs: Any) -> tuple[np.ndarray, ...]:
         x = np.asarray(x, dtype=in_dtype)
-        params = _parse(attrs.get(PARAMS_ATTR))
+        params, codec_params = _parsed(attrs.get(PARAMS_ATTR))
         key = params.get("key")
         if key is not None and "eb" in params:
-            params["eb"] = bounds.bound(key, float(params["eb"]))
+            codec_params = {**codec_params, "eb": bounds.bound(key, float(params["eb"]))}
             if bounds.collecting():
-                bounds.record_activation(key, int(np.count_nonzero(x)), int(x.size), params["eb"])
-        payload = codec.encode_cpu(x, **{k: v for k, v in params.items() if k not in CONTROL_PARAMS})
+                bounds.record_activation(key, int(np.count_nonzero(x)), int(x.size), codec_params["eb"])
+        payload = codec.encode_cpu(x, **codec_params)
         arrays = tuple(np.ascontiguousarray(p, dtype=d) for p, d in zip(payload, out_dtypes))
         if key is not None and "eb" in params:
             bounds.record_payload(key, sum(a.nbytes for a in arrays), x.nbytes)
@@ -91,12 +100,12 @@ def _make_decode(codec: Codec) -> Callable[..., np.ndarray]:
     out_dtype = np.dtype(codec.output_dtype)
 
     def decode(*inputs: np.ndarray, **attrs: Any) -> np.ndarray:
-        params = _parse(attrs.get(PARAMS_ATTR))
+        params, codec_params = _parsed(attrs.get(PARAMS_ATTR))
         if "dy_numel" in params and bounds.collecting():
             # The trigger is ReduceL2(dY): the scale of dY for the controller at the cost of one float input.
             bounds.record_gradient(params["key"], float(np.asarray(inputs[-1]).reshape(-1)[0]),
                                    int(params["dy_numel"]))
-        y = codec.decode_cpu(tuple(inputs[:-1]), **{k: v for k, v in params.items() if k not in CONTROL_PARAMS})
+        y = codec.decode_cpu(tuple(inputs[:-1]), **codec_params)
         return np.ascontiguousarray(y, dtype=out_dtype)
 
     return decode
