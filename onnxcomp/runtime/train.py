@@ -175,6 +175,9 @@ def train(
             batches = synthetic_batches(spec.image.shape, spec.classes, seed, spec.image.dtype)
             test = []
 
+        from onnxcomp.custom_ops import cpu
+
+        cpu.warm_up()  # load (or, without a cache, compile) the codec kernels now, not in the first step
         losses: list[float] = []
         times: list[float] = []
         history: list[tuple[int, float]] = []
