@@ -37,14 +37,21 @@ from onnxcomp.fileio import atomic_output
 MB = 1e6
 
 
+_cpu_seconds: list[float] = []  # least process CPU time (all threads) of the last timed() call
+
+
 def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, float, Any]:
-    """(best, median) wall seconds over ``repeat`` runs after one warm-up, and the last result."""
+    """(best, median) wall seconds over ``repeat`` runs after one warm-up, and the last result; the least
+    process CPU time of those runs (every thread's, so a parallel kernel's total work) goes to
+    ``_cpu_seconds[-1]``: on a loaded machine it is inflated far less than wall time."""
     out = fn()
-    times = []
+    times, cpu_times = [], []
     for _ in range(repeat):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         out = fn()
         times.append(time.perf_counter() - t)
+        cpu_times.append(time.process_time() - c)
+    _cpu_seconds.append(min(cpu_times))
     return min(times), statistics.median(times), out
 
 
@@ -54,6 +61,7 @@ def copy_bandwidth(nbytes: int = 64 << 20, repeat: int = 15) -> dict[str, float]
     dst = np.empty_like(src)
     cores = os.cpu_count() or 1
     b1, m1, _ = timed(lambda: np.copyto(dst, src), repeat)
+    c1 = _cpu_seconds[-1]
     bounds = np.linspace(0, src.size, cores + 1).astype(int)
     with ThreadPoolExecutor(cores) as pool:  # np.copyto releases the GIL
         def all_cores() -> None:
@@ -62,7 +70,8 @@ def copy_bandwidth(nbytes: int = 64 << 20, repeat: int = 15) -> dict[str, float]
 
         bn, mn, _ = timed(all_cores, repeat)
     return {"bytes": nbytes, "cores": cores, "one_best": nbytes / b1 / MB, "one_median": nbytes / m1 / MB,
-            "all_best": nbytes / bn / MB, "all_median": nbytes / mn / MB}
+            "all_best": nbytes / bn / MB, "all_median": nbytes / mn / MB,
+            "one_per_cpu_second": nbytes / c1 / MB}
 
 
 def maxpool_indices(x: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
@@ -86,10 +95,13 @@ def bench_codec(name: str, x: np.ndarray, params: dict[str, Any], repeat: int) -
             continue
         with cpu.use_backend(backend):
             eb, em, payload = timed(lambda: codec.encode_cpu(x, **params), repeat)
+            ec = _cpu_seconds[-1]
             db, dm, y = timed(lambda: codec.decode_cpu(payload, **params), repeat)
+            dc = _cpu_seconds[-1]
         payloads[backend] = (payload, y)
         row[backend] = {"encode_best": raw / eb / MB, "encode_median": raw / em / MB,
-                        "decode_best": raw / db / MB, "decode_median": raw / dm / MB}
+                        "decode_best": raw / db / MB, "decode_median": raw / dm / MB,
+                        "encode_per_cpu_second": raw / ec / MB, "decode_per_cpu_second": raw / dc / MB}
     payload, y = payloads["numpy"]
     row["ratio"] = raw / codec.payload_nbytes(payload)
     if "numba" in payloads:
@@ -108,15 +120,17 @@ def bench_lossless_baselines(x: np.ndarray, repeat: int) -> list[dict[str, Any]]
         comp = zstandard.ZstdCompressor(level=level)
         dec = zstandard.ZstdDecompressor()
         eb, em, frame = timed(lambda: comp.compress(raw), repeat)
+        ec = _cpu_seconds[-1]
         db, dm, _ = timed(lambda: dec.decompress(frame), repeat)
-        rows.append(_baseline(f"zstd-{level}", x, len(frame), eb, em, db, dm))
+        rows.append(_baseline(f"zstd-{level}", x, len(frame), eb, em, db, dm, ec, _cpu_seconds[-1]))
     try:
         import lz4.frame
     except ImportError:
         return rows
     eb, em, frame = timed(lambda: lz4.frame.compress(raw), repeat)
+    ec = _cpu_seconds[-1]
     db, dm, _ = timed(lambda: lz4.frame.decompress(frame), repeat)
-    rows.append(_baseline("lz4", x, len(frame), eb, em, db, dm))
+    rows.append(_baseline("lz4", x, len(frame), eb, em, db, dm, ec, _cpu_seconds[-1]))
     return rows
 
 
@@ -131,15 +145,18 @@ def bench_sz3(x: np.ndarray, eb_abs: float, repeat: int) -> dict[str, Any] | Non
     cfg.errorBoundMode = pysz.szErrorBoundMode.ABS
     cfg.absErrorBound = eb_abs
     eb, em, (comp, _) = timed(lambda: pysz.sz.compress(xs, cfg), repeat)
+    ec = _cpu_seconds[-1]
     db, dm, _ = timed(lambda: pysz.sz.decompress(comp, np.float32, xs.shape), repeat)
-    return _baseline("SZ3", x, comp.nbytes, eb, em, db, dm)
+    return _baseline("SZ3", x, comp.nbytes, eb, em, db, dm, ec, _cpu_seconds[-1])
 
 
-def _baseline(name: str, x: np.ndarray, nbytes: int, eb: float, em: float, db: float, dm: float) -> dict[str, Any]:
+def _baseline(name: str, x: np.ndarray, nbytes: int, eb: float, em: float, db: float, dm: float, ec: float,
+              dc: float) -> dict[str, Any]:
     raw = x.nbytes
     return {"codec": name, "shape": list(x.shape), "raw_bytes": raw, "ratio": raw / nbytes,
             "single": {"encode_best": raw / eb / MB, "encode_median": raw / em / MB,
-                       "decode_best": raw / db / MB, "decode_median": raw / dm / MB}}
+                       "decode_best": raw / db / MB, "decode_median": raw / dm / MB,
+                       "encode_per_cpu_second": raw / ec / MB, "decode_per_cpu_second": raw / dc / MB}}
 
 
 def inputs(directory: Path, largest: int) -> dict[str, list[tuple[str, np.ndarray]]]:
@@ -189,27 +206,33 @@ def run(directory: Path, repeat: int, largest: int, rel: float) -> dict[str, Any
 def table(result: dict[str, Any]) -> str:
     """Markdown: one line per (codec, tensor) with both directions, both backends, fraction of copy."""
     copy = result["copy"]["all_best"]
+    copy_cpu = result["copy"]["one_per_cpu_second"]
     lines = [f"copy bandwidth (np.copyto, 64 MiB): one thread {result['copy']['one_best']:.0f} MB/s best / "
              f"{result['copy']['one_median']:.0f} median; {result['copy']['cores']} cores "
-             f"{copy:.0f} best / {result['copy']['all_median']:.0f} median. Fractions below: of {copy:.0f} MB/s.",
+             f"{copy:.0f} best / {result['copy']['all_median']:.0f} median; {copy_cpu:.0f} MB per CPU second. "
+             f"Wall fractions (× copy) are of {copy:.0f} MB/s; CPU columns: MB per CPU second (all threads) "
+             f"as a fraction of the copy's {copy_cpu:.0f}, i.e. the fraction of copy bandwidth per core.",
              "",
              "| codec | tensor | ratio | encode MB/s numpy → compiled (× copy) | decode MB/s numpy → compiled (× copy) "
-             "| same bytes |",
-             "|---|---|---:|---:|---:|:-:|"]
+             "| encode / decode per CPU s, compiled (× copy) | same bytes |",
+             "|---|---|---:|---:|---:|---:|:-:|"]
     for r in result["rows"]:
         if "numpy" in r:
             np_, nb = r["numpy"], r.get("numba", r["numpy"])
             enc = f"{np_['encode_best']:.0f} → **{nb['encode_best']:.0f}** ({nb['encode_best'] / copy:.2f})"
             dec = f"{np_['decode_best']:.0f} → **{nb['decode_best']:.0f}** ({nb['decode_best'] / copy:.2f})"
             same = {True: "yes", False: "**NO**"}.get(r.get("same_bytes"), "—")
+            c = nb
         else:
-            s = r["single"]
+            s = c = r["single"]
             enc = f"{s['encode_best']:.0f} ({s['encode_best'] / copy:.2f}), 1 thread"
             dec = f"{s['decode_best']:.0f} ({s['decode_best'] / copy:.2f}), 1 thread"
             same = "—"
+        per_cpu = (f"{c['encode_per_cpu_second']:.0f} ({c['encode_per_cpu_second'] / copy_cpu:.2f}) / "
+                   f"{c['decode_per_cpu_second']:.0f} ({c['decode_per_cpu_second'] / copy_cpu:.2f})")
         eb = f" eb {r['eb']:.3g}" if "eb" in r else ""
         lines.append(f"| {r['codec']}{eb} | {r['tensor']} {tuple(r['shape'])} | {r['ratio']:.2f} | {enc} | {dec} "
-                     f"| {same} |")
+                     f"| {per_cpu} | {same} |")
     return "\n".join(lines)
 
 
