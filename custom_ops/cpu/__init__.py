@@ -13,7 +13,7 @@ Every kernel is ``nogil``: an encoder may run on a Python thread while ORT compu
 
 Threading: numba's ``workqueue`` layer unless ``NUMBA_THREADING_LAYER`` says otherwise. On this 2-core
 machine, shared and oversubscribed, the OpenMP layer (numba's pick when libgomp is present) spin-waits at
-its barriers while the thread it waits for is descheduled: 20-30x slower kernels were measured. workqueue
+its barriers while the thread it waits for is descheduled: up to 27x slower kernels were measured. workqueue
 does not support concurrent parallel launches from several threads, so every kernel call goes through one
 lock (calls are serialised; each already uses every core).
 """
