@@ -58,7 +58,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from . import gpu
+from . import cpu, gpu
 from .base import Codec, Payload, register
 
 _CHUNK = 3 << 16  # elements per NumPy chunk (768 KiB per uint32 temporary, cache-resident); 3 | _CHUNK for fp10
@@ -255,6 +255,8 @@ def encode_bits(x: np.ndarray, fmt: str | FloatFormat) -> np.ndarray:
     """Flat codes (uint8 for <= 8-bit formats, else uint16) of a float32 array, in flattened C order."""
     f = get_format(fmt)
     u = _float_bits(x)
+    if f.name != "fp10" and (k := cpu.kernels("dpr")) is not None:
+        return k.encode(u, f)
     out = np.empty(u.size, dtype=_code_dtype(f))
     for lo, hi, codes in _encode_chunks(u, f):
         out[lo:hi] = codes
@@ -353,7 +355,9 @@ class _DprCodec(Codec):
         packed, shape_arr = payload
         shape = _shape_of(shape_arr)
         packed = np.asarray(packed).reshape(-1)
-        self._check_packed(packed, shape)
+        n = self._check_packed(packed, shape)
+        if (k := cpu.kernels("dpr")) is not None:
+            return k.decode(np.ascontiguousarray(packed), self.fmt, n).reshape(shape)
         return decode_bits(packed, self.fmt).reshape(shape)
 
     # -- CuPy -------------------------------------------------------------------------------------------
@@ -417,6 +421,8 @@ class DprFp10(_DprCodec):
     def encode_cpu(self, x: np.ndarray, **params: Any) -> Payload:
         x = np.asarray(x)
         u = _float_bits(x)
+        if (k := cpu.kernels("dpr")) is not None:
+            return k.encode(u, self.fmt), np.asarray(x.shape, dtype=np.int64).reshape(x.ndim)
         words = np.zeros(self._packed_len(u.size), dtype=np.uint32)
         for lo, hi, codes in _encode_chunks(u, self.fmt):
             _pack3(codes, words[lo // 3: -(-hi // 3)])
@@ -427,6 +433,8 @@ class DprFp10(_DprCodec):
         shape = _shape_of(shape_arr)
         packed = np.asarray(packed).reshape(-1)
         n = self._check_packed(packed, shape)
+        if (k := cpu.kernels("dpr")) is not None:
+            return k.decode(np.ascontiguousarray(packed), self.fmt, n).reshape(shape)
         out = np.empty(n, dtype=np.float32)
         wchunk = _CHUNK // 3
         codes = np.empty((min(packed.size, wchunk), 3), dtype=np.uint16)

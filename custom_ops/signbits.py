@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from . import gpu
+from . import cpu, gpu
 from .base import Codec, Payload, register
 
 # Row v = the 8 floats byte v decodes to; a gather from it beats unpackbits + astype.
@@ -47,6 +47,8 @@ class SignBits(Codec):
     # -- NumPy ------------------------------------------------------------------------------------------
     def encode_cpu(self, x: np.ndarray, **params: Any) -> Payload:
         x = np.asarray(x, dtype=np.float32)
+        if (k := cpu.kernels("bits")) is not None:
+            return k.signbits_encode(x), np.asarray(x.shape, dtype=np.int64).reshape(x.ndim)
         bits = np.packbits(np.greater(x, 0.0).reshape(-1), bitorder="little")
         return bits, np.asarray(x.shape, dtype=np.int64).reshape(x.ndim)
 
@@ -57,6 +59,8 @@ class SignBits(Codec):
         bits = np.asarray(bits, dtype=np.uint8).reshape(-1)
         if bits.size != (n + 7) // 8:
             raise ValueError(f"{self.name}: {bits.size} bytes cannot hold shape {shape}")
+        if (k := cpu.kernels("bits")) is not None:
+            return k.signbits_decode(bits, n, self._lut.dtype).reshape(shape)
         return np.take(self._lut, bits, axis=0).reshape(-1)[:n].reshape(shape)
 
     # -- CuPy -------------------------------------------------------------------------------------------

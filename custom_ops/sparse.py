@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from . import gpu
+from . import cpu, gpu
 from .base import Codec, Payload, register
 
 CSR_ROW = 256  # columns per CSR row: the largest row whose column index fits in uint8
@@ -152,6 +152,9 @@ class ZVC(Codec):
     # -- NumPy: flatnonzero + take/put beat boolean-mask indexing ~3x here (no branchy compress loop) ---
     def encode_cpu(self, x: np.ndarray, **params: Any) -> Payload:
         words = _cpu_words(x)
+        if (k := cpu.kernels("sparse")) is not None:
+            bitmap, values = k.zvc_encode(words)
+            return bitmap, values.view(np.float32), np.asarray(x.shape, dtype=np.int64).reshape(x.ndim)
         n = int(words.size)
         values = np.empty(int(np.count_nonzero(words)), dtype=np.uint32)
         bitmap = np.empty((n + 7) // 8, dtype=np.uint8)
@@ -169,6 +172,8 @@ class ZVC(Codec):
 
     def decode_cpu(self, payload: Payload, **params: Any) -> np.ndarray:
         bitmap, words, shape, n = _zvc_payload(np, payload)
+        if (k := cpu.kernels("sparse")) is not None:
+            return k.zvc_decode(bitmap, words, n).view(np.float32).reshape(shape)
         out = np.zeros(n, dtype=np.uint32)
         pos = 0
         for c0 in range(0, n, _CHUNK):
@@ -269,6 +274,9 @@ class NarrowCSR(Codec):
     # -- NumPy ------------------------------------------------------------------------------------------
     def encode_cpu(self, x: np.ndarray, **params: Any) -> Payload:
         words = _cpu_words(x)
+        if (k := cpu.kernels("sparse")) is not None:
+            values, cols, row_ptr = k.csr_encode(words)
+            return values.view(np.float32), cols, row_ptr, np.asarray(x.shape, dtype=np.int64).reshape(x.ndim)
         n = int(words.size)
         nrows = _ntiles(n)
         mask = words != 0
@@ -288,6 +296,8 @@ class NarrowCSR(Codec):
 
     def decode_cpu(self, payload: Payload, **params: Any) -> np.ndarray:
         words, cols, row_ptr, shape, n, nrows = _csr_payload(np, payload)
+        if (k := cpu.kernels("sparse")) is not None:
+            return k.csr_decode(words, cols, row_ptr, n).view(np.float32).reshape(shape)
         row_ptr = row_ptr.astype(np.int64)
         idx = np.repeat(np.arange(nrows, dtype=np.int64) * CSR_ROW, np.diff(row_ptr))
         idx += cols

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from . import gpu
+from . import cpu, gpu
 from .base import Codec, Payload, register
 
 BLOCK = 32                 # deltas per block = one CUDA warp
@@ -375,7 +375,8 @@ class SZ(Codec):
             raise ValueError(f"sz encodes float32 tensors, got {x.dtype}")
         shape = np.asarray(x.shape, dtype=np.int64).reshape(x.ndim)
         flat = np.ascontiguousarray(x).reshape(-1)
-        rates, data, idx = _encode_blocks_cpu(flat, eb)
+        k = cpu.kernels("sz")
+        rates, data, idx = (k.encode_blocks if k is not None else _encode_blocks_cpu)(flat, eb)
         obits = flat.view(np.uint32)[idx]
         flags = 0
         if level is not None:
@@ -400,7 +401,8 @@ class SZ(Codec):
         _check_payload(rates, data.size, idx, obits, n)
         if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= n):
             raise ValueError(f"sz: outlier index outside [0, {n})")
-        y = _decode_blocks_cpu(rates, data, n, eb)
+        k = cpu.kernels("sz")
+        y = (k.decode_blocks if k is not None else _decode_blocks_cpu)(rates, data, n, eb)
         y.view(np.uint32)[idx] = obits
         return y.reshape(shape)
 

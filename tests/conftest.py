@@ -28,6 +28,18 @@ if onnx_op is not None:
         return y, np.array(x.shape, dtype=np.int64)
 
 
+@pytest.fixture(scope="module", params=["numpy", "numba"])
+def codec_backend(request: pytest.FixtureRequest):  # noqa: ANN201
+    """Run a codec test module once per CPU backend: the NumPy reference and the compiled numba kernels
+    (module scope, so hypothesis tests can use it; skipped for numba where numba is not installed)."""
+    from onnxcomp.custom_ops import cpu
+
+    if request.param == "numba" and not cpu.numba_available():
+        pytest.skip("numba is not installed")
+    with cpu.use_backend(request.param):
+        yield request.param
+
+
 def cupy_or_skip():  # noqa: ANN201
     """CuPy with a usable CUDA device, else skip the calling GPU test (CI has no GPU)."""
     cp = pytest.importorskip("cupy")

@@ -19,6 +19,9 @@ from hypothesis.extra import numpy as hnp
 
 from onnxcomp.custom_ops import dpr, get_codec
 
+# Every test here runs against both CPU backends: the NumPy reference and the compiled kernels.
+pytestmark = pytest.mark.usefixtures("codec_backend")
+
 # name -> (exponent bits, mantissa bits, bias, largest finite value, codec payload dtype, codes per element)
 SPEC = {
     "fp16": (5, 10, 15, 65504.0, np.uint16, 1),

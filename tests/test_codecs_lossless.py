@@ -14,6 +14,9 @@ from hypothesis.extra import numpy as hnp
 from onnxcomp.custom_ops import REGISTRY, get_codec
 from onnxcomp.custom_ops import maxpool_index as mpi
 
+# Every test here runs against both CPU backends: the NumPy reference and the compiled kernels.
+pytestmark = pytest.mark.usefixtures("codec_backend")
+
 SIGNBITS = get_codec("signbits")
 MAXPOOL = get_codec("maxpool_index")
 

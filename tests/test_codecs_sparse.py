@@ -19,6 +19,9 @@ from onnxcomp.custom_ops.sparse_select import (
     predicted_sizes,
 )
 
+# Every test here runs against both CPU backends: the NumPy reference and the compiled kernels.
+pytestmark = pytest.mark.usefixtures("codec_backend")
+
 CODECS = ("zvc", "csr")
 # Bit patterns that must survive exactly: +-0, +-Inf, quiet/signalling NaNs with payloads, denormals.
 SPECIAL_WORDS = [0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0x7FC00001, 0xFFFFFFFF,

@@ -16,6 +16,9 @@ from hypothesis.extra import numpy as hnp
 import onnxcomp.custom_ops.sz as sz  # registers "sz" (also when custom_ops/__init__ does not import it)
 from onnxcomp.custom_ops import get_codec
 
+# Every test here runs against both CPU backends: the NumPy reference and the compiled kernels.
+pytestmark = pytest.mark.usefixtures("codec_backend")
+
 SZ = get_codec("sz")
 F32_MAX = float(np.finfo(np.float32).max)
 

@@ -19,6 +19,7 @@ Importing this module registers the ops with onnxruntime-extensions; it must hap
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import numpy as np
@@ -50,6 +51,14 @@ def op_type_names(codec_name: str) -> tuple[str, str]:
 
 params_attr = contract.params_value
 _parse = contract.parse_params
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(params: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(all params, the codec's params without CONTROL_PARAMS) of one attribute string, parsed once: a node's
+    attribute never changes, so per-call JSON decoding is wasted. Callers must not mutate the dicts."""
+    parsed = _parse(params)
+    return parsed, {k: v for k, v in parsed.items() if k not in CONTROL_PARAMS}
 
 
 def _pydtype(name: str) -> int:
@@ -96,14 +105,14 @@ def _make_encode(codec: Codec) -> Callable[..., tuple[np.ndarray, ...]]:
     def encode(x: np.ndarray, **attrs: Any) -> tuple[np.ndarray, ...]:
         _remember_shape(attrs.get(PARAMS_ATTR, ""), tuple(np.shape(x)))
         x = np.asarray(x, dtype=in_dtype)
-        params = _parse(attrs.get(PARAMS_ATTR))
+        params, codec_params = _parsed(attrs.get(PARAMS_ATTR))
         key = params.get("key")
         eb = contract.ERROR_BOUND_PARAM
         if key is not None and eb in params:
-            params[eb] = bounds.bound(key, float(params[eb]))
+            codec_params = {**codec_params, eb: bounds.bound(key, float(params[eb]))}
             if bounds.collecting():
-                bounds.record_activation(key, int(np.count_nonzero(x)), int(x.size), params[eb])
-        payload = codec.encode_cpu(x, **contract.codec_params(params))
+                bounds.record_activation(key, int(np.count_nonzero(x)), int(x.size), codec_params[eb])
+        payload = codec.encode_cpu(x, **codec_params)
         arrays = tuple(np.ascontiguousarray(p, dtype=d) for p, d in zip(payload, out_dtypes))
         if key is not None and eb in params:
             bounds.record_payload(key, sum(a.nbytes for a in arrays), x.nbytes)
@@ -123,7 +132,7 @@ def _make_decode(codec: Codec) -> Callable[..., np.ndarray]:
     shape_index = list(codec.payload_names).index("shape")
 
     def decode(*inputs: np.ndarray, **attrs: Any) -> np.ndarray:
-        params = _parse(attrs.get(PARAMS_ATTR))
+        params, codec_params = _parsed(attrs.get(PARAMS_ATTR))
         if "dy_numel" in params and bounds.collecting():
             # The trigger is ReduceL2(dY): the scale of dY for the controller at the cost of one float input.
             bounds.record_gradient(params["key"], float(np.asarray(inputs[contract.DECODER_TRIGGER]).reshape(-1)[0]),
@@ -131,7 +140,7 @@ def _make_decode(codec: Codec) -> Callable[..., np.ndarray]:
         payload, dims = framing.unframe(codec, tuple(inputs[:contract.DECODER_TRIGGER]))
         if payload is None:  # the encoder failed; its error is already recorded
             return np.zeros(dims, dtype=out_dtype)
-        y = codec.decode_cpu(payload, **contract.codec_params(params))
+        y = codec.decode_cpu(payload, **codec_params)
         if tuple(np.shape(y)) != dims:
             raise framing.PayloadError(f"{codec.name}: decoded shape {tuple(np.shape(y))} != framed shape {dims}")
         return np.ascontiguousarray(y, dtype=out_dtype)

@@ -203,6 +203,9 @@ def train(
         for _ in range(done):  # resuming: continue the batch stream where the saved run stopped
             next(batches)
 
+        from onnxcomp.custom_ops import cpu
+
+        cpu.warm_up()  # load (or, without a cache, compile) the codec kernels now, not in the first step
         losses: list[float] = []
         times: list[float] = []
         history: list[tuple[int, float]] = []

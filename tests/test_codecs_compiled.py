@@ -1,0 +1,111 @@
+"""The compiled (numba) CPU kernels: same bytes as the NumPy reference on inputs spanning many parallel tasks,
+the backend switch, and both backends inside a real ONNX Runtime training session (same losses, no hang).
+
+The codecs' property tests (test_codecs_*.py) already run against both backends; these add the sizes those
+tests never reach (chunk and task boundaries of the parallel kernels)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from onnxcomp.custom_ops import REGISTRY, cpu, get_codec
+from onnxcomp.custom_ops import maxpool_index as mpi
+
+numba_only = pytest.mark.skipif(not cpu.numba_available(), reason="numba is not installed")
+
+
+def _payloads(codec: Any, x: np.ndarray, params: dict[str, Any], backend: str) -> tuple[tuple, np.ndarray]:
+    with cpu.use_backend(backend):
+        payload = codec.encode_cpu(x, **params)
+        return payload, codec.decode_cpu(payload, **params)
+
+
+def _assert_same(codec: Any, x: np.ndarray, params: dict[str, Any]) -> None:
+    (ref, y_ref), (got, y) = _payloads(codec, x, params, "numpy"), _payloads(codec, x, params, "numba")
+    assert len(ref) == len(got)
+    for name, a, b in zip(codec.payload_names, ref, got):
+        assert a.dtype == b.dtype and a.shape == b.shape, name
+        assert a.tobytes() == b.tobytes(), f"{codec.name}: payload {name} differs"
+    assert y.dtype == y_ref.dtype and y.shape == y_ref.shape
+    assert y.tobytes() == y_ref.tobytes()
+
+
+def _relu_like(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Smooth along the flat index (as feature-map rows are), about half zeros, a few specials."""
+    x = np.maximum(np.cumsum(rng.standard_normal(n)) * 0.05 + rng.standard_normal(n) * 0.3, 0).astype(np.float32)
+    x[rng.random(n) < 2e-4] = np.nan
+    x[rng.random(n) < 1e-4] = -np.inf
+    x[rng.random(n) < 1e-3] = -0.0
+    return x
+
+
+@numba_only
+@pytest.mark.parametrize("name", sorted(set(REGISTRY) - {"maxpool_index"}))
+@pytest.mark.parametrize("n", [3 * 65536 + 4099, 196613])
+def test_compiled_bytes_equal_numpy_across_tasks(name: str, n: int) -> None:
+    rng = np.random.default_rng(n)
+    x = _relu_like(rng, n)
+    if name == "csr":
+        x[rng.random(n) < 0.9] = 0.0  # CSR territory, with whole empty rows
+        x[65536:65536 + 3000] = 0.0
+    params = {"eb": 1e-2} if name == "sz" else {}
+    _assert_same(get_codec(name), x, params)
+    if name == "sz":  # wide deltas and every element an outlier candidate
+        _assert_same(get_codec(name), (rng.standard_normal(n) * 1e4).astype(np.float32), {"eb": 1e-3})
+
+
+@numba_only
+@pytest.mark.parametrize("shape,params", [
+    ((8, 64, 32, 32), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((4, 33, 17, 19), dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)),
+    ((2, 40, 30, 30), dict(kernel_shape=[5, 5], strides=[3, 3], pads=[2, 2, 2, 2], dilations=[1, 2])),
+    ((1, 8, 40, 40), dict(kernel_shape=[17, 17], strides=[4, 4])),  # 9-bit offsets
+])
+def test_compiled_maxpool_equal_numpy(shape: tuple[int, ...], params: dict[str, Any]) -> None:
+    x = np.random.default_rng(0).integers(-2, 3, size=shape).astype(np.float32)
+    idx = mpi.reference_indices(x, **params)
+    p = dict(input_shape=list(shape), **params)
+    _assert_same(get_codec("maxpool_index"), idx, p)
+    bad = idx.copy().reshape(-1)
+    bad[bad.size - 5] += 10**6  # in the last parallel task: still reported, at its flat position
+    with cpu.use_backend("numba"), pytest.raises(ValueError, match=f"flat position {bad.size - 5} "):
+        get_codec("maxpool_index").encode_cpu(bad.reshape(idx.shape), **p)
+
+
+def test_backend_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = cpu.backend()
+    with cpu.use_backend("numpy"):
+        assert cpu.backend() == "numpy" and cpu.kernels("bits") is None
+    assert cpu.backend() == before
+    with pytest.raises(ValueError, match="unknown codec backend"):
+        cpu.set_backend("fortran")
+    monkeypatch.setenv(cpu.ENV_VAR, "numpy")
+    assert cpu._default_backend() == "numpy"
+    monkeypatch.setenv(cpu.ENV_VAR, "cuda")
+    with pytest.raises(ValueError, match=cpu.ENV_VAR):
+        cpu._default_backend()
+    monkeypatch.delenv(cpu.ENV_VAR)
+    assert cpu._default_backend() == ("numba" if cpu.numba_available() else "numpy")
+
+
+@numba_only
+@pytest.mark.parametrize("policy", ["lossless", "comet"])
+def test_training_session_same_losses_on_both_backends(small_artifacts: Path, tmp_path: Path, policy: str) -> None:
+    """The PyOps call the compiled kernels from inside ORT's training step (ORT's own thread pool running):
+    no hang, and the same losses bit for bit as with the NumPy codecs, since the payloads are the same."""
+    from onnxcomp.runtime.train import train
+    from onnxcomp.transform import transform
+
+    out = tmp_path / policy
+    options = {"adaptive": False, "eb": 1e-2} if policy == "comet" else {}
+    result = transform(small_artifacts, out, policy, min_bytes=0, **options)
+    assert result.records
+    losses = {}
+    for backend in ("numpy", "numba"):
+        with cpu.use_backend(backend):
+            losses[backend] = train(out, steps=3, data="synthetic", seed=1, progress=False).losses
+    assert losses["numba"] == losses["numpy"]
+    assert all(np.isfinite(losses["numba"]))

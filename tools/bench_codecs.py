@@ -1,0 +1,262 @@
+"""Throughput of every codec, both directions, on real activations, against the machine's copy bandwidth.
+
+For each codec it runs the NumPy reference and the compiled numba kernels (``custom_ops/cpu``) on tensors
+dumped from training by ``tools/dump_activations.py`` and reports MB/s of raw tensor bytes (best and median
+of ``--repeat`` wall-clock runs), the fraction of copy bandwidth, the compression ratio, and checks that both
+backends produce the same payload bytes. Inputs per codec: ``signbits`` / ``relumask`` / ``dpr_*`` the ReLU
+inputs, ``zvc`` / ``csr`` / ``sparse`` / ``sz`` the ReLU outputs, ``maxpool_index`` the indices of a 3x3 /
+stride 2 / pad 1 MaxPool (ResNet's stem) over the ReLU outputs. Baselines on the same tensors: zstd (levels
+1 and 3) and lz4 on the raw bytes (lossless), and SZ3 (``pysz``) at the same absolute error bound as ``sz``
+(``--rel`` x the tensor's value range).
+
+Copy bandwidth: ``np.copyto`` of 64 MiB on one thread and on every core (one thread per core, each copying
+its slice); MB/s count the bytes copied once (source size), as the codec figures count raw tensor bytes.
+
+    .venv/bin/python tools/dump_activations.py --model resnet18 --image 64 --batch 32 --dump-batch 32 \\
+        --steps 10 --layers 3 --out /tmp/acts
+    .venv/bin/python tools/bench_codecs.py --dir /tmp/acts --out docs/codecs/bench.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from onnxcomp.custom_ops import get_codec
+from onnxcomp.custom_ops import cpu
+from onnxcomp.fileio import atomic_output
+
+MB = 1e6
+
+
+_cpu_seconds: list[float] = []  # least process CPU time (all threads) of the last timed() call
+
+
+def timed(fn: Callable[[], Any], repeat: int) -> tuple[float, float, Any]:
+    """(best, median) wall seconds over ``repeat`` runs after one warm-up, and the last result; the least
+    process CPU time of those runs (every thread's, so a parallel kernel's total work) goes to
+    ``_cpu_seconds[-1]``: on a loaded machine it is inflated far less than wall time."""
+    out = fn()
+    times, cpu_times = [], []
+    for _ in range(repeat):
+        t, c = time.perf_counter(), time.process_time()
+        out = fn()
+        times.append(time.perf_counter() - t)
+        cpu_times.append(time.process_time() - c)
+    _cpu_seconds.append(min(cpu_times))
+    return min(times), statistics.median(times), out
+
+
+def copy_bandwidth(nbytes: int = 64 << 20, repeat: int = 15) -> dict[str, float]:
+    """np.copyto of ``nbytes``: MB/s (best, median) on one thread and on one thread per core."""
+    src = np.random.default_rng(0).random(nbytes // 4, dtype=np.float32)
+    dst = np.empty_like(src)
+    cores = os.cpu_count() or 1
+    b1, m1, _ = timed(lambda: np.copyto(dst, src), repeat)
+    c1 = _cpu_seconds[-1]
+    bounds = np.linspace(0, src.size, cores + 1).astype(int)
+    with ThreadPoolExecutor(cores) as pool:  # np.copyto releases the GIL
+        def all_cores() -> None:
+            list(pool.map(lambda i: np.copyto(dst[bounds[i]:bounds[i + 1]], src[bounds[i]:bounds[i + 1]]),
+                          range(cores)))
+
+        bn, mn, _ = timed(all_cores, repeat)
+    return {"bytes": nbytes, "cores": cores, "one_best": nbytes / b1 / MB, "one_median": nbytes / m1 / MB,
+            "all_best": nbytes / bn / MB, "all_median": nbytes / mn / MB,
+            "one_per_cpu_second": nbytes / c1 / MB}
+
+
+def maxpool_indices(x: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+    """ORT-style absolute int64 MaxPool indices (3x3, stride 2, pad 1) of an NCHW tensor, and the params."""
+    import torch
+
+    n, c, h, w = x.shape
+    _, ind = torch.nn.functional.max_pool2d(torch.from_numpy(x), 3, 2, 1, return_indices=True)
+    planes = (np.arange(n * c, dtype=np.int64) * h * w).reshape(n, c, 1, 1)
+    params = dict(input_shape=[n, c, h, w], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    return ind.numpy() + planes, params
+
+
+def bench_codec(name: str, x: np.ndarray, params: dict[str, Any], repeat: int) -> dict[str, Any]:
+    codec = get_codec(name)
+    raw = x.nbytes
+    row: dict[str, Any] = {"codec": name, "shape": list(x.shape), "raw_bytes": raw}
+    payloads = {}
+    for backend in cpu.BACKENDS:
+        if backend == "numba" and not cpu.numba_available():
+            continue
+        with cpu.use_backend(backend):
+            eb, em, payload = timed(lambda: codec.encode_cpu(x, **params), repeat)
+            ec = _cpu_seconds[-1]
+            db, dm, y = timed(lambda: codec.decode_cpu(payload, **params), repeat)
+            dc = _cpu_seconds[-1]
+        payloads[backend] = (payload, y)
+        row[backend] = {"encode_best": raw / eb / MB, "encode_median": raw / em / MB,
+                        "decode_best": raw / db / MB, "decode_median": raw / dm / MB,
+                        "encode_per_cpu_second": raw / ec / MB, "decode_per_cpu_second": raw / dc / MB}
+    payload, y = payloads["numpy"]
+    row["ratio"] = raw / codec.payload_nbytes(payload)
+    if "numba" in payloads:
+        p2, y2 = payloads["numba"]
+        row["same_bytes"] = all(a.dtype == b.dtype and a.tobytes() == b.tobytes() for a, b in zip(payload, p2)) \
+            and y.tobytes() == y2.tobytes()
+    return row
+
+
+def bench_lossless_baselines(x: np.ndarray, repeat: int) -> list[dict[str, Any]]:
+    import zstandard
+
+    raw = x.tobytes()
+    rows = []
+    for level in (1, 3):
+        comp = zstandard.ZstdCompressor(level=level)
+        dec = zstandard.ZstdDecompressor()
+        eb, em, frame = timed(lambda: comp.compress(raw), repeat)
+        ec = _cpu_seconds[-1]
+        db, dm, _ = timed(lambda: dec.decompress(frame), repeat)
+        rows.append(_baseline(f"zstd-{level}", x, len(frame), eb, em, db, dm, ec, _cpu_seconds[-1]))
+    try:
+        import lz4.frame
+    except ImportError:
+        return rows
+    eb, em, frame = timed(lambda: lz4.frame.compress(raw), repeat)
+    ec = _cpu_seconds[-1]
+    db, dm, _ = timed(lambda: lz4.frame.decompress(frame), repeat)
+    rows.append(_baseline("lz4", x, len(frame), eb, em, db, dm, ec, _cpu_seconds[-1]))
+    return rows
+
+
+def bench_sz3(x: np.ndarray, eb_abs: float, repeat: int) -> dict[str, Any] | None:
+    try:
+        import pysz
+    except ImportError:
+        return None
+    n, c, h, w = x.shape
+    xs = np.ascontiguousarray(x.reshape(n * c, h, w) if h * w > 1 else x.reshape(-1))
+    cfg = pysz.szConfig()
+    cfg.errorBoundMode = pysz.szErrorBoundMode.ABS
+    cfg.absErrorBound = eb_abs
+    eb, em, (comp, _) = timed(lambda: pysz.sz.compress(xs, cfg), repeat)
+    ec = _cpu_seconds[-1]
+    db, dm, _ = timed(lambda: pysz.sz.decompress(comp, np.float32, xs.shape), repeat)
+    return _baseline("SZ3", x, comp.nbytes, eb, em, db, dm, ec, _cpu_seconds[-1])
+
+
+def _baseline(name: str, x: np.ndarray, nbytes: int, eb: float, em: float, db: float, dm: float, ec: float,
+              dc: float) -> dict[str, Any]:
+    raw = x.nbytes
+    return {"codec": name, "shape": list(x.shape), "raw_bytes": raw, "ratio": raw / nbytes,
+            "single": {"encode_best": raw / eb / MB, "encode_median": raw / em / MB,
+                       "decode_best": raw / db / MB, "decode_median": raw / dm / MB,
+                       "encode_per_cpu_second": raw / ec / MB, "decode_per_cpu_second": raw / dc / MB}}
+
+
+def inputs(directory: Path, largest: int) -> dict[str, list[tuple[str, np.ndarray]]]:
+    """The dumped tensors by kind (relu_in / relu_out / conv_in), largest first, at most ``largest`` each."""
+    kinds: dict[str, list[tuple[str, np.ndarray]]] = {}
+    for path in sorted(directory.glob("*.npy")):
+        kind = next((k for k in ("relu_in", "relu_out", "conv_in") if path.stem.endswith(k)), None)
+        if kind is not None:
+            kinds.setdefault(kind, []).append((path.stem, np.load(path).astype(np.float32, copy=False)))
+    for kind in kinds:
+        kinds[kind] = sorted(kinds[kind], key=lambda t: -t[1].nbytes)[:largest]
+    if not kinds.get("relu_in") or not kinds.get("relu_out"):
+        raise SystemExit(f"bench_codecs: no *_relu_in.npy / *_relu_out.npy in {directory}; "
+                         "write them with tools/dump_activations.py")
+    return kinds
+
+
+def run(directory: Path, repeat: int, largest: int, rel: float) -> dict[str, Any]:
+    cpu.warm_up()  # compile / load every kernel before timing
+    copy = copy_bandwidth()
+    kinds = inputs(directory, largest)
+    rows: list[dict[str, Any]] = []
+    for tname, x in kinds["relu_in"]:
+        for name in ("signbits", "relumask", "dpr_fp16", "dpr_bf16", "dpr_fp10", "dpr_fp8"):
+            rows.append({"tensor": tname, **bench_codec(name, x, {}, repeat)})
+    for tname, x in kinds["relu_out"]:
+        for name in ("zvc", "csr", "sparse"):
+            rows.append({"tensor": tname, **bench_codec(name, x, {}, repeat)})
+        eb_abs = rel * float(x.max() - x.min())
+        rows.append({"tensor": tname, "eb": eb_abs, **bench_codec("sz", x, {"eb": eb_abs}, repeat)})
+        sz3 = bench_sz3(x, eb_abs, repeat)
+        if sz3 is not None:
+            rows.append({"tensor": tname, "eb": eb_abs, **sz3})
+        rows += [{"tensor": tname, **r} for r in bench_lossless_baselines(x, repeat)]
+        if x.ndim == 4 and x.shape[2] >= 4:
+            idx, params = maxpool_indices(x)
+            rows.append({"tensor": tname + "_maxpool3s2", **bench_codec("maxpool_index", idx, params, repeat)})
+    import numba
+
+    env = {"python": platform.python_version(), "numpy": np.__version__, "numba": numba.__version__,
+           "threading_layer": numba.threading_layer(), "numba_threads": numba.config.NUMBA_NUM_THREADS,
+           "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+           "load_avg": os.getloadavg(), "repeat": repeat, "rel_eb": rel}
+    return {"env": env, "copy": copy, "rows": rows}
+
+
+def table(result: dict[str, Any]) -> str:
+    """Markdown: one line per (codec, tensor) with both directions, both backends, fraction of copy."""
+    copy = result["copy"]["all_best"]
+    copy_cpu = result["copy"]["one_per_cpu_second"]
+    lines = [f"copy bandwidth (np.copyto, 64 MiB): one thread {result['copy']['one_best']:.0f} MB/s best / "
+             f"{result['copy']['one_median']:.0f} median; {result['copy']['cores']} cores "
+             f"{copy:.0f} best / {result['copy']['all_median']:.0f} median; {copy_cpu:.0f} MB per CPU second. "
+             f"Wall fractions (× copy) are of {copy:.0f} MB/s; CPU columns: MB per CPU second (all threads) "
+             f"as a fraction of the copy's {copy_cpu:.0f}, i.e. the fraction of copy bandwidth per core.",
+             "",
+             "| codec | tensor | ratio | encode MB/s numpy → compiled (× copy) | decode MB/s numpy → compiled (× copy) "
+             "| encode / decode per CPU s, compiled (× copy) | same bytes |",
+             "|---|---|---:|---:|---:|---:|:-:|"]
+    for r in result["rows"]:
+        if "numpy" in r:
+            np_, nb = r["numpy"], r.get("numba", r["numpy"])
+            enc = f"{np_['encode_best']:.0f} → **{nb['encode_best']:.0f}** ({nb['encode_best'] / copy:.2f})"
+            dec = f"{np_['decode_best']:.0f} → **{nb['decode_best']:.0f}** ({nb['decode_best'] / copy:.2f})"
+            same = {True: "yes", False: "**NO**"}.get(r.get("same_bytes"), "—")
+            c = nb
+        else:
+            s = c = r["single"]
+            enc = f"{s['encode_best']:.0f} ({s['encode_best'] / copy:.2f}), 1 thread"
+            dec = f"{s['decode_best']:.0f} ({s['decode_best'] / copy:.2f}), 1 thread"
+            same = "—"
+        per_cpu = (f"{c['encode_per_cpu_second']:.0f} ({c['encode_per_cpu_second'] / copy_cpu:.2f}) / "
+                   f"{c['decode_per_cpu_second']:.0f} ({c['decode_per_cpu_second'] / copy_cpu:.2f})")
+        eb = f" eb {r['eb']:.3g}" if "eb" in r else ""
+        lines.append(f"| {r['codec']}{eb} | {r['tensor']} {tuple(r['shape'])} | {r['ratio']:.2f} | {enc} | {dec} "
+                     f"| {per_cpu} | {same} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dir", type=Path, required=True, help="directory of .npy files from dump_activations.py")
+    ap.add_argument("--repeat", type=int, default=9, help="timed runs per measurement (best and median kept)")
+    ap.add_argument("--largest", type=int, default=2, help="tensors per kind, largest first")
+    ap.add_argument("--rel", type=float, default=1e-2, help="sz / SZ3 error bound relative to the value range")
+    ap.add_argument("--out", type=Path, help="write every figure as JSON here (and the table beside it, .md)")
+    args = ap.parse_args(argv)
+    if not args.dir.is_dir():
+        ap.error(f"--dir {args.dir} is not a directory")
+    result = run(args.dir, args.repeat, args.largest, args.rel)
+    text = table(result)
+    print(text)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        for path, content in ((args.out, json.dumps(result, indent=1)), (args.out.with_suffix(".md"), text + "\n")):
+            with atomic_output(path) as tmp:
+                Path(tmp).write_text(content)
+    bad = [r for r in result["rows"] if r.get("same_bytes") is False]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,130 @@
+"""Step-time ratios of several training graphs, interleaved step by step in one process.
+
+On a shared, loaded machine, separate runs per graph measure the load as much as the graph. Here every
+configuration (graph file + CPU codec backend) gets its own ORT training session in one process, and the
+steps alternate between them (order rotated every round), so load changes hit all of them alike. Per
+configuration: median wall time per step (train step + optimizer step), median of its per-round ratio to
+the baseline's step in the same round, and the same for process CPU time (all threads), which a loaded
+machine inflates less than wall time.
+
+The allocator is whatever the process gets: run it plain for glibc's default (what ``onnxcomp train``
+sees), and with ``MALLOC_MMAP_THRESHOLD_=131072`` for ``onnxcomp measure``'s pinned threshold. Session
+settings are onnxcomp's defaults (arena off, mem pattern off, mem reuse off, priority order), as in both.
+
+    .venv/bin/python tools/bench_steps.py DIR baseline=training_model.onnx lossless=lossless.onnx \\
+        comet=comet.onnx comet@numpy=comet.onnx --steps 9 --json out.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def _config(spec: str) -> tuple[str, str, str]:
+    """LABEL[@BACKEND]=FILE -> (label, file, backend); the backend defaults to the process default."""
+    from onnxcomp.custom_ops import cpu
+
+    if "=" not in spec:
+        raise SystemExit(f"bench_steps: configuration {spec!r} is not LABEL[@BACKEND]=FILE")
+    label, file = spec.split("=", 1)
+    backend = label.split("@", 1)[1] if "@" in label else cpu.backend()
+    if backend not in cpu.BACKENDS:
+        raise SystemExit(f"bench_steps: unknown backend {backend!r} in {spec!r}; use one of {cpu.BACKENDS}")
+    return label, file, backend
+
+
+def run(artifact_dir: Path, specs: list[str], steps: int, warmup: int, seed: int) -> dict[str, Any]:
+    import onnxruntime as ort
+    from onnxruntime.training import api
+
+    from onnxcomp.custom_ops import cpu
+    from onnxcomp.runtime.data import graph_data, synthetic_batches
+    from onnxcomp.runtime.session import RuntimeSettings
+
+    configs = [_config(s) for s in specs]
+    settings = RuntimeSettings()
+    sessions = []
+    for label, file, backend in configs:
+        path = artifact_dir / file
+        if not path.is_file():
+            raise SystemExit(f"bench_steps: {path} does not exist")
+        state = api.CheckpointState.load_checkpoint(str(artifact_dir / "checkpoint"))
+        module = api.Module(str(path), state, None, "cpu", settings.session_options())
+        optimizer = api.Optimizer(str(artifact_dir / "optimizer_model.onnx"), module)
+        module.train()
+        spec = graph_data(artifact_dir, path, list(module.input_names()))
+        batches = synthetic_batches(spec.image.shape, spec.classes, seed, spec.image.dtype)
+        sessions.append((label, backend, module, optimizer, batches))
+    ort.set_seed(seed)
+
+    def step(i: int) -> tuple[float, float]:
+        _, backend, module, optimizer, batches = sessions[i]
+        x, y = next(batches)
+        cpu.set_backend(backend)
+        w, c = time.perf_counter(), time.process_time()
+        module(x, y)
+        optimizer.step()
+        module.lazy_reset_grad()
+        return time.perf_counter() - w, time.process_time() - c
+
+    for _ in range(warmup):
+        for i in range(len(sessions)):
+            step(i)
+    wall = {label: [] for label, *_ in sessions}
+    cpu_t = {label: [] for label, *_ in sessions}
+    for r in range(steps):
+        order = list(range(len(sessions)))
+        order = order[r % len(order):] + order[:r % len(order)]  # rotate: no configuration always first
+        for i in order:
+            w, c = step(i)
+            wall[sessions[i][0]].append(w)
+            cpu_t[sessions[i][0]].append(c)
+    base = sessions[0][0]
+    rows = []
+    for label, backend, *_ in sessions:
+        rows.append({
+            "config": label, "backend": backend,
+            "wall_median_s": statistics.median(wall[label]), "wall_min_s": min(wall[label]),
+            "cpu_median_s": statistics.median(cpu_t[label]),
+            "wall_ratio": statistics.median(np.divide(wall[label], wall[base])),
+            "cpu_ratio": statistics.median(np.divide(cpu_t[label], cpu_t[base])),
+            "wall_s": wall[label], "cpu_s": cpu_t[label],
+        })
+    return {"dir": str(artifact_dir), "steps": steps, "warmup": warmup, "baseline": base,
+            "malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_", "glibc default"),
+            "load_avg": os.getloadavg(), "rows": rows}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("dir", type=Path, help="artifact directory (checkpoint, optimizer_model.onnx, graphs)")
+    ap.add_argument("configs", nargs="+", help="LABEL[@numpy|@numba]=GRAPH_FILE; the first is the baseline")
+    ap.add_argument("--steps", type=int, default=9)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", type=Path, help="write every step time here")
+    args = ap.parse_args(argv)
+    result = run(args.dir, args.configs, args.steps, args.warmup, args.seed)
+    print(f"malloc mmap threshold: {result['malloc_mmap_threshold']}; load average {result['load_avg']}")
+    print("| config | backend | median step (wall) | ratio (wall) | median step (CPU) | ratio (CPU) |")
+    print("|---|---|---:|---:|---:|---:|")
+    for r in result["rows"]:
+        print(f"| {r['config']} | {r['backend']} | {r['wall_median_s']:.3f} s | {r['wall_ratio']:.2f}× "
+              f"| {r['cpu_median_s']:.3f} s | {r['cpu_ratio']:.2f}× |")
+    if args.json is not None:
+        from onnxcomp.fileio import atomic_output
+
+        with atomic_output(args.json) as tmp:
+            Path(tmp).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
