@@ -65,6 +65,23 @@ __device__ __forceinline__ bool zfp_valid(long long b, int k, long long n, long 
     return by * 4 + (k >> 2) < h && bx * 4 + (k & 3) < w;
 }
 
+// CuPy builds may flush float32 subnormals in float arithmetic (FTZ); these two conversions go through the
+// bits and float64 so that subnormal inputs and outputs come out as the NumPy backend makes them.
+__device__ __forceinline__ double zfp_to_double(unsigned int b)
+{
+    const unsigned int e = (b >> 23) & 0xffu, m = b & 0x7fffffu;
+    const double d = e ? ldexp((double)(m | 0x800000u), (int)e - 150) : ldexp((double)m, -149);
+    return (b >> 31) ? -d : d;
+}
+
+__device__ __forceinline__ float zfp_to_float(double d)
+{
+    const double a = fabs(d);
+    if (a >= 1.1754943508222875e-38) return __double2float_rn(d);  // normal result: no flush possible
+    const unsigned int m = (unsigned int)rint(ldexp(a, 149));  // |d| / 2^-149, RNE
+    return __uint_as_float((d < 0.0 ? 0x80000000u : 0u) | m);            // m = 2^23: the smallest normal
+}
+
 struct ZfpWriter {
     unsigned int* data;
     unsigned long long bit;   // absolute stream position of the next bit
@@ -88,23 +105,22 @@ extern "C" __global__ void zfp_encode(const float* __restrict__ x, long long n, 
     const long long budget = (long long)rate * size;
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x; b < nblocks; b += stride) {
-        float v[16];
-        float amax = 0.0f;
+        double v[16];
+        unsigned int ab = 0u;  // bits of the largest magnitude (uint order = magnitude order when finite)
         for (int k = 0; k < size; ++k) {
-            float f = x[zfp_index(b, k, n, h, w, two_d)];
-            if (!isfinite(f)) f = 0.0f;
-            v[k] = f;
-            amax = fmaxf(amax, fabsf(f));
+            unsigned int fb = __float_as_uint(x[zfp_index(b, k, n, h, w, two_d)]);
+            if ((fb & 0x7fffffffu) >= 0x7f800000u) fb = 0u;  // NaN / Inf: coded as 0
+            v[k] = zfp_to_double(fb);
+            ab = max(ab, fb & 0x7fffffffu);
         }
         ZfpWriter out{data, (unsigned long long)(b * budget), (unsigned long long)((b + 1) * budget), 0u};
-        if (amax == 0.0f) continue;  // exponent field 0, the rest of the block stays zero
+        if (ab == 0u) continue;  // exponent field 0, the rest of the block stays zero
         // frexp exponent from the bits (subnormals included): amax < 2^emax
-        const unsigned int ab = __float_as_uint(amax);
         const int emax = (ab >> 23) ? (int)(ab >> 23) - 126 : (32 - __clz(ab)) - 149;
         const unsigned int efield = (unsigned int)(emax + ZFP_EXP_BIAS);
         for (int i = 0; i < ZFP_EXP_BITS; ++i) out.put(efield >> i);
         long long q[16];
-        for (int k = 0; k < size; ++k) q[k] = (long long)trunc(ldexp((double)v[k], ZFP_PRECISION - emax));
+        for (int k = 0; k < size; ++k) q[k] = (long long)trunc(ldexp(v[k], ZFP_PRECISION - emax));
         unsigned int u[16];
         if (two_d) {
             for (int r = 0; r < 4; ++r) zfp_fwd4(q + 4 * r, 1);
@@ -210,7 +226,7 @@ extern "C" __global__ void zfp_decode(const unsigned int* __restrict__ data, lon
             for (int k = 0; k < size; ++k) {
                 double d = ldexp((double)q[k], emax - ZFP_PRECISION);
                 d = fmin(fmax(d, -lim), lim);
-                out[k] = __double2float_rn(d);
+                out[k] = zfp_to_float(d);
             }
         }
         for (int k = 0; k < size; ++k)
