@@ -10,6 +10,7 @@ from .defer_weight_grad import DeferWeightGradientPass
 from .dpr import DPR_FORMATS, DprPass
 from .eager_accumulation import EagerAccumulationPass
 from .error_bounded import ErrorBoundedPass
+from .fixed_rate import FIXED_RATES, FixedRatePass
 from .maxpool_index import MaxPoolIndexPass
 from .recompute import RecomputePass
 from .row_split import RowSplitPass
@@ -46,7 +47,10 @@ POLICIES: dict[str, list[Callable[..., GraphPass]]] = {
     # COMET: lossless where it applies, error-bounded conv/fc inputs, reduced precision elsewhere.
     # (DprPass unbound: its default fp16 gives way to --dpr-format / the config's dpr_format.)
     "comet": [*LOSSY_FIRST, ErrorBoundedPass, ChunkedStemBackwardPass, DprPass, SparsePass],
+    # CSWAP+/FreeLunch: the float stashes DPR would take held by the fixed-rate zfp codec at N bits/value.
+    **{f"zfp-{rate}": [*LOSSY_FIRST, ChunkedStemBackwardPass, partial(FixedRatePass, rate=rate)]
+       for rate in FIXED_RATES},
 }
 
-__all__ = ["ChunkedStemBackwardPass", "DeferWeightGradientPass", "DprPass", "RecomputePass", "RowSplitPass", "EagerAccumulationPass", "ErrorBoundedPass", "GraphPass", "MaxPoolIndexPass", "POLICIES",
+__all__ = ["ChunkedStemBackwardPass", "DeferWeightGradientPass", "DprPass", "RecomputePass", "RowSplitPass", "EagerAccumulationPass", "ErrorBoundedPass", "FixedRatePass", "GraphPass", "MaxPoolIndexPass", "POLICIES",
            "PassResult", "SignBitsPass", "Skipped", "SparsePass", "SplitWeightPass"]
