@@ -9,7 +9,8 @@ squeezenet_s      SqueezeNet-like fire modules (1x1 squeeze, 1x1 ‖ 3x3 expand 
                   concatenated), ceil-mode max pools, conv classifier
 densenet_s        DenseNet-like dense blocks (BN-ReLU-1x1-BN-ReLU-3x3, every     40
                   layer's output concatenated onto its input), transitions
-leaky_vgg         VGG-like with BatchNorm and LeakyReLU(0.1) / PReLU             56
+leaky_vgg         VGG-like with BatchNorm and LeakyReLU(0.1) / PReLU (as Relu     56
+                  ops: ORT has no PRelu gradient)
 plain_deep        BN-free deep plain VGG-like (12 conv + ReLU, no shortcut)      48
 mobilenet_v1_s    depthwise-separable (MobileNetV1-like, width 0.5)              56
 wide_resnet_s     wide residual net (WRN-10-4, pre-activation)                   40
@@ -108,6 +109,18 @@ class DenseNetS(_SizeChecked):
         return self.fc(torch.flatten(self.pool(self.features(x)), 1))
 
 
+class PReLU(nn.Module):
+    """PReLU written as ``relu(x) - a * relu(-x)`` (per channel a): ORT-training 1.19.2 registers no gradient
+    for the ONNX PRelu op ("The gradient builder has not been registered: PRelu"), so nn.PReLU cannot train."""
+
+    def __init__(self, channels: int, init: float = 0.25) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.full((channels, 1, 1), init))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x) - self.weight * torch.relu(-x)
+
+
 class LeakyVGG(_SizeChecked):
     """VGG-like, Conv-BN-LeakyReLU(0.1) in the first stages and Conv-BN-PReLU in the last, max pools."""
 
@@ -127,7 +140,7 @@ class LeakyVGG(_SizeChecked):
             cout, act = item
             cout = _ch(cout, width)
             mods += [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout),
-                     nn.LeakyReLU(0.1, inplace=True) if act == "leaky" else nn.PReLU(cout)]
+                     nn.LeakyReLU(0.1, inplace=True) if act == "leaky" else PReLU(cout)]
             cin = cout
         self.features = nn.Sequential(*mods)
         self.pool = nn.AdaptiveAvgPool2d(1)
