@@ -328,3 +328,29 @@ def test_gpu_rejects_bad_exponent() -> None:
     data[0] |= np.uint32(0x1FF)
     with pytest.raises(ValueError, match="exponent"):
         ZFP.decode(tuple(cp.asarray(p) for p in (header, data, idx, obits, shape)))
+
+
+# -- tools -----------------------------------------------------------------------------------------------
+def test_bench_tool_smoke(tmp_path: Any) -> None:
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "tools" / "bench_zfp.py"
+    spec = importlib.util.spec_from_file_location("_tool_bench_zfp", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    acts = tmp_path / "acts"
+    acts.mkdir()
+    x = np.maximum(np.random.default_rng(0).standard_normal((2, 8, 13, 11)), 0).astype(np.float32)
+    np.save(acts / "a.npy", x)
+    np.save(acts / "a_copy.npy", x)  # identical tensors are benchmarked once
+    assert tool.main(["--dir", str(acts), "--min-mib", "0", "--repeat", "1", "--rates", "4", "8",
+                      "--out", str(tmp_path / "out")]) == 0
+    rows = json.loads((tmp_path / "out" / "bench.json").read_text())["rows"]
+    ours = [r for r in rows if r["method"].startswith("onnxcomp")]
+    assert [r["rate"] for r in ours] == [4, 8]
+    assert ours[0]["ratio"] < 8 and ours[1]["rms_err"] < ours[0]["rms_err"]  # padding: 13x11 -> 16x12
+    if any(r["method"].startswith("zfpy") for r in rows):
+        assert {r["method"] for r in rows} >= {"zfpy 2-D", "zfpy N-D"}
+    assert (tmp_path / "out" / "tables.md").read_text().startswith("## Summary")
