@@ -6,7 +6,8 @@ ratio, max and RMS error, encode/decode MB/s, for
 * ``onnxcomp zfp``      — our codec (numba block coder when numba is installed, else the NumPy coder),
 * ``onnxcomp zfp (np)`` — the vectorised NumPy coder (``--numpy``),
 * ``zfpy 2-D``          — zfp's fixed-rate mode on the tensor viewed as (N·C·H, W): the same 4×4 blocks,
-* ``zfpy N-D``          — zfp on the tensor as it is (4-D blocks of 4⁴ values for NCHW).
+* ``zfpy N-D``          — zfp on the tensor as it is (4-D blocks of 4⁴ values for NCHW),
+* ``dpr fp8`` / ``dpr fp16`` at rates 8 / 16 — Gist's reduced precision at the same bits per value.
 
 Errors are over finite elements. Example:
 
@@ -76,6 +77,18 @@ def bench_zfpy(x: np.ndarray, rate: int, repeat: int, two_d: bool) -> dict[str, 
     return _row("zfpy 2-D" if two_d else "zfpy N-D", x, len(blob), t_enc, t_dec, y.reshape(x.shape))
 
 
+def bench_dpr(x: np.ndarray, rate: int, repeat: int) -> dict[str, Any] | None:
+    from onnxcomp.custom_ops import get_codec
+
+    fmt = {8: "fp8", 16: "fp16"}.get(rate)
+    if fmt is None:
+        return None
+    codec = get_codec(f"dpr_{fmt}")
+    t_enc, payload = _best(lambda: codec.encode(x), repeat)
+    t_dec, y = _best(lambda: codec.decode(payload), repeat)
+    return _row(f"dpr {fmt}", x, codec.payload_nbytes(payload), t_enc, t_dec, y)
+
+
 def markdown_table(rows: list[dict[str, Any]]) -> str:
     head = "| tensor | shape | rate | method | ratio | max err | RMS err | RMS / max\\|x\\| | enc MB/s | dec MB/s |"
     lines = [head, "|" + "---|" * 10]
@@ -138,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(bench_ours(x, rate, 1, numba=False))
             if have_zfpy:
                 results += [bench_zfpy(x, rate, args.repeat, two_d=True), bench_zfpy(x, rate, args.repeat, two_d=False)]
+            results += [r for r in [bench_dpr(x, rate, args.repeat)] if r is not None]
             rows += [{**meta, "rate": rate, **r} for r in results]
         print(f"done {path.name} ({meta['mib']:.1f} MiB)", flush=True)
 
