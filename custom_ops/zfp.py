@@ -49,6 +49,8 @@ CUDA kernel (``kernels/zfp.cu``) runs one thread per block and produces the same
 """
 from __future__ import annotations
 
+import importlib.util
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -73,11 +75,21 @@ PERM_2D = np.array([0, 1, 4, 5, 2, 8, 6, 9, 3, 12, 10, 7, 13, 11, 14, 15], dtype
 PERM_1D = np.arange(4, dtype=np.intp)
 _BITLEN16 = np.frexp(np.arange(1 << 16, dtype=np.float64))[1].astype(np.int64)
 
-try:  # compiled block coder (same words); the vectorised NumPy coder below otherwise
-    from . import _zfp_numba
-except ImportError:  # numba not installed
-    _zfp_numba = None
-USE_NUMBA = _zfp_numba is not None
+# The compiled block coder (same words) when numba is installed, else the vectorised NumPy coder below.
+# Imported on first use, not with the package: numba + LLVM add ~70 MiB of RSS on import and ~60 MiB more
+# when the cached kernels load (measured), which processes that never encode with zfp should not pay.
+# ONNXCOMP_ZFP_NUMBA=0 keeps the NumPy coder (no fixed cost, ~10x slower).
+USE_NUMBA = importlib.util.find_spec("numba") is not None and os.environ.get("ONNXCOMP_ZFP_NUMBA", "1") != "0"
+_zfp_numba: Any = None
+
+
+def _compiled() -> Any:
+    global _zfp_numba
+    if _zfp_numba is None:
+        from . import _zfp_numba as mod
+
+        _zfp_numba = mod
+    return _zfp_numba
 
 if sys.byteorder != "little":  # the uint32 stream words are little-endian
     raise ImportError("the zfp codec's NumPy backend needs a little-endian machine")
@@ -453,9 +465,9 @@ class ZFP(Codec):
         if idx.size:
             flat = np.where(special, np.float32(0), flat)
         layout = layout_of(x.shape)
-        if USE_NUMBA and _zfp_numba is not None:
+        if USE_NUMBA:
             words = np.zeros(data_words(layout, rate), dtype=np.uint32)
-            _zfp_numba.encode(flat, flat.size, layout.height, layout.width, layout.nblocks, layout.two_d, rate,
+            _compiled().encode(flat, flat.size, layout.height, layout.width, layout.nblocks, layout.two_d, rate,
                               PRECISION, EXP_BITS, EXP_BIAS, words)
             return make_header(rate), words, idx, obits, shape
         budget = budget_bits(layout, rate)
@@ -486,8 +498,8 @@ class ZFP(Codec):
         obits = np.asarray(obits, dtype=np.uint32).reshape(-1)
         _check_outliers(idx, obits, n)
         y = np.empty(n, dtype=np.float32)
-        if USE_NUMBA and _zfp_numba is not None:
-            if not _zfp_numba.decode(data, n, layout.height, layout.width, layout.nblocks, layout.two_d, rate,
+        if USE_NUMBA:
+            if not _compiled().decode(data, n, layout.height, layout.width, layout.nblocks, layout.two_d, rate,
                                      PRECISION, EXP_BITS, EXP_BIAS, y):
                 raise ValueError("zfp: block exponent field out of range")
             y.view(np.uint32)[idx] = obits
