@@ -8,17 +8,20 @@ from torch import nn
 from onnxcomp.errors import OnnxcompError
 
 from .architectures import BUILDERS
+from .suite import SUITE_BUILDERS, SUITE_NAMES
 
 MODEL_NAMES: tuple[str, ...] = ("alexnet", "vgg16", "resnet18", "resnet50", "mobilenet_v2")
+# The zoo plus our own architecture suite (models/suite.py): every name the CLI resolves.
+_ALL_BUILDERS = {**BUILDERS, **SUITE_BUILDERS}
 
 
 def canonical_name(name: str) -> str:
     """The registry key for ``name`` ("ResNet-18" -> "resnet18"); OnnxcompError listing names if unknown."""
     # compare without separators so "ResNet-18", "resnet_18" and "mobilenetv2" all resolve
-    squashed = {k.replace("_", ""): k for k in BUILDERS}
+    squashed = {k.replace("_", ""): k for k in _ALL_BUILDERS}
     key = squashed.get(str(name).strip().lower().replace("-", "").replace("_", ""))
     if key is None:
-        raise OnnxcompError(f"unknown model {name!r}; choose one of: {', '.join(MODEL_NAMES)}")
+        raise OnnxcompError(f"unknown model {name!r}; choose one of: {', '.join(MODEL_NAMES + SUITE_NAMES)}")
     return key
 
 
@@ -27,7 +30,7 @@ def build_model(name: str, num_classes: int = 1000) -> nn.Module:
     key = canonical_name(name)
     if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 1:
         raise OnnxcompError(f"number of classes must be a positive integer, got {num_classes!r} for model {name!r}")
-    return BUILDERS[key](num_classes)
+    return _ALL_BUILDERS[key](num_classes)
 
 
 def count_parameters(module: nn.Module) -> int:

@@ -109,6 +109,22 @@ def cmd_measure(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_maxbatch(args: argparse.Namespace) -> int:
+    from .runtime.maxbatch import max_batch, parse_size
+
+    res = max_batch(args.model, args.image, parse_size(args.budget), args.policy, classes=args.classes,
+                    steps=args.steps, settings=_settings(args), figure=args.figure, limit=args.max_batch,
+                    work_dir=args.work, progress=None if args.json else print)
+    if args.json:
+        _print_json(res)
+    else:
+        for policy, r in res["results"].items():
+            vs = f"  ({r['vs_baseline']:.2f}x the baseline's)" if r["vs_baseline"] and policy != "baseline" else ""
+            print(f"{policy}: largest batch within {res['budget_bytes'] / 2**20:.0f} MiB ({args.figure}): "
+                  f"{r['max_batch']}{'+ (hit --max-batch)' if r['hit_limit'] else ''}{vs}")
+    return 0 if all(r["max_batch"] > 0 for r in res["results"].values()) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="onnxcomp", description="Compress the activations an ONNX Runtime training graph stashes for backward.")
     from . import __version__
@@ -158,6 +174,22 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     _add_runtime_options(s)
     s.set_defaults(func=cmd_measure)
+
+    s = sub.add_parser("maxbatch", help="largest batch whose measured step peak fits a budget, baseline vs "
+                       "policies (exports and measures every probed batch)")
+    s.add_argument("--model", required=True, help="zoo or suite model name (onnxcomp models; models/suite.py)")
+    s.add_argument("--image", type=_positive, default=64)
+    s.add_argument("--budget", required=True, help="memory budget, e.g. 512MiB")
+    s.add_argument("--policy", nargs="*", default=[], help="policies searched beside the baseline")
+    s.add_argument("--classes", type=_positive, default=10)
+    s.add_argument("--steps", type=_positive, default=2, help="measured steps per probe")
+    s.add_argument("--figure", choices=["peak", "growth"], default="peak",
+                   help="peak: step over pre-step RSS; growth: over the RSS after set-up (counts ORT's arena)")
+    s.add_argument("--max-batch", type=_positive, default=4096)
+    s.add_argument("--work", metavar="DIR", help="keep the probed artifacts here (default: a temp dir)")
+    s.add_argument("--json", action="store_true")
+    _add_runtime_options(s)
+    s.set_defaults(func=cmd_maxbatch)
 
     from .commands import add_subcommands
 

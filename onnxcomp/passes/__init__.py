@@ -8,6 +8,7 @@ from .defer_weight_grad import DeferWeightGradientPass
 from .dpr import DPR_FORMATS, DprPass
 from .eager_accumulation import EagerAccumulationPass
 from .error_bounded import ErrorBoundedPass
+from .fixed_rate import FIXED_RATES, FixedRatePass
 from .maxpool_index import MaxPoolIndexPass
 from .policy import OPTIONS, Policy, Step, policy, step
 from .recompute import RecomputePass
@@ -48,6 +49,11 @@ _POLICIES = [
     policy("comet", "COMET: lossless where it applies, error-bounded conv/fc inputs, reduced precision "
            "elsewhere", *LOSSY_FIRST, ErrorBoundedPass, ChunkedStemBackwardPass, DprPass, SparsePass,
            options=("min_bytes", "overrides", "split_weight_bytes", "eb", "adaptive", "dpr_format", "native")),
+    # CSWAP+/FreeLunch: the float stashes DPR would take held by the fixed-rate zfp codec at N bits/value.
+    *(policy(f"zfp-{rate}", f"fixed-rate zfp codec at {rate} bits/value for the float stashes DPR would take",
+             *LOSSY_FIRST, ChunkedStemBackwardPass, step(FixedRatePass, rate=rate),
+             options=("min_bytes", "overrides", "split_weight_bytes"))
+      for rate in FIXED_RATES),
 ]
 POLICIES: dict[str, Policy] = {p.name: p for p in _POLICIES}
 
@@ -59,5 +65,5 @@ def get_policy(name: str) -> Policy:
         raise OnnxcompError(f"unknown policy {name!r}; choose one of: {', '.join(sorted(POLICIES))}") from None
 
 
-__all__ = ["ChunkedStemBackwardPass", "DeferWeightGradientPass", "DprPass", "RecomputePass", "RowSplitPass", "EagerAccumulationPass", "ErrorBoundedPass", "GraphPass", "MaxPoolIndexPass", "POLICIES",
+__all__ = ["ChunkedStemBackwardPass", "DeferWeightGradientPass", "DprPass", "RecomputePass", "RowSplitPass", "EagerAccumulationPass", "ErrorBoundedPass", "FixedRatePass", "GraphPass", "MaxPoolIndexPass", "POLICIES",
            "OPTIONS", "PassResult", "Policy", "SignBitsPass", "Step", "get_policy", "Skipped", "SparsePass", "SplitWeightPass"]

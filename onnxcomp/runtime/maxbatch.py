@@ -1,0 +1,138 @@
+"""`onnxcomp maxbatch`: the largest batch whose *measured* training-step peak fits a memory budget.
+
+GACT's protocol (its benchmark's max-batch search), with measured peaks instead of an allocator's failure:
+for each probed batch, export the model, generate ORT training artifacts, apply the policy and run
+``measure`` in a fresh process. The search doubles the batch until a probe exceeds the budget, then bisects
+between the last batch that fit and the first that did not. It assumes the peak does not fall as the batch
+grows (true of every graph here: activations scale with the batch, weights do not).
+"""
+from __future__ import annotations
+
+import re
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import OnnxcompError
+from .session import RuntimeSettings
+
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 10**6, "mb": 10**6, "mib": 1 << 20,
+          "g": 10**9, "gb": 10**9, "gib": 1 << 30}
+FIGURES = ("peak", "growth")  # measure's peak_bytes (step over pre-step RSS) / growth_bytes (over set-up RSS)
+
+
+def parse_size(text: str) -> int:
+    """Bytes from "512MiB", "2GiB", "500MB" or a plain integer; OnnxcompError otherwise."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
+    if not m or m.group(2).lower() not in _UNITS or float(m.group(1)) <= 0:
+        raise OnnxcompError(f"{text!r}: not a memory size; use e.g. 512MiB, 2GiB or 1073741824")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+@dataclass
+class Probe:
+    batch: int
+    bytes: int          # the figure compared with the budget
+    fits: bool
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Search:
+    max_batch: int      # 0: not even the smallest batch fits
+    probes: list[Probe]
+    hit_limit: bool     # the largest allowed batch fit: the true maximum may be larger
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"max_batch": self.max_batch, "hit_limit": self.hit_limit, "probes": [asdict(p) for p in self.probes]}
+
+
+def search_max_batch(measure_batch: Callable[[int], tuple[int, dict[str, Any]]], budget: int, *,
+                     start: int = 1, limit: int = 4096) -> Search:
+    """Largest batch in [start, limit] with ``measure_batch(batch)[0] <= budget``: doubling, then bisection.
+
+    ``measure_batch`` returns (bytes, extras) for a batch; every batch is measured at most once."""
+    if not 1 <= start <= limit:
+        raise OnnxcompError(f"maxbatch: need 1 <= start <= limit (got start {start}, limit {limit})")
+    probes: dict[int, Probe] = {}
+
+    def fits(batch: int) -> bool:
+        if batch not in probes:
+            nbytes, extras = measure_batch(batch)
+            probes[batch] = Probe(batch, int(nbytes), int(nbytes) <= budget, extras)
+        return probes[batch].fits
+
+    if not fits(start):
+        return Search(0, list(probes.values()), False)
+    good, bad = start, None
+    while bad is None:  # doubling
+        nxt = min(2 * good, limit)
+        if nxt == good:
+            return Search(good, sorted(probes.values(), key=lambda p: p.batch), True)
+        if fits(nxt):
+            good = nxt
+        else:
+            bad = nxt
+    while bad - good > 1:  # bisection: good fits, bad does not
+        mid = (good + bad) // 2
+        if fits(mid):
+            good = mid
+        else:
+            bad = mid
+    return Search(good, sorted(probes.values(), key=lambda p: p.batch), False)
+
+
+def max_batch(model: str, image: int, budget: int, policies: list[str], *, classes: int = 10, steps: int = 2,
+              settings: RuntimeSettings | None = None, figure: str = "peak", start: int = 1, limit: int = 4096,
+              work_dir: str | Path | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Max batch within ``budget`` for the baseline and each policy ("baseline" needs no listing), measured.
+
+    Artifacts per batch are generated once (in ``work_dir``, a temporary directory by default) and shared
+    by every policy's search."""
+    from ..models.artifacts import generate_artifacts
+    from ..models.zoo import canonical_name
+    from ..transform import transform
+    from .measure import measure
+
+    if figure not in FIGURES:
+        raise OnnxcompError(f"maxbatch: unknown figure {figure!r}; use one of {', '.join(FIGURES)}")
+    name = canonical_name(model)
+    settings = settings or RuntimeSettings()
+    policies = ["baseline", *[p for p in policies if p != "baseline"]]
+    key = "peak_bytes" if figure == "peak" else "growth_bytes"
+    tmp = tempfile.TemporaryDirectory(prefix="onnxcomp-maxbatch-") if work_dir is None else None
+    work = Path(tmp.name if tmp else work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    say = progress or (lambda _msg: None)
+    try:
+        def artifacts(batch: int) -> Path:
+            art = work / f"{name}_b{batch}_{image}px"
+            if not (art / "training_model.onnx").exists():
+                generate_artifacts(name, batch, image, classes, art, smoke_test=False, overwrite=True)
+            return art
+
+        searches = {}
+        for policy in policies:
+            def probe(batch: int, policy: str = policy) -> tuple[int, dict[str, Any]]:
+                art = artifacts(batch)
+                graph = None
+                if policy != "baseline":
+                    graph = art / f"{policy}.onnx"
+                    if not graph.exists():
+                        transform(art, graph, policy)
+                m = measure(art, model=graph, steps=steps, settings=settings)
+                say(f"{policy}: batch {batch}: {figure} {getattr(m, key) / 2**20:.1f} MiB "
+                    f"({'fits' if getattr(m, key) <= budget else 'over'} {budget / 2**20:.0f} MiB)")
+                return getattr(m, key), {"peak_bytes": m.peak_bytes, "growth_bytes": m.growth_bytes,
+                                         "step_time_s": m.step_time_s}
+
+            searches[policy] = search_max_batch(probe, budget, start=start, limit=limit)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    base = searches["baseline"].max_batch
+    return {"model": name, "image": image, "classes": classes, "budget_bytes": budget, "figure": figure,
+            "settings": settings.to_dict(), "steps": steps,
+            "results": {p: {**s.to_dict(), "vs_baseline": (s.max_batch / base) if base else None}
+                        for p, s in searches.items()}}

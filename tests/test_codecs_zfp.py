@@ -1,0 +1,356 @@
+"""The ``zfp`` fixed-rate codec: fixed size per block (random access), the bitstream on a hand-worked block,
+the NumPy coder against the compiled (numba) one bit for bit, specials, odd/empty/all-zero shapes, error vs
+rate, the ORT PyOps, and GPU == CPU words (skipped without CuPy + a GPU)."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import cupy_or_skip
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import onnxcomp.custom_ops.zfp as zfp
+from onnxcomp.custom_ops import get_codec
+
+ZFP = get_codec("zfp")
+F32_MAX = float(np.finfo(np.float32).max)
+_SPECIALS = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-45, -1e-45, 1.1754942e-38, F32_MAX, -F32_MAX],
+                     dtype=np.float32)
+_NAN_PAYLOAD = np.array([0x7FC00001, 0xFFC12345, 0x7F800001], dtype=np.uint32).view(np.float32)
+
+
+def _round_trip(x: np.ndarray, rate: int) -> tuple[Any, np.ndarray]:
+    """Encode/decode (decode with no params) and assert every guarantee that holds at any rate."""
+    payload = ZFP.encode(x, rate=rate)
+    assert len(payload) == len(ZFP.payload_names)
+    for arr, dt in zip(payload, ZFP.payload_dtypes):
+        assert arr.dtype == np.dtype(dt)
+    y = ZFP.decode(payload)
+    assert y.dtype == np.float32 and y.shape == x.shape
+    xf, yf = x.reshape(-1), y.reshape(-1)
+    finite = np.isfinite(xf)
+    assert np.isfinite(yf[finite]).all()  # finite in, finite out (saturated at ±FLT_MAX)
+    np.testing.assert_array_equal(yf.view(np.uint32)[~finite], xf.view(np.uint32)[~finite])  # exact bits
+    n_special = int((~finite).sum())
+    assert ZFP.payload_nbytes(payload) == ZFP.predicted_nbytes(x.shape, rate=rate,
+                                                               outlier_fraction=n_special / max(x.size, 1))
+    return payload, y
+
+
+def _numpy_coder(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(zfp, "USE_NUMBA", False)
+
+
+# -- layout and size -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape,expected", [
+    ((2, 3, 5, 7), zfp.Layout(6, 5, 7, 4, 4)), ((4, 6, 1, 1), zfp.Layout(1, 4, 6, 4, 4)),
+    ((1, 8, 1, 9), zfp.Layout(1, 8, 9, 4, 4)), ((7,), zfp.Layout(1, 1, 7, 1, 4)), ((), zfp.Layout(1, 1, 1, 1, 4)),
+    ((1, 1, 5), zfp.Layout(1, 1, 5, 1, 4)), ((0, 4), zfp.Layout(0, 0, 0, 4, 4)), ((0,), zfp.Layout(0, 1, 0, 1, 4)),
+])
+def test_layout(shape: tuple[int, ...], expected: zfp.Layout) -> None:
+    assert zfp.layout_of(shape) == expected
+
+
+@pytest.mark.parametrize("rate", [3, 4, 6, 8, 12, 16, 32])
+@pytest.mark.parametrize("shape", [(2, 3, 5, 7), (3, 33), (13,), (4, 6, 1, 1), ()])
+def test_size_depends_only_on_shape_and_rate(shape: tuple[int, ...], rate: int) -> None:
+    rng = np.random.default_rng(rate)
+    sizes = {ZFP.payload_nbytes(ZFP.encode(x.astype(np.float32), rate=rate))
+             for x in (rng.standard_normal(shape), np.zeros(shape), rng.standard_normal(shape) * 1e30)}
+    layout = zfp.layout_of(shape)
+    bits = layout.nblocks * rate * layout.block_size
+    assert sizes == {zfp.HEADER_BYTES + 4 * -(-bits // 32) + 8 * len(shape)}
+
+
+# -- the bitstream ---------------------------------------------------------------------------------------
+def test_hand_worked_block() -> None:
+    # [1,1,1,1]: emax 1 (field 150), q = 2^25, transform -> (2^27, 0, 0, 0); 2^27 in negabinary is
+    # bits 27 and 28. Stream: 150 in 9 bits, planes 31-29 "0" (group test fails), plane 28 "1" (group) "1"
+    # (coefficient 0) "0" (group), plane 27 "1" (verbatim, coefficient 0) "0" (group), then "00" per plane.
+    payload = ZFP.encode(np.ones(4, np.float32), rate=8)
+    assert payload[1].tolist() == [150 | 1 << 12 | 1 << 13 | 1 << 15]
+    np.testing.assert_array_equal(ZFP.decode(payload), np.ones(4, np.float32))
+    assert payload[0].tobytes() == b"ZF\x01\x08\x00\x00\x00\x00"
+
+
+def test_transform_exactly_invertible() -> None:
+    rng = np.random.default_rng(0)
+    q = rng.integers(-(1 << zfp.PRECISION) + 1, 1 << zfp.PRECISION, size=(5000, 16), dtype=np.int64)
+    for two_d, width in ((True, 16), (False, 4)):
+        c = zfp.forward_transform(q[:, :width], two_d)
+        assert np.abs(c).max() < 1 << 30  # the headroom the negabinary planes assume
+        np.testing.assert_array_equal(zfp.inverse_transform(c, two_d), q[:, :width])
+    np.testing.assert_array_equal(zfp.from_negabinary(zfp.to_negabinary(q)), q)
+
+
+@pytest.mark.skipif(not zfp.USE_NUMBA, reason="numba not installed")
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), shape=st.lists(st.integers(0, 11), min_size=0, max_size=4).map(tuple),
+       rate=st.integers(zfp.MIN_RATE, zfp.MAX_RATE), log_scale=st.floats(-44, 38),
+       special_frac=st.sampled_from([0.0, 0.05]), zero_frac=st.sampled_from([0.0, 0.5]))
+def test_numpy_and_compiled_coders_write_the_same_words(seed: int, shape: tuple[int, ...], rate: int,
+                                                       log_scale: float, special_frac: float,
+                                                       zero_frac: float) -> None:
+    rng = np.random.default_rng(seed)
+    with np.errstate(over="ignore"):
+        x = np.asarray(rng.standard_normal(shape) * 10.0 ** log_scale, dtype=np.float32)
+    x[np.asarray(rng.random(shape) < zero_frac)] = 0
+    x[np.asarray(rng.random(shape) < special_frac)] = np.nan
+    compiled = ZFP.encode(x, rate=rate)
+    zfp.USE_NUMBA = False
+    try:
+        vectorised = ZFP.encode(x, rate=rate)
+        y_vec = ZFP.decode(compiled)
+    finally:
+        zfp.USE_NUMBA = True
+    for name, a, b in zip(ZFP.payload_names, compiled, vectorised):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+    np.testing.assert_array_equal(ZFP.decode(compiled).view(np.uint32), y_vec.view(np.uint32))
+
+
+@pytest.mark.slow
+@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 300), rate=st.integers(zfp.MIN_RATE, zfp.MAX_RATE),
+       log_scale=st.floats(-44, 38), two_d=st.booleans())
+def test_many_random_tensors_coders_agree(seed: int, n: int, rate: int, log_scale: float, two_d: bool) -> None:
+    rng = np.random.default_rng(seed)
+    with np.errstate(over="ignore"):
+        x = np.asarray(rng.standard_normal(n) * 10.0 ** log_scale, dtype=np.float32)
+    x[rng.random(n) < 0.02] = np.inf
+    if two_d and n % 3 == 0 and n:
+        x = x.reshape(3, n // 3)
+    payload, y = _round_trip(x, rate)
+    if zfp.USE_NUMBA:
+        zfp.USE_NUMBA = False
+        try:
+            np.testing.assert_array_equal(ZFP.encode(x, rate=rate)[1], payload[1])
+            np.testing.assert_array_equal(ZFP.decode(payload).view(np.uint32), y.view(np.uint32))
+        finally:
+            zfp.USE_NUMBA = True
+
+
+def test_chunking_invisible(monkeypatch: pytest.MonkeyPatch) -> None:
+    _numpy_coder(monkeypatch)
+    rng = np.random.default_rng(5)
+    for shape, rate in (((2, 3, 9, 11), 7), ((203,), 5)):
+        x = rng.standard_normal(shape).astype(np.float32)
+        a = ZFP.encode(x, rate=rate)
+        monkeypatch.setattr(zfp, "_CHUNK_BLOCKS", 3)  # chunk boundaries everywhere (mid-plane for 1-D)
+        b = ZFP.encode(x, rate=rate)
+        np.testing.assert_array_equal(a[1], b[1])
+        np.testing.assert_array_equal(ZFP.decode(a), ZFP.decode(b))
+        monkeypatch.setattr(zfp, "_CHUNK_BLOCKS", 8192)
+
+
+def test_random_access_each_block_owns_its_bits() -> None:
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 9, 10)).astype(np.float32)  # 2 planes x 3 x 3 blocks, partial edges
+    rate = 5                                                 # 80 bits per block: blocks straddle words
+    header, data, idx, obits, shape = ZFP.encode(x, rate=rate)
+    y = ZFP.decode((header, data, idx, obits, shape))
+    budget = rate * 16
+    block = 7  # plane 0, block row 2, block col 1 -> rows 8, cols 4..7
+    bits = np.unpackbits(data.view(np.uint8), bitorder="little")
+    bits[block * budget + zfp.EXP_BITS:(block + 1) * budget] ^= 1  # scramble everything after its exponent
+    damaged = np.packbits(bits, bitorder="little").view(np.uint32)
+    y2 = ZFP.decode((header, damaged, idx, obits, shape))
+    changed = np.argwhere(y2 != y)
+    assert changed.size
+    assert {(int(p), int(r) // 4, int(c) // 4) for p, r, c in changed} == {(0, 2, 1)}
+
+
+# -- values ----------------------------------------------------------------------------------------------
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hnp.arrays(np.float32, hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=9),
+                  elements=st.floats(width=32, allow_nan=True, allow_infinity=True, allow_subnormal=True)),
+       st.integers(zfp.MIN_RATE, zfp.MAX_RATE))
+def test_round_trip_adversarial_values(x: np.ndarray, rate: int) -> None:
+    """Hypothesis-chosen values (-0.0, subnormals, FLT_MAX, NaN, Inf), odd and empty shapes, any rate."""
+    _round_trip(x, rate)
+
+
+def test_specials_exact_and_neighbours_unharmed() -> None:
+    x = np.concatenate([_SPECIALS, _NAN_PAYLOAD, np.float32([1.0, -2.0, 0.3])])
+    payload, y = _round_trip(x, 16)
+    assert payload[2].tolist() == np.flatnonzero(~np.isfinite(x)).tolist()
+    finite = np.isfinite(x)
+    assert np.all(np.abs(y[finite][-3:] - x[finite][-3:]) < 1e-3)
+    assert not np.signbit(y[x == 0]).any()  # exact zeros (either sign) come back as +0.0
+
+
+@pytest.mark.parametrize("shape", [(0,), (4, 0, 3), (), (1, 1, 1), (3, 1, 5)])
+def test_empty_scalar_and_singleton_shapes(shape: tuple[int, ...]) -> None:
+    x = np.full(shape, 1.25, dtype=np.float32)
+    payload, y = _round_trip(x, 8)
+    assert tuple(payload[4]) == shape
+    np.testing.assert_array_equal(y, x)  # constant blocks are exact (DC coefficient only)
+
+
+def test_all_zero_blocks_exact_and_cost_no_more() -> None:
+    x = np.zeros((2, 3, 8, 8), np.float32)
+    payload, y = _round_trip(x, 6)
+    assert not payload[1].any() and not y.any()
+    x[1, 2, 5, 6] = 0.5  # one block (the last) becomes nonzero; the others stay exactly zero
+    _, y = _round_trip(x, 6)
+    assert np.count_nonzero(y[:, :, :4]) == 0 and np.count_nonzero(y[:1]) == 0
+
+
+def test_saturates_near_float32_max() -> None:
+    x = np.full((4, 4), F32_MAX, np.float32)
+    x[0, 0] = -F32_MAX
+    _, y = _round_trip(x, 4)
+    assert np.isfinite(y).all() and np.abs(y).max() <= F32_MAX
+
+
+def test_error_falls_with_rate() -> None:
+    rng = np.random.default_rng(3)
+    acts = np.maximum(rng.standard_normal((4, 8, 20, 20)), 0).astype(np.float32)
+    smooth = np.cumsum(np.cumsum(rng.standard_normal((4, 8, 20, 20)), -1), -2).astype(np.float32)
+    for x in (acts, smooth):
+        rms = [float(np.sqrt(np.mean((ZFP.decode(ZFP.encode(x, rate=r)) - x) ** 2))) for r in (4, 6, 8, 12, 16, 24)]
+        assert all(b < a / 2 for a, b in zip(rms, rms[1:])), rms  # every extra bit per value pays
+        assert rms[-2] < 1e-3 * float(np.abs(x).max())
+
+
+def test_close_to_reference_zfp_at_equal_rate() -> None:
+    zfpy = pytest.importorskip("zfpy")
+    rng = np.random.default_rng(4)
+    x = np.maximum(rng.standard_normal((16, 32, 32)), 0).astype(np.float32)
+    for rate in (4, 8, 16):
+        ours = np.sqrt(np.mean((ZFP.decode(ZFP.encode(x, rate=rate)) - x) ** 2))
+        plane = x.reshape(-1, 32)  # zfpy's 2-D mode: the same 4x4 blocks
+        ref = np.sqrt(np.mean((zfpy.decompress_numpy(zfpy.compress_numpy(plane, rate=rate)) - plane) ** 2))
+        assert ours < 1.5 * ref, (rate, ours, ref)
+
+
+# -- bad input -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("params,match", [
+    ({}, "needs rate"), ({"rate": 2}, r"\[3, 32\]"), ({"rate": 33}, r"\[3, 32\]"), ({"rate": 8.5}, "integer"),
+    ({"rate": "8"}, "integer"), ({"rate": True}, "integer"), ({"rate": 8, "eb": 1}, "unknown params"),
+])
+def test_bad_params(params: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        ZFP.encode(np.ones(4, np.float32), **params)
+
+
+def test_bad_dtype_and_corrupt_payloads() -> None:
+    with pytest.raises(ValueError, match="float32"):
+        ZFP.encode(np.ones(4, np.float64), rate=8)
+    x = np.random.default_rng(0).standard_normal((5, 6)).astype(np.float32)
+    x[0, 0] = np.nan
+    header, data, idx, obits, shape = ZFP.encode(x, rate=8)
+    bad_exp = data.copy()
+    bad_exp[0] |= np.uint32(0x1FF)  # exponent field 511
+    bad = {
+        "magic": (np.zeros(8, np.uint8), data, idx, obits, shape),
+        "version": (np.concatenate([header[:2], [9], header[3:]]).astype(np.uint8), data, idx, obits, shape),
+        "rate": (np.concatenate([header[:3], [40], header[4:]]).astype(np.uint8), data, idx, obits, shape),
+        "data": (header, data[:-1], idx, obits, shape),
+        "outliers": (header, data, idx, obits[:0], shape),
+        "index": (header, data, idx + 1000, obits, shape),
+        "exponent": (header, bad_exp, idx, obits, shape),
+        "arity": (header, data, idx, obits),
+    }
+    for what, payload in bad.items():
+        with pytest.raises(ValueError, match="zfp"):
+            ZFP.decode(payload)
+
+
+# -- ONNX Runtime ----------------------------------------------------------------------------------------
+def test_encode_decode_ops_run_in_an_ort_session() -> None:
+    import onnxruntime as ort
+    from onnx import TensorProto, ValueInfoProto, helper
+
+    from onnxcomp.runtime import codec_ops
+    from onnxcomp.runtime.session import session_options
+
+    enc, dec = codec_ops.op_type_names("zfp")
+    payload = [f"p_{n}" for n in ZFP.payload_names]
+    attr = codec_ops.params_attr({"rate": 6})
+    nodes = [helper.make_node(enc, ["X"], [*payload, "anchor"], domain=codec_ops.DOMAIN, params=attr),
+             helper.make_node(dec, [*payload, "trigger"], ["Y"], domain=codec_ops.DOMAIN, params=attr)]
+    x = np.maximum(np.random.default_rng(1).standard_normal((2, 3, 9, 10)), 0).astype(np.float32)
+    x[0, 0, 0, 0] = np.inf
+    graph = helper.make_graph(nodes, "zfp", [helper.make_tensor_value_info("X", TensorProto.FLOAT, list(x.shape)),
+                                             helper.make_tensor_value_info("trigger", TensorProto.FLOAT, [1])],
+                              [ValueInfoProto(name=n) for n in ["Y", "anchor", "p_data"]])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid(codec_ops.DOMAIN, 1)])
+    model.ir_version = 8
+    sess = ort.InferenceSession(model.SerializeToString(), session_options(), providers=["CPUExecutionProvider"])
+    y, anchor, data = sess.run(["Y", "anchor", "p_data"], {"X": x, "trigger": np.zeros(1, np.float32)})
+    want = ZFP.encode(x, rate=6)
+    np.testing.assert_array_equal(data, want[1])
+    np.testing.assert_array_equal(y, ZFP.decode(want))
+    assert tuple(anchor) == x.shape and y[0, 0, 0, 0] == np.inf
+
+
+# -- GPU -------------------------------------------------------------------------------------------------
+def _gpu_cases() -> list[tuple[np.ndarray, int]]:
+    rng = np.random.default_rng(11)
+    cases = [(x, p["rate"]) for x, p in ZFP.sample_inputs(rng)]
+    for _ in range(12):
+        shape = tuple(int(s) for s in rng.integers(1, 23, size=int(rng.integers(1, 5))))
+        with np.errstate(over="ignore"):
+            x = (rng.standard_normal(shape) * 10 ** rng.uniform(-44, 38)).astype(np.float32)
+        x[rng.random(shape) < 0.05] = np.nan
+        x[rng.random(shape) < 0.3] = 0
+        cases.append((x, int(rng.integers(zfp.MIN_RATE, zfp.MAX_RATE + 1))))
+    cases.append((np.concatenate([_SPECIALS, _NAN_PAYLOAD]), 8))
+    cases += [(np.maximum(rng.standard_normal((3, 64, 33, 35)), 0).astype(np.float32), r) for r in (4, 8, 13)]
+    cases.append((rng.standard_normal(100_001).astype(np.float32), 5))
+    return cases
+
+
+@pytest.mark.gpu
+def test_gpu_words_match_cpu_and_cross_decode() -> None:
+    cp = cupy_or_skip()
+    for x, rate in _gpu_cases():
+        cpu = ZFP.encode(x, rate=rate)
+        gpu_payload = ZFP.encode(cp.asarray(x), rate=rate)
+        for name, c, g in zip(ZFP.payload_names, cpu, gpu_payload):
+            assert isinstance(g, cp.ndarray) and g.dtype == c.dtype, name
+            np.testing.assert_array_equal(cp.asnumpy(g), c, err_msg=f"{name} {x.shape} rate {rate}")
+        want = ZFP.decode(cpu).view(np.uint32)
+        np.testing.assert_array_equal(cp.asnumpy(ZFP.decode(gpu_payload)).view(np.uint32), want)
+        np.testing.assert_array_equal(cp.asnumpy(ZFP.decode(tuple(cp.asarray(p) for p in cpu))).view(np.uint32), want)
+        np.testing.assert_array_equal(ZFP.decode(tuple(cp.asnumpy(p) for p in gpu_payload)).view(np.uint32), want)
+
+
+@pytest.mark.gpu
+def test_gpu_rejects_bad_exponent() -> None:
+    cp = cupy_or_skip()
+    header, data, idx, obits, shape = ZFP.encode(np.ones((4, 4), np.float32), rate=8)
+    data = data.copy()
+    data[0] |= np.uint32(0x1FF)
+    with pytest.raises(ValueError, match="exponent"):
+        ZFP.decode(tuple(cp.asarray(p) for p in (header, data, idx, obits, shape)))
+
+
+# -- tools -----------------------------------------------------------------------------------------------
+def test_bench_tool_smoke(tmp_path: Any) -> None:
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "tools" / "bench_zfp.py"
+    spec = importlib.util.spec_from_file_location("_tool_bench_zfp", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    acts = tmp_path / "acts"
+    acts.mkdir()
+    x = np.maximum(np.random.default_rng(0).standard_normal((2, 8, 13, 11)), 0).astype(np.float32)
+    np.save(acts / "a.npy", x)
+    np.save(acts / "a_copy.npy", x)  # identical tensors are benchmarked once
+    assert tool.main(["--dir", str(acts), "--min-mib", "0", "--repeat", "1", "--rates", "4", "8",
+                      "--out", str(tmp_path / "out")]) == 0
+    rows = json.loads((tmp_path / "out" / "bench.json").read_text())["rows"]
+    ours = [r for r in rows if r["method"].startswith("onnxcomp")]
+    assert [r["rate"] for r in ours] == [4, 8]
+    assert ours[0]["ratio"] < 8 and ours[1]["rms_err"] < ours[0]["rms_err"]  # padding: 13x11 -> 16x12
+    if any(r["method"].startswith("zfpy") for r in rows):
+        assert {r["method"] for r in rows} >= {"zfpy 2-D", "zfpy N-D"}
+    assert (tmp_path / "out" / "tables.md").read_text().startswith("## Summary")
