@@ -53,8 +53,8 @@ def test_parse_size_rejects(text: str) -> None:
 def test_maxbatch_cli_measures_baseline_and_policy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from onnxcomp.cli import main
 
-    rc = main(["maxbatch", "--model", "wide_resnet_s", "--image", "16", "--budget", "24MiB", "--policy", "zfp-8",
-               "--max-batch", "64", "--work", str(tmp_path), "--json"])
+    rc = main(["maxbatch", "--model", "wide_resnet_s", "--image", "16", "--budget", "8MiB", "--policy", "zfp-8",
+               "--max-batch", "32", "--work", str(tmp_path), "--json"])
     res = json.loads(capsys.readouterr().out)
     assert rc == 0
     base, zfp = res["results"]["baseline"], res["results"]["zfp-8"]

@@ -302,11 +302,30 @@ def campaign_flags(work: Path, art: Path) -> dict[str, Any]:
 
 
 # -------------------------------------------------------------------------------------- kills, concurrency
+def _file_hash(p: Path) -> str:
+    """sha256 of a file; of a checkpoint, of its parameters less BatchNorm running statistics (the export's
+    forward pass on an unseeded dummy input moves those, so two identical `artifacts` runs differ there)."""
+    if p.name != "checkpoint":
+        return hashlib.sha256(p.read_bytes()).hexdigest()
+    import numpy as np
+    from onnxruntime.training.api import CheckpointState
+
+    h = hashlib.sha256()
+    for name, param in sorted(CheckpointState.load_checkpoint(str(p)).parameters, key=lambda kv: kv[0]):
+        data = np.asarray(param.data)
+        h.update(f"{name}:{data.shape}:{data.dtype}:{param.requires_grad}".encode())
+        if "running_" not in name:
+            h.update(data.tobytes())
+    return h.hexdigest()
+
+
 def _hashes(d: Path) -> dict[str, str]:
     if d.is_file():
-        return {d.name: hashlib.sha256(d.read_bytes()).hexdigest()}
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "<dir>"
-            for p in sorted(d.iterdir())} if d.is_dir() else {}
+        return {d.name: _file_hash(d)}
+    try:
+        return {p.name: _file_hash(p) if p.is_file() else "<dir>" for p in sorted(d.iterdir())} if d.is_dir() else {}
+    except Exception as exc:  # noqa: BLE001  (an unreadable file: the set is broken)
+        return {"<unreadable>": repr(exc)}
 
 
 def _leftovers(target: Path) -> list[str]:
