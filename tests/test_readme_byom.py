@@ -2,7 +2,7 @@
 
 Fenced ```python blocks whose first line is ``# NAME.py`` are written to NAME.py; every line of the ```bash
 blocks runs in order in one fresh directory, except the venv/pip set-up lines (the test already runs inside an
-installed environment). ONNXCOMP_BYOM_DOC=FILE reads the section from another file (e.g. NOTES-userpath.md).
+installed environment). ONNXCOMP_BYOM_DOC=FILE reads the section from another file (e.g. docs/user-path.md).
 """
 from __future__ import annotations
 
@@ -60,8 +60,8 @@ def test_bring_your_own_model_section_runs(tmp_path: Path) -> None:
     doc = Path(os.environ.get("ONNXCOMP_BYOM_DOC", ROOT / "README.md"))
     text = section(doc)
     if text is None:
-        pytest.skip(f"{doc} has no '{HEADING}' section yet (it is written in NOTES-userpath.md; "
-                    "run with ONNXCOMP_BYOM_DOC=NOTES-userpath.md)")
+        pytest.skip(f"{doc} has no '{HEADING}' section yet (the section lives in README.md; "
+                    "or point ONNXCOMP_BYOM_DOC at a file that has it)")
     ran = 0
     for lang, code in blocks(text):
         first = code.splitlines()[0] if code.strip() else ""
