@@ -101,7 +101,7 @@ def run(names: list[str], policies: list[str], work: Path, steps: int, classes: 
 def _ratio(rows: list[dict[str, Any]], name: str, policy: str, settings: str, key: str) -> float | None:
     pick = {(r["model"], r["policy"], r["settings"]): r for r in rows}
     base, pol = pick.get((name, "baseline", settings)), pick.get((name, policy, settings))
-    if not base or not pol or not pol[key] or not base[key]:  # a 0 step peak: the arena kept warm-up's memory
+    if not base or not pol or not pol[key] or base[key] < MIB:  # ~0 step peak: the arena kept warm-up's memory
         return None
     return base[key] / pol[key]
 
