@@ -157,6 +157,8 @@ def _fill_training_op_shapes(graph: onnx.GraphProto, types: dict[str, TensorType
                 src = None
                 if k in rules and rules[k] < len(node.input):
                     src = _known(types, node.input[rules[k]])
+                if node.op_type == "ConcatTraining" and k == 1:  # per_input_length: int64 [number of inputs]
+                    src = TensorType((len(node.input),), np.dtype(np.int64))
                 if node.op_type == "ConvGrad" and k == 2:  # bias grad: [C_out]
                     w = _known(types, node.input[2])
                     src = TensorType((w.shape[0],), w.dtype) if w else None
