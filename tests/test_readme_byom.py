@@ -55,7 +55,6 @@ def test_section_parser() -> None:
     assert commands(blocks(text)[1][1]) == [[sys.executable, "-m", "onnxcomp", "models"]]
 
 
-@pytest.mark.slow
 def test_bring_your_own_model_section_runs(tmp_path: Path) -> None:
     doc = Path(os.environ.get("ONNXCOMP_BYOM_DOC", ROOT / "README.md"))
     text = section(doc)
