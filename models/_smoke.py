@@ -22,6 +22,11 @@ def run_one_step(artifact_dir: Path, batch: int, image: int, classes: int, seed:
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((batch, 3, image, image), dtype=np.float32)
     labels = rng.integers(0, classes, size=(batch,), dtype=np.int64)
+    meta = artifact_dir / "onnxcomp.json"
+    shapes = json.loads(meta.read_text()).get("inputs", {}) if meta.exists() else {}
+    if len(shapes.get("input", [])) == 2:  # token ids [batch, seq], next-token labels [batch·seq]
+        x = rng.integers(0, classes, size=shapes["input"], dtype=np.int64)
+        labels = rng.integers(0, classes, size=shapes["labels"], dtype=np.int64)
 
     state = CheckpointState.load_checkpoint(str(artifact_dir / "checkpoint"))
     module = Module(

@@ -72,6 +72,7 @@ def generate_artifacts(
     overwrite: bool = False,
     opset: int = 17,
     smoke_timeout_s: float = DEFAULT_SMOKE_TIMEOUT_S,
+    seq_len: int | None = None,
 ) -> ArtifactSet:
     """Build zoo model ``name``, export it and write ORT training artifacts into ``out_dir``.
 
@@ -93,7 +94,8 @@ def generate_artifacts(
 
     with torch.random.fork_rng(devices=[]):  # seed the weights without disturbing the caller's RNG
         torch.manual_seed(seed)
-        model = build_model(name, num_classes)  # raises OnnxcompError for unknown names
+        # image / seq_len reach the transformers only (learned positions); raises OnnxcompError for unknown names
+        model = build_model(name, num_classes, image=image, seq_len=seq_len)
     check = getattr(model, "check_image_size", None)
     if check is not None:
         check(image, image)
@@ -158,6 +160,7 @@ def generate_artifacts(
             "optimizer": optimizer_key,
             "seed": seed,
             "opset": opset,
+            **({"seq_len": seq_len} if seq_len is not None else {}),
             "parameters": n_params,
             "onnxcomp_version": onnxcomp.__version__,
         }

@@ -14,6 +14,8 @@ from torch import nn
 
 from onnxcomp.errors import OnnxcompError
 
+from .transformer_export import repair_for_training
+
 INPUT_NAME = "input"
 OUTPUT_NAME = "logits"
 
@@ -59,7 +61,9 @@ def export_training_onnx(
     param = next(model.parameters(), None)
     if param is not None and param.device.type == "meta":
         raise OnnxcompError("cannot export a model built on the meta device; build it on the CPU")
-    dummy = torch.randn(batch, 3, image, image)
+    # Token models (GPT-tiny) say what they read; images otherwise.
+    example = getattr(model, "example_input", None)
+    dummy = example(batch) if example is not None else torch.randn(batch, 3, image, image)
     dynamic_axes = {INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}} if dynamic_batch else None
 
     # Write next to the target then rename, so a failed export never leaves a truncated file behind.
@@ -84,6 +88,7 @@ def export_training_onnx(
                 output_names=[OUTPUT_NAME],
                 dynamic_axes=dynamic_axes,
             )
+        repair_for_training(tmp_name)  # transformer traps of ORT's gradient builder (LayerNorm, Dropout mask)
         os.replace(tmp_name, path)
     except OnnxcompError:
         raise

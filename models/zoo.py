@@ -7,9 +7,12 @@ from torch import nn
 
 from onnxcomp.errors import OnnxcompError
 
-from .architectures import BUILDERS
+from .architectures import BUILDERS as CNN_BUILDERS
+from .transformers import gpt_tiny, vit_tiny
 
-MODEL_NAMES: tuple[str, ...] = ("alexnet", "vgg16", "resnet18", "resnet50", "mobilenet_v2")
+# Transformers take their input size when built (learned positions, causal mask): see build_model's options.
+BUILDERS = {**CNN_BUILDERS, "vit_tiny": vit_tiny, "gpt_tiny": gpt_tiny}
+MODEL_NAMES: tuple[str, ...] = ("alexnet", "vgg16", "resnet18", "resnet50", "mobilenet_v2", "vit_tiny", "gpt_tiny")
 
 
 def canonical_name(name: str) -> str:
@@ -22,12 +25,18 @@ def canonical_name(name: str) -> str:
     return key
 
 
-def build_model(name: str, num_classes: int = 1000) -> nn.Module:
-    """A freshly initialised zoo model (in training mode) with ``num_classes`` outputs."""
+def build_model(name: str, num_classes: int = 1000, **options: int | None) -> nn.Module:
+    """A freshly initialised zoo model (in training mode) with ``num_classes`` outputs.
+
+    ``options`` (e.g. ``image=32``, ``seq_len=256``) reach only builders that take them; None is left out.
+    """
     key = canonical_name(name)
     if not isinstance(num_classes, int) or isinstance(num_classes, bool) or num_classes < 1:
         raise OnnxcompError(f"number of classes must be a positive integer, got {num_classes!r} for model {name!r}")
-    return BUILDERS[key](num_classes)
+    import inspect
+
+    accepted = inspect.signature(BUILDERS[key]).parameters
+    return BUILDERS[key](num_classes, **{k: v for k, v in options.items() if k in accepted and v is not None})
 
 
 def count_parameters(module: nn.Module) -> int:

@@ -15,7 +15,7 @@ from .errors import OnnxcompError
 from .fileio import atomic_output
 from .load import TRAINING_MODEL, load_model
 from .passes import POLICIES, GraphPass, SplitWeightPass
-from .passes.base import check_model
+from .validate import validate_rewritten
 from .passes.encode_stash import EncodeStashPass
 from .passes.split_weight import WeightSplit
 from .planner import plan_all
@@ -132,7 +132,7 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
         chunked += getattr(p, "chunked", [])
         splits += getattr(p, "splits", [])
         skipped += [s.to_dict() | {"pass": p.name} for s in result.skipped]
-    check_model(current, where)
+    validate_rewritten(current, where, original=model)
     after = _footprint(current)
     # Stashes no pass understood: listed, never touched (a wrong gradient is worse than no saving).
     handled = {r["tensor"] for r in records} | {t for r in records + chunked for t in r.get("dropped_stashes", [])} | \
