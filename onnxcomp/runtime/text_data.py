@@ -23,10 +23,10 @@ DEFAULT_CORPUS_BYTES = 4 << 20
 
 def encode_text(text: str) -> np.ndarray:
     """Token ids (uint8) of ``text`` in the fixed vocabulary."""
-    codes = np.frombuffer(text.encode("ascii", errors="replace"), dtype=np.uint8).astype(np.int16)
+    codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(np.int64)
     ids = codes - 31
     ids[codes == 10] = 0
-    ids[(codes < 32) & (codes != 10) | (codes > 126)] = 1  # space
+    ids[((codes < 32) & (codes != 10)) | (codes > 126)] = 1  # space
     return ids.astype(np.uint8)
 
 
