@@ -16,6 +16,7 @@ from .row_split import RowSplitPass
 from .signbits import SignBitsPass
 from .sparse import SparsePass
 from .split_weight import SplitWeightPass
+from .transformer import TRANSFORMER_EXACT, AttentionDropoutRecomputePass, DropoutMaskPass, TransformerRecomputePass
 
 # Scheduling first: large weight gradients (VGG's fc1 dW) deferred to the end of backward, then every
 # accumulator moved right behind its gradient.
@@ -26,14 +27,15 @@ LOSSLESS_PASSES: list[Callable[..., GraphPass]] = [*REORDER, SignBitsPass, MaxPo
 # weights are split into row blocks first when asked (--split-weights: it renames the parameter, and dX is
 # summed in blocks, so only the lossy policies offer it).
 LOSSY_FIRST: list[Callable[..., GraphPass]] = [SplitWeightPass, *REORDER, partial(SignBitsPass, split_readers=True),
-                                               MaxPoolIndexPass]
+                                               MaxPoolIndexPass, *TRANSFORMER_EXACT]
 
 POLICIES: dict[str, list[Callable[..., GraphPass]]] = {
     # Exact: cheap layers (BN, ReLU, pooling) recomputed in backward, then the lossless encodings.
-    "lossless": [*REORDER, RecomputePass, SignBitsPass, MaxPoolIndexPass, SparsePass],
+    # Transformers: LayerNorm / GELU outputs and attention dropout recomputed, Dropout masks as bits.
+    "lossless": [*REORDER, RecomputePass, *TRANSFORMER_EXACT, SignBitsPass, MaxPoolIndexPass, SparsePass],
     # The lossless encodings alone (Gist's lossless set), without recomputation.
-    "lossless-encode": [*LOSSLESS_PASSES, SparsePass],
-    "recompute": [*REORDER, RecomputePass],
+    "lossless-encode": [*LOSSLESS_PASSES, DropoutMaskPass, SparsePass],
+    "recompute": [*REORDER, RecomputePass, TransformerRecomputePass, AttentionDropoutRecomputePass],
     # LR-CNN: conv chains split into row blocks, recomputed row by row in backward (exact).
     "rows": [RowSplitPass, EagerAccumulationPass],
     # Reordering alone: the share of a lossless saving that needs no codec at all.
@@ -48,5 +50,5 @@ POLICIES: dict[str, list[Callable[..., GraphPass]]] = {
     "comet": [*LOSSY_FIRST, ErrorBoundedPass, ChunkedStemBackwardPass, DprPass, SparsePass],
 }
 
-__all__ = ["ChunkedStemBackwardPass", "DeferWeightGradientPass", "DprPass", "RecomputePass", "RowSplitPass", "EagerAccumulationPass", "ErrorBoundedPass", "GraphPass", "MaxPoolIndexPass", "POLICIES",
+__all__ = ["AttentionDropoutRecomputePass", "DropoutMaskPass", "TransformerRecomputePass", "ChunkedStemBackwardPass", "DeferWeightGradientPass", "DprPass", "RecomputePass", "RowSplitPass", "EagerAccumulationPass", "ErrorBoundedPass", "GraphPass", "MaxPoolIndexPass", "POLICIES",
            "PassResult", "SignBitsPass", "Skipped", "SparsePass", "SplitWeightPass"]
