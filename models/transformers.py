@@ -122,7 +122,11 @@ class GPTTiny(nn.Module):
         return torch.randint(0, self.vocab, (batch, self.seq_len), dtype=torch.int64)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        h = self.blocks(self.drop(self.tok_embed(tokens) + self.pos_embed))
+        # One-hot product instead of a lookup: ORT's CPU GatherGrad (the lookup's backward) adds repeated
+        # token rows in a thread-dependent order — three runs of the same step gave three different
+        # embedding gradients — while the product's gradient is a Gemm, deterministic run to run.
+        one_hot = F.one_hot(tokens, self.vocab).to(self.tok_embed.weight.dtype)
+        h = self.blocks(self.drop(one_hot @ self.tok_embed.weight + self.pos_embed))
         return self.head(self.norm(h)).reshape(-1, self.vocab)
 
 

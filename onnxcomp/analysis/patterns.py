@@ -95,9 +95,11 @@ def applicable_encodings(use: StashUse) -> tuple[str, ...]:
     if role == "LayerNorm-stats":
         return ()   # [..., 1] per row: nothing to gain
     attention_dropout = role == "Dropout-output" and use.input_producer == "Softmax"
-    if (role in ("LayerNorm-output", "Gelu-output") or attention_dropout) and use.float_tensor:
+    attention_probs = role == "Softmax-output" and any(op.startswith("SoftmaxGrad") for op, _ in use.backward_uses)
+    if (role in ("LayerNorm-output", "Gelu-output") or attention_dropout or attention_probs) and use.float_tensor:
         # Exact: rebuilt from the LayerNorm / GELU input that LayerNormalizationGrad / GeluGrad keep anyway,
-        # or from the softmax output and the Dropout mask that SoftmaxGrad / DropoutGrad keep anyway.
+        # or from the softmax output and the Dropout mask that SoftmaxGrad / DropoutGrad keep anyway, or
+        # (the softmax output itself) from Q and Kᵀ, which the dQ / dK products keep anyway.
         return (RECOMPUTE, DPR, ERROR_BOUNDED)
     if not use.float_tensor or role == "BatchNorm-stats":
         return ()

@@ -25,6 +25,7 @@ from onnx import TensorProto, helper
 from ..analysis import GraphAnalysis, StashedTensor, analyze_model
 from ..analysis.patterns import BITMASK, RECOMPUTE
 from .base import GraphPass, NodeBuilder, PassResult, Skipped, require_training_graph, taken_names, trigger_constants
+from .early_weight_grad import EarlyWeightGradientPass
 from .encode_stash import EncodeStashPass, Encoding, already_encoded
 from .recompute import CHEAP_OPS, RecomputePass
 
@@ -72,6 +73,23 @@ class TransformerRecomputePass(RecomputePass):
         if node.domain == MS_DOMAIN and node.op_type in _MS_PURE:
             return None
         return super()._op_problem(node)
+
+
+class AttentionProbsRecomputePass(RecomputePass):
+    """The softmax output (attention probabilities, batch·heads·T² floats) recomputed from Q and Kᵀ, which
+    the dQ / dK products keep anyway: MatMul → Mul(scale) → Where(causal mask) → Softmax cloned just before
+    its first backward reader (FlashAttention's backward idea, in ORT's own ops; same ops on the same
+    inputs, so bit-identical). Costs one more Q·Kᵀ per layer in backward."""
+
+    name = "recompute_attention"
+
+    def __init__(self, min_bytes: int = 64 * 1024, max_depth: int = 5) -> None:
+        super().__init__(ops=CHEAP_OPS | {"MatMul", "Where", "Softmax"}, min_bytes=min_bytes, max_depth=max_depth)
+
+    def _reject(self, analysis: GraphAnalysis, stash: StashedTensor) -> str | None:
+        if not stash.pattern.startswith("Softmax-output") or RECOMPUTE not in stash.encodings:
+            return "not attention probabilities (what this pass rebuilds)"
+        return super()._reject(analysis, stash)
 
 
 class AttentionDropoutRecomputePass(GraphPass):
@@ -167,6 +185,8 @@ def _is_backward_float(analysis: GraphAnalysis, name: str) -> bool:
             and t.type.dtype is not None and np.dtype(t.type.dtype).kind == "f")
 
 
-# Exact transformer passes, in order: the recomputations first (the mask's first backward reader is then
+# Exact transformer passes, in order: weight gradients moved early (their inputs then die early and the
+# LayerNorm inputs are still alive to rebuild LayerNorm outputs from), the recomputations (the mask's first backward reader is then
 # the rebuilt dropout, gated on dY), then the masks as bits.
-TRANSFORMER_EXACT = [TransformerRecomputePass, AttentionDropoutRecomputePass, DropoutMaskPass]
+TRANSFORMER_EXACT = [EarlyWeightGradientPass, TransformerRecomputePass, AttentionDropoutRecomputePass, AttentionProbsRecomputePass,
+                     DropoutMaskPass]
