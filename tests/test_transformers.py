@@ -131,3 +131,76 @@ def test_zoo_transformer_lossless_bit_identical(tmp_path, name, kwargs, data):
     base = measure(art, steps=3, data=data)
     rewritten = measure(art, model="lossless.onnx", steps=3, data=data)
     assert base.losses == rewritten.losses
+
+
+# -- passes on a tiny GPT (one block, T 16): exact policies bit-identical, each technique applied ----------
+@pytest.fixture(scope="module")
+def tiny_gpt(tmp_path_factory):
+    from onnxruntime.training import artifacts
+
+    from onnxcomp.models.export import export_training_onnx
+    from onnxcomp.models.transformers import GPTTiny
+
+    d = tmp_path_factory.mktemp("tiny_gpt")
+    torch.manual_seed(0)
+    model = GPTTiny(VOCAB_SIZE, seq_len=16, dim=32, depth=1, heads=2, dropout=0.1)
+    export_training_onnx(model, 2, 1, VOCAB_SIZE, d / "forward.onnx")
+    artifacts.generate_artifacts(str(d / "forward.onnx"), requires_grad=[n for n, _ in model.named_parameters()],
+                                 frozen_params=[], loss=artifacts.LossType.CrossEntropyLoss,
+                                 optimizer=artifacts.OptimType.AdamW, artifact_directory=str(d))
+    (d / "onnxcomp.json").write_text(json.dumps({"classes": VOCAB_SIZE, "labels": "labels"}))
+    return d
+
+
+def _train(d, model: str, steps: int = 3):
+    from onnxcomp.runtime.train import train
+
+    r = train(d, model=model, steps=steps, data="synthetic", progress=False, return_parameters=True)
+    return r.losses, r.parameters
+
+
+def test_lossless_transformer_techniques_bit_identical(tiny_gpt):
+    from onnxcomp.transform import transform
+
+    result = transform(tiny_gpt, tiny_gpt / "lossless.onnx", "lossless", min_bytes=0)
+    done = {(r["pattern"].split("→")[0], r["encoding"]) for r in result.records}
+    assert {("Dropout-mask", "bitmask"), ("Dropout-output", "recompute"), ("Softmax-output", "recompute"),
+            ("LayerNorm-output", "recompute"), ("Gelu-output", "recompute")} <= done
+    assert result.after["stashed_bytes"] < result.before["stashed_bytes"] / 2
+    base_losses, base_params = _train(tiny_gpt, "training_model.onnx")
+    losses, params = _train(tiny_gpt, "lossless.onnx")
+    assert losses == base_losses
+    np.testing.assert_array_equal(params, base_params)
+
+
+def test_early_weight_gradients_move_before_layernorm_grad(tiny_gpt):
+    from onnxcomp.passes.early_weight_grad import EarlyWeightGradientPass
+
+    model = onnx.load(str(tiny_gpt / "training_model.onnx"))
+
+    def positions(m):
+        names = [n.name for n in m.graph.node]
+        gemm = next(i for i, n in enumerate(names) if "norm1" not in n and "qkv/MatMul_Grad/Gemm" in n)
+        lngrad = next(i for i, n in enumerate(m.graph.node) if n.op_type == "LayerNormalizationGrad"
+                      and "norm1" in n.name and "blocks.0" in n.name)
+        return gemm, lngrad
+
+    gemm, lngrad = positions(model)
+    assert gemm > lngrad   # ORT's order: every weight gradient at the end
+    p = EarlyWeightGradientPass()
+    moved = p.run(model).model
+    gemm, lngrad = positions(moved)
+    assert gemm < lngrad and p.moved
+    validate_rewritten(moved, "early", original=model)
+
+
+def test_bitmask_codec_round_trip_and_size():
+    from onnxcomp.custom_ops import get_codec
+
+    codec = get_codec("bitmask")
+    mask = np.random.default_rng(0).random((2, 4, 16, 16)) < 0.9
+    bits, shape = codec.encode_cpu(mask)
+    assert bits.nbytes == mask.size // 8 and tuple(shape) == mask.shape
+    decoded = codec.decode_cpu((bits, shape))
+    assert decoded.dtype == np.bool_
+    np.testing.assert_array_equal(decoded, mask)
