@@ -71,7 +71,8 @@ def cmd_artifacts(args: argparse.Namespace) -> int:
     out = generate_artifacts(args.model, args.batch, args.image, args.classes, Path(args.output),
                              smoke_test=not args.no_smoke_test, optimizer=args.optimizer,
                              overwrite=args.force, seq_len=args.seq)
-    print(f"wrote ORT training artifacts for {args.model} (batch {args.batch}, {args.image}×{args.image}, "
+    shape = f"sequence {args.seq}" if args.seq else f"{args.image}×{args.image}"
+    print(f"wrote ORT training artifacts for {args.model} (batch {args.batch}, {shape}, "
           f"{args.classes} classes) to {out.out_dir}")
     return 0
 
