@@ -12,7 +12,8 @@ from .transformers import gpt_tiny, vit_tiny
 
 # Transformers take their input size when built (learned positions, causal mask): see build_model's options.
 BUILDERS = {**CNN_BUILDERS, "vit_tiny": vit_tiny, "gpt_tiny": gpt_tiny}
-MODEL_NAMES: tuple[str, ...] = ("alexnet", "vgg16", "resnet18", "resnet50", "mobilenet_v2", "vit_tiny", "gpt_tiny")
+MODEL_NAMES: tuple[str, ...] = ("alexnet", "vgg16", "resnet18", "resnet50", "mobilenet_v2")
+TRANSFORMER_NAMES: tuple[str, ...] = ("vit_tiny", "gpt_tiny")
 
 
 def canonical_name(name: str) -> str:
@@ -21,7 +22,7 @@ def canonical_name(name: str) -> str:
     squashed = {k.replace("_", ""): k for k in BUILDERS}
     key = squashed.get(str(name).strip().lower().replace("-", "").replace("_", ""))
     if key is None:
-        raise OnnxcompError(f"unknown model {name!r}; choose one of: {', '.join(MODEL_NAMES)}")
+        raise OnnxcompError(f"unknown model {name!r}; choose one of: {', '.join(MODEL_NAMES + TRANSFORMER_NAMES)}")
     return key
 
 
@@ -56,7 +57,7 @@ def list_models() -> list[dict]:
     Models are built on the meta device, so this allocates no weights and takes milliseconds.
     """
     out = []
-    for name in MODEL_NAMES:
+    for name in MODEL_NAMES + TRANSFORMER_NAMES:
         with torch.device("meta"):
             model = build_model(name, 1000)
         out.append(

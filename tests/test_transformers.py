@@ -204,3 +204,15 @@ def test_bitmask_codec_round_trip_and_size():
     decoded = codec.decode_cpu((bits, shape))
     assert decoded.dtype == np.bool_
     np.testing.assert_array_equal(decoded, mask)
+
+
+def test_zoo_transformers_build_with_their_input_size():
+    from onnxcomp.models import build_model
+
+    vit = build_model("vit_tiny", 10, image=16)
+    assert vit(torch.randn(2, 3, 16, 16)).shape == (2, 10)
+    with pytest.raises(OnnxcompError, match="16×16"):
+        vit.check_image_size(32, 32)
+    gpt = build_model("gpt_tiny", VOCAB_SIZE, seq_len=12, image=99)   # image reaches only image models
+    tokens = gpt.example_input(3)
+    assert tokens.shape == (3, 12) and gpt(tokens).shape == (36, VOCAB_SIZE)
