@@ -16,7 +16,9 @@ from .row_split import RowSplitPass
 from .signbits import SignBitsPass
 from .sparse import SparsePass
 from .split_weight import SplitWeightPass
-from .transformer import TRANSFORMER_EXACT, AttentionDropoutRecomputePass, DropoutMaskPass, TransformerRecomputePass
+from .early_weight_grad import EarlyWeightGradientPass
+from .transformer import (TRANSFORMER_EXACT, TRANSFORMER_RECOMPUTE, AttentionDropoutRecomputePass,
+                          AttentionProbsRecomputePass, DropoutMaskPass, TransformerRecomputePass)
 
 # Scheduling first: large weight gradients (VGG's fc1 dW) deferred to the end of backward, then every
 # accumulator moved right behind its gradient.
@@ -31,11 +33,12 @@ LOSSY_FIRST: list[Callable[..., GraphPass]] = [SplitWeightPass, *REORDER, partia
 
 POLICIES: dict[str, list[Callable[..., GraphPass]]] = {
     # Exact: cheap layers (BN, ReLU, pooling) recomputed in backward, then the lossless encodings.
-    # Transformers: LayerNorm / GELU outputs and attention dropout recomputed, Dropout masks as bits.
+    # Transformers: weight gradients early, LayerNorm / GELU outputs and attention probabilities (before and
+    # after dropout) recomputed, Dropout masks as bits (passes/transformer.py).
     "lossless": [*REORDER, RecomputePass, *TRANSFORMER_EXACT, SignBitsPass, MaxPoolIndexPass, SparsePass],
     # The lossless encodings alone (Gist's lossless set), without recomputation.
     "lossless-encode": [*LOSSLESS_PASSES, DropoutMaskPass, SparsePass],
-    "recompute": [*REORDER, RecomputePass, TransformerRecomputePass, AttentionDropoutRecomputePass],
+    "recompute": [*REORDER, RecomputePass, *TRANSFORMER_RECOMPUTE],
     # LR-CNN: conv chains split into row blocks, recomputed row by row in backward (exact).
     "rows": [RowSplitPass, EagerAccumulationPass],
     # Reordering alone: the share of a lossless saving that needs no codec at all.
@@ -50,5 +53,6 @@ POLICIES: dict[str, list[Callable[..., GraphPass]]] = {
     "comet": [*LOSSY_FIRST, ErrorBoundedPass, ChunkedStemBackwardPass, DprPass, SparsePass],
 }
 
-__all__ = ["AttentionDropoutRecomputePass", "DropoutMaskPass", "TransformerRecomputePass", "ChunkedStemBackwardPass", "DeferWeightGradientPass", "DprPass", "RecomputePass", "RowSplitPass", "EagerAccumulationPass", "ErrorBoundedPass", "GraphPass", "MaxPoolIndexPass", "POLICIES",
+__all__ = ["AttentionDropoutRecomputePass", "AttentionProbsRecomputePass", "DropoutMaskPass", "EarlyWeightGradientPass",
+           "TransformerRecomputePass", "ChunkedStemBackwardPass", "DeferWeightGradientPass", "DprPass", "RecomputePass", "RowSplitPass", "EagerAccumulationPass", "ErrorBoundedPass", "GraphPass", "MaxPoolIndexPass", "POLICIES",
            "PassResult", "SignBitsPass", "Skipped", "SparsePass", "SplitWeightPass"]

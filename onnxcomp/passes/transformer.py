@@ -13,8 +13,12 @@ What ORT's gradient builder stashes per pre-norm block, and what is done with it
   gradient): ``TransformerRecomputePass`` clones LayerNormalization / Gelu (plus the views after them)
   from their inputs, which LayerNormalizationGrad and GeluGrad keep anyway — the recompute pass's
   machinery, gated on the reader's dY like every clone (passes/recompute.py).
-- Left to the lossy policies: the softmax output (SoftmaxGrad), the GELU input (GeluGrad), the LayerNorm
-  input (LayerNormalizationGrad), Q/K/V and the attention output (MatMul inputs): reduced precision (DPR).
+- ``Softmax-output→SoftmaxGrad`` (the attention probabilities): ``AttentionProbsRecomputePass`` rebuilds
+  them from Q and Kᵀ, which dQ / dK keep anyway (FlashAttention's backward idea, in ORT's ops).
+- Weight gradients: ``EarlyWeightGradientPass`` (passes/early_weight_grad.py) runs first, so the LayerNorm
+  inputs are still alive where the LayerNorm outputs are rebuilt.
+- Left to the lossy policies: the GELU input (GeluGrad), the LayerNorm input (LayerNormalizationGrad), Q/K/V
+  and the attention output (MatMul inputs): reduced precision (DPR).
 """
 from __future__ import annotations
 
@@ -188,5 +192,6 @@ def _is_backward_float(analysis: GraphAnalysis, name: str) -> bool:
 # Exact transformer passes, in order: weight gradients moved early (their inputs then die early and the
 # LayerNorm inputs are still alive to rebuild LayerNorm outputs from), the recomputations (the mask's first backward reader is then
 # the rebuilt dropout, gated on dY), then the masks as bits.
-TRANSFORMER_EXACT = [EarlyWeightGradientPass, TransformerRecomputePass, AttentionDropoutRecomputePass, AttentionProbsRecomputePass,
-                     DropoutMaskPass]
+TRANSFORMER_RECOMPUTE = [EarlyWeightGradientPass, TransformerRecomputePass, AttentionDropoutRecomputePass,
+                         AttentionProbsRecomputePass]
+TRANSFORMER_EXACT = [*TRANSFORMER_RECOMPUTE, DropoutMaskPass]
