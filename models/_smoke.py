@@ -25,7 +25,10 @@ def random_batch(meta: dict, seed: int) -> tuple:
     inputs = meta["inputs"]
     label_name = meta.get("labels", "labels")
     data_name = next(n for n in inputs if n != label_name)
-    x = rng.standard_normal(inputs[data_name], dtype=np.float32)
+    if meta.get("input_dtype") == "int64":  # token ids [batch, seq] (GPT-tiny), labels [batch·seq]
+        x = rng.integers(0, int(meta.get("classes") or 2), size=inputs[data_name], dtype=np.int64)
+    else:
+        x = rng.standard_normal(inputs[data_name], dtype=np.float32)
     if meta.get("label_dtype", "int64") == "int64":
         y = rng.integers(0, int(meta.get("classes") or 2), size=inputs[label_name], dtype=np.int64)
     else:

@@ -82,6 +82,7 @@ def generate_artifacts(
     overwrite: bool = False,
     opset: int = 17,
     smoke_timeout_s: float = DEFAULT_SMOKE_TIMEOUT_S,
+    seq_len: int | None = None,
 ) -> ArtifactSet:
     """Build zoo model ``name``, export it and write ORT training artifacts into ``out_dir``.
 
@@ -95,15 +96,19 @@ def generate_artifacts(
     name = canonical_name(name)
     with torch.random.fork_rng(devices=[]):  # seed the weights without disturbing the caller's RNG
         torch.manual_seed(seed)
-        model = build_model(name, num_classes)  # raises OnnxcompError for unknown names
-        example = torch.randn(batch, 3, image, image)
+        # image / seq_len reach the transformers only (learned positions); raises OnnxcompError for unknown names
+        model = build_model(name, num_classes, image=image, seq_len=seq_len)
+    # Token models (GPT-tiny) say what they read; images otherwise.
+    make_example = getattr(model, "example_input", None)
+    example = make_example(batch) if make_example is not None else torch.randn(batch, 3, image, image)
     check = getattr(model, "check_image_size", None)
     if check is not None:
         check(image, image)
     return generate_module_artifacts(
         model, example, out_dir, name=name, classes=num_classes, optimizer=optimizer, seed=seed,
         smoke_test=smoke_test, overwrite=overwrite, opset=opset, smoke_timeout_s=smoke_timeout_s,
-        metadata={"image": image}, release_model=True, eval_output=False,
+        metadata={"image": image, **({"seq_len": seq_len} if seq_len is not None else {})},
+        release_model=True, eval_output=False,
     )
 
 
@@ -152,7 +157,8 @@ def generate_module_artifacts(
     batch = int(example_input.shape[0])
     output_shape = _output_shape(model, example_input)
     if loss == "cross_entropy":
-        if len(output_shape) != 2 or output_shape[0] != batch:
+        # A token model's logits are one row per position ([batch·seq, vocab]) against labels of that length.
+        if len(output_shape) != 2 or output_shape[0] % batch:
             raise OnnxcompError(
                 f"{name}: loss 'cross_entropy' needs [batch, classes] logits, but the model returns shape "
                 f"{list(output_shape)} for input {list(example_input.shape)}; use --loss mse or reshape the output"
@@ -230,6 +236,7 @@ def generate_module_artifacts(
             "optimizer": optimizer_key,
             "seed": seed,
             "opset": opset,
+            **({"input_dtype": "int64"} if example_input.dtype == torch.int64 else {}),  # token ids
             "parameters": n_params,
             "onnxcomp_version": onnxcomp.__version__,
         }

@@ -14,6 +14,8 @@ from torch import nn
 
 from onnxcomp.errors import OnnxcompError
 
+from .transformer_export import repair_for_training
+
 INPUT_NAME = "input"
 OUTPUT_NAME = "logits"
 
@@ -52,7 +54,9 @@ def export_training_onnx(
             "build the model with the same number of classes"
         )
 
-    dummy = torch.randn(batch, 3, image, image)
+    # Token models (GPT-tiny) say what they read; images otherwise.
+    example = getattr(model, "example_input", None)
+    dummy = example(batch) if example is not None else torch.randn(batch, 3, image, image)
     dynamic_axes = {INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}} if dynamic_batch else None
     return export_module(model, (dummy,), path, opset, dynamic_axes=dynamic_axes)
 
@@ -109,6 +113,7 @@ def export_module(
                 output_names=output_names,
                 dynamic_axes=dynamic_axes,
             )
+        repair_for_training(tmp_name)  # transformer traps of ORT's gradient builder (LayerNorm, Dropout mask)
         os.replace(tmp_name, path)
     except OnnxcompError:
         raise

@@ -50,10 +50,11 @@ def cmd_artifacts(args: argparse.Namespace) -> int:
     try:
         out = generate_artifacts(args.model, args.batch, args.image, args.classes, Path(args.output),
                                  smoke_test=not args.no_smoke_test, optimizer=args.optimizer,
-                                 overwrite=args.force)
+                                 overwrite=args.force, seq_len=args.seq)
     except OutputExistsError as exc:  # the API's remedy is overwrite=True; here it is a flag
         raise OutputExistsError(exc.path, exc.what, how="pass --force") from None
-    print(f"wrote ORT training artifacts for {args.model} (batch {args.batch}, {args.image}×{args.image}, "
+    shape = f"sequence {args.seq}" if args.seq else f"{args.image}×{args.image}"
+    print(f"wrote ORT training artifacts for {args.model} (batch {args.batch}, {shape}, "
           f"{args.classes} classes) to {out.out_dir}")
     return 0
 
@@ -138,7 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_models)
 
     s = sub.add_parser("artifacts", help="export a zoo model and generate ORT training artifacts")
-    s.add_argument("--model", help="alexnet, vgg16, resnet18, resnet50 or mobilenet_v2")
+    s.add_argument("--model", help="alexnet, vgg16, resnet18, resnet50, mobilenet_v2, vit_tiny (ViT: --image/4 "
+                   "squared patches) or gpt_tiny (character LM: --classes ≥ 96, --seq)")
     s.add_argument("--module", metavar="PKG.MOD:FACTORY", help="your own model instead: a callable returning a "
                    "torch.nn.Module (given num_classes=K when it takes that argument); needs --input-shape")
     s.add_argument("--input-shape", metavar="C,H,W", help="per-sample input shape for --module, e.g. 3,48,48")
@@ -148,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--image", type=_positive, default=64, help="square input size in pixels")
     s.add_argument("--classes", type=_positive, default=None,
                    help="output classes (default 1000 for --model; for --module, read from the model's output)")
+    s.add_argument("--seq", type=_positive, help="sequence length of a token model (gpt_tiny; default 256)")
     s.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw")
     s.add_argument("--no-smoke-test", action="store_true", help="skip the first-step check in a child process")
     s.add_argument("--force", action="store_true", help="replace an existing output directory")
@@ -167,8 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("dir", metavar="DIR")
     s.add_argument("--model", help="training graph file inside DIR (default training_model.onnx)")
     s.add_argument("--steps", type=_positive, default=5)
-    s.add_argument("--data", choices=["synthetic", "digits"], default="synthetic",
-                   help="batches to measure on (data-dependent codecs compress real images differently)")
+    s.add_argument("--data", choices=["synthetic", "digits", "text"], default="synthetic",
+                   help="batches to measure on (data-dependent codecs compress real images differently; "
+                   "text: the stdlib character corpus, for gpt_tiny)")
     s.add_argument("--bounds", metavar="FILE", help="error bounds for error-bounded encoders: JSON {key: eb}, "
                    "or the output of `onnxcomp train --json`")
     s.add_argument("--json", action="store_true")

@@ -14,10 +14,10 @@ from .errors import OnnxcompError, OutputExistsError
 from .fileio import atomic_output, check_output_path, output_lock, staged_directory
 from .load import TRAINING_MODEL, load_model, save_model
 from .passes import OPTIONS, GraphPass, get_policy
-from .passes.base import check_model
 from .passes.records import PassRecord, by_section
 from .passes.split_weight import WeightSplit
 from .planner import plan_all
+from .validate import validate_rewritten
 
 # Files of an artifact directory that a transformed training graph still needs beside it.
 _ARTIFACT_FILES = ("checkpoint", "optimizer_model.onnx", "eval_model.onnx", "onnxcomp.json")
@@ -132,7 +132,7 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
         if result.modified:
             modified_by.append(p.name)
         skipped += [s.to_dict() | {"pass": p.name} for s in result.skipped]
-    check_model(current, where)
+    validate_rewritten(current, where, original=model)
     after = _footprint(current)
     # Stashes no pass understood: listed, never touched (a wrong gradient is worse than no saving).
     tensors = [r for r in records if r.section == "tensors"]

@@ -11,7 +11,7 @@ import torch
 from torch.nn import functional as F
 
 from onnxcomp.errors import OnnxcompError
-from onnxcomp.models import MODEL_NAMES, build_model, count_parameters, list_models, min_image_size
+from onnxcomp.models import MODEL_NAMES, TRANSFORMER_NAMES, build_model, count_parameters, list_models, min_image_size
 from onnxcomp.models.architectures import AdaptiveAvgPool2d
 from onnxcomp.models.export import export_training_onnx
 
@@ -38,8 +38,8 @@ def test_list_models_is_instant_and_exact() -> None:
     start = time.perf_counter()
     listing = list_models()
     assert time.perf_counter() - start < 2.0
-    assert [m["name"] for m in listing] == list(MODEL_NAMES)
-    assert {m["name"]: m["parameters"] for m in listing} == TORCHVISION_PARAMS
+    assert [m["name"] for m in listing] == [*MODEL_NAMES, *TRANSFORMER_NAMES]
+    assert {m["name"]: m["parameters"] for m in listing if m["name"] in MODEL_NAMES} == TORCHVISION_PARAMS
 
 
 def test_num_classes_changes_only_the_classifier() -> None:

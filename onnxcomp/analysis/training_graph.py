@@ -12,7 +12,7 @@ import onnx
 from ..planner.buffers import Buffer
 from ..metadata import PLAN_METADATA_KEY
 from .boundary import Boundary, find_boundary, known_op_type
-from .patterns import StashUse, applicable_encodings, pattern_of, sparse_source
+from .patterns import StashUse, applicable_encodings, pattern_of, sparse_source, view_source
 from .shapes import TensorType, resolve_shapes, static_batch
 
 
@@ -243,6 +243,7 @@ def _stash_record(t: TensorInfo, graph: onnx.GraphProto, boundary: Boundary,
         cur = graph.node[producer[src][0]]
         upstream.append(known_op_type(cur))
     use = StashUse(known_op_type(node), k, tuple(known_op_type(graph.node[c]) for c in fwd), uses,
-                   t.type.dtype.kind == "f", sparse_source(node.op_type, upstream))
+                   t.type.dtype.kind == "f", sparse_source(node.op_type, upstream),
+                   view_source(known_op_type(node), upstream), upstream[0] if upstream else None)
     return StashedTensor(t.name, t.shape, t.type.dtype.name, t.nbytes, idx, node.op_type, fwd, bwd,
                          [op for op, _ in uses], pattern_of(use), applicable_encodings(use), use)

@@ -16,6 +16,9 @@ from .row_split import RowSplitPass
 from .signbits import SignBitsPass
 from .sparse import SparsePass
 from .split_weight import SplitWeightPass
+from .early_weight_grad import EarlyWeightGradientPass
+from .transformer import (TRANSFORMER_EXACT, TRANSFORMER_RECOMPUTE, AttentionDropoutRecomputePass,
+                          AttentionProbsRecomputePass, DropoutMaskPass, TransformerRecomputePass)
 
 # Scheduling first: large weight gradients (VGG's fc1 dW) deferred to the end of backward, then every
 # accumulator moved right behind its gradient.
@@ -25,15 +28,21 @@ LOSSLESS_ENCODINGS = (step(SignBitsPass), step(MaxPoolIndexPass))
 # Before a lossy pass: ReluGrad must keep reading exact signs, so it gets its own sign bits. Large fc
 # weights are split into row blocks first when asked (split_weight_bytes: it renames the parameter, and dX
 # is summed in blocks, so only the lossy policies offer it).
-LOSSY_FIRST = (step(SplitWeightPass), *REORDER, step(SignBitsPass, split_readers=True), step(MaxPoolIndexPass))
+# Transformer graphs: the exact transformer passes (passes/transformer.py) before any lossy one.
+LOSSY_FIRST = (step(SplitWeightPass), *REORDER, step(SignBitsPass, split_readers=True), step(MaxPoolIndexPass),
+               *TRANSFORMER_EXACT)
 
 _POLICIES = [
-    policy("lossless", "exact: cheap layers (BN, ReLU, pooling) recomputed in backward, then the lossless "
-           "encodings", *REORDER, RecomputePass, *LOSSLESS_ENCODINGS, SparsePass,
+    # Transformers: weight gradients early, LayerNorm / GELU outputs and attention probabilities (before and
+    # after dropout) recomputed, Dropout masks as bits (passes/transformer.py).
+    policy("lossless", "exact: cheap layers (BN, ReLU, pooling; LayerNorm, GELU, attention probabilities) "
+           "recomputed in backward, then the lossless encodings (Dropout masks as bits)",
+           *REORDER, RecomputePass, *TRANSFORMER_EXACT, *LOSSLESS_ENCODINGS, SparsePass,
            options=("min_bytes", "overrides")),
     policy("lossless-encode", "the lossless encodings alone (Gist's lossless set), without recomputation",
-           *REORDER, *LOSSLESS_ENCODINGS, SparsePass, options=("min_bytes", "overrides")),
-    policy("recompute", "cheap layers recomputed in backward", *REORDER, RecomputePass, options=("min_bytes",)),
+           *REORDER, *LOSSLESS_ENCODINGS, DropoutMaskPass, SparsePass, options=("min_bytes", "overrides")),
+    policy("recompute", "cheap layers (and transformer LayerNorm, GELU, attention probabilities) recomputed "
+           "in backward", *REORDER, RecomputePass, *TRANSFORMER_RECOMPUTE, options=("min_bytes",)),
     policy("rows", "LR-CNN: conv chains split into row blocks, recomputed row by row in backward (exact)",
            RowSplitPass, EagerAccumulationPass, options=("rows", "variant", "checkpoints", "budget_bytes")),
     policy("reorder", "reordering alone: the share of a lossless saving that needs no codec at all", *REORDER,
@@ -65,5 +74,6 @@ def get_policy(name: str) -> Policy:
         raise OnnxcompError(f"unknown policy {name!r}; choose one of: {', '.join(sorted(POLICIES))}") from None
 
 
-__all__ = ["ChunkedStemBackwardPass", "DeferWeightGradientPass", "DprPass", "RecomputePass", "RowSplitPass", "EagerAccumulationPass", "ErrorBoundedPass", "FixedRatePass", "GraphPass", "MaxPoolIndexPass", "POLICIES",
+__all__ = ["AttentionDropoutRecomputePass", "AttentionProbsRecomputePass", "DropoutMaskPass",
+           "EarlyWeightGradientPass", "TransformerRecomputePass", "ChunkedStemBackwardPass", "DeferWeightGradientPass", "DprPass", "RecomputePass", "RowSplitPass", "EagerAccumulationPass", "ErrorBoundedPass", "FixedRatePass", "GraphPass", "MaxPoolIndexPass", "POLICIES",
            "OPTIONS", "PassResult", "Policy", "SignBitsPass", "Step", "get_policy", "Skipped", "SparsePass", "SplitWeightPass"]

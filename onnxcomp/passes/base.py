@@ -101,8 +101,11 @@ def check_model(model: onnx.ModelProto, where: str) -> None:
 
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
+    # Also ops ONNX defines only at a later opset: ORT's optimizer writes its own LayerNormalization
+    # (registered from opset 1) into opset-16 transformer graphs.
+    version = next((o.version for o in probe.opset_import if o.domain in ("", "ai.onnx")), 1)
     for node in probe.graph.node:
-        if node.domain in ("", "ai.onnx") and not onnx.defs.has(node.op_type, ""):
+        if node.domain in ("", "ai.onnx") and not onnx.defs.has(node.op_type, version, ""):
             node.domain = "com.microsoft"
     try:
         onnx.checker.check_model(probe, full_check=True)

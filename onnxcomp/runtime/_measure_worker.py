@@ -55,6 +55,10 @@ def run_measurement(cfg: dict[str, Any]) -> dict[str, Any]:
         bounds.set_bound(key, float(eb))
     if cfg.get("data", "synthetic") == "digits":
         gen = digits_dataset(spec.image.shape, spec.classes).train_batches(int(cfg["seed"]))
+    elif cfg.get("data") == "text":
+        from onnxcomp.runtime.text_data import text_dataset
+
+        gen = text_dataset(spec.image.shape, spec.classes).train_batches(int(cfg["seed"]))
     else:
         gen = synthetic_batches(spec.image.shape, spec.classes, int(cfg["seed"]), spec.image.dtype)
     # Generate every batch up front so data creation never lands inside a measured step.

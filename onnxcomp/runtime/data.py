@@ -102,14 +102,19 @@ def graph_data(artifact_dir: str | Path, model_path: str | Path, user_inputs: li
     meta = _read_meta(artifact_dir)
     label_name = meta.get("labels", "labels")
     labels = [s for s in specs if s.name == label_name] or [s for s in specs if s.dtype == np.int64]
-    images = [s for s in specs if s not in labels[:1] and s.dtype.kind == "f"]
+    # The data input: float images, or int64 token ids [batch, seq] of a language model.
+    images = [s for s in specs if s not in labels[:1] and s.dtype.kind in "fi"]
     if len(specs) != 2 or not labels or len(images) != 1:
         raise OnnxcompError(
             f"{model_path} takes inputs {[(s.name, s.shape, str(s.dtype)) for s in specs]}; onnxcomp's "
-            "runner expects exactly one float image input and one int64 label input"
+            "runner expects exactly one float image (or int64 token) input and one int64 label input"
         )
     image, label = images[0], labels[0]
-    if label.shape != (image.shape[0],):
+    if image.dtype.kind == "i":
+        if len(image.shape) != 2 or label.shape != (image.shape[0] * image.shape[1],):
+            raise OnnxcompError(f"token input {image.name!r} {image.shape} of {model_path} needs [batch, seq] and "
+                                f"labels [batch·seq]; the labels {label.name!r} have shape {label.shape}")
+    elif label.shape != (image.shape[0],):
         raise OnnxcompError(
             f"labels {label.name!r} of {model_path} have shape {label.shape}; expected [batch]={image.shape[0]}"
         )
@@ -122,6 +127,11 @@ def synthetic_batches(
     input_shape: tuple[int, ...], classes: int, seed: int, dtype: np.dtype = np.dtype(np.float32)
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Endless seeded (image, labels) batches, different every step; labels are int64 in [0, classes)."""
+    if np.dtype(dtype).kind == "i":  # token ids of a language model, next-token labels
+        from .text_data import synthetic_token_batches
+
+        yield from synthetic_token_batches(input_shape, classes, seed)
+        return
     rng = np.random.default_rng(seed)
     batch = input_shape[0]
     while True:

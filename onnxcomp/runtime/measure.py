@@ -108,8 +108,8 @@ def measure(
     so the peak, depend on them and on the data."""
     artifact_dir = Path(artifact_dir).resolve()
     settings = settings or RuntimeSettings()
-    if data not in ("synthetic", "digits"):
-        raise OnnxcompError(f"unknown data source {data!r}; use 'synthetic' or 'digits'")
+    if data not in ("synthetic", "digits", "text"):
+        raise OnnxcompError(f"unknown data source {data!r}; use 'synthetic', 'digits' or 'text' (token models)")
     if steps < 1 or warmup < 0:
         raise OnnxcompError(f"measure needs steps >= 1 and warmup >= 0 (got steps={steps}, warmup={warmup})")
     model_path = _resolve_model(artifact_dir, model)

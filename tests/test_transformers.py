@@ -1,0 +1,225 @@
+"""Transformer training graphs: the export traps, ORT-rule validation, the text corpus, the zoo transformers."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper
+from torch import nn
+
+from onnxcomp.errors import OnnxcompError
+from onnxcomp.models.transformer_export import repair_model_for_training
+from onnxcomp.passes.base import check_model
+from onnxcomp.runtime.text_data import VOCAB_SIZE, decode_tokens, encode_text, text_dataset
+from onnxcomp.transform import transform_model
+from onnxcomp.validate import validate_rewritten
+
+
+class _UserEncoder(nn.Module):
+    """What a user writes: torch's own pre-norm encoder layer (GELU, dropout), i.e. SDPA attention."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Linear(8, 32)
+        self.enc = nn.TransformerEncoderLayer(32, 2, 64, dropout=0.1, activation="gelu", batch_first=True,
+                                              norm_first=True)
+        self.head = nn.Linear(32, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.enc(self.embed(x)).mean(1))
+
+
+def _artifacts(tmp_path, opset: int, repair: bool):
+    from onnxruntime.training import artifacts
+
+    torch.manual_seed(0)
+    model = _UserEncoder()
+    d = tmp_path / f"o{opset}{'r' if repair else ''}"
+    d.mkdir()
+    torch.onnx.export(model, (torch.randn(4, 6, 8),), str(d / "f.onnx"), dynamo=False,
+                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False, opset_version=opset,
+                      input_names=["input"], output_names=["logits"])
+    forward = onnx.load(str(d / "f.onnx"))
+    fixed = repair_model_for_training(forward) if repair else None
+    onnx.save(forward, str(d / "f.onnx"))
+    artifacts.generate_artifacts(str(d / "f.onnx"), requires_grad=[n for n, _ in model.named_parameters()],
+                                 frozen_params=[], loss=artifacts.LossType.CrossEntropyLoss,
+                                 optimizer=artifacts.OptimType.AdamW, artifact_directory=str(d))
+    return onnx.load(str(d / "training_model.onnx")), fixed
+
+
+def test_export_repair_makes_user_encoder_differentiable(tmp_path):
+    # The trap, reproduced: opset 17 LayerNormalization with one output, SDPA's Dropout without a mask.
+    with pytest.raises(Exception, match="OutputDefs"):
+        _artifacts(tmp_path, 17, repair=False)
+    graph, fixed = _artifacts(tmp_path, 17, repair=True)
+    assert fixed == {"LayerNormalization": 2, "Dropout": 1}
+    ops = {n.op_type for n in graph.graph.node}
+    assert {"LayerNormalizationGrad", "DropoutGrad"} <= ops
+    validate_rewritten(graph, "opset-17 graph")
+
+
+def test_opset16_graph_with_ort_layernorm_is_accepted(tmp_path):
+    # Opset 16: LayerNorm is decomposed at export and ORT fuses it back into an ONNX-domain
+    # LayerNormalization that ONNX defines only from opset 17; ORT runs it, so transform must accept it.
+    graph, _ = _artifacts(tmp_path, 16, repair=True)
+    assert any(n.op_type == "LayerNormalization" and n.domain in ("", "ai.onnx") for n in graph.graph.node)
+    assert next(o.version for o in graph.opset_import if o.domain in ("", "ai.onnx")) == 16
+    with pytest.raises(onnx.checker.ValidationError, match="LayerNormalization"):
+        onnx.checker.check_model(graph, full_check=True)
+    validate_rewritten(graph, "opset-16 graph")
+    check_model(graph, "opset-16 graph")   # the passes' own check tolerates it too
+    for policy in ("lossless", "dpr-fp16", "comet"):
+        transform_model(graph, policy)
+
+
+def _tiny_graph() -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("Neg", ["r"], ["y"], name="neg")]
+    return helper.make_model(helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 16)],
+                             ir_version=8)
+
+
+def test_validate_fails_on_what_onnxcomp_got_wrong():
+    good = _tiny_graph()
+    validate_rewritten(good, "good")
+    miswired = _tiny_graph()
+    miswired.graph.node[1].input[0] = "nowhere"
+    with pytest.raises(OnnxcompError, match="mis-wired.*nowhere"):
+        validate_rewritten(miswired, "bad", original=good)
+    unknown = _tiny_graph()
+    unknown.graph.node[1].op_type = "NoSuchOp"
+    with pytest.raises(OnnxcompError, match="NoSuchOp"):
+        validate_rewritten(unknown, "bad", original=good)
+    # A complaint the input graph shares is not onnxcomp's doing.
+    validate_rewritten(unknown, "bad", original=unknown)
+
+
+def test_text_corpus_round_trip_and_batches():
+    text = "def f(x):\n\treturn x + 1  # é"
+    ids = encode_text(text)
+    assert ids.max() < VOCAB_SIZE
+    assert decode_tokens(ids) == text.replace("\t", " ").replace("é", " ")
+    data = text_dataset((3, 16), VOCAB_SIZE, max_bytes=200_000)
+    x, y = next(data.train_batches(0))
+    assert x.shape == (3, 16) and y.shape == (48,) and x.dtype == y.dtype == np.int64
+    np.testing.assert_array_equal(x[:, 1:], y.reshape(3, 16)[:, :-1])  # labels are the next characters
+    val = list(data.test_batches(2))
+    assert len(val) == 2 and not np.array_equal(val[0][0], val[1][0])
+    with pytest.raises(OnnxcompError, match="vocabulary"):
+        text_dataset((3, 16), 10)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,kwargs,data", [("vit_tiny", {"image": 16}, "digits"),
+                                              ("gpt_tiny", {"seq_len": 32}, "text")])
+def test_zoo_transformer_lossless_bit_identical(tmp_path, name, kwargs, data):
+    from onnxcomp.models.artifacts import generate_artifacts
+    from onnxcomp.runtime.measure import measure
+    from onnxcomp.transform import transform
+
+    art = tmp_path / name
+    generate_artifacts(name, 4, kwargs.get("image", 16), 10 if name == "vit_tiny" else VOCAB_SIZE, art,
+                       seq_len=kwargs.get("seq_len"))
+    meta = json.loads((art / "onnxcomp.json").read_text())
+    assert meta["inputs"]["input"] == ([4, 32] if name == "gpt_tiny" else [4, 3, 16, 16])
+    transform(art, art / "lossless.onnx", "lossless")
+    base = measure(art, steps=3, data=data)
+    rewritten = measure(art, model="lossless.onnx", steps=3, data=data)
+    assert base.losses == rewritten.losses
+
+
+# -- passes on a tiny GPT (one block, T 16): exact policies bit-identical, each technique applied ----------
+@pytest.fixture(scope="module")
+def tiny_gpt(tmp_path_factory):
+    from onnxruntime.training import artifacts
+
+    from onnxcomp.models.export import export_training_onnx
+    from onnxcomp.models.transformers import GPTTiny
+
+    d = tmp_path_factory.mktemp("tiny_gpt")
+    torch.manual_seed(0)
+    model = GPTTiny(VOCAB_SIZE, seq_len=16, dim=32, depth=1, heads=2, dropout=0.1)
+    export_training_onnx(model, 2, 1, VOCAB_SIZE, d / "forward.onnx")
+    artifacts.generate_artifacts(str(d / "forward.onnx"), requires_grad=[n for n, _ in model.named_parameters()],
+                                 frozen_params=[], loss=artifacts.LossType.CrossEntropyLoss,
+                                 optimizer=artifacts.OptimType.AdamW, artifact_directory=str(d))
+    (d / "onnxcomp.json").write_text(json.dumps({"classes": VOCAB_SIZE, "labels": "labels"}))
+    return d
+
+
+def _train(d, model: str, steps: int = 3):
+    from onnxcomp.runtime.train import train
+
+    r = train(d, model=model, steps=steps, data="synthetic", progress=False, return_parameters=True)
+    return r.losses, r.parameters
+
+
+def test_lossless_transformer_techniques_bit_identical(tiny_gpt):
+    from onnxcomp.transform import transform
+
+    result = transform(tiny_gpt, tiny_gpt / "lossless.onnx", "lossless", min_bytes=0)
+    done = {(r["pattern"].split("→")[0], r["encoding"]) for r in result.records}
+    assert {("Dropout-mask", "bitmask"), ("Dropout-output", "recompute"), ("Softmax-output", "recompute"),
+            ("LayerNorm-output", "recompute"), ("Gelu-output", "recompute")} <= done
+    assert result.after["stashed_bytes"] < result.before["stashed_bytes"] / 2
+    # Typed records of the new rewrite layer; the attention-dropout clone waits on the editor's gate (a
+    # Reshape view), not on a hand-built Less/Cast/ReduceSum chain.
+    assert {r.kind for r in result.records if r["encoding"] == "recompute"} == {"recomputed"}
+    assert any(r.pass_name == "recompute_attention_dropout" for r in result.records)
+    original = onnx.load(str(tiny_gpt / "training_model.onnx"))
+    count = lambda m, op: sum(n.op_type == op for n in m.graph.node)  # noqa: E731
+    assert count(result.model, "ReduceSum") == count(original, "ReduceSum")
+    base_losses, base_params = _train(tiny_gpt, "training_model.onnx")
+    losses, params = _train(tiny_gpt, "lossless.onnx")
+    assert losses == base_losses
+    np.testing.assert_array_equal(params, base_params)
+
+
+def test_early_weight_gradients_move_before_layernorm_grad(tiny_gpt):
+    from onnxcomp.passes.early_weight_grad import EarlyWeightGradientPass
+
+    model = onnx.load(str(tiny_gpt / "training_model.onnx"))
+
+    def positions(m):
+        names = [n.name for n in m.graph.node]
+        gemm = next(i for i, n in enumerate(names) if "norm1" not in n and "qkv/MatMul_Grad/Gemm" in n)
+        lngrad = next(i for i, n in enumerate(m.graph.node) if n.op_type == "LayerNormalizationGrad"
+                      and "norm1" in n.name and "blocks.0" in n.name)
+        return gemm, lngrad
+
+    gemm, lngrad = positions(model)
+    assert gemm > lngrad   # ORT's order: every weight gradient at the end
+    result = EarlyWeightGradientPass().run(model)
+    moved = result.model
+    gemm, lngrad = positions(moved)
+    assert gemm < lngrad and result.modified and {r.kind for r in result.records} == {"moved"}
+    validate_rewritten(moved, "early", original=model)
+
+
+def test_bitmask_codec_round_trip_and_size():
+    from onnxcomp.custom_ops import get_codec
+
+    codec = get_codec("bitmask")
+    mask = np.random.default_rng(0).random((2, 4, 16, 16)) < 0.9
+    bits, shape = codec.encode_cpu(mask)
+    assert bits.nbytes == mask.size // 8 and tuple(shape) == mask.shape
+    decoded = codec.decode_cpu((bits, shape))
+    assert decoded.dtype == np.bool_
+    np.testing.assert_array_equal(decoded, mask)
+
+
+def test_zoo_transformers_build_with_their_input_size():
+    from onnxcomp.models import build_model
+
+    vit = build_model("vit_tiny", 10, image=16)
+    assert vit(torch.randn(2, 3, 16, 16)).shape == (2, 10)
+    with pytest.raises(OnnxcompError, match="16×16"):
+        vit.check_image_size(32, 32)
+    gpt = build_model("gpt_tiny", VOCAB_SIZE, seq_len=12, image=99)   # image reaches only image models
+    tokens = gpt.example_input(3)
+    assert tokens.shape == (3, 12) and gpt(tokens).shape == (36, VOCAB_SIZE)

@@ -1,0 +1,86 @@
+"""Training-step peak vs sequence length for GPT-tiny: baseline vs onnxcomp policies, as a PNG.
+
+    python tools/bench_seqlen.py --seq 128 256 512 1024 2048 --batch 1 --policies lossless dpr-fp8 \\
+        --work runs/seqlen -o seqlen.png [--budget 256MiB]
+
+For each length: `onnxcomp artifacts --model gpt_tiny --seq S` (cached in --work), the policies' graphs,
+and one fresh measuring process per graph (onnxcomp measure's settings: arena, mem pattern, mem reuse off,
+priority order; 2 steps after a warm-up on the stdlib text). With --budget, also reports the longest
+measured length whose peak fits the budget, per graph. Results go to the PNG and a JSON beside it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from onnxcomp.models.artifacts import generate_artifacts
+from onnxcomp.runtime.measure import measure
+from onnxcomp.runtime.text_data import VOCAB_SIZE
+from onnxcomp.transform import transform
+
+
+def parse_size(text: str) -> int:
+    units = {"kib": 2**10, "mib": 2**20, "gib": 2**30}
+    t = text.strip().lower()
+    for u, f in units.items():
+        if t.endswith(u):
+            return int(float(t[: -len(u)]) * f)
+    return int(t)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seq", type=int, nargs="+", default=[128, 256, 512, 1024, 2048])
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--policies", nargs="+", default=["lossless", "dpr-fp8"])
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--work", type=Path, default=Path("runs/seqlen"))
+    ap.add_argument("--budget", type=parse_size)
+    ap.add_argument("-o", "--output", type=Path, required=True)
+    args = ap.parse_args()
+    graphs = ["baseline", *args.policies]
+    peaks: dict[str, dict[int, float]] = {g: {} for g in graphs}
+    out_json = args.output.with_suffix(".json")
+    for seq in args.seq:
+        art = args.work / f"gpt_tiny-b{args.batch}-t{seq}"
+        if not (art / "training_model.onnx").exists():
+            generate_artifacts("gpt_tiny", args.batch, 1, VOCAB_SIZE, art, seq_len=seq, smoke_test=False,
+                               overwrite=True)
+        for g in graphs:
+            model = "training_model.onnx" if g == "baseline" else f"{g}.onnx"
+            if g != "baseline" and not (art / model).exists():
+                transform(art, art / model, g)
+            r = measure(art, model=model, steps=args.steps, data="text")
+            peaks[g][seq] = r.peak_bytes / 2**20
+            print(f"T={seq:5d} {g:12s} {peaks[g][seq]:8.1f} MiB  step {r.step_time_s:.2f} s", flush=True)
+            out_json.write_text(json.dumps({"batch": args.batch, "peak_mib": peaks}, indent=2))
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for g in graphs:
+        xs = sorted(peaks[g])
+        ax.plot(xs, [peaks[g][x] for x in xs], marker="o", label=g)
+    if args.budget:
+        ax.axhline(args.budget / 2**20, color="grey", linestyle="--", label=f"budget {args.budget / 2**20:.0f} MiB")
+        fits = {g: max((s for s, p in peaks[g].items() if p * 2**20 <= args.budget), default=None) for g in graphs}
+        print("longest sequence within the budget:", fits)
+        out_json.write_text(json.dumps({"batch": args.batch, "peak_mib": peaks, "budget_bytes": args.budget,
+                                        "longest_within_budget": fits}, indent=2))
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel("sequence length")
+    ax.set_ylabel("training-step peak (MiB)")
+    ax.set_title(f"GPT-tiny, batch {args.batch}: peak vs sequence length")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(args.output, dpi=120)
+    print(f"wrote {args.output} and {out_json}")
+
+
+if __name__ == "__main__":
+    main()
