@@ -33,7 +33,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_artifacts(args: argparse.Namespace) -> int:
-    from .outputs import ensure_writable
+    from .fileio import ensure_writable
 
     ensure_writable(args.output, directory=True)
     if args.module:
@@ -64,7 +64,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from .stash_report import inspect_report, plot_live_bytes, render_report
 
     if args.plot:
-        from .outputs import ensure_writable
+        from .fileio import ensure_writable
 
         ensure_writable(args.plot, "--plot")
     analysis = analyze(args.path, batch=args.batch, model=args.model)

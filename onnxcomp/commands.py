@@ -104,7 +104,7 @@ def cmd_params(args: argparse.Namespace) -> int:
     from .fileio import atomic_output
     from .runtime.checkpoint import merged_parameters
 
-    from .outputs import ensure_writable
+    from .fileio import ensure_writable
 
     out = Path(args.output)
     if out.suffix != ".npz":
@@ -125,7 +125,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Export the bundled default model, analyse it, transform it losslessly, and measure both graphs."""
     from rich.console import Console
 
-    from .outputs import ensure_writable
+    from .fileio import ensure_writable
 
     console = Console()
     if args.json:

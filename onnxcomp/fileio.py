@@ -33,6 +33,32 @@ def _umask() -> int:
     return mask
 
 
+def _write_problem(directory: Path) -> str | None:
+    """Why no file can be created in ``directory`` (None: it can). A real probe: access() says yes to root on
+    read-only directories, not on read-only mounts."""
+    try:
+        with tempfile.TemporaryFile(dir=directory):
+            return None
+    except OSError as exc:
+        return str(exc.strerror or exc)
+
+
+def ensure_writable(path: str | os.PathLike[str], flag: str = "-o", *, directory: bool = False) -> Path:
+    """Raise OnnxcompError unless ``path`` (a file, or with ``directory`` a directory to create or fill) can be
+    written: its nearest existing ancestor must be a directory we can create a file in. For outputs written
+    later, after long work (export, analysis): the check comes first, the error names the flag."""
+    target = Path(path)
+    probe_dir = target if directory and target.is_dir() else target.parent
+    while not probe_dir.exists() and probe_dir != probe_dir.parent:
+        probe_dir = probe_dir.parent
+    if not probe_dir.is_dir():
+        raise OnnxcompError(f"{flag} {target}: {probe_dir} is not a directory; choose another output path")
+    problem = _write_problem(probe_dir)
+    if problem:
+        raise OnnxcompError(f"{flag} {target}: cannot write in {probe_dir} ({problem}); choose a writable location")
+    return target
+
+
 def check_output_path(path: str | os.PathLike[str], *, directory: bool = False, replace: bool = False,
                       how: str = "pass force=True") -> Path:
     """Refuse an output that cannot be written, before any work is done: its parent missing, not a directory
@@ -49,13 +75,9 @@ def check_output_path(path: str | os.PathLike[str], *, directory: bool = False, 
         raise OnnxcompError(f"{parent}: output directory does not exist; create it first")
     if not parent.is_dir():
         raise OnnxcompError(f"{target}: {parent} is a file, not a directory; choose another output path")
-    try:  # a real probe: access() says yes to root on read-only directories, not on read-only mounts
-        fd, probe = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise OnnxcompError(f"{target}: cannot write in {parent} ({exc.strerror}); choose another output path") \
-            from None
+    problem = _write_problem(parent)
+    if problem:
+        raise OnnxcompError(f"{target}: cannot write in {parent} ({problem}); choose another output path")
     if target.exists():
         if directory and not target.is_dir():
             raise OnnxcompError(f"{target} exists and is not a directory; choose another output path")
