@@ -3,7 +3,7 @@
 CSWAP+ (§5.4) predicts (de)compression time by linear regression on tensor size and compression ratio; we
 fit, per codec and direction, ``time = a + b·bytes + c·bytes·nonzero_ratio`` on timings of the real PyOps
 (so the onnxruntime-extensions bridge's copies are inside the fit), and per ORT op type
-``time = a + b·out_bytes + c·MACs`` from ORT's own profiler. ``onnxcomp calibrate`` (runtime/calibrate.py)
+``time = a + b·bytes + c·MACs`` (bytes read and written) from ORT's own profiler. ``onnxcomp calibrate`` (runtime/calibrate.py)
 measures and fits; the result lives in the user's cache directory, and a copy made on the development
 machine ships in the package as the fallback.
 
@@ -96,9 +96,9 @@ def codec_features(nbytes: float, nonzero_ratio: float) -> tuple[float, float, f
     return 1.0, float(nbytes), float(nbytes) * float(nonzero_ratio)
 
 
-def op_features(out_bytes: float, macs: float) -> tuple[float, float, float]:
-    """Regressors of the ORT op model: 1, output bytes, multiply-accumulates."""
-    return 1.0, float(out_bytes), float(macs)
+def op_features(nbytes: float, macs: float) -> tuple[float, float, float]:
+    """Regressors of the ORT op model: 1, bytes the node reads and writes, multiply-accumulates."""
+    return 1.0, float(nbytes), float(macs)
 
 
 # ------------------------------------------------------------------------------------------------ machine
@@ -229,25 +229,31 @@ class CostModel:
                        key=lambda f: f.predict(codec_features(1 << 23, 1.0))) for d in DIRECTIONS}
 
     def op_seconds(self, node: onnx.NodeProto, out_bytes: int, node_seconds: dict[str, float] | None = None,
-                   macs: float = 0.0) -> float:
+                   macs: float = 0.0, in_bytes: int = 0) -> float:
         """Seconds of one ORT node: its measured time when ``node_seconds`` (a profile) has its name, else the
         per-op-type model (a profile carrying features refits it on that graph first; see NodeTimes).
-        out_bytes: bytes of the node's outputs; macs: its multiply-accumulates (``node_macs``), 0 if unknown."""
+        out_bytes, in_bytes: bytes of the node's outputs and inputs (the model's size feature is their sum: give
+        in_bytes too, or ops that read more than they write, like accumulators and gradients, come out low);
+        macs: its multiply-accumulates (``node_macs``), 0 if unknown."""
+        traffic = int(out_bytes) + int(in_bytes)
         if node_seconds is not None and node.name in node_seconds:
             return float(node_seconds[node.name])
         original = _original_name(node.name, node_seconds) if node_seconds else None
         if original is not None:  # a clone (recomputation, chunking): its original's time, per output byte
             t = float(node_seconds[original])
             feats = getattr(node_seconds, "features", {}).get(original)
-            if feats is not None and feats[0] == node.op_type and feats[1] > 0 and out_bytes > 0:
-                t *= out_bytes / feats[1]
+            if feats is not None and feats[0] == node.op_type and feats[1] > 0 and traffic > 0:
+                t *= traffic / feats[1]
             return t
         if isinstance(node_seconds, NodeTimes):
+            sibling = node_seconds.same_weights(node)
+            if sibling is not None and macs > 0:  # a row block / chunk of a profiled conv: its time per MAC
+                return float(node_seconds[sibling]) * macs / node_seconds.features[sibling][2]
             local = node_seconds.local_op_fits()
             if node.op_type in local:
-                return max(local[node.op_type].predict(op_features(out_bytes, macs)), 0.0)
+                return max(local[node.op_type].predict(op_features(traffic, macs)), 0.0)
         fit = self.ops.get(node.op_type) or self.ops["*"]
-        return max(fit.predict(op_features(out_bytes, macs)), 0.0)
+        return max(fit.predict(op_features(traffic, macs)), 0.0)
 
     def overhead_seconds(self, param_bytes: int) -> float:
         """A step's time outside the training graph (optimizer, feeds) when the graph was not profiled."""
@@ -278,17 +284,20 @@ def _short(exc: BaseException) -> str:
 # ------------------------------------------------------------------------------------------------ profiles
 class NodeTimes(dict):
     """``{node name: mean seconds}`` of one profiled training step, plus what the profile saw of each node
-    (``features[name] = (op_type, out_bytes, macs)``) and the step's time outside the graph's nodes
+    (``features[name] = (op_type, bytes read + written, macs)``) and the step's time outside the graph's nodes
     (``overhead_seconds``: optimizer step, feeds; ``step_seconds``: the timed whole step)."""
 
     def __init__(self, times: dict[str, float] | None = None, *, features: dict[str, tuple[str, int, float]] | None = None,
-                 step_seconds: float = 0.0, overhead_seconds: float = 0.0, settings: dict[str, Any] | None = None):
+                 step_seconds: float = 0.0, overhead_seconds: float = 0.0, settings: dict[str, Any] | None = None,
+                 weights: dict[str, str] | None = None):
         super().__init__(times or {})
         self.features = dict(features or {})
+        self.weights = dict(weights or {})  # node name -> the parameter it convolves / multiplies with
         self.step_seconds = float(step_seconds)
         self.overhead_seconds = float(overhead_seconds)
         self.settings = dict(settings or {})
         self._local: dict[str, LinearFit] | None = None
+        self._by_weight: dict[tuple[str, str], str] | None = None
 
     def local_op_fits(self) -> dict[str, LinearFit]:
         """Per op type, the op model refitted on this profile (op types with ≥ 3 profiled nodes)."""
@@ -297,8 +306,19 @@ class NodeTimes(dict):
                 (op, b, m, self[name]) for name, (op, b, m) in self.features.items() if name in self)
         return self._local
 
+    def same_weights(self, node: onnx.NodeProto) -> str | None:
+        """The profiled node of ``node``'s op type that uses the same weight (a row block's original conv)."""
+        weight = weight_input(node)
+        if weight is None:
+            return None
+        if self._by_weight is None:
+            self._by_weight = {(self.features[n][0], w): n for n, w in self.weights.items()
+                               if n in self and n in self.features and self.features[n][2] > 0}
+        return self._by_weight.get((node.op_type, weight))
+
     def to_dict(self) -> dict[str, Any]:
         return {"times": dict(self), "features": {k: list(v) for k, v in self.features.items()},
+                "weights": self.weights,
                 "step_seconds": self.step_seconds, "overhead_seconds": self.overhead_seconds,
                 "settings": self.settings}
 
@@ -306,12 +326,12 @@ class NodeTimes(dict):
     def from_dict(cls, d: dict[str, Any]) -> "NodeTimes":
         return cls(d["times"], features={k: (v[0], int(v[1]), float(v[2])) for k, v in d["features"].items()},
                    step_seconds=d.get("step_seconds", 0.0), overhead_seconds=d.get("overhead_seconds", 0.0),
-                   settings=d.get("settings"))
+                   settings=d.get("settings"), weights=d.get("weights"))
 
 
 def fit_op_types(samples: Iterable[tuple[str, int, float, float]], min_samples: int = 3) -> dict[str, LinearFit]:
-    """Per op type, ``time ≈ a + b·out_bytes + c·macs`` from (op_type, out_bytes, macs, seconds) samples;
-    columns that are zero for every sample of a type are left out (their coefficient is 0)."""
+    """Per op type, ``time ≈ a + b·bytes + c·macs`` from (op_type, bytes read + written, macs, seconds) samples;
+    a column constant over a type's samples is left out (coefficient 0; the intercept carries it)."""
     by_type: dict[str, list[tuple[float, float, float]]] = {}
     for op, b, m, t in samples:
         if t > 0:
@@ -322,7 +342,7 @@ def fit_op_types(samples: Iterable[tuple[str, int, float, float]], min_samples: 
             continue
         arr = np.asarray(rows)
         x = np.column_stack([np.ones(len(arr)), arr[:, 0], arr[:, 1]])
-        used = [0] + [j for j in (1, 2) if np.ptp(x[:, j]) > 0 or x[:, j].any()]
+        used = [0] + [j for j in (1, 2) if np.ptp(x[:, j]) > 0]
         fit = fit_linear(x[:, used], arr[:, 2])
         coef = [0.0, 0.0, 0.0]
         for j, c in zip(used, fit.coef):
@@ -377,6 +397,24 @@ def node_macs(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...] | None]) -
     trans_a = next((at.i for at in node.attribute if at.name == "transA"), 0)
     k = a[-2] if (node.op_type == "Gemm" and trans_a and len(a) >= 2) else a[-1]
     return float(np.prod(y, dtype=np.float64) * k)
+
+
+def weight_input(node: onnx.NodeProto) -> str | None:
+    """The weight a Conv / ConvGrad / Gemm / MatMul node reads (None for other ops)."""
+    slot = {"Conv": 1, "FusedConv": 1, "ConvTranspose": 1, "ConvGrad": 2, "Gemm": 1, "MatMul": 1}.get(node.op_type)
+    return node.input[slot] if slot is not None and len(node.input) > slot and node.input[slot] else None
+
+
+def node_weights(model: onnx.ModelProto) -> dict[str, str]:
+    """Per named node, the weight it reads (weight_input), for the nodes that read one."""
+    return {n.name: w for n in model.graph.node if n.name and (w := weight_input(n)) is not None}
+
+
+def node_features(model: onnx.ModelProto) -> dict[str, tuple[str, int, float]]:
+    """Per named node: (op type, bytes it reads and writes, MACs) from static shapes: the op model's inputs."""
+    shapes, nbytes = _tensor_shapes(model)
+    return {node.name: (node.op_type, sum(nbytes.get(t, 0) for t in [*node.input, *node.output] if t),
+                        node_macs(node, shapes)) for node in model.graph.node if node.name}
 
 
 def _tensor_shapes(model: onnx.ModelProto) -> tuple[dict[str, tuple[int, ...] | None], dict[str, int]]:
@@ -445,7 +483,8 @@ def predict_step(model: onnx.ModelProto, cost: CostModel, node_seconds: dict[str
             codec_total += t
         else:
             out_b = sum(nbytes.get(o, 0) for o in node.output if o)
-            t = cost.op_seconds(node, out_b, node_seconds, macs=node_macs(node, shapes))
+            in_b = sum(nbytes.get(i, 0) for i in node.input if i)
+            t = cost.op_seconds(node, out_b, node_seconds, macs=node_macs(node, shapes), in_bytes=in_b)
             ort_total += t
         per_node[key] = t
     if isinstance(node_seconds, NodeTimes):

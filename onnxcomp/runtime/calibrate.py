@@ -229,7 +229,7 @@ def _ops_graph() -> Any:
 
 
 def time_common_ops(sizes: tuple[int, ...], repeats: int, tmp: Path, seed: int = 0) -> list[dict[str, Any]]:
-    """Samples {op, out_bytes, macs, seconds} for the elementwise / data-movement ops of _ops_graph."""
+    """Samples {op, nbytes (read + written), macs, seconds} for the elementwise / data-movement ops of _ops_graph."""
     import onnxruntime as ort
 
     from onnxcomp.runtime.session import session_options
@@ -247,8 +247,10 @@ def time_common_ops(sizes: tuple[int, ...], repeats: int, tmp: Path, seed: int =
         for _ in range(repeats):
             sess.run(None, {"X": x})
         b = x.nbytes
-        sizes_of = {"Cast": b // 2, "Cast_back": b, "Clip": b, "Relu": b, "Mul": b, "Add": b, "Slice": b,
-                    "Concat": 2 * b, "Identity": b, "Greater": b // 4, "Where": b}
+        # bytes read + written per node
+        sizes_of = {"Cast": b + b // 2, "Cast_back": b // 2 + b, "Clip": 2 * b, "Relu": 2 * b, "Mul": 3 * b,
+                    "Add": 3 * b, "Slice": 2 * b, "Concat": 4 * b, "Identity": 2 * b, "Greater": b + b // 4,
+                    "Where": b // 4 + 2 * b}
         out_bytes += [sizes_of] * (1 + repeats)
     sess.end_profiling()
     del sess
@@ -265,7 +267,7 @@ def time_common_ops(sizes: tuple[int, ...], repeats: int, tmp: Path, seed: int =
         for i in range(len(sizes)):
             runs = durs[i * per_size + 1:(i + 1) * per_size]  # the first run of a size settles allocations
             if runs:
-                samples.append({"op": ops[name], "out_bytes": out_bytes[i * per_size][name], "macs": 0.0,
+                samples.append({"op": ops[name], "nbytes": out_bytes[i * per_size][name], "macs": 0.0,
                                 "seconds": statistics.median(runs)})
     return samples
 
@@ -322,7 +324,7 @@ def _profile_worker(cfg: dict[str, Any]) -> dict[str, Any]:
     import onnxruntime as ort
     from onnxruntime.training import api
 
-    from onnxcomp.planner.cost_model import _tensor_shapes, node_macs
+    from onnxcomp.planner.cost_model import node_features, node_weights
     from onnxcomp.runtime.data import graph_data, synthetic_batches
     from onnxcomp.runtime.op_errors import guarded_step
     from onnxcomp.runtime.session import RuntimeSettings
@@ -373,14 +375,10 @@ def _profile_worker(cfg: dict[str, Any]) -> dict[str, Any]:
             for n, d in per_node.items() if len(d) % runs == 0 or len(d) >= runs}
     for name in names - set(mean):
         mean[name] = 0.0  # in the graph but never run: ORT folded it away (Shape, Identity of static shapes)
-    shapes, nbytes = _tensor_shapes(graph)
-    features = {}
-    for node in graph.graph.node:
-        if node.name in mean:
-            features[node.name] = (node.op_type, sum(nbytes.get(o, 0) for o in node.output if o),
-                                   node_macs(node, shapes))
+    features = node_features(graph)
+    weights = node_weights(graph)
     step = statistics.median(times)
-    return {"times": mean, "features": features, "step_seconds": step,
+    return {"times": mean, "features": features, "weights": weights, "step_seconds": step,
             "overhead_seconds": max(step - sum(mean.values()), 0.0), "settings": cfg["settings"],
             "unnamed_profile_nodes": sorted(set(mean) - names)[:20]}  # nodes ORT created (fusions)
 
@@ -415,9 +413,12 @@ def fit_codecs(samples: list[dict[str, Any]]) -> tuple[dict[str, dict[str, Any]]
             fit = fit_linear(x, np.array([s["op_s"] for s in rows]))
             kernel = fit_linear(x, np.array([max(s["direct_s"], 1e-7) for s in rows]))
             codecs.setdefault(codec, {})[direction] = {**fit.to_dict(), "kernel_only": kernel.to_dict()}
-    bridge_x = np.array([(1.0, float(s["bridge_bytes"])) for s in samples])
-    bridge_y = np.array([max(s["op_s"] - s["direct_s"], 1e-7) for s in samples])
-    bridge = fit_linear(bridge_x, bridge_y)
+    # Plain least squares here: op − direct is a small difference of two noisy timings, often negative for
+    # small tensors; relative weights would let those near-zero rows decide the fit.
+    paired = [s for s in samples if s["op_s"] > s["direct_s"]] or samples
+    bridge_x = np.array([(1.0, float(s["bridge_bytes"])) for s in paired])
+    bridge_y = np.array([max(s["op_s"] - s["direct_s"], 0.0) for s in paired])
+    bridge = fit_linear(bridge_x, bridge_y, weights=np.ones(len(paired)))
     return codecs, {"per_call_s": bridge.coef[0], "per_byte_s": bridge.coef[1], "r2": bridge.r2,
                     "mean_rel_err": bridge.mean_rel_err, "samples": bridge.samples,
                     "note": "op time minus the codec called directly, against bytes crossing the bridge"}
@@ -428,10 +429,10 @@ def fit_ops(samples: list[dict[str, Any]]) -> dict[str, Any]:
     from onnxcomp.planner.cost_model import fit_linear, fit_op_types
 
     fits = {op: f.to_dict() for op, f in fit_op_types(
-        (s["op"], s["out_bytes"], s["macs"], s["seconds"]) for s in samples).items()}
+        (s["op"], s["nbytes"], s["macs"], s["seconds"]) for s in samples).items()}
     plain = [s for s in samples if not s["macs"]]
     if plain:
-        x = np.array([(1.0, float(s["out_bytes"]), 0.0) for s in plain])
+        x = np.array([(1.0, float(s["nbytes"]), 0.0) for s in plain])
         generic = fit_linear(x[:, :2], np.array([s["seconds"] for s in plain]))
         fits["*"] = {**generic.to_dict(), "coef": [*generic.coef, 0.0]}
     else:
@@ -487,7 +488,7 @@ def calibrate(output: str | os.PathLike | None = None, *, plan: CalibrationPlan 
         node_times, param_bytes = _profile_bundled(plan)
         for name, (op, b, m) in node_times.features.items():
             if name in node_times:
-                op_samples.append({"op": op, "out_bytes": b, "macs": m, "seconds": node_times[name]})
+                op_samples.append({"op": op, "nbytes": b, "macs": m, "seconds": node_times[name]})
         if param_bytes:
             step_overhead = {"coef": [0.0, node_times.overhead_seconds / param_bytes], "samples": 1}
         profiled = {"model": plan.model, "batch": plan.model_batch, "image": plan.model_image,
