@@ -301,6 +301,8 @@ def add_calibrate(sub: Any) -> None:
                    help="tensor sizes to time, e.g. 64KiB 1MiB 8MiB (default: the mode's)")
     s.add_argument("--no-model", action="store_true",
                    help="skip profiling a bundled model (the ORT op fits then cover only cheap elementwise ops)")
+    s.add_argument("--profile", metavar="DIR", help="profile this artifact directory's training step for the ORT "
+                   "op fits instead of exporting a bundled model (e.g. the model you will transform)")
     s.add_argument("--json", action="store_true", help="print the fitted model as JSON")
     s.set_defaults(func=cmd_calibrate)
 
@@ -318,6 +320,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         changes["sizes"] = tuple(args.sizes)
     if args.no_model:
         changes["model"] = None
+    if args.profile:
+        changes["profile_dir"] = args.profile
     plan = dataclasses.replace(plan, **changes)
     res = calibrate(args.output, plan=plan, progress=None if args.json else print, replace=args.force)
     if args.json:

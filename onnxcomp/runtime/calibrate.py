@@ -30,6 +30,17 @@ import numpy as np
 from onnxcomp.errors import OnnxcompError
 
 KiB, MiB = 1 << 10, 1 << 20
+# Inputs rotate through copies spanning at least this many bytes, so each run reads from memory, not from a
+# cache the previous run warmed: in a training step an activation is long evicted when its encoder or a
+# cheap op reads it (the machine's L3 here is 32 MiB; timings on 4 MiB hot inputs came out 2-10x low).
+COLD_BYTES = 96 * MiB
+MAX_COPIES = 64
+
+
+def cold_copies(x: np.ndarray) -> list[np.ndarray]:
+    """``x`` and copies of it at other addresses, COLD_BYTES in all (at most MAX_COPIES arrays)."""
+    k = int(min(MAX_COPIES, max(1, -(-COLD_BYTES // max(x.nbytes, 1)))))
+    return [x] + [x.copy() for _ in range(k - 1)]
 
 # Params each codec is calibrated with (those that need any): COMET's relative bound on unit-scale data,
 # the zfp policy's default rate, ResNet's stem pool.
@@ -52,16 +63,19 @@ class CalibrationPlan:
     model_batch: int = 8
     model_image: int = 32
     profile_steps: int = 2
+    profile_dir: str | None = None           # profile this artifact directory instead of exporting ``model``
+
+    name: str = "custom"
 
     @classmethod
     def quick(cls) -> "CalibrationPlan":
-        return cls(sizes=(64 * KiB, 1 * MiB, 4 * MiB), nonzero=(0.3, 0.6, 0.95), repeats=3, model_batch=4,
-                   profile_steps=2)
+        return cls(sizes=(256 * KiB, 4 * MiB), nonzero=(0.3, 0.9), repeats=3, model_batch=2, profile_steps=1,
+                   name="quick")
 
     @classmethod
     def full(cls) -> "CalibrationPlan":
-        return cls(sizes=(16 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB), nonzero=(0.1, 0.3, 0.5, 0.7, 0.95),
-                   repeats=5, model_batch=16, model_image=64, profile_steps=3)
+        return cls(sizes=(64 * KiB, 1 * MiB, 4 * MiB, 16 * MiB), nonzero=(0.1, 0.4, 0.7, 0.95), repeats=4,
+                   model_batch=16, model_image=64, profile_steps=2, name="default")
 
 
 # --------------------------------------------------------------------------------------------- inputs
@@ -173,16 +187,19 @@ def time_codec(codec: str, sizes: tuple[int, ...], nonzero: tuple[float, ...], r
             payload = c.encode_cpu(x, **params)
             pbytes = c.payload_nbytes(payload)
             ybytes = c.decode_cpu(payload, **params).nbytes
-            sess.run(None, {"X": x, "trigger": trigger})  # first run: allocations settle
+            xs = cold_copies(x)
+            sess.run(None, {"X": xs[-1], "trigger": trigger})  # first run: allocations settle
             direct = []
-            for _ in range(repeats):
+            for r in range(repeats):
+                xr = xs[(2 * r) % len(xs)]
                 t0 = time.perf_counter()
-                payload = c.encode_cpu(x, **params)
+                payload = c.encode_cpu(xr, **params)
                 t1 = time.perf_counter()
                 c.decode_cpu(payload, **params)
                 t2 = time.perf_counter()
                 direct.append((t1 - t0, t2 - t1))
-                sess.run(None, {"X": x, "trigger": trigger})
+                sess.run(None, {"X": xs[(2 * r + 1) % len(xs)], "trigger": trigger})
+            del xs
             sess.end_profiling()
             del sess
             events = read_profile(_new_profiles(prof_dir, set())[-1])
@@ -243,9 +260,11 @@ def time_common_ops(sizes: tuple[int, ...], repeats: int, tmp: Path, seed: int =
     out_bytes: list[dict[str, int]] = []
     for size in sizes:
         x = activation(size, 0.5, rng)
-        sess.run(None, {"X": x})
-        for _ in range(repeats):
-            sess.run(None, {"X": x})
+        xs = cold_copies(x)
+        sess.run(None, {"X": xs[-1]})
+        for r in range(repeats):
+            sess.run(None, {"X": xs[r % len(xs)]})
+        del xs
         b = x.nbytes
         # bytes read + written per node
         sizes_of = {"Cast": b + b // 2, "Cast_back": b // 2 + b, "Clip": 2 * b, "Relu": 2 * b, "Mul": 3 * b,
@@ -483,28 +502,29 @@ def calibrate(output: str | os.PathLike | None = None, *, plan: CalibrationPlan 
     op_samples = list(raw["op_samples"])
     step_overhead = {"coef": [0.0, 0.0], "samples": 0}
     profiled = None
-    if plan.model:
-        say(f"profiling a training step of {plan.model} (batch {plan.model_batch}, {plan.model_image}x{plan.model_image})")
+    if plan.model or plan.profile_dir:
+        what = plan.profile_dir or f"{plan.model} (batch {plan.model_batch}, {plan.model_image}x{plan.model_image})"
+        say(f"profiling a training step of {what}")
         node_times, param_bytes = _profile_bundled(plan)
         for name, (op, b, m) in node_times.features.items():
             if name in node_times:
                 op_samples.append({"op": op, "nbytes": b, "macs": m, "seconds": node_times[name]})
         if param_bytes:
             step_overhead = {"coef": [0.0, node_times.overhead_seconds / param_bytes], "samples": 1}
-        profiled = {"model": plan.model, "batch": plan.model_batch, "image": plan.model_image,
+        profiled = {"model": plan.profile_dir or plan.model, "batch": plan.model_batch, "image": plan.model_image,
                     "step_seconds": node_times.step_seconds, "overhead_seconds": node_times.overhead_seconds,
                     "nodes": len(node_times)}
     ops = fit_ops(op_samples)
     data = {
         "format": FORMAT_VERSION,
         "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "mode": "quick" if plan == CalibrationPlan.quick() else ("default" if plan == CalibrationPlan.full() else "custom"),
+        "mode": plan.name,
         "machine": {**machine_info(), "codec_backend": raw["backend"]},
         "onnxruntime": _ort_version(),
         "malloc_mmap_threshold": "131072",
         "load_average": [round(v, 2) for v in load_before],
         "plan": {"sizes": list(plan.sizes), "nonzero": list(plan.nonzero), "repeats": plan.repeats,
-                 "codecs": codecs},
+                 "codecs": codecs, "cold_bytes": COLD_BYTES},
         "profiled_model": profiled,
         "codecs": codec_fits,
         "ops": ops,
@@ -537,6 +557,10 @@ def _profile_bundled(plan: CalibrationPlan) -> tuple[Any, int]:
 
     import onnx
 
+    if plan.profile_dir:
+        times = profile_training_step(plan.profile_dir, steps=plan.profile_steps)
+        path = Path(plan.profile_dir) / "training_model.onnx"
+        return times, _param_bytes(onnx.load(str(path), load_external_data=False))
     with tempfile.TemporaryDirectory(prefix="onnxcomp-calibrate-model-") as tmp:
         out = Path(tmp) / "artifacts"
         generate_artifacts(plan.model, plan.model_batch, plan.model_image, 10, out, smoke_test=False)
