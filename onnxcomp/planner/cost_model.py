@@ -190,7 +190,8 @@ class CostModel:
             if missing:
                 raise ValueError(f"codec {name} lacks {sorted(missing)} fits")
         step = LinearFit.from_dict(data["step_overhead"]) if "step_overhead" in data else LinearFit((0.0, 0.0))
-        meta = {k: v for k, v in data.items() if k not in ("codecs", "ops", "step_overhead", "pyop_overhead")}
+        meta = {k: v for k, v in data.items()
+                if k not in ("codecs", "ops", "step_overhead", "pyop_overhead", "samples")}
         return cls(codecs, ops, step, dict(data.get("pyop_overhead", {})), meta)
 
     def to_dict(self) -> dict[str, Any]:

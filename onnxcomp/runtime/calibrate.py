@@ -449,7 +449,7 @@ def fit_ops(samples: list[dict[str, Any]]) -> dict[str, Any]:
 
     fits = {op: f.to_dict() for op, f in fit_op_types(
         (s["op"], s["nbytes"], s["macs"], s["seconds"]) for s in samples).items()}
-    plain = [s for s in samples if not s["macs"]]
+    plain = [s for s in samples if not s["macs"] and s["seconds"] > 0]  # 0: a node ORT folded away
     if plain:
         x = np.array([(1.0, float(s["nbytes"]), 0.0) for s in plain])
         generic = fit_linear(x[:, :2], np.array([s["seconds"] for s in plain]))
@@ -511,7 +511,9 @@ def calibrate(output: str | os.PathLike | None = None, *, plan: CalibrationPlan 
                 op_samples.append({"op": op, "nbytes": b, "macs": m, "seconds": node_times[name]})
         if param_bytes:
             step_overhead = {"coef": [0.0, node_times.overhead_seconds / param_bytes], "samples": 1}
-        profiled = {"model": plan.profile_dir or plan.model, "batch": plan.model_batch, "image": plan.model_image,
+        profiled = {"model": plan.profile_dir or plan.model,
+                    "batch": None if plan.profile_dir else plan.model_batch,
+                    "image": None if plan.profile_dir else plan.model_image,
                     "step_seconds": node_times.step_seconds, "overhead_seconds": node_times.overhead_seconds,
                     "nodes": len(node_times)}
     ops = fit_ops(op_samples)
@@ -530,6 +532,8 @@ def calibrate(output: str | os.PathLike | None = None, *, plan: CalibrationPlan 
         "ops": ops,
         "step_overhead": step_overhead,
         "pyop_overhead": bridge,
+        # the timings behind the fits, so a fit can be redone or checked without re-timing
+        "samples": {"codecs": raw["codec_samples"], "ops": op_samples},
     }
     CostModel.from_dict(data)  # what load() will read back must parse
     elapsed = time.perf_counter() - t_start
