@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -422,18 +421,10 @@ def _tensor_shapes(model: onnx.ModelProto) -> tuple[dict[str, tuple[int, ...] | 
     """(shape, bytes) of every tensor onnxcomp's analysis can resolve; codec payloads get no bytes."""
     from onnxcomp.analysis.shapes import resolve_shapes
 
-    types = resolve_shapes(model, allow_unresolved=True) if _accepts_unresolved() else resolve_shapes(model)
+    types = resolve_shapes(model)
     shapes = {n: t.shape for n, t in types.items()}
     nbytes = {n: int(t.nbytes) for n, t in types.items() if t.nbytes is not None}
     return shapes, nbytes
-
-
-def _accepts_unresolved() -> bool:
-    import inspect
-
-    from onnxcomp.analysis.shapes import resolve_shapes
-
-    return "allow_unresolved" in inspect.signature(resolve_shapes).parameters
 
 
 _RELU_LIKE = {"Relu", "LeakyRelu", "Clip", "MaxPool"}

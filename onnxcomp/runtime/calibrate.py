@@ -297,7 +297,7 @@ def profile_training_step(model_path_or_dir: str | os.PathLike, steps: int = 3, 
     """Per-node mean seconds of a training step from ORT's profiler, in a fresh child process (see
     cost_model.profile_node_seconds)."""
     from onnxcomp.planner.cost_model import NodeTimes
-    from onnxcomp.runtime.measure import MALLOC_ENV, _resolve_model
+    from onnxcomp.runtime.measure import _resolve_model
     from onnxcomp.runtime.session import RuntimeSettings
 
     path = Path(model_path_or_dir)
