@@ -246,15 +246,16 @@ def applicable_encodings(use: StashUse) -> tuple[str, ...]:
 def sparse_source(producer_op: str, upstream_ops: list[str], sources: tuple[str, ...] = ()) -> str | None:
     """The op that makes a tensor sparse, looking through reshapes and pools (pool of ReLU is sparse); with
     ``sources`` (the ops the tensor is built from, through Concat/Pad/...), sparse when every source is."""
-    if producer_op in SEE_THROUGH - _PASS_THROUGH and sources:
-        found = {sparse_source(op, []) for op in sources}
-        return found.pop() if len(found) == 1 and None not in found else None
     for op in [producer_op, *upstream_ops]:
         if op in _SPARSE_PRODUCERS and op not in _POOLS:
             return op
         if op in _PASS_THROUGH or op in _POOLS:
             continue
-        return None
+        break
+    # Through Concat/Split/Slice/Pad too: sparse when every tensor it is built from comes out of a ReLU/ReLU6.
+    found = set(sources)
+    if producer_op in SEE_THROUGH and len(found) == 1 and found <= _SPARSE_PRODUCERS - _POOLS:
+        return found.pop()
     return None
 
 
