@@ -232,7 +232,8 @@ def applicable_encodings(use: StashUse) -> tuple[str, ...]:
         # Exact: rebuilt from the LayerNorm / GELU input that LayerNormalizationGrad / GeluGrad keep anyway,
         # or from the softmax output and the Dropout mask that SoftmaxGrad / DropoutGrad keep anyway, or
         # (the softmax output itself) from Q and Kᵀ, which the dQ / dK products keep anyway.
-        return (RECOMPUTE, DPR, ERROR_BOUNDED)
+        table = technique_table(use)
+        return tuple(t for t in (RECOMPUTE, DPR, ERROR_BOUNDED) if table[t] is None)
     if not use.float_tensor or role == "BatchNorm-stats":
         return ()
     ops = {op for op, _ in use.backward_uses}
