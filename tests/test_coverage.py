@@ -259,3 +259,19 @@ def test_activation_mix_trains_bit_identically(tmp_path: Path) -> None:
     enc = train(art, model="enc.onnx", steps=3, data="synthetic", seed=3, progress=False, return_parameters=True)
     assert len(set(base.losses)) > 1 and base.losses == enc.losses
     assert np.array_equal(base.parameters.view(np.uint32), enc.parameters.view(np.uint32))
+
+
+def test_inspect_lists_techniques_and_reasons() -> None:
+    from rich.console import Console
+
+    from onnxcomp.stash_report import inspect_report, render_report
+
+    report = inspect_report(analyze_model(_graph(CLIP)))
+    mask = next(s for s in report["stashed"] if s["name"] == "mask")
+    assert mask["techniques"][INTERVAL_MASK] == {"applies": True}
+    assert all(v["why_not"] for t, v in mask["techniques"].items() if t != INTERVAL_MASK)
+    assert any(n.startswith("interval:") for n in mask["needs"])
+    console = Console(width=200, record=True)
+    render_report({**report, "model": "clip"}, console)
+    text = console.export_text()
+    assert "Techniques per stash" in text and "PRelu" in text and "intervalmask" in text
