@@ -65,7 +65,7 @@ class IntervalMaskPass(EncodeStashPass):
         n = numel(stash.shape)
         nbytes = (n + 7) // 8
         return Encoding(stash.name, x, x, self.codec, bounds, [nbytes, 8 * len(stash.shape)],
-                        [[nbytes], [len(stash.shape)]],
+                        [[nbytes], None],  # shape payload symbolic: see signbits._payload_shapes
                         f"Clip gradient mask: 1 bit/element of {x} in [{bounds['lo']:g}, {bounds['hi']:g}] (exact)")
 
     def run(self, model: onnx.ModelProto) -> PassResult:

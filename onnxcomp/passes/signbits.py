@@ -57,7 +57,7 @@ class SignBitsPass(EncodeStashPass):
             if stash.dtype != "float32":
                 return f"dtype {stash.dtype}: the signbits op takes float32"
             return Encoding(stash.name, stash.name, stash.name, self.codec, {},
-                            [(numel(shape) + 7) // 8, 8 * len(shape)], [[(numel(shape) + 7) // 8], [len(shape)]],
+                            [(numel(shape) + 7) // 8, 8 * len(shape)], _payload_shapes(shape),
                             f"sign bits for {'/'.join(sorted(signs))} only; {sorted(others)} left to later passes",
                             readers=tuple(sorted(signs)))
         if stash.use.float_tensor is False or stash.dtype != "float32":
@@ -75,12 +75,20 @@ class SignBitsPass(EncodeStashPass):
         if shape is None:
             return "shape unresolved"
         return Encoding(stash.name, target, target, self.codec, {}, codec_bytes(shape),
-                        [[(numel(shape) + 7) // 8], [len(shape)]], note)
+                        _payload_shapes(shape), note)
 
 
 # Gradient ops that test only X > 0 of the input they get: fed Cast(mask, float), they compute the same bits
 # (LeakyReluGrad(dY, Y, alpha) = Y > 0 ? dY : alpha·dY, checked on ORT 1.19 with 0, -0, NaN, subnormals).
 _SIGN_GRADS = {"ReluGrad", "LeakyReluGrad"}
+
+
+def _payload_shapes(shape: tuple[int, ...]) -> list[list[int] | None]:
+    """Declared shapes of the bits and the int64 shape payload. The shape payload is left symbolic: with two
+    or more encoders whose int64[ndim] outputs (payload shape and anchor) are both declared static, ORT 1.19's
+    memory-reuse planner (on by default) aborts the step ("Shape mismatch attempting to re-use buffer.
+    {4} != {9}"), measured on leaky_vgg, mobilenet_v1_s and a MobileNetV3-style net."""
+    return [[(numel(shape) + 7) // 8], None]
 
 
 def _relugrad_reads_float_mask(model: onnx.ModelProto) -> None:
