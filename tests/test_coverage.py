@@ -238,27 +238,48 @@ def test_intervalmask_refuses_bad_bounds() -> None:
 
 
 # -- bit-identical training --------------------------------------------------------------------------------------
-def test_activation_mix_trains_bit_identically(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def mix_artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """ActivationMix's training artifacts (batch 4, 3x8x8) and its lossless-encode graph enc.onnx."""
     import torch
     from conftest import artifacts_from_net
     from coverage_nets import ActivationMix
 
-    from onnxcomp.runtime.train import train
     from onnxcomp.transform import transform
 
     torch.manual_seed(0)
-    art = artifacts_from_net(ActivationMix(c=8, image=8), tmp_path / "mix", batch=4, in_channels=3, height=8, width=8,
-                             meta={"model": "mix", "batch": 4, "image": [3, 8, 8], "classes": 10,
-                                   "inputs": ["input"], "labels": "labels"})
+    art = artifacts_from_net(ActivationMix(c=8, image=8), tmp_path_factory.mktemp("mix"), batch=4, in_channels=3,
+                             height=8, width=8, meta={"model": "mix", "batch": 4, "image": [3, 8, 8], "classes": 10,
+                                                      "inputs": ["input"], "labels": "labels"})
     result = transform(art, art / "enc.onnx", "lossless-encode", min_bytes=0)
     codecs = {r["codec"] for r in result.records}
-    assert {"relumask", "intervalmask", "bitmask"} <= codecs, codecs
+    assert {"relumask", "intervalmask", "bitmask", "maxpool_index"} <= codecs, codecs
     kinds = {r["pattern"].split("→")[0] for r in result.records if r["codec"] in ("relumask", "intervalmask")}
     assert {"LeakyRelu-output", "Clip-mask"} <= kinds
-    base = train(art, steps=3, data="synthetic", seed=3, progress=False, return_parameters=True)
-    enc = train(art, model="enc.onnx", steps=3, data="synthetic", seed=3, progress=False, return_parameters=True)
+    return art
+
+
+def test_activation_mix_trains_bit_identically(mix_artifacts: Path) -> None:
+    from onnxcomp.runtime.train import train
+
+    base = train(mix_artifacts, steps=3, data="synthetic", seed=3, progress=False, return_parameters=True)
+    enc = train(mix_artifacts, model="enc.onnx", steps=3, data="synthetic", seed=3, progress=False,
+                return_parameters=True)
     assert len(set(base.losses)) > 1 and base.losses == enc.losses
     assert np.array_equal(base.parameters.view(np.uint32), enc.parameters.view(np.uint32))
+
+
+def test_encoded_graph_runs_under_ort_default_settings(mix_artifacts: Path) -> None:
+    """Several encoders each declaring two static int64[ndim] outputs made ORT's memory-reuse planner (on by
+    default) abort the step; the shape payload is declared symbolic. Run in a child process (measure's)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "onnxcomp", "measure", str(mix_artifacts), "--model", "enc.onnx",
+                          "--steps", "1", "--json", "--arena", "--mem-pattern", "--mem-reuse", "--order", "default"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-400:]
+    assert all(math.isfinite(v) for v in json.loads(out.stdout)["losses"])
 
 
 def test_inspect_lists_techniques_and_reasons() -> None:
