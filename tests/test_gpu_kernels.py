@@ -29,7 +29,7 @@ pytestmark = pytest.mark.gpu
 EXAMPLES = int(os.environ.get("ONNXCOMP_GPU_EXAMPLES", "60"))
 FLOAT_CODECS = sorted(n for n, c in REGISTRY.items() if c.input_dtype == "float32" and n != "sz")
 # Codecs whose encoder needs a parameter with no default (their own property tests sweep it).
-REQUIRED_PARAMS: dict[str, dict[str, Any]] = {"zfp": {"rate": 8}, "sz": {"eb": 1e-2}}
+REQUIRED_PARAMS: dict[str, dict[str, Any]] = {"zfp": {"rate": 8}, "sz": {"eb": 1e-2}, "intervalmask": {"lo": 0.0, "hi": 6.0}}
 SZ_EBS = (1e-6, 1e-3, 0.05, 4.0)
 
 

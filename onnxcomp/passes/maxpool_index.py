@@ -40,5 +40,7 @@ class MaxPoolIndexPass(EncodeStashPass):
         n = g.N * g.C * g.OH * g.OW
         packed = (n * g.bits + 7) // 8
         # The indices have no forward reader; the pooled values (output 0) do, so they carry the anchor.
+        # The int64 shape payload is declared with a symbolic length (see signbits._payload_shapes: two static
+        # int64[4] outputs per encoder abort ORT's memory-reuse planner).
         return Encoding(stash.name, stash.name, pool.output[0], "maxpool_index", params, [packed, 32],
-                        [[packed], [4]], f"{g.bits} bits per index (window {g.kh}×{g.kw})")
+                        [[packed], None], f"{g.bits} bits per index (window {g.kh}×{g.kw})")

@@ -58,7 +58,7 @@ class DropoutMaskPass(EncodeStashPass):
         # Forward readers of the Dropout's output wait on the encoder (the mask itself has none), so it
         # runs in the forward pass under either execution order.
         return Encoding(stash.name, stash.name, dropout.output[0], self.codec, {},
-                        [(n + 7) // 8, 8 * len(stash.shape)], [[(n + 7) // 8], [len(stash.shape)]],
+                        [(n + 7) // 8, 8 * len(stash.shape)], [[(n + 7) // 8], None],  # see signbits._payload_shapes
                         "Dropout mask: 1 bit/element (exact)")
 
 
