@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..errors import OnnxcompError
 from .base import GraphPass, PassResult, Skipped
+from .chunk_backward import ChunkedBackwardPass, chunkable_regions
 from .chunk_stem_backward import ChunkedStemBackwardPass
 from .defer_weight_grad import DeferWeightGradientPass
 from .dpr import DPR_FORMATS, DprPass
