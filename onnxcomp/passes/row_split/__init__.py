@@ -42,6 +42,8 @@ input (platform notes) plus a Python call per block.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import onnx
 
 from ...analysis import analyze_model
@@ -63,7 +65,7 @@ class RowSplitPass(GraphPass):
 
     def __init__(self, rows: int | str = 2, variant: str = "overl", checkpoints: int | str = "auto",
                  budget_bytes: int | None = None, split_forward: bool = False,
-                 accumulate_in_place: bool = True) -> None:
+                 accumulate_in_place: bool = True, chains: list[str] | tuple[str, ...] | None = None) -> None:
         if isinstance(rows, str) and rows != "auto":
             try:
                 rows = int(rows)
@@ -91,6 +93,9 @@ class RowSplitPass(GraphPass):
         self.budget_bytes = budget_bytes
         self.split_forward = bool(split_forward)
         self.accumulate_in_place = bool(accumulate_in_place)
+        if chains is not None and (isinstance(chains, str) or not all(isinstance(c, str) for c in chains)):
+            raise OnnxcompError(f"chains={chains!r}: use a list of chain names (row_split_candidates)")
+        self.chains = None if chains is None else tuple(chains)
 
     def run(self, model: onnx.ModelProto) -> PassResult:
         require_training_graph(model)
@@ -126,6 +131,12 @@ class RowSplitPass(GraphPass):
     def _rewrite(self, model: onnx.ModelProto, R: int) -> PassResult:
         analysis = analyze_model(model)
         chains, skipped = _find_chains(analysis)
+        if self.chains is not None:
+            missing = [c for c in self.chains if c not in {ch.name for ch in chains}]
+            if missing:
+                raise OnnxcompError(f"row_split: no conv chain named {missing}; candidates: "
+                                    f"{[ch.name for ch in chains]}", options=("chains",))
+            chains = [ch for ch in chains if ch.name in self.chains]
         result = PassResult(self.copy(model), skipped=skipped)
         if not chains:
             return result
@@ -218,3 +229,49 @@ class RowSplitPass(GraphPass):
                                            {i.name for i in graph.initializer}))
         graph.value_info.extend(value_info)
         return result
+
+
+@dataclass
+class RowChain:
+    """A conv chain the row split can take (for the budget planner): its name (``RowSplitPass(chains=[name])``),
+    forward nodes, input, height, the stashes it makes unnecessary, and the predicted step peak per row count.
+    ``exact`` is False: weight gradients are summed block by block (rounding, not bit-identical)."""
+    name: str
+    nodes: tuple[str, ...]
+    input: str
+    output_rows: int
+    dropped_stash_bytes: int
+    exact: bool = False
+    predicted_peak_before: int | None = None
+    predicted_peak: dict[int, int] = field(default_factory=dict)
+
+    def reduction(self, rows: int) -> int | None:
+        if self.predicted_peak_before is None or rows not in self.predicted_peak:
+            return None
+        return self.predicted_peak_before - self.predicted_peak[rows]
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "nodes": list(self.nodes), "input": self.input, "output_rows": self.output_rows,
+                "dropped_stash_bytes": self.dropped_stash_bytes, "exact": self.exact,
+                "predicted_peak_before": self.predicted_peak_before,
+                "predicted_peak": {str(k): v for k, v in self.predicted_peak.items()}}
+
+
+def row_split_candidates(model: onnx.ModelProto, rows: tuple[int, ...] = (2, 4, 8), variant: str = "overl",
+                         predict: bool = True) -> list[RowChain]:
+    """Every conv chain of ``model`` a row split can take, with the predicted step peak when that chain alone
+    is split into each row count of ``rows`` (one trial rewrite each) when ``predict``."""
+    require_training_graph(model)
+    chains, _ = _find_chains(analyze_model(model))
+    out = [RowChain(ch.name, tuple(lay.fwd.name or lay.y for lay in ch.layers), ch.layers[0].x,
+                    max(lay.h_out for lay in ch.layers), _internal_stash_bytes(ch.layers, 0, len(ch.layers)))
+           for ch in chains]
+    if predict and out:
+        before = predicted_peak(model)
+        for c in out:
+            c.predicted_peak_before = before
+            for r in rows:
+                if r <= c.output_rows:
+                    trial = RowSplitPass(rows=r, variant=variant, chains=[c.name]).run(model)
+                    c.predicted_peak[r] = predicted_peak(trial.model)
+    return out
