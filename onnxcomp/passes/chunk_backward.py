@@ -330,16 +330,26 @@ class ChunkedBackwardPass(GraphPass):
                 continue
             seen, live = predicted_live(current)
             peak_before = int(live.max())
-            trials = []
-            for region in options:
+
+            def trial(region: Region, k: int) -> tuple:
                 replaced = set(region.nodes)
                 before = int(max(live[i] for i, nd in enumerate(seen.graph.node) if nd.name in replaced))
-                for k in counts:
-                    trial = self._rewrite(current, region, k)
-                    seen_t, live_t = predicted_live(trial)
-                    at = int(max(live_t[i] for i, nd in enumerate(seen_t.graph.node) if nd.name.startswith(_prefix(region))))
-                    trials.append((int(live_t.max()), at, k, len(region.nodes), region, trial, before))
-            good = [t for t in trials if t[1] < t[6] and t[0] <= peak_before]
+                rewritten = self._rewrite(current, region, k)
+                seen_t, live_t = predicted_live(rewritten)
+                at = int(max(live_t[i] for i, nd in enumerate(seen_t.graph.node)
+                             if nd.name.startswith(_prefix(region))))
+                return int(live_t.max()), at, k, len(region.nodes), region, rewritten, before
+
+            # Two stages (lengths x counts trial rewrites would be slow on deep nets): every region length at
+            # the most chunks, then the other counts for the best length.
+            def lowers(t: tuple) -> bool:   # fewer bytes at the region, no higher step peak
+                return t[1] < t[6] and t[0] <= peak_before
+
+            key = lambda t: (t[0], t[1], t[2], t[3])  # noqa: E731
+            trials = [trial(region, max(counts)) for region in options]
+            best_region = min([t for t in trials if lowers(t)] or trials, key=key)[4]
+            trials += [trial(best_region, k) for k in counts if k != max(counts)]
+            good = [t for t in trials if lowers(t)]
             if not good:
                 best = min(trials, key=lambda t: (t[0], t[1]))
                 result.skipped.append(Skipped(term, PATTERN, f"batch chunks would not lower the predicted bytes "
@@ -347,8 +357,8 @@ class ChunkedBackwardPass(GraphPass):
                                               f"{peak_before / 2**20:.1f} -> {best[0] / 2**20:.1f} MiB at the peak)"))
                 continue
             # Lowest predicted peak, then lowest bytes at the region, then fewer chunks and fewer ops (cheaper).
-            peak_after, at, k, _, region, trial, before = min(good, key=lambda t: (t[0], t[1], t[2], t[3]))
-            current = trial
+            peak_after, at, k, _, region, rewritten, before = min(good, key=key)
+            current = rewritten
             result.records.append(self._record(region, k, region_before=before, region_after=at,
                                                predicted_peak_before=peak_before, predicted_peak_after=peak_after))
         if result.records:
