@@ -14,7 +14,6 @@ from onnxcomp.errors import OnnxcompError
 from onnxcomp.passes import ChunkedBackwardPass, ChunkedStemBackwardPass, chunkable_regions
 from onnxcomp.passes.base import check_model
 from onnxcomp.passes.chunk_backward import PREFIX, rewrite_region
-from onnxcomp.planner.predict import planned_peak
 
 _CONV = 'pads=[1,1,1,1], strides=[1,1], dilations=[1,1], group=1, kernel_shape=[3,3]'
 _POOL = 'kernel_shape=[2,2], strides=[2,2], pads=[0,0,0,0]'

@@ -312,7 +312,7 @@ class ChunkedBackwardPass(GraphPass):
         result.skipped.extend(skipped)
         if not regions:
             return result
-        from ..planner.predict import predicted_live
+        from ..planner.predict import live_at, predicted_live
 
         current = result.model
         for term in dict.fromkeys(r.terminal for r in regions):
@@ -332,12 +332,10 @@ class ChunkedBackwardPass(GraphPass):
             peak_before = int(live.max())
 
             def trial(region: Region, k: int) -> tuple:
-                replaced = set(region.nodes)
-                before = int(max(live[i] for i, nd in enumerate(seen.graph.node) if nd.name in replaced))
+                before = live_at(seen, live, lambda nd: nd.name in region.nodes)
                 rewritten = self._rewrite(current, region, k)
                 seen_t, live_t = predicted_live(rewritten)
-                at = int(max(live_t[i] for i, nd in enumerate(seen_t.graph.node)
-                             if nd.name.startswith(_prefix(region))))
+                at = live_at(seen_t, live_t, lambda nd: nd.name.startswith(_prefix(region)))
                 return int(live_t.max()), at, k, len(region.nodes), region, rewritten, before
 
             # Two stages (lengths x counts trial rewrites would be slow on deep nets): every region length at
