@@ -96,6 +96,8 @@ def test_candidates_and_chain_selection() -> None:
     assert cand.dropped_stash_bytes == 2 * 2 * 4 * 10 * 6 * 4          # x and y, float32
     assert set(cand.predicted_peak) == {2, 5} and cand.reduction(2) is not None and not cand.exact
     assert RowSplitPass(rows=2, chains=["Conv_0"]).run(model).records
+    # only_lowering keeps a chain whose split lowers the predicted peak (here: the one chain).
+    assert [r["chain"] for r in RowSplitPass(rows=2, only_lowering=True).run(model).records] == ["Conv_0"]
     with pytest.raises(OnnxcompError, match="no conv chain named"):
         RowSplitPass(rows=2, chains=["Conv_9"]).run(model)
 

@@ -47,12 +47,14 @@ _POLICIES = [
     policy("rows", "LR-CNN: conv chains split into row blocks, recomputed row by row in backward (exact)",
            RowSplitPass, EagerAccumulationPass, options=("rows", "variant", "checkpoints", "budget_bytes")),
     # Row split composed with encodings (docs/chunking.md): the chains first (their finder needs the original
-    # backward ops), then the encodings take what the chains still stash (chain inputs, checkpoints, the rest).
+    # backward ops), only those whose split lowers the predicted peak; then the encodings take what is still
+    # stashed outside the chains (and chunk_backward the first layer when no chain took it).
     policy("rows+lossless", "LR-CNN row split, then the lossless policy on the remaining stashes",
-           RowSplitPass, *REORDER, RecomputePass, *LOSSLESS_ENCODINGS, SparsePass,
+           step(RowSplitPass, only_lowering=True), *REORDER, RecomputePass, *LOSSLESS_ENCODINGS, SparsePass,
            options=("rows", "variant", "checkpoints", "budget_bytes", "min_bytes", "overrides")),
     policy("rows+comet", "LR-CNN row split, then COMET on the remaining stashes and batch-chunked backward "
-           "regions", RowSplitPass, *LOSSY_FIRST, ErrorBoundedPass, ChunkedBackwardPass, DprPass, SparsePass,
+           "regions", step(RowSplitPass, only_lowering=True), *LOSSY_FIRST, ErrorBoundedPass, ChunkedBackwardPass,
+           DprPass, SparsePass,
            options=("rows", "variant", "checkpoints", "budget_bytes", "min_bytes", "overrides",
                     "split_weight_bytes", "eb", "adaptive", "dpr_format", "native")),
     policy("chunks", "backward regions down to the first layer in batch chunks, nothing else (exact up to "

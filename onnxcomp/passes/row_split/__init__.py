@@ -49,7 +49,7 @@ import onnx
 from ...analysis import analyze_model
 from ...errors import OnnxcompError
 from ...planner.predict import predicted_peak
-from ..base import GraphPass, PassResult, require_training_graph, taken_names
+from ..base import GraphPass, PassResult, Skipped, require_training_graph, taken_names
 from ..records import PassRecord
 from .chains import _find_chains, _sole_accumulator
 from .emission import _Emitter, _SegmentWriter, _stable_toposort  # noqa: F401  (chunk_stem_backward reuses the sort)
@@ -65,7 +65,8 @@ class RowSplitPass(GraphPass):
 
     def __init__(self, rows: int | str = 2, variant: str = "overl", checkpoints: int | str = "auto",
                  budget_bytes: int | None = None, split_forward: bool = False,
-                 accumulate_in_place: bool = True, chains: list[str] | tuple[str, ...] | None = None) -> None:
+                 accumulate_in_place: bool = True, chains: list[str] | tuple[str, ...] | None = None,
+                 only_lowering: bool = False) -> None:
         if isinstance(rows, str) and rows != "auto":
             try:
                 rows = int(rows)
@@ -96,9 +97,14 @@ class RowSplitPass(GraphPass):
         if chains is not None and (isinstance(chains, str) or not all(isinstance(c, str) for c in chains)):
             raise OnnxcompError(f"chains={chains!r}: use a list of chain names (row_split_candidates)")
         self.chains = None if chains is None else tuple(chains)
+        # Keep a chain only where splitting it lowers the predicted step peak (greedy, chain by chain): what
+        # the compositions with encodings use, so that a lone stem Conv stays whole for chunk_backward.
+        self.only_lowering = bool(only_lowering)
 
     def run(self, model: onnx.ModelProto) -> PassResult:
         require_training_graph(model)
+        if self.only_lowering and self.rows != "auto":
+            return self._lowering_only(model, int(self.rows))
         if self.rows != "auto":
             result = self._rewrite(model, int(self.rows))
             tallest = max((r["output_rows"] for r in result.records), default=None)
@@ -128,15 +134,35 @@ class RowSplitPass(GraphPass):
                            "fits": peak <= self.budget_bytes, "tried": tried}
         return result
 
-    def _rewrite(self, model: onnx.ModelProto, R: int) -> PassResult:
+    def _lowering_only(self, model: onnx.ModelProto, R: int) -> PassResult:
+        """The chains (of ``self.chains``, or all) whose split lowers the predicted step peak, added greedily."""
+        names = [ch.name for ch in _find_chains(analyze_model(model))[0]
+                 if self.chains is None or ch.name in self.chains]
+        best = predicted_peak(model)
+        chosen: list[str] = []
+        result = PassResult(self.copy(model))
+        refused = []
+        for name in names:
+            trial = self._rewrite(model, R, chosen + [name])
+            peak = predicted_peak(trial.model)
+            if peak < best:
+                chosen, best, result = chosen + [name], peak, trial
+            else:
+                refused.append(Skipped(name, "row-split", f"splitting it would not lower the predicted step peak "
+                                       f"({best / 2**20:.1f} -> {peak / 2**20:.1f} MiB)"))
+        result.skipped.extend(refused)
+        return result
+
+    def _rewrite(self, model: onnx.ModelProto, R: int, names: list[str] | None = None) -> PassResult:
         analysis = analyze_model(model)
         chains, skipped = _find_chains(analysis)
-        if self.chains is not None:
-            missing = [c for c in self.chains if c not in {ch.name for ch in chains}]
+        names = list(self.chains) if names is None and self.chains is not None else names
+        if names is not None:
+            missing = [c for c in names if c not in {ch.name for ch in chains}]
             if missing:
                 raise OnnxcompError(f"row_split: no conv chain named {missing}; candidates: "
                                     f"{[ch.name for ch in chains]}", options=("chains",))
-            chains = [ch for ch in chains if ch.name in self.chains]
+            chains = [ch for ch in chains if ch.name in names]
         result = PassResult(self.copy(model), skipped=skipped)
         if not chains:
             return result
