@@ -228,6 +228,9 @@ def test_planner_picks_a_region_and_selection_by_name() -> None:
         rewrite_region(model, "nope", 2)
     same = rewrite_region(model, short.name, 2)
     check_model(same, "rewrite_region")
+    forced = ChunkedBackwardPass(chunks=2, regions=[short.name], force=True).run(model)
+    assert [r["region"] for r in forced.records] == [short.name]
+    assert [n.name for n in forced.model.graph.node] == [n.name for n in same.graph.node]
 
 
 def test_stem_pass_is_the_restricted_case() -> None:

@@ -277,8 +277,8 @@ def rewrite_region(model: onnx.ModelProto, region: str, chunks: int) -> onnx.Mod
 class ChunkedBackwardPass(GraphPass):
     """chunks: candidate chunk counts (the planner picks). regions: only these region names (from
     chunkable_regions; a terminal's name selects its regions of every length); default: all. force:
-    rewrite the longest region of every terminal with the first count, without asking the planner (tests,
-    measurements). max_ops: cap on the region length."""
+    rewrite the longest (selected) region of every terminal with the first count, without asking the
+    planner (tests, measurements). max_ops: cap on the region length."""
 
     name = "chunk_backward"
 
@@ -295,7 +295,9 @@ class ChunkedBackwardPass(GraphPass):
         self.max_ops = max_ops
 
     def candidates(self, analysis: GraphAnalysis) -> tuple[list[Region], list[Skipped]]:
-        regions, skipped = _regions(analysis, self.max_ops, lengths=not self.force)
+        regions, skipped = _regions(analysis, self.max_ops)
+        if self.regions is None and self.force:     # the longest region of each terminal
+            regions = [r for r in regions if r is [q for q in regions if q.terminal == r.terminal][-1]]
         if self.regions is not None:
             known = {r.name for r in regions} | {r.terminal for r in regions}
             missing = [n for n in self.regions if n not in known]
@@ -368,7 +370,7 @@ class ChunkedBackwardPass(GraphPass):
         out = onnx.ModelProto()
         out.CopyFrom(model)
         analysis = analyze_model(out)
-        regions, _ = _regions(analysis, self.max_ops, lengths=not self.force)
+        regions, _ = _regions(analysis, self.max_ops)
         match = next(r for r in regions if r.name == region.name)
         _ChunkedChain(out, analysis, match, k).emit()
         return out
