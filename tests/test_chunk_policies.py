@@ -66,3 +66,21 @@ def test_rows_comet_keeps_the_stem_for_chunking(user_art: Path, tmp_path: Path) 
     base = train(user_art, steps=3, data="synthetic", seed=2, progress=False)
     assert lossy.losses[0] == base.losses[0]
     np.testing.assert_allclose(lossy.losses, base.losses, rtol=0.05)
+
+
+def test_lossless_encode_plus_chunks(user_art: Path, tmp_path: Path) -> None:
+    """No lossy codec: the lossless encodings and the chunked stem region together predict a lower peak than
+    either alone, and training matches the original up to rounding."""
+    from onnxcomp.transform import transform_model
+
+    model = onnx.load(str(user_art / "training_model.onnx"))
+    peaks = {p: predicted_peak(transform_model(model, p).model) for p in ("lossless-encode", "chunks",
+                                                                            "lossless-encode+chunks")}
+    assert peaks["lossless-encode+chunks"] < min(peaks["lossless-encode"], peaks["chunks"])
+    out = tmp_path / "lec"
+    result = transform(user_art, out, "lossless-encode+chunks")
+    assert result.chunked and all(not c["exact"] for c in result.chunked)
+    base = train(user_art, steps=3, data="synthetic", seed=4, progress=False)
+    new = train(out, steps=3, data="synthetic", seed=4, progress=False)
+    assert new.losses[0] == base.losses[0]
+    np.testing.assert_allclose(new.losses, base.losses, rtol=1e-4)
