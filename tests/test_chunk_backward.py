@@ -248,3 +248,24 @@ def test_stem_pass_is_the_restricted_case() -> None:
     base, new = _run(model, feeds), _run(out, feeds)
     for name in base:
         np.testing.assert_allclose(new[name], base[name], rtol=1e-5, atol=1e-6 * max(1.0, float(np.abs(base[name]).max())))
+
+
+def test_forward_pass_untouched_after_encoders() -> None:
+    """After native fp16 DPR (a forward Clip+Cast per stash, a gated Cast decode in backward) the region slices
+    the decode's gated fp16 view; every forward node keeps its place (no encoder pulled into backward, where
+    the fp32 tensor would have to live until then) and the gradients match."""
+    from onnxcomp.passes import DprPass
+
+    encoded = DprPass(min_bytes=0, native=True).run(_parse(CONV_CHAIN)).model
+    out = ChunkedBackwardPass(chunks=2, force=True).run(encoded).model
+    def forward(m: onnx.ModelProto) -> list[str]:
+        nodes = list(m.graph.node)
+        return [n.name for n in nodes[:[k for k, n in enumerate(nodes) if "loss" in n.output][0] + 1]]
+    assert forward(out) == forward(encoded)
+    made = {o: n for n in out.graph.node for o in n.output}
+    sliced = [made[n.input[0]] for n in _ops(out, "Slice") if n.input[0] in made]
+    assert any(p.op_type == "Reshape" and p.output[0].endswith("__fp16_gated") for p in sliced)
+    feeds = _feeds(_parse(CONV_CHAIN))
+    base, new = _run(encoded, feeds), _run(out, feeds)
+    for name in base:
+        np.testing.assert_allclose(new[name], base[name], rtol=1e-5, atol=1e-6 * max(1.0, float(np.abs(base[name]).max())))

@@ -53,8 +53,8 @@ _POLICIES = [
            step(RowSplitPass, only_lowering=True), *REORDER, RecomputePass, *LOSSLESS_ENCODINGS, SparsePass,
            options=("rows", "variant", "checkpoints", "budget_bytes", "min_bytes", "overrides")),
     policy("rows+comet", "LR-CNN row split, then COMET on the remaining stashes and batch-chunked backward "
-           "regions", step(RowSplitPass, only_lowering=True), *LOSSY_FIRST, ErrorBoundedPass, ChunkedBackwardPass,
-           DprPass, SparsePass,
+           "regions", step(RowSplitPass, only_lowering=True), *LOSSY_FIRST, ErrorBoundedPass, DprPass,
+           SparsePass, ChunkedBackwardPass,
            options=("rows", "variant", "checkpoints", "budget_bytes", "min_bytes", "overrides",
                     "split_weight_bytes", "eb", "adaptive", "dpr_format", "native")),
     policy("chunks", "backward regions down to the first layer in batch chunks, nothing else (exact up to "
@@ -66,20 +66,21 @@ _POLICIES = [
            ChunkedBackwardPass, options=("min_bytes", "overrides")),
     policy("reorder", "reordering alone: the share of a lossless saving that needs no codec at all", *REORDER,
            options=("min_bytes",)),
-    # Gist: lossless encodings where they apply, the rest of the float stashes in reduced precision. Backward
-    # regions down to the first layer in batch chunks (exact up to rounding; a stem BN input recomputed from
-    # the image, so it needs no stash) before DPR reduces what is left.
+    # Gist: lossless encodings where they apply, the rest of the float stashes in reduced precision. Then
+    # backward regions down to the first layer in batch chunks (exact up to rounding; a stem BN input
+    # recomputed from the image, so it needs no stash): last, so that it slices what the encoders left (an
+    # encoder cannot time a decoder for a stash whose first backward reader is a chunk's Slice).
     *(policy(f"dpr-{fmt}", f"Gist: lossless encodings, the rest of the float stashes in {fmt}", *LOSSY_FIRST,
-             ChunkedBackwardPass, step(DprPass, dpr_format=fmt),
+             step(DprPass, dpr_format=fmt), ChunkedBackwardPass,
              options=("min_bytes", "overrides", "split_weight_bytes", "native"))
       for fmt in DPR_FORMATS),
     # COMET: lossless where it applies, error-bounded conv/fc inputs, reduced precision elsewhere.
     policy("comet", "COMET: lossless where it applies, error-bounded conv/fc inputs, reduced precision "
-           "elsewhere", *LOSSY_FIRST, ErrorBoundedPass, ChunkedBackwardPass, DprPass, SparsePass,
+           "elsewhere", *LOSSY_FIRST, ErrorBoundedPass, DprPass, SparsePass, ChunkedBackwardPass,
            options=("min_bytes", "overrides", "split_weight_bytes", "eb", "adaptive", "dpr_format", "native")),
     # CSWAP+/FreeLunch: the float stashes DPR would take held by the fixed-rate zfp codec at N bits/value.
     *(policy(f"zfp-{rate}", f"fixed-rate zfp codec at {rate} bits/value for the float stashes DPR would take",
-             *LOSSY_FIRST, ChunkedBackwardPass, step(FixedRatePass, rate=rate),
+             *LOSSY_FIRST, step(FixedRatePass, rate=rate), ChunkedBackwardPass,
              options=("min_bytes", "overrides", "split_weight_bytes"))
       for rate in FIXED_RATES),
 ]

@@ -187,11 +187,19 @@ class _Finder:
 
     def recomputable(self, bn: onnx.NodeProto, conv: onnx.NodeProto) -> onnx.NodeProto | None:
         """The forward Conv producing the BN input from the image with the terminal ConvGrad's weight:
-        rerunning it on a batch chunk gives that chunk's BN input exactly, so the BN input needs no stash."""
-        x = self.a.tensors[bn.input[1]]
-        if x.producer is None:
+        rerunning it on a batch chunk gives that chunk's BN input exactly, so the BN input needs no stash. Seen
+        through a native fp16 decode (Cast ← gated Reshape ← Cast ← Clip ← the Conv output)."""
+        name, fwd = bn.input[1], None
+        for _ in range(6):
+            x = self.a.tensors[name]
+            if x.producer is None:
+                return None
+            fwd = self.nodes[x.producer]
+            if fwd.op_type not in ("Cast", "Reshape", "Clip", "Identity"):
+                break
+            name = fwd.input[0]
+        if fwd is None or self.a.tensors[fwd.output[0]].shape != self.a.tensors[bn.input[1]].shape:
             return None
-        fwd = self.nodes[x.producer]
         image = self.a.tensors.get(fwd.input[0]) if fwd.input else None
         if fwd.op_type != "Conv" or fwd.domain not in ("", "ai.onnx") or image is None or image.producer is not None:
             return None
@@ -224,7 +232,7 @@ def _regions(analysis: GraphAnalysis, max_ops: int | None = None,
             rec = None
             if bn is not None and ops[-2] is bn:
                 fwd = finder.recomputable(bn, ops[-1])
-                rec = bn.input[1] if fwd is not None else None
+                rec = fwd.output[0] if fwd is not None else None
             found.append(Region(_region_name(ops), tuple(n.name for n in ops), ops[0].input[0],
                                 finder.batch_of(term.input[0]) or 0, tuple(n.op_type for n in ops),
                                 bn.name if bn is not None else None, rec))
@@ -660,9 +668,12 @@ class _ChunkedChain:
         kept = [nd for nd in nodes if not any(nd is r for r in removed)]
         new_nodes = _drop_dead(kept[:pos] + b.nodes + kept[pos:], graph)
         # A decoder of a sliced source runs right before its first slice (PRIORITY_BASED order follows the list).
+        # Only backward producers move: a forward encoder (native fp16's Cast) must stay in the forward pass,
+        # or the full-precision tensor it encodes would live until backward.
+        backward = {id(self.nodes[i]) for i in self.analysis.boundary.backward}
         for src in dict.fromkeys(self.source(name)[0] for name, *_ in self.slices):
             k = next((i for i, nd in enumerate(new_nodes) if src in nd.output), None)
-            if k is None:
+            if k is None or id(new_nodes[k]) not in backward:
                 continue
             first = next(i for i, nd in enumerate(new_nodes) if src in nd.input)
             if first > k + 1:
@@ -677,12 +688,17 @@ class _ChunkedChain:
         graph.value_info.extend(keep_vi + b.infos)
 
 
+# Side-effect-free ops a region can leave unread: full-size decode Casts and their gated views.
+_PURE = {"Cast", "Reshape", "Identity", "Slice", "Less", "Add", "Flatten"}
+
+
 def _drop_dead(nodes: list[onnx.NodeProto], graph: onnx.GraphProto) -> list[onnx.NodeProto]:
-    """Nodes whose outputs nobody reads (the full-size decode Casts this region no longer needs)."""
+    """Pure nodes whose outputs nobody reads (the decodes, and their gates, this region no longer needs)."""
     outputs = {o.name for o in graph.output}
     while True:
         read = {i for nd in nodes for i in nd.input} | outputs
-        dead = [nd for nd in nodes if nd.op_type == "Cast" and not any(o in read for o in nd.output if o)]
+        dead = [nd for nd in nodes if nd.op_type in _PURE and nd.domain in ("", "ai.onnx")
+                and not any(o in read for o in nd.output if o)]
         if not dead:
             return nodes
         nodes = [nd for nd in nodes if not any(nd is d for d in dead)]
