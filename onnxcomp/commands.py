@@ -68,6 +68,8 @@ def cmd_transform(args: argparse.Namespace) -> int:
                    "split_weight_bytes": args.split_weights}
     if args.static_eb:
         cli_options["adaptive"] = False
+    if args.exact:
+        cli_options["exact"] = True
     options.update({k: v for k, v in cli_options.items() if v is not None})
     result = transform(args.path, args.output, args.policy, model=args.model, force=args.force,
                        batch=args.batch, allow_unresolved=args.allow_unresolved, **options)
@@ -245,7 +247,14 @@ def add_subcommands(sub: Any) -> None:
     rows.add_argument("--checkpoints", type=_checkpoints_arg,
                       help="segments per chain: 'auto' (cut minimising predicted block + checkpoint bytes) "
                       "or N (hybrids OverL-H / 2PS-H)")
-    rows.add_argument("--budget", type=_bytes_arg, help="memory budget for --rows auto, e.g. 2GiB or 512MiB")
+    rows.add_argument("--budget", type=_bytes_arg,
+                      help="memory budget, e.g. 64MiB or 2GiB: for --policy auto the training step's peak as "
+                      "`onnxcomp measure` reports it by default (arena, mem pattern and mem reuse off, priority "
+                      "order); a budget the planner cannot meet exits 2 naming the best reachable peak. Also "
+                      "the budget of --rows auto")
+    auto = s.add_argument_group("--policy auto (docs/auto-planner.md)")
+    auto.add_argument("--exact", action="store_true", help="only bit-identical techniques: scheduling, "
+                      "recomputation, lossless encodings")
     s.add_argument("--force", action="store_true", help="allow replacing an existing output or the input")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_transform)

@@ -60,7 +60,8 @@ class TransformResult:
                 "encoded": len(self.records), "before": self.before, "after": self.after,
                 "skipped": self.skipped, "left_alone": self.left_alone, "deferred": sections["deferred"],
                 "chunked": sections["chunked"], "split_weights": sections["split_weights"],
-                "moved": sections["moved"], "modified_by": self.modified_by}
+                "moved": sections["moved"], "modified_by": self.modified_by,
+                **({"auto": sections["auto"][0]} if sections["auto"] else {})}
 
 
 def _footprint(model: onnx.ModelProto) -> dict[str, Any]:

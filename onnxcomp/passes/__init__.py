@@ -64,6 +64,13 @@ _POLICIES = [
              options=("min_bytes", "overrides", "split_weight_bytes"))
       for rate in FIXED_RATES),
 ]
+# Per stash and backward region, the cheapest technique that makes the predicted step peak fit a budget
+# (onnxcomp/planner/auto.py; docs/auto-planner.md).
+from .auto import AutoPass  # noqa: E402
+
+_POLICIES.append(policy("auto", "per stash and backward region, the cheapest technique (exact ones first) "
+                        "whose predicted step peak fits --budget; --exact: bit-identical ones only", AutoPass,
+                        options=("budget_bytes", "exact", "min_bytes")))
 POLICIES: dict[str, Policy] = {p.name: p for p in _POLICIES}
 
 
@@ -76,4 +83,4 @@ def get_policy(name: str) -> Policy:
 
 __all__ = ["AttentionDropoutRecomputePass", "AttentionProbsRecomputePass", "DropoutMaskPass",
            "EarlyWeightGradientPass", "TransformerRecomputePass", "ChunkedStemBackwardPass", "DeferWeightGradientPass", "DprPass", "RecomputePass", "RowSplitPass", "EagerAccumulationPass", "ErrorBoundedPass", "FixedRatePass", "GraphPass", "MaxPoolIndexPass", "POLICIES",
-           "OPTIONS", "PassResult", "Policy", "SignBitsPass", "Step", "get_policy", "Skipped", "SparsePass", "SplitWeightPass"]
+           "AutoPass", "OPTIONS", "PassResult", "Policy", "SignBitsPass", "Step", "get_policy", "Skipped", "SparsePass", "SplitWeightPass"]

@@ -62,6 +62,8 @@ class EncodeStashPass(GraphPass):
     # Take stashes an earlier pass encoded for only some of their backward readers (the rest still read
     # the original); passes that assume the whole stash is theirs leave this False.
     encodes_remaining_readers = True
+    # Stash names this pass may take (the auto planner's per-tensor choice); None: every applicable stash.
+    only: set[str] | None = None
 
     @abstractmethod
     def select(self, analysis: GraphAnalysis, stash: StashedTensor) -> Encoding | str:
@@ -90,7 +92,7 @@ class EncodeStashPass(GraphPass):
         result = PassResult(self.copy(model))
         choices: list[tuple[StashedTensor, Encoding]] = []
         for stash in analysis.stashed:
-            if not self.applies(stash):
+            if not self.applies(stash) or (self.only is not None and stash.name not in self.only):
                 continue
             if already_encoded(analysis, stash.name) and not self.encodes_remaining_readers:
                 continue

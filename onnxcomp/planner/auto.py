@@ -1,0 +1,708 @@
+"""`--policy auto --budget SIZE [--exact]`: choose, per stash and per backward region, how to hold it so the
+training step's predicted peak fits a budget at the least predicted step time.
+
+Pipeline (everything here plans; the rewrites are the existing passes, applied once per trial):
+
+1. Base graph: the free, exact scheduling (deferred weight gradients, eager accumulation) applied, and its
+   bytes live per node predicted (planner/predict.py).
+2. Options per stash, enumerated from the analysis and the pass registry, never from op-name lists here:
+   every ``EncodeStashPass`` subclass whose ``applies`` accepts the stash (so an encoding another pass adds
+   to ``StashedTensor.encodings`` shows up without a planner change), in the variants of ``VARIANTS``
+   (DPR formats, zfp rates), sized by the pass's own ``select`` (its predicted payload); recomputation where
+   ``RecomputePass`` can rebuild the stash. Each option has the bytes it holds between the two uses, its
+   predicted seconds (cost model) and whether it is exact (bit-identical training).
+3. Search on a *virtual* live curve (no rewrite): an option on a stash lowers the live bytes between the
+   stash's last forward use and its first backward use by the bytes it saves. Greedily, at the predicted
+   peak, the stash option with the fewest seconds per byte saved is taken, from the lowest lossiness tier
+   that still has one (exact techniques before lossy ones; ``exact`` allows only exact ones), until the
+   virtual peak fits.
+4. Verify: the chosen options are applied through the passes in one pipeline (per-tensor selection:
+   ``EncodeStashPass.only``, ``RecomputePass(tensors=)``) and the rewritten graph's peak predicted. Where
+   the virtual curve was optimistic, the target is lowered by the difference and the search resumes from
+   the current choice; where the peak sits in a backward region no per-stash option reaches (the first
+   layer's backward, a large fully connected weight gradient), the region technique for it is enabled
+   (batch-chunked first-layer backward, split weights; lossy only, they are exact only up to rounding).
+5. Fail loudly: a budget the best reachable plan misses raises ``BudgetError`` naming that peak and the
+   tensors live at it.
+"""
+from __future__ import annotations
+
+import inspect as _inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+
+from ..analysis import GraphAnalysis, StashedTensor, analyze_model
+from ..analysis.patterns import LOSSLESS
+from ..errors import OnnxcompError
+from ..passes.base import GraphPass, PassResult
+from ..passes.records import PassRecord
+
+MiB = 1 << 20
+# Planned to a little under the budget: the planner's prediction missed measured peaks by up to ~2 % on the
+# zoo graphs (README), more on row-split graphs.
+DEFAULT_MARGIN = 0.03
+# Lossy encoding variants (constructor keywords) tried per pass class; a class not listed is tried as built
+# with no keywords. fp16 beside bf16 would be the same size, less precise: bf16 is not offered.
+VARIANTS: dict[str, list[dict[str, Any]]] = {
+    "DprPass": [{"dpr_format": "fp16"}, {"dpr_format": "fp10"}, {"dpr_format": "fp8"}],
+    "FixedRatePass": [{"rate": 12}, {"rate": 8}],
+}
+# Lossiness tiers of lossy techniques (0 is exact): the greedy search spends a tier before the next.
+# sz runs under the adaptive controller (bounded error on the weight gradient, COMET); fp16 and zfp-12
+# lose less than 1e-4 relative; fp10 / fp8 / zfp-8 are the aggressive ones.
+_TIERS = {"dpr-fp16": 1, "zfp-12": 1, "error_bounded": 1, "dpr-fp10": 2, "zfp-8": 2, "dpr-fp8": 3}
+DEFAULT_TIER = 2
+MAX_ROUNDS = 8
+RECOMPUTE_CONV = "recompute-conv"
+
+
+class BudgetError(OnnxcompError):
+    """The budget cannot be met by any plan the planner reaches (exit code 2 at the command line)."""
+
+
+# ----------------------------------------------------------------------------------------------- options
+@dataclass(frozen=True)
+class Option:
+    """One way to hold one stash: bytes held between its two uses, predicted seconds, exactness."""
+    stash: str
+    technique: str          # "recompute", "signbits", "sparse", "dpr-fp16", "zfp-8", "error_bounded", ...
+    exact: bool
+    nbytes: int             # the stash's own bytes
+    held: int               # bytes held from its last forward use to its first backward use
+    seconds: float
+    why: str
+    rebuilds: tuple[str, ...] = ()   # recomputation: the forward tensors its clones rebuild
+    leaves: tuple[str, ...] = ()     # recomputation: stashes its clones read, held raw from its reader on
+
+    @property
+    def saved(self) -> int:
+        return self.nbytes - self.held
+
+    @property
+    def tier(self) -> int:
+        return 0 if self.exact else _TIERS.get(self.technique, DEFAULT_TIER)
+
+
+@dataclass(frozen=True)
+class Technique:
+    """An encoding pass in one variant: builds the pass restricted to chosen stashes."""
+    name: str
+    cls: type
+    kwargs: dict[str, Any]
+    exact: bool
+
+    def build(self, names: set[str] | None = None, min_bytes: int | None = None, **extra: Any) -> Any:
+        kwargs = dict(self.kwargs, **extra)
+        if min_bytes is not None and "min_bytes" in _inspect.signature(self.cls).parameters:
+            kwargs["min_bytes"] = min_bytes
+        p = self.cls(**kwargs)
+        p.only = None if names is None else set(names)
+        return p
+
+
+def _subclasses(cls: type) -> list[type]:
+    out: list[type] = []
+    for sub in cls.__subclasses__():
+        out += [sub, *_subclasses(sub)]
+    return list(dict.fromkeys(out))
+
+
+def encoding_techniques() -> list[Technique]:
+    """Every concrete encoding pass in the registry, in each variant (imports the passes package)."""
+    from .. import passes  # noqa: F401  (registers every pass module)
+    from ..passes.encode_stash import EncodeStashPass
+
+    out = []
+    for cls in _subclasses(EncodeStashPass):
+        if _inspect.isabstract(cls) or not isinstance(getattr(cls, "encoding", None), str):
+            continue
+        exact = bool(getattr(cls, "exact", cls.encoding in LOSSLESS))
+        for kw in VARIANTS.get(cls.__name__, [{}]):
+            out.append(Technique(_technique_name(cls, kw), cls, kw, exact))
+    return out
+
+
+def _technique_name(cls: type, kw: dict[str, Any]) -> str:
+    if "dpr_format" in kw:
+        return f"dpr-{kw['dpr_format']}"
+    if "rate" in kw:
+        return f"zfp-{kw['rate']}"
+    return cls.name
+
+
+class _Costs:
+    """Seconds of codecs and recomputed ops: the calibrated cost model when present, else shipped guesses."""
+
+    # encode+decode MB/s on this repo's 2-core CPU box (numba codecs; docs/cpu-codecs.md order of magnitude)
+    _FALLBACK_MBPS = {"relumask": 400.0, "signbits": 400.0, "maxpool_index": 200.0, "bitmask": 400.0,
+                      "sparse": 150.0, "dpr_fp16": 1500.0, "dpr_bf16": 300.0, "dpr_fp10": 150.0,
+                      "dpr_fp8": 200.0, "sz": 60.0, "zfp": 25.0}
+    _OP_BYTES_PER_S = 2.0e9
+    _FLOPS = 10.0e9
+
+    def __init__(self) -> None:
+        self.model: Any = None
+        try:
+            from .cost_model import CostModel  # engineer `costmodel`'s module, when merged
+
+            self.model = CostModel.load()
+        except Exception:  # noqa: BLE001  (absent or uncalibrated: fall back to the shipped guesses)
+            self.model = None
+
+    @property
+    def source(self) -> str:
+        return "cost model" if self.model is not None else "shipped throughput guesses"
+
+    def codec(self, codec: str, nbytes: int, nonzero_ratio: float = 0.5) -> float:
+        if self.model is not None:
+            try:
+                return float(self.model.codec_seconds(codec, "encode", nbytes, nonzero_ratio)
+                             + self.model.codec_seconds(codec, "decode", nbytes, nonzero_ratio))
+            except Exception:  # noqa: BLE001  (a codec the model was not calibrated for)
+                pass
+        return nbytes / (self._FALLBACK_MBPS.get(codec, 100.0) * 1e6)
+
+    def ops(self, analysis: GraphAnalysis, nodes: list[onnx.NodeProto]) -> float:
+        """Seconds to run ``nodes`` once more: the cost model's, else FLOPs (Conv/Gemm) or bytes written."""
+        total = 0.0
+        for n in nodes:
+            out = analysis.tensors.get(n.output[0]) if n.output else None
+            out_bytes = out.nbytes if out is not None else 0
+            if self.model is not None:
+                try:
+                    total += float(self.model.op_seconds(n, out_bytes))
+                    continue
+                except Exception:  # noqa: BLE001
+                    pass
+            w = analysis.tensors.get(n.input[1]) if n.op_type in ("Conv", "Gemm", "MatMul") and len(n.input) > 1 \
+                else None
+            if w is not None and w.shape is not None and out is not None and out.shape is not None:
+                fan_in = int(np.prod(w.shape[1:])) if n.op_type == "Conv" else int(w.shape[-1] if n.op_type ==
+                                                                                    "MatMul" else w.shape[1])
+                total += 2.0 * fan_in * int(np.prod(out.shape)) / self._FLOPS
+            else:
+                total += out_bytes / self._OP_BYTES_PER_S
+        return total
+
+
+def _cloned_nodes(analysis: GraphAnalysis, stash: StashedTensor, ops: list[str]) -> list[onnx.NodeProto]:
+    """The forward nodes a recomputation of ``stash`` clones (its producer and the chain above it whose op
+    types the recompute record lists)."""
+    graph = analysis.model.graph
+    left = list(ops)
+    out: list[onnx.NodeProto] = []
+    frontier = [stash.producer] if stash.producer is not None else []
+    while frontier and left:
+        idx = frontier.pop(0)
+        node = graph.node[idx]
+        if node.op_type not in left:
+            continue
+        left.remove(node.op_type)
+        out.append(node)
+        for i in node.input:
+            t = analysis.tensors.get(i)
+            if t is not None and t.producer is not None:
+                frontier.append(t.producer)
+    return out
+
+
+def enumerate_options(analysis: GraphAnalysis, techniques: list[Technique],
+                      recomputable: dict[str, dict[str, tuple[list[str], list[str]]]],
+                      costs: _Costs, exact_only: bool, min_bytes: int) -> dict[str, list[Option]]:
+    """Per stash, every option the passes accept, cheapest per byte saved first within its tier."""
+    graph = analysis.model.graph
+    built = [(t, t.build(min_bytes=min_bytes)) for t in techniques if t.exact or not exact_only]
+    out: dict[str, list[Option]] = {}
+    for stash in analysis.stashed:
+        if stash.nbytes <= 0:
+            continue
+        opts: list[Option] = []
+        for technique, table in recomputable.items():
+            if stash.name in table:
+                ops, kept = table[stash.name]
+                nodes = _cloned_nodes(analysis, stash, ops)
+                secs = costs.ops(analysis, nodes)
+                opts.append(Option(stash.name, technique, True, stash.nbytes, 0, secs,
+                                   f"rebuilt in backward by {len(ops)} cloned op(s) ({', '.join(ops)})",
+                                   tuple(o for n in nodes for o in n.output if o), tuple(kept)))
+                break
+        for tech, p in built:
+            if not p.applies(stash):
+                continue
+            try:
+                enc = p.select(analysis, stash)
+            except Exception as exc:  # noqa: BLE001  (a pass that cannot size it: not an option)
+                enc = f"cannot be sized: {exc}"
+            if isinstance(enc, str):
+                continue
+            held = sum(b if b is not None else stash.nbytes // 2 for b in enc.payload_bytes)
+            if enc.readers is not None:   # encodes for some readers only: the stash itself stays
+                continue
+            if held >= stash.nbytes:
+                continue
+            secs = costs.codec(enc.codec, stash.nbytes)
+            opts.append(Option(stash.name, tech.name, tech.exact, stash.nbytes, held, secs,
+                               f"{tech.name}: {enc.note or enc.codec}"))
+        if opts:
+            out[stash.name] = opts
+    return out
+
+
+# ----------------------------------------------------------------------------------------- virtual curve
+@dataclass
+class _Window:
+    """Where an option on a stash changes the live curve: node indices [held_from, held_to) of the base
+    graph, between its last forward use and its first backward use."""
+    start: int
+    held_from: int
+    held_to: int
+
+
+def stash_windows(analysis: GraphAnalysis) -> dict[str, _Window]:
+    graph = analysis.model.graph
+    fb = analysis.boundary.first_backward
+    # Consumers of a buffer include those of its views (Reshape/Flatten of the stash, encoder anchors).
+    views: dict[str, list[str]] = {}
+    for name, t in analysis.tensors.items():
+        if t.alias_of is not None:
+            views.setdefault(t.alias_of, []).append(name)
+    out = {}
+    for s in analysis.stashed:
+        if s.producer is None:
+            continue
+        group, frontier = [s.name], [s.name]
+        while frontier:
+            for v in views.get(frontier.pop(), []):
+                group.append(v)
+                frontier.append(v)
+        consumers = [c for g in group for c in analysis.tensors[g].consumers]
+        fwd = [c for c in consumers if c < fb and not analysis.boundary.is_backward(c)]
+        bwd = [c for c in s.backward_consumers]
+        if not bwd:
+            continue
+        last_fwd = max(fwd, default=s.producer)
+        out[s.name] = _Window(s.producer, last_fwd + 1, min(bwd))
+    del graph
+    return out
+
+
+def virtual_live(base_live: np.ndarray, windows: dict[str, _Window], chosen: dict[str, Option]) -> np.ndarray:
+    """The base curve with each chosen option's saving taken off its stash's window (payload added while
+    both the stash and its payload exist)."""
+    live = base_live.astype(np.int64).copy()
+    # A stash a recomputation reads is needed whole from that recomputation's reader on.
+    needed_from: dict[str, int] = {}
+    for name, opt in chosen.items():
+        w = windows.get(name)
+        for leaf in opt.leaves if w is not None else ():
+            needed_from[leaf] = min(needed_from.get(leaf, w.held_to), w.held_to)
+    for name, opt in chosen.items():
+        w = windows.get(name)
+        if w is None:
+            continue
+        live[w.held_from:min(w.held_to, needed_from.get(name, w.held_to))] -= opt.saved
+        if opt.held:
+            live[w.start + 1:w.held_from] += opt.held
+    return live
+
+
+def greedy(base_live: np.ndarray, windows: dict[str, _Window], options: dict[str, list[Option]],
+           chosen: dict[str, Option], target: int, ignore: np.ndarray | None = None,
+           banned: set[tuple[str, str]] | None = None) -> tuple[dict[str, Option], int]:
+    """Upgrade stashes live at the virtual peak, cheapest seconds per extra byte first within the lowest
+    tier available there, until the virtual peak is ≤ target or nothing at the peak can be upgraded.
+    ``ignore``: base nodes whose bytes a region technique decides (left to the real prediction).
+    ``banned``: (stash, technique) pairs not to take; grows when a recomputation is given up because the
+    stashes it pins (reads whole) are what is left at the peak."""
+    chosen = dict(chosen)
+    banned = set() if banned is None else banned
+    while True:
+        live = virtual_live(base_live, windows, chosen)
+        if ignore is not None and ignore.any():
+            live[ignore] = 0
+        p = int(np.argmax(live))
+        if live[p] <= target:
+            return chosen, int(live[p])
+        # A stash some chosen recomputation reads (its leaf) stays whole: no option of its own; choosing a
+        # recomputation gives up whatever its leaves' options saved.
+        pinned = {leaf for o in chosen.values() for leaf in o.leaves}
+        best: tuple[tuple[int, float], Option] | None = None
+        pinned_here = set()
+        for name, opts in options.items():
+            w = windows.get(name)
+            if w is None or not (w.held_from <= p < w.held_to):
+                continue
+            opts = [o for o in opts if (name, o.technique) not in banned]
+            if name in pinned:
+                pinned_here.add(name)
+                continue
+            cur = chosen.get(name)
+            cur_saved, cur_secs, cur_tier = (cur.saved, cur.seconds, cur.tier) if cur else (0, 0.0, 0)
+            for o in opts:
+                lost = [chosen[leaf] for leaf in o.leaves if leaf in chosen]
+                gain = o.saved - cur_saved - sum(x.saved for x in lost)
+                if gain <= 0 or o.tier < cur_tier:
+                    continue
+                key = (o.tier, max(o.seconds - cur_secs - sum(x.seconds for x in lost), 0.0) / gain)
+                if best is None or key < best[0]:
+                    best = (key, o)
+        if best is None:
+            pinning = [o for o in chosen.values() if set(o.leaves) & pinned_here]
+            if not pinning:
+                return chosen, int(live[p])
+            for o in pinning:
+                banned.add((o.stash, o.technique))
+                chosen.pop(o.stash)
+            continue
+        for leaf in best[1].leaves:
+            chosen.pop(leaf, None)
+        chosen[best[1].stash] = best[1]
+
+
+# ------------------------------------------------------------------------------------------- application
+@dataclass
+class Regions:
+    """Backward-region techniques enabled (lossy: exact up to float rounding)."""
+    chunked_stem: bool = False
+    split_weight_bytes: int | None = None
+
+
+def build_passes(chosen: dict[str, Option], regions: Regions, techniques: list[Technique],
+                 min_bytes: int) -> list[GraphPass]:
+    """One pipeline for the whole choice, in the order the fixed policies use: split weights, scheduling,
+    recomputation, exact encodings, error-bounded, the chunked first-layer backward, then the other lossy
+    formats (the chunked region slices their decodes)."""
+    from ..passes import (ChunkedStemBackwardPass, DeferWeightGradientPass, EagerAccumulationPass, RecomputePass,
+                          SignBitsPass, SplitWeightPass)
+
+    by_tech: dict[str, set[str]] = {}
+    for o in chosen.values():
+        by_tech.setdefault(o.technique, set()).add(o.stash)
+    passes: list[GraphPass] = []
+    if regions.split_weight_bytes:
+        passes.append(SplitWeightPass(regions.split_weight_bytes))
+    passes += [DeferWeightGradientPass(), EagerAccumulationPass()]
+    rebuilt = by_tech.get("recompute", set()) | by_tech.get(RECOMPUTE_CONV, set())
+    if rebuilt:
+        from ..passes.recompute import CHEAP_OPS
+
+        ops = CHEAP_OPS | {"Conv"} if by_tech.get(RECOMPUTE_CONV) else CHEAP_OPS
+        passes.append(RecomputePass(tensors=sorted(rebuilt), ops=ops))
+    lossy_names = {o.stash for o in chosen.values() if not o.exact}
+    if lossy_names:
+        # A lossy copy could flip a tiny positive to zero and change ReluGrad's mask: ReluGrad readers of
+        # a lossily held stash get their own sign bits first (as the fixed lossy policies do).
+        split = SignBitsPass(split_readers=True)
+        split.only = set(lossy_names)
+        passes.append(split)
+    exact = [t for t in techniques if t.exact]
+    lossy = [t for t in techniques if not t.exact]
+    for t in exact:
+        if by_tech.get(t.name):
+            passes.append(t.build(by_tech[t.name], min_bytes=min_bytes))
+    early = [t for t in lossy if t.name == "error_bounded"]
+    late = [t for t in lossy if t.name != "error_bounded"]
+    for t in early:
+        if by_tech.get(t.name):
+            passes.append(t.build(by_tech[t.name], min_bytes=min_bytes))
+    if regions.chunked_stem:
+        passes.append(ChunkedStemBackwardPass())
+    for t in late:
+        if by_tech.get(t.name):
+            passes.append(t.build(by_tech[t.name], min_bytes=min_bytes))
+    return passes
+
+
+def apply(model: onnx.ModelProto, passes: list[GraphPass]) -> tuple[onnx.ModelProto, list[PassResult]]:
+    results = []
+    for p in passes:
+        r = p.run(model)
+        model = r.model
+        results.append(r)
+    return model, results
+
+
+# ------------------------------------------------------------------------------------------------ search
+@dataclass
+class AutoPlan:
+    budget: int
+    exact: bool
+    target: int                              # what the search planned to (budget less the margin)
+    chosen: dict[str, Option]
+    regions: Regions
+    predicted_peak: int
+    baseline_peak: int
+    fits: bool
+    dominant: list[tuple[str, int]]          # largest tensors live at the predicted peak
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    model: onnx.ModelProto | None = None
+    results: list[PassResult] = field(default_factory=list)
+    cost_source: str = ""
+    predicted_seconds: float = 0.0
+
+    def decisions(self) -> list[dict[str, Any]]:
+        """One record per decision: technique, bytes, predicted seconds, why."""
+        out = [{"tensor": o.stash, "technique": o.technique, "exact": o.exact, "original_bytes": o.nbytes,
+                "held_bytes": o.held, "saved_bytes": o.saved, "predicted_seconds": round(o.seconds, 6),
+                "why": o.why} for o in sorted(self.chosen.values(), key=lambda o: -o.saved)]
+        if self.regions.chunked_stem:
+            out.append({"region": "first-layer backward", "technique": "chunked", "exact": False,
+                        "why": "the predicted peak sat in the first layer's backward (ReluGrad → "
+                               "BatchNormalizationGrad → ConvGrad), which no stash option reaches"})
+        if self.regions.split_weight_bytes:
+            out.append({"region": "fully connected weight gradients", "technique": "split_weight",
+                        "exact": False, "split_weight_bytes": self.regions.split_weight_bytes,
+                        "why": "a weight gradient larger than the budget allows was live at the predicted peak"})
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        return {"budget_bytes": self.budget, "exact": self.exact, "target_bytes": self.target,
+                "baseline_predicted_peak_bytes": self.baseline_peak, "predicted_peak_bytes": self.predicted_peak,
+                "fits": self.fits, "dominant_at_peak": [{"tensor": n, "bytes": b} for n, b in self.dominant],
+                "predicted_extra_seconds": round(self.predicted_seconds, 6), "cost_source": self.cost_source,
+                "rounds": self.rounds, "decisions": self.decisions()}
+
+    def failure_line(self) -> str:
+        top = ", ".join(f"{n} ({b / MiB:.1f} MiB)" for n, b in self.dominant[:3])
+        mode = "exact techniques only (--exact)" if self.exact else "every technique"
+        return (f"budget {self.budget / MiB:.1f} MiB cannot be met with {mode}: the best reachable predicted "
+                f"step peak is {self.predicted_peak / MiB:.1f} MiB, dominated by {top}")
+
+
+def dominant_at_peak(model: onnx.ModelProto, top: int = 3) -> tuple[int, list[tuple[str, int]]]:
+    """The predicted peak of ``model`` and the largest buffers live at it."""
+    from .predict import predicted_live
+
+    seen, live = predicted_live(model)
+    if not len(live):
+        return 0, []
+    p = int(np.argmax(live))
+    bufs = [b for b in analyze_model(seen).buffers() if b.start <= p <= b.end and b.size > 0]
+    bufs.sort(key=lambda b: -b.size)
+    return int(live[p]), [(b.name, int(b.size)) for b in bufs[:top]]
+
+
+def _recomputable(model: onnx.ModelProto) -> dict[str, dict[str, tuple[list[str], list[str]]]]:
+    """Stashes RecomputePass can rebuild (→ the op types it clones): from cheap ops ("recompute"), and also
+    through convolutions ("recompute-conv": a Conv clone is the same kernel on the same inputs, so exact, but
+    it costs a forward conv; the first layer's, reading the image, is the cheap case)."""
+    from ..passes import RecomputePass
+    from ..passes.recompute import CHEAP_OPS
+
+    out = {}
+    for technique, ops in (("recompute", CHEAP_OPS), (RECOMPUTE_CONV, CHEAP_OPS | {"Conv"})):
+        res = RecomputePass(ops=ops).run(model)
+        out[technique] = {r.subject: (list(r.detail.get("cloned_ops", [])), list(r.detail.get("inputs_kept", [])))
+                          for r in res.records if r.kind == "recomputed"}
+    return out
+
+
+def _peak_region(model: onnx.ModelProto, live_at: int) -> str | None:
+    """Which region technique reaches the node at the predicted peak: "stem" (a chunkable first-layer
+    backward), "fc" (a large fully connected weight gradient live there), else None."""
+    from ..passes.chunk_stem_backward import _find_sites
+
+    analysis = analyze_model(model)
+    node = model.graph.node[live_at] if live_at < len(model.graph.node) else None
+    if node is None:
+        return None
+    sites, _ = _find_sites(analysis)
+    for s in sites:
+        region = {s.bn.name, s.conv.name} | ({s.relu.name} if s.relu is not None else set())
+        if node.name in region:
+            return "stem"
+    bufs = [b for b in analysis.buffers() if b.start <= live_at <= b.end]
+    if bufs:
+        big = max(bufs, key=lambda b: b.size)
+        t = analysis.tensors.get(big.name)
+        prod = model.graph.node[t.producer] if t is not None and t.producer is not None else None
+        if prod is not None and prod.op_type in ("Gemm", "MatMul") and big.name.endswith("_grad"):
+            return "fc"
+    return None
+
+
+@dataclass
+class _Base:
+    """The graph the virtual curve is drawn on (scheduling and split weights applied), with its options."""
+    live: np.ndarray
+    analysis: GraphAnalysis
+    windows: dict[str, _Window]
+    options: dict[str, list[Option]]
+    stem: list[Any]                          # chunkable first-layer backward sites (chunk_stem_backward)
+
+
+def _make_base(model: onnx.ModelProto, regions: Regions, techniques: list[Technique], costs: _Costs,
+               exact: bool, min_bytes: int) -> _Base:
+    from ..passes import DeferWeightGradientPass, EagerAccumulationPass, SplitWeightPass
+    from ..passes.chunk_stem_backward import _find_sites
+    from .predict import predicted_live
+
+    first = [SplitWeightPass(regions.split_weight_bytes)] if regions.split_weight_bytes else []
+    base, _ = apply(model, [*first, DeferWeightGradientPass(), EagerAccumulationPass()])
+    seen, live = predicted_live(base)
+    analysis = analyze_model(seen)
+    options = enumerate_options(analysis, techniques, _recomputable(seen), costs, exact, min_bytes)
+    sites = _find_sites(analysis)[0] if not exact else []
+    return _Base(live, analysis, stash_windows(analysis), options, sites)
+
+
+def _chunked_stem_options(base: _Base, costs: _Costs) -> tuple[dict[str, list[Option]], np.ndarray]:
+    """With the first layer's backward in batch chunks: its BN input is recomputed per chunk from the image
+    (no stash), its ReLU stash keeps only non-recompute options (the region slices it), and the region's
+    own nodes are left to the real prediction."""
+    options = dict(base.options)
+    ignore = np.zeros(len(base.live), dtype=bool)
+    index = {n.name: i for i, n in enumerate(base.analysis.model.graph.node)}
+    for site in base.stem:
+        x = site.bn.input[1]
+        s = next((st for st in base.analysis.stashed if st.name == x), None)
+        if s is not None and site.forward_conv is not None:
+            secs = costs.ops(base.analysis, [site.forward_conv])
+            options[x] = [Option(x, "chunked", False, s.nbytes, 0, secs,
+                                 "recomputed per batch chunk from the image inside the chunked first-layer backward")]
+        if site.relu is not None:
+            r = site.relu.input[1]
+            if r in options:
+                options[r] = [o for o in options[r] if not o.technique.startswith("recompute")]
+        for node in (site.bn, site.conv, site.relu):
+            if node is not None and node.name in index:
+                ignore[index[node.name]] = True
+    return options, ignore
+
+
+def plan_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_bytes: int = 64 * 1024,
+              margin: float = DEFAULT_MARGIN, progress: Any = None) -> AutoPlan:
+    """The cheapest plan (by predicted seconds) whose predicted step peak fits ``budget`` bytes, applied.
+
+    ``plan.fits`` is False when nothing reachable fits; the plan then holds the best reachable graph and
+    what dominates its peak (the caller raises BudgetError)."""
+    from .predict import predicted_live
+
+    if budget <= 0:
+        raise OnnxcompError(f"budget {budget} bytes: must be positive", options=("budget_bytes",))
+    say = progress or (lambda _m: None)
+    _, untouched = predicted_live(model, eager_accumulation=False)
+    baseline_peak = int(untouched.max()) if len(untouched) else 0
+    target = int(budget * (1 - margin))
+    costs = _Costs()
+    techniques = encoding_techniques()
+    regions = Regions()
+    base = _make_base(model, regions, techniques, costs, exact, min_bytes)
+    options, ignore = base.options, None
+    banned: set[tuple[str, str]] = set()     # (stash, technique) the real prediction showed to backfire
+    chosen: dict[str, Option] = {}
+    correction = 0
+    best: AutoPlan | None = None
+    rounds: list[dict[str, Any]] = []
+    for _ in range(MAX_ROUNDS):
+        chosen, virtual = greedy(base.live, base.windows, options, chosen, target - correction, ignore, banned)
+        passes = build_passes(chosen, regions, techniques, min_bytes)
+        out, results = apply(model, passes)
+        seen_out, live_out = predicted_live(out)
+        peak = int(live_out.max()) if len(live_out) else 0
+        at = int(np.argmax(live_out)) if len(live_out) else 0
+        bufs = sorted((b for b in analyze_model(seen_out).buffers() if b.start <= at <= b.end and b.size > 0),
+                      key=lambda b: -b.size)
+        dominant = [(b.name, int(b.size)) for b in bufs[:3]]
+        rounds.append({"virtual_peak_bytes": virtual, "predicted_peak_bytes": peak, "options": len(chosen),
+                       "chunked_stem": regions.chunked_stem, "split_weight_bytes": regions.split_weight_bytes})
+        say(f"auto: {len(chosen)} stash option(s), {regions}: virtual {virtual / MiB:.1f} MiB, "
+            f"predicted {peak / MiB:.1f} MiB (target {target / MiB:.1f} MiB)")
+        plan = AutoPlan(budget, exact, target, dict(chosen), Regions(regions.chunked_stem, regions.split_weight_bytes),
+                        peak, baseline_peak, peak <= target, dominant, [], out, results,
+                        costs.source, sum(o.seconds for o in chosen.values()))
+        if best is None or plan.fits or peak < best.predicted_peak:
+            best = plan
+        if plan.fits:
+            break
+        # 1. Recomputed clones among the largest tensors at the peak: they all land at one backward reader
+        #    (e.g. the stem's conv, BN and ReLU outputs rebuilt together); hold those stashes otherwise.
+        clones = {b.name.split("__recomputed")[0] for b in bufs[:6] if "__recomputed" in b.name}
+        backfired = [o for o in chosen.values() if o.technique.startswith("recompute")
+                     and (o.stash in clones or clones & set(o.rebuilds))]
+        if backfired:
+            for o in backfired:
+                banned.add((o.stash, o.technique))
+                chosen.pop(o.stash)
+            continue
+        # 2. A backward region no stash option reaches.
+        where = _peak_region(seen_out, at)
+        if not exact and where == "stem" and not regions.chunked_stem and base.stem:
+            regions.chunked_stem = True
+            options, ignore = _chunked_stem_options(base, costs)
+            chosen = {k: o for k, o in chosen.items() if o in options.get(k, [])}
+            continue
+        if not exact and where == "fc" and not regions.split_weight_bytes:
+            regions.split_weight_bytes = int(max(MiB, min(32 * MiB, budget // 8)))
+            base = _make_base(model, regions, techniques, costs, exact, min_bytes)
+            options, ignore = (_chunked_stem_options(base, costs) if regions.chunked_stem else (base.options, None))
+            chosen = {k: o for k, o in chosen.items() if o in options.get(k, [])}
+            continue
+        # 3. The virtual curve was optimistic: plan lower and go on upgrading.
+        if virtual <= target - correction:
+            correction += max(peak - target, MiB // 4)
+            continue
+        # 4. Stuck: the chunked first-layer backward, if not tried, may still help.
+        if not exact and not regions.chunked_stem and base.stem:
+            regions.chunked_stem = True
+            options, ignore = _chunked_stem_options(base, costs)
+            chosen = {k: o for k, o in chosen.items() if o in options.get(k, [])}
+            continue
+        break
+    assert best is not None
+    best.rounds = rounds
+    return best
+
+
+# ------------------------------------------------------------------------------------------------- report
+def render_plan(summary: dict[str, Any], console: Any = None) -> None:
+    """The plan as a table: one row per decision, then the predicted peak against the budget."""
+    from rich.console import Console
+    from rich.table import Table
+
+    if console is None:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=180)
+    t = Table(title=f"auto plan for a budget of {summary['budget_bytes'] / MiB:.1f} MiB"
+                    f"{' (exact only)' if summary['exact'] else ''}", header_style="bold")
+    for col, kw in [("tensor / region", {"overflow": "fold", "max_width": 48}), ("technique", {}),
+                    ("exact", {}), ("MiB", {"justify": "right"}), ("held MiB", {"justify": "right"}),
+                    ("ms", {"justify": "right"}), ("why", {"overflow": "fold", "max_width": 60})]:
+        t.add_column(col, **kw)
+    for d in summary["decisions"]:
+        if "tensor" in d:
+            t.add_row(d["tensor"], d["technique"], "yes" if d["exact"] else "no", f"{d['original_bytes'] / MiB:.2f}",
+                      f"{d['held_bytes'] / MiB:.2f}", f"{1000 * d['predicted_seconds']:.1f}", d["why"])
+        else:
+            t.add_row(d["region"], d["technique"], "no", "", "", "", d["why"])
+    console.print(t)
+    console.print(f"predicted step peak {summary['baseline_predicted_peak_bytes'] / MiB:.1f} → "
+                  f"{summary['predicted_peak_bytes'] / MiB:.1f} MiB (planned to {summary['target_bytes'] / MiB:.1f} "
+                  f"MiB, the budget less a {100 * DEFAULT_MARGIN:.0f} % margin); predicted extra step time "
+                  f"{1000 * summary['predicted_extra_seconds']:.0f} ms ({summary['cost_source']})")
+
+
+def preview_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, as_json: bool = False,
+                 report: dict[str, Any] | None = None, batch: int | None = None, where: str = "model") -> int:
+    """`onnxcomp inspect --budget`: plan without writing anything; 2 when the budget cannot be met."""
+    import json
+    import sys
+
+    from ..static_batch import prepare_for_transform
+
+    model = prepare_for_transform(model, where, batch=batch)
+    plan = plan_auto(model, budget, exact=exact)
+    summary = plan.summary()
+    if as_json:
+        json.dump({**(report or {}), "auto": summary}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        render_plan(summary)
+    if not plan.fits:
+        print(f"onnxcomp inspect: error: {plan.failure_line()}", file=sys.stderr)
+        return BudgetError.exit_code
+    return 0
