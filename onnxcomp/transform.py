@@ -197,6 +197,12 @@ def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossl
             if existing.exists() and not force and existing.resolve() != loaded.path.resolve():
                 raise OutputExistsError(existing, how="allow it with {force}", options=("force",))
         result = transform_model(loaded.model, policy, where=str(loaded.path), passes=passes)
+        if result.splits and (not to_dir or loaded.artifact_dir is None
+                              or loaded.artifact_dir.resolve() == out.resolve()):
+            # Decided by the plan (policy auto), not asked for: the same rule as {split_weight_bytes}.
+            raise OnnxcompError("the plan holds fully connected weights as row blocks, which rewrites the "
+                                "checkpoint: give an artifact directory as input and a new directory as {output} "
+                                "(not a .onnx file)", options=("output",))
         if to_dir:
             with staged_directory(out, replace=True, carry_over=True) as stage:
                 _write_set(result, loaded, stage, out)
