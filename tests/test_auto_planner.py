@@ -13,7 +13,7 @@ from graphs import TWO_CONV, parse
 from onnxcomp.cli import main
 from onnxcomp.errors import OnnxcompError
 from onnxcomp.passes import POLICIES, RowSplitPass
-from onnxcomp.planner.auto import (BudgetError, Option, _Window, encoding_techniques, greedy, plan_auto,
+from onnxcomp.planner.auto import (DEFAULT_MARGIN, BudgetError, Option, _Window, encoding_techniques, greedy, plan_auto,
                                    virtual_live)
 from onnxcomp.planner.predict import predicted_peak
 from onnxcomp.transform import transform, transform_model
@@ -176,9 +176,11 @@ def test_auto_on_a_torch_model_fits_when_measured_and_exact_is_bit_identical(tmp
     art = build_small_artifacts(tmp_path / "art", batch=16, image=32, channels=(16, 32))
     base = measure(art, steps=2)
     model = onnx.load(str(art / "training_model.onnx"))
-    predicted = predicted_peak(model, eager_accumulation=False)
-    for exact, share in ((True, 0.7), (False, 0.45)):
-        budget = int(max(base.peak_bytes, predicted) * share)
+    for exact in (True, False):
+        # The tightest budget the planner accepts: just above the best peak it can reach.
+        floor = plan_auto(model, 1 << 16, exact=exact)
+        assert not floor.fits and floor.predicted_peak < base.peak_bytes
+        budget = int(floor.predicted_peak / (1 - DEFAULT_MARGIN)) + (64 << 10)
         out = art / f"auto_{exact}.onnx"
         result = transform(art, out, "auto", budget_bytes=budget, exact=exact)
         assert result.section("auto")[0]["fits"]
