@@ -294,3 +294,56 @@ def add_subcommands(sub: Any) -> None:
     s.add_argument("--json", metavar="FILE", help="also write every figure as JSON")
     s.set_defaults(func=cmd_demo)
 
+
+    add_calibrate(sub)
+
+
+def add_calibrate(sub: Any) -> None:
+    s = sub.add_parser("calibrate", help="time the codec and ORT ops on this machine and fit the cost model "
+                       "(cached for --policy auto and step-time predictions)")
+    s.add_argument("--quick", action="store_true", help="fewer sizes and repeats, a smaller model (< 60 s)")
+    s.add_argument("-o", "--output", metavar="FILE.json",
+                   help="where to write the model (default: $XDG_CACHE_HOME/onnxcomp/cost_model.json)")
+    s.add_argument("--force", action="store_true", help="replace an existing --output file")
+    s.add_argument("--codecs", nargs="+", metavar="CODEC", help="calibrate only these codecs (default: all)")
+    s.add_argument("--sizes", nargs="+", metavar="SIZE", type=_bytes_arg,
+                   help="tensor sizes to time, e.g. 64KiB 1MiB 8MiB (default: the mode's)")
+    s.add_argument("--no-model", action="store_true",
+                   help="skip profiling a bundled model (the ORT op fits then cover only cheap elementwise ops)")
+    s.add_argument("--json", action="store_true", help="print the fitted model as JSON")
+    s.set_defaults(func=cmd_calibrate)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from .runtime.calibrate import CalibrationPlan, calibrate, summary_rows
+
+    plan = CalibrationPlan.quick() if args.quick else CalibrationPlan.full()
+    changes: dict[str, Any] = {}
+    if args.codecs:
+        changes["codecs"] = tuple(args.codecs)
+    if args.sizes:
+        changes["sizes"] = tuple(args.sizes)
+    if args.no_model:
+        changes["model"] = None
+    plan = dataclasses.replace(plan, **changes)
+    res = calibrate(args.output, plan=plan, progress=None if args.json else print, replace=args.force)
+    if args.json:
+        cli_args.print_json(res.data)
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"codec ops, PyOp bridge included (backend {res.data['machine']['codec_backend']})",
+              header_style="bold")
+    for col in ("codec", "direction", "MB/s at 4 MiB, half zeros", "R²", "mean rel. error"):
+        t.add_column(col, justify="left" if col in ("codec", "direction") else "right")
+    for codec, direction, mbs, r2, rel in summary_rows(res.data):
+        t.add_row(codec, direction, f"{mbs:,.0f}", f"{r2:.3f}", f"{rel:.1%}")
+    Console().print(t)
+    bridge = res.data["pyop_overhead"]
+    print(f"PyOp bridge: {bridge['per_call_s'] * 1e6:.1f} µs per call + {bridge['per_byte_s'] * 1e9:.3f} ns per byte "
+          f"crossing it")
+    print(f"wrote {res.path} in {res.seconds:.0f} s (load average at start {res.data['load_average'][0]})")
+    return 0

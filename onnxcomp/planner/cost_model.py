@@ -1,0 +1,522 @@
+"""Measured cost model: how long a codec op, an ORT op and a whole training step take on this machine.
+
+CSWAP+ (§5.4) predicts (de)compression time by linear regression on tensor size and compression ratio; we
+fit, per codec and direction, ``time = a + b·bytes + c·bytes·nonzero_ratio`` on timings of the real PyOps
+(so the onnxruntime-extensions bridge's copies are inside the fit), and per ORT op type
+``time = a + b·bytes + c·MACs`` (bytes read and written) from ORT's own profiler. ``onnxcomp calibrate`` (runtime/calibrate.py)
+measures and fits; the result lives in the user's cache directory, and a copy made on the development
+machine ships in the package as the fallback.
+
+A step's predicted time (``predict_step_seconds``) is: each node's measured time when the baseline graph was
+profiled (``profile_node_seconds``), else the op model (refitted on that profile when there is one, so a
+row block of a conv costs what that model's convs cost per MAC), plus the codec ops' fitted times, plus
+the step's overhead outside the graph (optimizer step, input copies) measured with the profile.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import onnx
+
+FORMAT_VERSION = 1
+SHIPPED_DEFAULTS = Path(__file__).with_name("cost_model_defaults.json")
+DIRECTIONS = ("encode", "decode")
+
+
+# ------------------------------------------------------------------------------------------------ fitting
+@dataclass(frozen=True)
+class LinearFit:
+    """``coef · features`` with its quality on the samples it was fitted on.
+
+    r2: coefficient of determination; mean_rel_err: mean |pred − y| / y; rae: CSWAP+'s relative absolute
+    error Σ|pred − y| / Σ|y − mean(y)|."""
+
+    coef: tuple[float, ...]
+    r2: float = float("nan")
+    mean_rel_err: float = float("nan")
+    rae: float = float("nan")
+    samples: int = 0
+
+    def predict(self, features: Iterable[float]) -> float:
+        return float(sum(c * f for c, f in zip(self.coef, features)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"coef": list(self.coef), "r2": self.r2, "mean_rel_err": self.mean_rel_err, "rae": self.rae,
+                "samples": self.samples}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "LinearFit":
+        return cls(tuple(float(c) for c in d["coef"]), float(d.get("r2", "nan")),
+                   float(d.get("mean_rel_err", "nan")), float(d.get("rae", "nan")), int(d.get("samples", 0)))
+
+
+def fit_linear(x: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None) -> LinearFit:
+    """Least squares ``y ≈ x @ coef`` with non-negative coefficients (a time never shrinks with more bytes).
+
+    Rows are weighted by 1/sqrt(y) by default: between plain least squares (CSWAP+'s; the largest tensors
+    decide the fit, small ones get large relative errors) and 1/y (relative error; the large tensors that
+    dominate a step's time get no more say than tiny ones). numpy's lstsq first; if it gives a negative
+    coefficient, scipy's NNLS on the same weighted system."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if x.ndim != 2 or len(x) != len(y) or len(y) == 0:
+        raise ValueError(f"fit_linear needs an (n, k) matrix and n targets, got {x.shape} and {y.shape}")
+    w = 1.0 / np.sqrt(np.maximum(y, 1e-12)) if weights is None else np.asarray(weights, dtype=np.float64)
+    xw, yw = x * w[:, None], y * w
+    coef, *_ = np.linalg.lstsq(xw, yw, rcond=None)
+    if (coef < 0).any():
+        from scipy.optimize import nnls
+
+        scale = np.maximum(np.abs(xw).max(axis=0), 1e-300)  # column scaling: bytes and MACs span 1e9
+        coef, _ = nnls(xw / scale, yw)
+        coef = coef / scale
+    pred = x @ coef
+    resid = y - pred
+    ss_tot = float(((y - y.mean()) ** 2).sum())
+    abs_dev = float(np.abs(y - y.mean()).sum())
+    return LinearFit(
+        coef=tuple(float(c) for c in coef),
+        r2=1.0 - float((resid ** 2).sum()) / ss_tot if ss_tot > 0 else float("nan"),
+        mean_rel_err=float(np.mean(np.abs(resid) / np.maximum(np.abs(y), 1e-12))),
+        rae=float(np.abs(resid).sum()) / abs_dev if abs_dev > 0 else float("nan"),
+        samples=int(len(y)),
+    )
+
+
+def codec_features(nbytes: float, nonzero_ratio: float) -> tuple[float, float, float]:
+    """Regressors of the codec model: 1, bytes, bytes·nonzero_ratio."""
+    return 1.0, float(nbytes), float(nbytes) * float(nonzero_ratio)
+
+
+def op_features(nbytes: float, macs: float) -> tuple[float, float, float]:
+    """Regressors of the ORT op model: 1, bytes the node reads and writes, multiply-accumulates."""
+    return 1.0, float(nbytes), float(macs)
+
+
+# ------------------------------------------------------------------------------------------------ machine
+def machine_info() -> dict[str, Any]:
+    """What a calibration is only valid for: core count, CPU model, codec backend."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"cores": os.cpu_count() or 1, "cpu": cpu, "codec_backend": current_codec_backend()}
+
+
+def current_codec_backend() -> str:
+    """The CPU codec backend this process uses (``ONNXCOMP_CODEC_BACKEND`` or numba when it imports)."""
+    from onnxcomp.custom_ops import cpu
+
+    return cpu.backend()
+
+
+def user_cache_path() -> Path:
+    """``$XDG_CACHE_HOME/onnxcomp/cost_model.json`` (default ``~/.cache/onnxcomp/cost_model.json``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "onnxcomp" / "cost_model.json"
+
+
+# ------------------------------------------------------------------------------------------------ model
+@dataclass
+class CostModel:
+    """Fitted costs; build with ``CostModel.load`` (or ``from_dict`` on calibrate's output).
+
+    codecs[codec][direction]: LinearFit over codec_features, seconds of the whole PyOp (bridge included).
+    ops[op_type]: LinearFit over op_features; ops["*"] is the fallback for op types never profiled.
+    step_overhead: LinearFit over (1, parameter bytes): a step's time outside the training graph's nodes
+    (optimizer step, feeds), used when no profile of the graph is given."""
+
+    codecs: dict[str, dict[str, LinearFit]]
+    ops: dict[str, LinearFit]
+    step_overhead: LinearFit = field(default_factory=lambda: LinearFit((0.0, 0.0)))
+    pyop_overhead: dict[str, float] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    source: str = "unsaved"
+
+    # -- loading ------------------------------------------------------------------------------------------
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> "CostModel":
+        """``path`` if given (errors raise), else the user's calibration (a broken one warns in one line and
+        is skipped), else the defaults shipped in the package. Warns once when the calibration was made on
+        another machine or codec backend than the current one."""
+        if path is not None:
+            model = cls._read(Path(path), "calibrated")
+        else:
+            model = None
+            cache = user_cache_path()
+            if cache.exists():
+                try:
+                    model = cls._read(cache, "calibrated")
+                except (OSError, ValueError, KeyError, TypeError) as exc:
+                    warnings.warn(f"ignoring the cost model calibration {cache} ({_short(exc)}); using shipped "
+                                  "defaults; run `onnxcomp calibrate` to redo it", CostModelWarning, stacklevel=2)
+            if model is None:
+                model = cls._read(SHIPPED_DEFAULTS, "shipped defaults")
+        model._warn_if_foreign()
+        return model
+
+    @classmethod
+    def _read(cls, path: Path, kind: str) -> "CostModel":
+        data = json.loads(path.read_text())
+        model = cls.from_dict(data)
+        model.source = "shipped defaults" if kind == "shipped defaults" else \
+            f"calibrated {path} {model.meta.get('created', '?')}"
+        return model
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "CostModel":
+        if not isinstance(data, dict) or data.get("format") != FORMAT_VERSION:
+            raise ValueError(f"not an onnxcomp cost model of format {FORMAT_VERSION}")
+        codecs = {name: {d: LinearFit.from_dict(fit) for d, fit in dirs.items()}
+                  for name, dirs in data["codecs"].items()}
+        ops = {t: LinearFit.from_dict(fit) for t, fit in data["ops"].items()}
+        if "*" not in ops:
+            raise ValueError("cost model has no fallback op fit '*'")
+        for name, dirs in codecs.items():
+            missing = set(DIRECTIONS) - set(dirs)
+            if missing:
+                raise ValueError(f"codec {name} lacks {sorted(missing)} fits")
+        step = LinearFit.from_dict(data["step_overhead"]) if "step_overhead" in data else LinearFit((0.0, 0.0))
+        meta = {k: v for k, v in data.items() if k not in ("codecs", "ops", "step_overhead", "pyop_overhead")}
+        return cls(codecs, ops, step, dict(data.get("pyop_overhead", {})), meta)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.meta, "format": FORMAT_VERSION,
+                "codecs": {n: {d: f.to_dict() for d, f in dirs.items()} for n, dirs in self.codecs.items()},
+                "ops": {t: f.to_dict() for t, f in self.ops.items()},
+                "step_overhead": self.step_overhead.to_dict(), "pyop_overhead": self.pyop_overhead}
+
+    def _warn_if_foreign(self) -> None:
+        recorded = self.meta.get("machine") or {}
+        now = machine_info()
+        diffs = [f"{k} {recorded.get(k)!r} (now {now[k]!r})" for k in ("cores", "cpu", "codec_backend")
+                 if k in recorded and recorded.get(k) != now[k]]
+        if diffs:
+            warnings.warn(f"cost model ({self.source}) was calibrated with {', '.join(diffs)}; predictions may be "
+                          "off: run `onnxcomp calibrate`", CostModelWarning, stacklevel=3)
+
+    # -- predictions --------------------------------------------------------------------------------------
+    def codec_seconds(self, codec: str, direction: str, nbytes: int, nonzero_ratio: float = 1.0) -> float:
+        """Seconds of one ``OnnxcompEncode_/Decode_<codec>`` op, PyOp bridge included. nbytes: the encoder's
+        input bytes / the decoder's output bytes; nonzero_ratio: fraction of nonzero elements (ReLU
+        outputs ~0.5)."""
+        if direction not in DIRECTIONS:
+            raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+        fits = self.codecs.get(codec)
+        if fits is None:
+            fits = self._codec_fallback()
+        nz = min(max(float(nonzero_ratio), 0.0), 1.0)
+        return max(fits[direction].predict(codec_features(nbytes, nz)), 0.0)
+
+    def _codec_fallback(self) -> dict[str, LinearFit]:
+        """An uncalibrated codec (added after the calibration): the slowest calibrated one, per byte."""
+        if not self.codecs:
+            raise KeyError("cost model has no codec fits; run `onnxcomp calibrate`")
+        return {d: max((dirs[d] for dirs in self.codecs.values()),
+                       key=lambda f: f.predict(codec_features(1 << 23, 1.0))) for d in DIRECTIONS}
+
+    def op_seconds(self, node: onnx.NodeProto, out_bytes: int, node_seconds: dict[str, float] | None = None,
+                   macs: float = 0.0, in_bytes: int = 0) -> float:
+        """Seconds of one ORT node: its measured time when ``node_seconds`` (a profile) has its name, else the
+        per-op-type model (a profile carrying features refits it on that graph first; see NodeTimes).
+        out_bytes, in_bytes: bytes of the node's outputs and inputs (the model's size feature is their sum: give
+        in_bytes too, or ops that read more than they write, like accumulators and gradients, come out low);
+        macs: its multiply-accumulates (``node_macs``), 0 if unknown."""
+        traffic = int(out_bytes) + int(in_bytes)
+        if node_seconds is not None and node.name in node_seconds:
+            return float(node_seconds[node.name])
+        original = _original_name(node.name, node_seconds) if node_seconds else None
+        if original is not None:  # a clone (recomputation, chunking): its original's time, per output byte
+            t = float(node_seconds[original])
+            feats = getattr(node_seconds, "features", {}).get(original)
+            if feats is not None and feats[0] == node.op_type and feats[1] > 0 and traffic > 0:
+                t *= traffic / feats[1]
+            return t
+        if isinstance(node_seconds, NodeTimes):
+            sibling = node_seconds.same_weights(node)
+            if sibling is not None and macs > 0:  # a row block / chunk of a profiled conv: its time per MAC
+                return float(node_seconds[sibling]) * macs / node_seconds.features[sibling][2]
+            local = node_seconds.local_op_fits()
+            if node.op_type in local:
+                return max(local[node.op_type].predict(op_features(traffic, macs)), 0.0)
+        fit = self.ops.get(node.op_type) or self.ops["*"]
+        return max(fit.predict(op_features(traffic, macs)), 0.0)
+
+    def overhead_seconds(self, param_bytes: int) -> float:
+        """A step's time outside the training graph (optimizer, feeds) when the graph was not profiled."""
+        return max(self.step_overhead.predict((1.0, float(param_bytes))), 0.0)
+
+
+# Passes name a node they clone "<original>__<what>" (then "_<k>" when taken): recompute, chunking.
+def _original_name(name: str, node_seconds: dict[str, float]) -> str | None:
+    """The profiled node ``name`` was cloned from, by stripping pass suffixes ("__recompute", "__recompute_1")."""
+    for _ in range(4):
+        if "__" not in name:
+            return None
+        name = name.rsplit("__", 1)[0]
+        if name in node_seconds:
+            return name
+    return None
+
+
+class CostModelWarning(UserWarning):
+    """A calibration that was skipped or made elsewhere."""
+
+
+def _short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    return text[:160]
+
+
+# ------------------------------------------------------------------------------------------------ profiles
+class NodeTimes(dict):
+    """``{node name: mean seconds}`` of one profiled training step, plus what the profile saw of each node
+    (``features[name] = (op_type, bytes read + written, macs)``) and the step's time outside the graph's nodes
+    (``overhead_seconds``: optimizer step, feeds; ``step_seconds``: the timed whole step)."""
+
+    def __init__(self, times: dict[str, float] | None = None, *, features: dict[str, tuple[str, int, float]] | None = None,
+                 step_seconds: float = 0.0, overhead_seconds: float = 0.0, settings: dict[str, Any] | None = None,
+                 weights: dict[str, str] | None = None):
+        super().__init__(times or {})
+        self.features = dict(features or {})
+        self.weights = dict(weights or {})  # node name -> the parameter it convolves / multiplies with
+        self.step_seconds = float(step_seconds)
+        self.overhead_seconds = float(overhead_seconds)
+        self.settings = dict(settings or {})
+        self._local: dict[str, LinearFit] | None = None
+        self._by_weight: dict[tuple[str, str], str] | None = None
+
+    def local_op_fits(self) -> dict[str, LinearFit]:
+        """Per op type, the op model refitted on this profile (op types with ≥ 3 profiled nodes)."""
+        if self._local is None:
+            self._local = fit_op_types(
+                (op, b, m, self[name]) for name, (op, b, m) in self.features.items() if name in self)
+        return self._local
+
+    def same_weights(self, node: onnx.NodeProto) -> str | None:
+        """The profiled node of ``node``'s op type that uses the same weight (a row block's original conv)."""
+        weight = weight_input(node)
+        if weight is None:
+            return None
+        if self._by_weight is None:
+            self._by_weight = {(self.features[n][0], w): n for n, w in self.weights.items()
+                               if n in self and n in self.features and self.features[n][2] > 0}
+        return self._by_weight.get((node.op_type, weight))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"times": dict(self), "features": {k: list(v) for k, v in self.features.items()},
+                "weights": self.weights,
+                "step_seconds": self.step_seconds, "overhead_seconds": self.overhead_seconds,
+                "settings": self.settings}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "NodeTimes":
+        return cls(d["times"], features={k: (v[0], int(v[1]), float(v[2])) for k, v in d["features"].items()},
+                   step_seconds=d.get("step_seconds", 0.0), overhead_seconds=d.get("overhead_seconds", 0.0),
+                   settings=d.get("settings"), weights=d.get("weights"))
+
+
+def fit_op_types(samples: Iterable[tuple[str, int, float, float]], min_samples: int = 3) -> dict[str, LinearFit]:
+    """Per op type, ``time ≈ a + b·bytes + c·macs`` from (op_type, bytes read + written, macs, seconds) samples;
+    a column constant over a type's samples is left out (coefficient 0; the intercept carries it)."""
+    by_type: dict[str, list[tuple[float, float, float]]] = {}
+    for op, b, m, t in samples:
+        if t > 0:
+            by_type.setdefault(op, []).append((float(b), float(m), float(t)))
+    fits: dict[str, LinearFit] = {}
+    for op, rows in by_type.items():
+        if len(rows) < min_samples:
+            continue
+        arr = np.asarray(rows)
+        x = np.column_stack([np.ones(len(arr)), arr[:, 0], arr[:, 1]])
+        used = [0] + [j for j in (1, 2) if np.ptp(x[:, j]) > 0]
+        fit = fit_linear(x[:, used], arr[:, 2])
+        coef = [0.0, 0.0, 0.0]
+        for j, c in zip(used, fit.coef):
+            coef[j] = c
+        fits[op] = LinearFit(tuple(coef), fit.r2, fit.mean_rel_err, fit.rae, fit.samples)
+    return fits
+
+
+def profile_node_seconds(model_path_or_dir: str | os.PathLike, steps: int = 3, *, model: str | None = None,
+                         settings: Any = None, warmup: int = 1) -> NodeTimes:
+    """Per-node mean seconds of a training step from ORT's own profiler (``SessionOptions.enable_profiling``),
+    in a fresh process (measure's allocator setting). model_path_or_dir: an artifact directory (graph
+    ``training_model.onnx`` or ``model``) or a graph file inside one. settings: RuntimeSettings (default:
+    measure's). Returns a NodeTimes (a dict, with features and the step overhead)."""
+    from onnxcomp.runtime.calibrate import profile_training_step
+
+    return profile_training_step(model_path_or_dir, steps=steps, model=model, settings=settings, warmup=warmup)
+
+
+# ------------------------------------------------------------------------------------------------ graphs
+_MAC_OPS = {"Conv", "ConvGrad", "Gemm", "MatMul", "ConvTranspose", "FusedConv", "FusedGemm", "FusedMatMul"}
+
+
+def node_macs(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...] | None]) -> float:
+    """Multiply-accumulates of a Conv / ConvGrad / Gemm / MatMul node from static shapes (0 otherwise or when a
+    shape is unknown). ConvGrad computes dX and dW: twice its forward conv's MACs (one when dX is not asked)."""
+    if node.op_type not in _MAC_OPS:
+        return 0.0
+
+    def shape(i: int, outputs: bool = False) -> tuple[int, ...] | None:
+        names = node.output if outputs else node.input
+        return shapes.get(names[i]) if len(names) > i and names[i] else None
+
+    if node.op_type in ("Conv", "FusedConv", "ConvTranspose"):
+        y, w = shape(0, True), shape(1)
+        if y is None or w is None:
+            return 0.0
+        if node.op_type == "ConvTranspose":
+            x = shape(0)
+            return float(np.prod(x, dtype=np.float64) * np.prod(w[1:], dtype=np.float64)) if x else 0.0
+        return float(np.prod(y, dtype=np.float64) * np.prod(w[1:], dtype=np.float64))
+    if node.op_type == "ConvGrad":
+        dy, w = shape(0), shape(2)
+        if dy is None or w is None:
+            return 0.0
+        one = float(np.prod(dy, dtype=np.float64) * np.prod(w[1:], dtype=np.float64))
+        wants_dx = len(node.output) > 0 and bool(node.output[0])
+        return one * (2.0 if wants_dx else 1.0)
+    a, y = shape(0), shape(0, True)
+    if a is None or y is None or not a:
+        return 0.0
+    trans_a = next((at.i for at in node.attribute if at.name == "transA"), 0)
+    k = a[-2] if (node.op_type == "Gemm" and trans_a and len(a) >= 2) else a[-1]
+    return float(np.prod(y, dtype=np.float64) * k)
+
+
+def weight_input(node: onnx.NodeProto) -> str | None:
+    """The weight a Conv / ConvGrad / Gemm / MatMul node reads (None for other ops)."""
+    slot = {"Conv": 1, "FusedConv": 1, "ConvTranspose": 1, "ConvGrad": 2, "Gemm": 1, "MatMul": 1}.get(node.op_type)
+    return node.input[slot] if slot is not None and len(node.input) > slot and node.input[slot] else None
+
+
+def node_weights(model: onnx.ModelProto) -> dict[str, str]:
+    """Per named node, the weight it reads (weight_input), for the nodes that read one."""
+    return {n.name: w for n in model.graph.node if n.name and (w := weight_input(n)) is not None}
+
+
+def node_features(model: onnx.ModelProto) -> dict[str, tuple[str, int, float]]:
+    """Per named node: (op type, bytes it reads and writes, MACs) from static shapes: the op model's inputs."""
+    shapes, nbytes = _tensor_shapes(model)
+    return {node.name: (node.op_type, sum(nbytes.get(t, 0) for t in [*node.input, *node.output] if t),
+                        node_macs(node, shapes)) for node in model.graph.node if node.name}
+
+
+def _tensor_shapes(model: onnx.ModelProto) -> tuple[dict[str, tuple[int, ...] | None], dict[str, int]]:
+    """(shape, bytes) of every tensor onnxcomp's analysis can resolve; codec payloads get no bytes."""
+    from onnxcomp.analysis.shapes import resolve_shapes
+
+    types = resolve_shapes(model, allow_unresolved=True) if _accepts_unresolved() else resolve_shapes(model)
+    shapes = {n: t.shape for n, t in types.items()}
+    nbytes = {n: int(t.nbytes) for n, t in types.items() if t.nbytes is not None}
+    return shapes, nbytes
+
+
+def _accepts_unresolved() -> bool:
+    import inspect
+
+    from onnxcomp.analysis.shapes import resolve_shapes
+
+    return "allow_unresolved" in inspect.signature(resolve_shapes).parameters
+
+
+_RELU_LIKE = {"Relu", "LeakyRelu", "Clip", "MaxPool"}
+
+
+@dataclass
+class StepPrediction:
+    """A predicted step, itemised: seconds per node (ORT ops and codec ops) and outside the graph."""
+
+    total: float
+    ort_ops: float
+    codec_ops: float
+    overhead: float
+    per_node: dict[str, float]
+    codec_nodes: dict[str, tuple[str, str, int, float]]  # name -> (codec, direction, nbytes, nonzero ratio)
+
+
+def predict_step(model: onnx.ModelProto, cost: CostModel, node_seconds: dict[str, float] | None = None,
+                 nonzero_ratios: dict[str, float] | None = None) -> StepPrediction:
+    """The itemised prediction behind predict_step_seconds. nonzero_ratios: measured fraction of nonzeros per
+    stashed tensor name (default: 0.5 for outputs of ReLU-like ops, 1.0 otherwise)."""
+    from onnxcomp.custom_ops.contract import codec_op, parse_params
+
+    shapes, nbytes = _tensor_shapes(model)
+    producers = {o: n for n in model.graph.node for o in n.output if o}
+    # Encoder input bytes by stash name, for decoders whose output shape inference could not reach.
+    enc_bytes: dict[str, int] = {}
+    per_node: dict[str, float] = {}
+    codec_nodes: dict[str, tuple[str, str, int, float]] = {}
+    ort_total = codec_total = 0.0
+    nonzero_ratios = nonzero_ratios or {}
+    for i, node in enumerate(model.graph.node):
+        key = node.name or f"{node.op_type}#{i}"
+        op = codec_op(node.domain, node.op_type)
+        if op is not None:
+            params = parse_params(next((a.s for a in node.attribute if a.name == "params"), b""))
+            stash = str(params.get("tensor") or params.get("key") or (node.input[0] if node.input else ""))
+            if op.role == "encode":
+                size = nbytes.get(node.input[0], 0)
+                enc_bytes[stash] = size
+                src = node.input[0]
+            else:
+                size = nbytes.get(node.output[0]) or enc_bytes.get(stash, 0)
+                src = stash
+            nz = nonzero_ratios.get(stash, nonzero_ratios.get(src, _default_nonzero(src, producers)))
+            t = cost.codec_seconds(op.codec, op.role, size, nz)
+            codec_nodes[key] = (op.codec, op.role, size, nz)
+            codec_total += t
+        else:
+            out_b = sum(nbytes.get(o, 0) for o in node.output if o)
+            in_b = sum(nbytes.get(i, 0) for i in node.input if i)
+            t = cost.op_seconds(node, out_b, node_seconds, macs=node_macs(node, shapes), in_bytes=in_b)
+            ort_total += t
+        per_node[key] = t
+    if isinstance(node_seconds, NodeTimes):
+        overhead = node_seconds.overhead_seconds
+    else:
+        overhead = cost.overhead_seconds(_param_bytes(model))
+    return StepPrediction(ort_total + codec_total + overhead, ort_total, codec_total, overhead, per_node, codec_nodes)
+
+
+def _default_nonzero(tensor: str, producers: dict[str, onnx.NodeProto]) -> float:
+    node = producers.get(tensor)
+    seen = 0
+    while node is not None and node.op_type in ("Reshape", "Identity", "Flatten") and seen < 8:
+        node, seen = producers.get(node.input[0]), seen + 1
+    return 0.5 if node is not None and node.op_type in _RELU_LIKE else 1.0
+
+
+def _param_bytes(model: onnx.ModelProto) -> int:
+    """Bytes of the trainable parameters: the graph inputs that have a ``<name>_grad`` output or accumulator."""
+    grads = {o[: -len("_grad")] for n in model.graph.node for o in n.output if o.endswith("_grad")}
+    total = 0
+    for vi in model.graph.input:
+        if vi.name in grads:
+            dims = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+            if all(d > 0 for d in dims):
+                total += int(np.prod(dims, dtype=np.int64)) * 4
+    return total
+
+
+def predict_step_seconds(model: onnx.ModelProto, cost: CostModel, node_seconds: dict[str, float] | None = None) -> float:
+    """Predicted seconds of one training step of ``model`` (a training graph, transformed or not): node times
+    from ``node_seconds`` (profile_node_seconds of the baseline graph, same settings) where a node kept its
+    name, the op model for new nodes (recomputed clones, row blocks, chunked regions), the codec model for
+    onnxcomp's encode/decode ops, plus the step's time outside the graph."""
+    return predict_step(model, cost, node_seconds).total

@@ -1,0 +1,578 @@
+"""``onnxcomp calibrate``: time the codec ops and ORT ops on this machine and fit the cost model.
+
+Every timing comes from ONNX Runtime's own profiler (``SessionOptions.enable_profiling``): the codec PyOps run
+as nodes of a small encode→decode graph (so the onnxruntime-extensions bridge's copies are in the figure),
+common ops the passes insert (Cast, Clip, Slice, Concat, ...) in a small graph of their own, and Conv /
+BatchNorm / gradient ops in a training step of a bundled model. Each timing runs in a fresh child process
+with measure's allocator setting (``MALLOC_MMAP_THRESHOLD_``), the setting step times are measured under.
+
+Inputs are activations of the right statistics: a spatially correlated Gaussian field through a ReLU whose
+threshold sets the nonzero ratio (what ReLU outputs and conv inputs look like), MaxPool indices of such a
+field, boolean masks with the given share of True.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from onnxcomp.errors import OnnxcompError
+
+KiB, MiB = 1 << 10, 1 << 20
+
+# Params each codec is calibrated with (those that need any): COMET's relative bound on unit-scale data,
+# the zfp policy's default rate, ResNet's stem pool.
+CODEC_PARAMS: dict[str, dict[str, Any]] = {
+    "sz": {"eb": 1e-2},
+    "zfp": {"rate": 8},
+    "maxpool_index": {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+}
+
+
+@dataclass(frozen=True)
+class CalibrationPlan:
+    """What a calibration run times. sizes: raw tensor bytes; nonzero: ratios; repeats: per point."""
+
+    sizes: tuple[int, ...]
+    nonzero: tuple[float, ...]
+    repeats: int
+    codecs: tuple[str, ...] | None = None   # None: every registered codec
+    model: str | None = "resnet18"           # bundled model profiled for the per-op-type fits (None: skip)
+    model_batch: int = 8
+    model_image: int = 32
+    profile_steps: int = 2
+
+    @classmethod
+    def quick(cls) -> "CalibrationPlan":
+        return cls(sizes=(64 * KiB, 1 * MiB, 4 * MiB), nonzero=(0.3, 0.6, 0.95), repeats=3, model_batch=4,
+                   profile_steps=2)
+
+    @classmethod
+    def full(cls) -> "CalibrationPlan":
+        return cls(sizes=(16 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 16 * MiB), nonzero=(0.1, 0.3, 0.5, 0.7, 0.95),
+                   repeats=5, model_batch=16, model_image=64, profile_steps=3)
+
+
+# --------------------------------------------------------------------------------------------- inputs
+def activation(nbytes: int, nonzero: float, rng: np.random.Generator) -> np.ndarray:
+    """A float32 NCHW tensor of ~``nbytes`` like a ReLU output: a smooth Gaussian field, zero below the
+    (1 − nonzero) quantile."""
+    n = max(nbytes // 4, 256)
+    hw = 32 * 32 if n >= 4 * 1024 else 16
+    side = int(round(hw ** 0.5))
+    nc = max(n // hw, 1)
+    g = rng.standard_normal((nc, side, side + 1), dtype=np.float32)
+    g = (g[:, :, 1:] + g[:, :, :-1]) * np.float32(0.7)     # neighbours correlate, as in feature maps
+    g = (g + np.roll(g, 1, axis=1)) * np.float32(0.7)
+    flat = g.reshape(-1)
+    if nonzero >= 1.0:
+        thr = flat.min() - np.float32(1.0)
+    else:
+        k = int((1.0 - nonzero) * (flat.size - 1))
+        thr = np.partition(flat, k)[k]
+    x = np.maximum(g - thr, np.float32(0.0)).astype(np.float32)
+    return x.reshape(1, nc, side, side) if nc < 8 else x.reshape(nc // 8 if nc % 8 == 0 else nc, -1, side, side)
+
+
+def codec_input(codec: str, nbytes: int, nonzero: float, rng: np.random.Generator) -> tuple[np.ndarray, dict[str, Any]]:
+    """(input of ~``nbytes`` for ``codec``'s encoder with ``nonzero`` of it nonzero, the codec's params)."""
+    from onnxcomp.custom_ops import get_codec
+
+    c = get_codec(codec)
+    params = dict(CODEC_PARAMS.get(codec, {}))
+    if c.input_dtype == "bool":
+        return rng.random(max(nbytes, 64)).reshape(1, -1) < nonzero, params
+    if codec == "maxpool_index":
+        from onnxcomp.custom_ops.maxpool_index import reference_indices
+
+        # int64 indices of a 3x3/s2 pool: 8 bytes per pooled element, the pool input has 4x as many floats
+        x = activation(nbytes * 2, nonzero, rng)
+        return reference_indices(x, **params), {**params, "input_shape": list(x.shape)}
+    return activation(nbytes, nonzero, rng), params
+
+
+# --------------------------------------------------------------------------------------------- profiles
+def read_profile(path: Path) -> list[dict[str, Any]]:
+    """ORT profile events of kernels: [{"node", "op", "dur_s", "ts"}] in start order."""
+    events = json.loads(Path(path).read_text())
+    out = []
+    for e in events:
+        if e.get("cat") != "Node" or not str(e.get("name", "")).endswith("_kernel_time"):
+            continue
+        out.append({"node": e["name"][: -len("_kernel_time")], "op": e.get("args", {}).get("op_name", ""),
+                    "dur_s": float(e["dur"]) * 1e-6, "ts": float(e["ts"])})
+    out.sort(key=lambda e: e["ts"])
+    return out
+
+
+def _new_profiles(prefix_dir: Path, before: set[Path]) -> list[Path]:
+    return sorted(set(prefix_dir.glob("*.json")) - before, key=lambda p: p.stat().st_mtime)
+
+
+# --------------------------------------------------------------------------------------------- codec timing
+def _codec_graph(codec: str, params: dict[str, Any]) -> Any:
+    """X → OnnxcompEncode_<codec> → payload → OnnxcompDecode_<codec> → Y, dynamic shapes."""
+    from onnx import TensorProto, helper
+
+    from onnxcomp.custom_ops import contract, get_codec
+
+    c = get_codec(codec)
+    attr = contract.params_value({**params, "tensor": "calibration"})
+    elem = {"float32": TensorProto.FLOAT, "int64": TensorProto.INT64, "bool": TensorProto.BOOL}
+    payload = [f"p{i}" for i in range(len(c.payload_names))]
+    enc = helper.make_node(contract.encode_op(codec), ["X"], [*payload, "anchor"], name="encode",
+                           domain=contract.DOMAIN, params=attr)
+    dec = helper.make_node(contract.decode_op(codec), [*payload, "trigger"], ["Y"], name="decode",
+                           domain=contract.DOMAIN, params=attr)
+    graph = helper.make_graph(
+        [enc, dec], f"calibrate_{codec}",
+        [helper.make_tensor_value_info("X", elem[c.input_dtype], None),
+         helper.make_tensor_value_info("trigger", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("Y", elem[c.output_dtype], None),
+         helper.make_tensor_value_info("anchor", TensorProto.INT64, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                   helper.make_opsetid(contract.DOMAIN, contract.DOMAIN_VERSION)],
+                             ir_version=8)
+
+
+def time_codec(codec: str, sizes: tuple[int, ...], nonzero: tuple[float, ...], repeats: int,
+               tmp: Path, seed: int = 0) -> list[dict[str, Any]]:
+    """Samples {codec, direction, nbytes, nonzero, op_s, direct_s, bridge_bytes} for one codec: the op's time
+    from ORT's profiler (one session per input, since params may carry the shape), the codec called
+    directly (no bridge) timed around the call."""
+    import onnxruntime as ort
+
+    from onnxcomp.custom_ops import get_codec
+    from onnxcomp.runtime.session import session_options
+
+    c = get_codec(codec)
+    rng = np.random.default_rng(seed)
+    trigger = np.zeros(1, np.float32)
+    samples = []
+    for i, size in enumerate(sizes):
+        for j, nz in enumerate(nonzero):
+            x, params = codec_input(codec, size, nz, rng)
+            nz_real = float(np.count_nonzero(x)) / max(x.size, 1)
+            prof_dir = tmp / f"prof_{codec}_{i}_{j}"
+            prof_dir.mkdir()
+            so = session_options(profile=str(prof_dir / "codec"))
+            so.log_severity_level = 3
+            sess = ort.InferenceSession(_codec_graph(codec, params).SerializeToString(), so,
+                                        providers=["CPUExecutionProvider"])
+            payload = c.encode_cpu(x, **params)
+            pbytes = c.payload_nbytes(payload)
+            ybytes = c.decode_cpu(payload, **params).nbytes
+            sess.run(None, {"X": x, "trigger": trigger})  # first run: allocations settle
+            direct = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                payload = c.encode_cpu(x, **params)
+                t1 = time.perf_counter()
+                c.decode_cpu(payload, **params)
+                t2 = time.perf_counter()
+                direct.append((t1 - t0, t2 - t1))
+                sess.run(None, {"X": x, "trigger": trigger})
+            sess.end_profiling()
+            del sess
+            events = read_profile(_new_profiles(prof_dir, set())[-1])
+            enc = [e["dur_s"] for e in events if e["node"] == "encode"][1:]
+            dec = [e["dur_s"] for e in events if e["node"] == "decode"][1:]
+            # One sample per point: the median of its repeats (a preempted run on a shared machine is an
+            # outlier, not a data point).
+            med = statistics.median
+            samples.append({"codec": codec, "direction": "encode", "nbytes": int(x.nbytes), "nonzero": nz_real,
+                            "op_s": med(enc), "direct_s": med(d[0] for d in direct),
+                            "bridge_bytes": int(x.nbytes) + pbytes, "repeats": len(enc)})
+            samples.append({"codec": codec, "direction": "decode", "nbytes": ybytes, "nonzero": nz_real,
+                            "op_s": med(dec), "direct_s": med(d[1] for d in direct),
+                            "bridge_bytes": pbytes + ybytes, "repeats": len(dec)})
+    gc.collect()
+    return samples
+
+
+# --------------------------------------------------------------------------------------------- common ops
+def _ops_graph() -> Any:
+    """One input X feeding the cheap ops graph passes insert, each node its own output."""
+    from onnx import TensorProto, helper
+
+    nodes = [
+        helper.make_node("Cast", ["X"], ["h"], to=TensorProto.FLOAT16, name="Cast"),
+        helper.make_node("Cast", ["h"], ["f"], to=TensorProto.FLOAT, name="Cast_back"),
+        helper.make_node("Clip", ["X", "lo", "hi"], ["clip"], name="Clip"),
+        helper.make_node("Relu", ["X"], ["relu"], name="Relu"),
+        helper.make_node("Mul", ["X", "X"], ["mul"], name="Mul"),
+        helper.make_node("Add", ["X", "X"], ["add"], name="Add"),
+        helper.make_node("Slice", ["X", "starts", "ends", "axes"], ["slice"], name="Slice"),
+        helper.make_node("Concat", ["X", "X"], ["cat"], axis=2, name="Concat"),
+        helper.make_node("Identity", ["X"], ["ident"], name="Identity"),
+        helper.make_node("Greater", ["X", "lo"], ["gt"], name="Greater"),
+        helper.make_node("Where", ["gt", "X", "lo"], ["where"], name="Where"),
+    ]
+    outs = ["f", "clip", "relu", "mul", "add", "slice", "cat", "ident", "where"]
+    inits = [helper.make_tensor("lo", TensorProto.FLOAT, [], [0.0]), helper.make_tensor("hi", TensorProto.FLOAT, [], [6.0]),
+             helper.make_tensor("starts", TensorProto.INT64, [1], [0]), helper.make_tensor("ends", TensorProto.INT64, [1], [1 << 30]),
+             helper.make_tensor("axes", TensorProto.INT64, [1], [2])]
+    graph = helper.make_graph(nodes, "calibrate_ops", [helper.make_tensor_value_info("X", TensorProto.FLOAT, None)],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def time_common_ops(sizes: tuple[int, ...], repeats: int, tmp: Path, seed: int = 0) -> list[dict[str, Any]]:
+    """Samples {op, nbytes (read + written), macs, seconds} for the elementwise / data-movement ops of _ops_graph."""
+    import onnxruntime as ort
+
+    from onnxcomp.runtime.session import session_options
+
+    prof_dir = tmp / "prof_ops"
+    prof_dir.mkdir()
+    so = session_options(profile=str(prof_dir / "ops"))
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(_ops_graph().SerializeToString(), so, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(seed)
+    out_bytes: list[dict[str, int]] = []
+    for size in sizes:
+        x = activation(size, 0.5, rng)
+        sess.run(None, {"X": x})
+        for _ in range(repeats):
+            sess.run(None, {"X": x})
+        b = x.nbytes
+        # bytes read + written per node
+        sizes_of = {"Cast": b + b // 2, "Cast_back": b // 2 + b, "Clip": 2 * b, "Relu": 2 * b, "Mul": 3 * b,
+                    "Add": 3 * b, "Slice": 2 * b, "Concat": 4 * b, "Identity": 2 * b, "Greater": b + b // 4,
+                    "Where": b // 4 + 2 * b}
+        out_bytes += [sizes_of] * (1 + repeats)
+    sess.end_profiling()
+    del sess
+    gc.collect()
+    events = read_profile(_new_profiles(prof_dir, set())[-1])
+    by_node: dict[str, list[float]] = {}
+    ops: dict[str, str] = {}
+    for e in events:
+        by_node.setdefault(e["node"], []).append(e["dur_s"])
+        ops[e["node"]] = e["op"]
+    samples = []
+    per_size = 1 + repeats
+    for name, durs in by_node.items():
+        for i in range(len(sizes)):
+            runs = durs[i * per_size + 1:(i + 1) * per_size]  # the first run of a size settles allocations
+            if runs:
+                samples.append({"op": ops[name], "nbytes": out_bytes[i * per_size][name], "macs": 0.0,
+                                "seconds": statistics.median(runs)})
+    return samples
+
+
+# --------------------------------------------------------------------------------------------- training profile
+def profile_training_step(model_path_or_dir: str | os.PathLike, steps: int = 3, *, model: str | None = None,
+                          settings: Any = None, warmup: int = 1, timeout_s: float | None = 900) -> Any:
+    """Per-node mean seconds of a training step from ORT's profiler, in a fresh child process (see
+    cost_model.profile_node_seconds)."""
+    from onnxcomp.planner.cost_model import NodeTimes
+    from onnxcomp.runtime.measure import MALLOC_ENV, _resolve_model
+    from onnxcomp.runtime.session import RuntimeSettings
+
+    path = Path(model_path_or_dir)
+    if path.is_file():
+        artifact_dir, model = path.parent, path.name
+    else:
+        artifact_dir = path
+    if steps < 1:
+        raise OnnxcompError(f"profiling needs steps >= 1 (got {steps})")
+    model_path = _resolve_model(artifact_dir.resolve(), model)
+    settings = settings or RuntimeSettings()
+    cfg = {"artifact_dir": str(artifact_dir.resolve()), "model": str(model_path), "steps": steps, "warmup": warmup,
+           "settings": settings.to_dict()}
+    result = _run_child("profile", cfg, timeout_s, f"profiling {model_path}")
+    return NodeTimes.from_dict(result)
+
+
+def _run_child(kind: str, cfg: dict[str, Any], timeout_s: float | None, what: str) -> dict[str, Any]:
+    from onnxcomp.runtime.measure import MALLOC_ENV, _describe_exit
+
+    with tempfile.TemporaryDirectory(prefix="onnxcomp-calibrate-") as tmp:
+        cfg = {**cfg, "tmp": tmp}
+        cfg_path, out_path = Path(tmp) / "config.json", Path(tmp) / "result.json"
+        cfg_path.write_text(json.dumps(cfg))
+        cmd = [sys.executable, "-m", "onnxcomp.runtime.calibrate", kind, str(cfg_path), str(out_path)]
+        try:
+            proc = subprocess.run(cmd, env={**os.environ, **MALLOC_ENV}, capture_output=True, text=True,
+                                  timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise OnnxcompError(f"{what} took longer than {timeout_s} s") from None
+        payload = json.loads(out_path.read_text()) if out_path.exists() else None
+    if payload is None:
+        tail = proc.stderr[-1500:].strip()
+        raise OnnxcompError(f"{what}: child process died ({_describe_exit(proc.returncode)}); stderr tail: "
+                            f"{tail or '(empty)'}")
+    if "error" in payload:
+        raise OnnxcompError(f"{what} failed: {payload['error']}")
+    return payload["result"]
+
+
+def _profile_worker(cfg: dict[str, Any]) -> dict[str, Any]:
+    import onnx
+    import onnxruntime as ort
+    from onnxruntime.training import api
+
+    from onnxcomp.planner.cost_model import node_features, node_weights
+    from onnxcomp.runtime.data import graph_data, synthetic_batches
+    from onnxcomp.runtime.op_errors import guarded_step
+    from onnxcomp.runtime.session import RuntimeSettings
+
+    ort.set_default_logger_severity(3)
+    tmp = Path(cfg["tmp"])
+    prof_dir = tmp / "prof"
+    prof_dir.mkdir()
+    settings = RuntimeSettings.from_dict({**cfg["settings"], "profile": str(prof_dir / "train")})
+    artifact_dir, model_path = Path(cfg["artifact_dir"]), Path(cfg["model"])
+    try:
+        from onnxcomp.custom_ops import cpu
+
+        cpu.warm_up()  # kernels compiled / loaded before the first step, as `onnxcomp train` does
+    except Exception:  # noqa: BLE001  (numpy backend or no numba: nothing to warm)
+        pass
+    state = api.CheckpointState.load_checkpoint(str(artifact_dir / "checkpoint"))
+    module = api.Module(str(model_path), state, None, "cpu", settings.session_options())
+    optimizer = api.Optimizer(str(artifact_dir / "optimizer_model.onnx"), module)
+    ort.set_seed(0)
+    module.train()
+    spec = graph_data(artifact_dir, model_path, list(module.input_names()))
+    gen = synthetic_batches(spec.image.shape, spec.classes, 0, spec.image.dtype)
+    warmup, steps = int(cfg["warmup"]), int(cfg["steps"])
+    batches = [next(gen) for _ in range(warmup + steps)]
+    times = []
+    for i, (x, y) in enumerate(batches):
+        t0 = time.perf_counter()
+        with guarded_step():
+            module(x, y)
+        optimizer.step()
+        module.lazy_reset_grad()
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    del optimizer, module, state
+    gc.collect()
+    graph = onnx.load(str(model_path), load_external_data=False)
+    names = {n.name for n in graph.graph.node}
+    per_node: dict[str, list[float]] = {}
+    for prof in sorted(prof_dir.glob("*.json")):
+        events = read_profile(prof)
+        if not any(e["node"] in names for e in events):
+            continue  # the optimizer's session
+        for e in events:
+            per_node.setdefault(e["node"], []).append(e["dur_s"])
+    runs = warmup + steps
+    mean = {n: statistics.fmean(d[warmup:]) if len(d) > warmup else statistics.fmean(d)
+            for n, d in per_node.items() if len(d) % runs == 0 or len(d) >= runs}
+    for name in names - set(mean):
+        mean[name] = 0.0  # in the graph but never run: ORT folded it away (Shape, Identity of static shapes)
+    features = node_features(graph)
+    weights = node_weights(graph)
+    step = statistics.median(times)
+    return {"times": mean, "features": features, "weights": weights, "step_seconds": step,
+            "overhead_seconds": max(step - sum(mean.values()), 0.0), "settings": cfg["settings"],
+            "unnamed_profile_nodes": sorted(set(mean) - names)[:20]}  # nodes ORT created (fusions)
+
+
+def _codecs_worker(cfg: dict[str, Any]) -> dict[str, Any]:
+    import onnxruntime as ort
+
+    ort.set_default_logger_severity(3)
+    from onnxcomp.custom_ops import cpu
+
+    cpu.warm_up()
+    tmp = Path(cfg["tmp"])
+    sizes, nonzero, repeats = tuple(cfg["sizes"]), tuple(cfg["nonzero"]), int(cfg["repeats"])
+    samples = []
+    for codec in cfg["codecs"]:
+        samples += time_codec(codec, sizes, nonzero, repeats, tmp)
+    ops = time_common_ops(sizes, repeats, tmp) if cfg.get("common_ops", True) else []
+    return {"codec_samples": samples, "op_samples": ops, "backend": cpu.backend()}
+
+
+# --------------------------------------------------------------------------------------------- fitting
+def fit_codecs(samples: list[dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Per codec and direction the op-time fit (bridge included); and the bridge's own per-call + per-byte
+    fit (op time − direct call time against bytes crossing the bridge)."""
+    from onnxcomp.planner.cost_model import codec_features, fit_linear
+
+    codecs: dict[str, dict[str, Any]] = {}
+    for codec in sorted({s["codec"] for s in samples}):
+        for direction in ("encode", "decode"):
+            rows = [s for s in samples if s["codec"] == codec and s["direction"] == direction]
+            x = np.array([codec_features(s["nbytes"], s["nonzero"]) for s in rows])
+            fit = fit_linear(x, np.array([s["op_s"] for s in rows]))
+            kernel = fit_linear(x, np.array([max(s["direct_s"], 1e-7) for s in rows]))
+            codecs.setdefault(codec, {})[direction] = {**fit.to_dict(), "kernel_only": kernel.to_dict()}
+    # Plain least squares here: op − direct is a small difference of two noisy timings, often negative for
+    # small tensors; relative weights would let those near-zero rows decide the fit.
+    paired = [s for s in samples if s["op_s"] > s["direct_s"]] or samples
+    bridge_x = np.array([(1.0, float(s["bridge_bytes"])) for s in paired])
+    bridge_y = np.array([max(s["op_s"] - s["direct_s"], 0.0) for s in paired])
+    bridge = fit_linear(bridge_x, bridge_y, weights=np.ones(len(paired)))
+    return codecs, {"per_call_s": bridge.coef[0], "per_byte_s": bridge.coef[1], "r2": bridge.r2,
+                    "mean_rel_err": bridge.mean_rel_err, "samples": bridge.samples,
+                    "note": "op time minus the codec called directly, against bytes crossing the bridge"}
+
+
+def fit_ops(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per op type fits, plus "*": a memory-bound fallback fitted on every sample without MACs."""
+    from onnxcomp.planner.cost_model import fit_linear, fit_op_types
+
+    fits = {op: f.to_dict() for op, f in fit_op_types(
+        (s["op"], s["nbytes"], s["macs"], s["seconds"]) for s in samples).items()}
+    plain = [s for s in samples if not s["macs"]]
+    if plain:
+        x = np.array([(1.0, float(s["nbytes"]), 0.0) for s in plain])
+        generic = fit_linear(x[:, :2], np.array([s["seconds"] for s in plain]))
+        fits["*"] = {**generic.to_dict(), "coef": [*generic.coef, 0.0]}
+    else:
+        fits["*"] = {"coef": [1e-5, 1e-9, 0.0], "samples": 0}
+    return fits
+
+
+# --------------------------------------------------------------------------------------------- driver
+@dataclass
+class CalibrationResult:
+    data: dict[str, Any]
+    path: Path | None = None
+    seconds: float = 0.0
+    log: list[str] = field(default_factory=list)
+
+
+def calibrate(output: str | os.PathLike | None = None, *, plan: CalibrationPlan | None = None, quick: bool = False,
+              progress: Callable[[str], None] | None = None, write: bool = True,
+              replace: bool = False) -> CalibrationResult:
+    """Time every codec (both directions) and the ORT ops on this machine, fit the cost model, and write it
+    atomically as JSON to ``output`` (default: the user's cache, cost_model.user_cache_path())."""
+    from onnxcomp.fileio import atomic_output, check_output_path
+    from onnxcomp.planner.cost_model import FORMAT_VERSION, CostModel, machine_info, user_cache_path
+
+    say = progress or (lambda _msg: None)
+    plan = plan or (CalibrationPlan.quick() if quick else CalibrationPlan.full())
+    from onnxcomp.custom_ops import REGISTRY
+
+    codecs = list(plan.codecs) if plan.codecs is not None else sorted(REGISTRY)
+    unknown = [c for c in codecs if c not in REGISTRY]
+    if unknown:
+        raise OnnxcompError(f"unknown codec(s) {unknown} to calibrate; known: {', '.join(sorted(REGISTRY))}")
+    if not plan.sizes or not plan.nonzero or plan.repeats < 1:
+        raise OnnxcompError("calibration needs at least one size, one nonzero ratio and repeats >= 1")
+    out_path = Path(output) if output is not None else user_cache_path()
+    if write:
+        if output is None:
+            out_path.parent.mkdir(parents=True, exist_ok=True)
+        # the cache is ours to refresh; a user-chosen file is replaced only when asked
+        check_output_path(out_path, replace=replace or output is None, how="pass --force")
+    t_start = time.perf_counter()
+    load_before = os.getloadavg()
+    say(f"timing {len(codecs)} codec(s) at {len(plan.sizes)} sizes x {len(plan.nonzero)} nonzero ratios x "
+        f"{plan.repeats} repeats")
+    raw = _run_child("codecs", {"codecs": codecs, "sizes": list(plan.sizes), "nonzero": list(plan.nonzero),
+                                "repeats": plan.repeats}, None, "timing the codec ops")
+    codec_fits, bridge = fit_codecs(raw["codec_samples"])
+    op_samples = list(raw["op_samples"])
+    step_overhead = {"coef": [0.0, 0.0], "samples": 0}
+    profiled = None
+    if plan.model:
+        say(f"profiling a training step of {plan.model} (batch {plan.model_batch}, {plan.model_image}x{plan.model_image})")
+        node_times, param_bytes = _profile_bundled(plan)
+        for name, (op, b, m) in node_times.features.items():
+            if name in node_times:
+                op_samples.append({"op": op, "nbytes": b, "macs": m, "seconds": node_times[name]})
+        if param_bytes:
+            step_overhead = {"coef": [0.0, node_times.overhead_seconds / param_bytes], "samples": 1}
+        profiled = {"model": plan.model, "batch": plan.model_batch, "image": plan.model_image,
+                    "step_seconds": node_times.step_seconds, "overhead_seconds": node_times.overhead_seconds,
+                    "nodes": len(node_times)}
+    ops = fit_ops(op_samples)
+    data = {
+        "format": FORMAT_VERSION,
+        "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "mode": "quick" if plan == CalibrationPlan.quick() else ("default" if plan == CalibrationPlan.full() else "custom"),
+        "machine": {**machine_info(), "codec_backend": raw["backend"]},
+        "onnxruntime": _ort_version(),
+        "malloc_mmap_threshold": "131072",
+        "load_average": [round(v, 2) for v in load_before],
+        "plan": {"sizes": list(plan.sizes), "nonzero": list(plan.nonzero), "repeats": plan.repeats,
+                 "codecs": codecs},
+        "profiled_model": profiled,
+        "codecs": codec_fits,
+        "ops": ops,
+        "step_overhead": step_overhead,
+        "pyop_overhead": bridge,
+    }
+    CostModel.from_dict(data)  # what load() will read back must parse
+    elapsed = time.perf_counter() - t_start
+    data["calibration_seconds"] = round(elapsed, 1)
+    result = CalibrationResult(data, seconds=elapsed)
+    if write:
+        with atomic_output(out_path) as tmp:
+            Path(tmp).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+        result.path = out_path
+    return result
+
+
+def _ort_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("onnxruntime-training-cpu")
+    except Exception:  # noqa: BLE001
+        return "unknown"
+
+
+def _profile_bundled(plan: CalibrationPlan) -> tuple[Any, int]:
+    from onnxcomp.models.artifacts import generate_artifacts
+    from onnxcomp.planner.cost_model import _param_bytes
+
+    import onnx
+
+    with tempfile.TemporaryDirectory(prefix="onnxcomp-calibrate-model-") as tmp:
+        out = Path(tmp) / "artifacts"
+        generate_artifacts(plan.model, plan.model_batch, plan.model_image, 10, out, smoke_test=False)
+        times = profile_training_step(out, steps=plan.profile_steps)
+        params = _param_bytes(onnx.load(str(out / "training_model.onnx"), load_external_data=False))
+    return times, params
+
+
+def summary_rows(data: dict[str, Any]) -> list[tuple[str, str, float, float, float]]:
+    """(codec, direction, MB/s at 4 MiB half nonzero, R², mean relative error) per fit, for the CLI table."""
+    from onnxcomp.planner.cost_model import LinearFit, codec_features
+
+    rows = []
+    for codec, dirs in sorted(data["codecs"].items()):
+        for direction, fit in dirs.items():
+            f = LinearFit.from_dict(fit)
+            t = f.predict(codec_features(4 * MiB, 0.5))
+            rows.append((codec, direction, 4 * MiB / t / 1e6 if t > 0 else float("inf"), f.r2, f.mean_rel_err))
+    return rows
+
+
+def main(argv: list[str]) -> int:
+    kind, cfg_path, out_path = argv
+    import traceback
+
+    try:
+        cfg = json.loads(Path(cfg_path).read_text())
+        worker = {"profile": _profile_worker, "codecs": _codecs_worker}[kind]
+        payload: dict[str, Any] = {"result": worker(cfg)}
+        code = 0
+    except Exception as exc:  # reported to the parent, which raises OnnxcompError
+        payload = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        code = 3
+    Path(out_path).write_text(json.dumps(payload))
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,172 @@
+"""The measured cost model: fitting, loading (cache, shipped defaults, broken files), calibrate, predictions."""
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from onnxcomp.planner import cost_model as cm
+from onnxcomp.planner.cost_model import (CostModel, CostModelWarning, NodeTimes, codec_features, fit_linear,
+                                         fit_op_types, predict_step, predict_step_seconds)
+
+
+@pytest.fixture
+def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "onnxcomp" / "cost_model.json"
+
+
+# ------------------------------------------------------------------------------------------------ fitting
+def test_fit_recovers_known_codec_coefficients() -> None:
+    rng = np.random.default_rng(1)
+    a, b, c = 80e-6, 0.4e-9, 1.1e-9  # 80 µs per call, 0.4 ns/byte, 1.1 ns per nonzero byte
+    rows, times = [], []
+    for nbytes in (16 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20):
+        for nz in (0.1, 0.3, 0.5, 0.7, 0.95):
+            rows.append(codec_features(nbytes, nz))
+            times.append((a + b * nbytes + c * nbytes * nz) * (1 + rng.normal(0, 0.01)))
+    fit = fit_linear(np.array(rows), np.array(times))
+    assert fit.coef == pytest.approx((a, b, c), rel=0.05)
+    assert fit.r2 > 0.999 and fit.mean_rel_err < 0.02 and fit.samples == 25
+
+
+def test_fit_never_returns_negative_coefficients() -> None:
+    # a constant time with noise: lstsq would give a small negative slope; NNLS clamps it at zero
+    x = np.array([codec_features(n, 0.5) for n in (1 << 10, 1 << 20, 1 << 24)])
+    fit = fit_linear(x, np.array([1.0e-3, 0.99e-3, 0.98e-3]))
+    assert min(fit.coef) >= 0 and fit.predict(codec_features(1 << 22, 0.5)) == pytest.approx(1e-3, rel=0.05)
+
+
+def test_op_type_fits_use_macs_for_convs() -> None:
+    samples = [("Conv", 4 * m, m * 27.0, 2e-6 + 1e-10 * m * 27) for m in (1e4, 5e4, 2e5, 1e6)]
+    fits = fit_op_types(samples)
+    assert fits["Conv"].coef[2] == pytest.approx(1e-10, rel=0.05)
+    assert "Relu" not in fit_op_types([("Relu", 10, 0.0, 1e-6)])  # too few samples: no fit
+
+
+# ------------------------------------------------------------------------------------------------ loading
+def test_load_falls_back_to_shipped_defaults(empty_cache: Path) -> None:
+    assert not empty_cache.exists()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CostModelWarning)  # the defaults come from another machine
+        model = CostModel.load()
+    assert model.source == "shipped defaults"
+    from onnxcomp.custom_ops import REGISTRY
+
+    assert set(model.codecs) == set(REGISTRY), "shipped defaults must cover every registered codec"
+    for codec in REGISTRY:
+        small, big = (model.codec_seconds(codec, "encode", n, 0.5) for n in (64 << 10, 16 << 20))
+        assert 0 < small < big
+
+
+def test_corrupted_cache_warns_in_one_line_and_falls_back(empty_cache: Path) -> None:
+    empty_cache.parent.mkdir(parents=True)
+    for text in ("{not json", json.dumps({"format": 1, "codecs": {}}), json.dumps([1, 2])):
+        empty_cache.write_text(text)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model = CostModel.load()
+        mine = [w for w in caught if issubclass(w.category, CostModelWarning) and "ignoring" in str(w.message)]
+        assert len(mine) == 1 and "\n" not in str(mine[0].message) and str(empty_cache) in str(mine[0].message)
+        assert model.source == "shipped defaults"
+
+
+def test_load_warns_when_calibrated_elsewhere(tmp_path: Path) -> None:
+    data = json.loads(cm.SHIPPED_DEFAULTS.read_text())
+    data["machine"] = {**data["machine"], "cores": 977, "codec_backend": "numpy-elsewhere"}
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps(data))
+    with pytest.warns(CostModelWarning, match="977"):
+        model = CostModel.load(path)
+    assert model.source.startswith(f"calibrated {path}")
+
+
+def test_calibrate_quick_writes_valid_json_atomically(tmp_path: Path) -> None:
+    from onnxcomp.cli import main
+
+    out = tmp_path / "cm.json"
+    code = main(["calibrate", "--quick", "--codecs", "signbits", "--sizes", "64KiB", "256KiB", "--no-model",
+                 "-o", str(out)])
+    assert code == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["cm.json"], "no temporary file left behind"
+    data = json.loads(out.read_text())
+    assert data["machine"]["cores"] >= 1 and data["machine"]["codec_backend"] in ("numpy", "numba")
+    assert set(data["codecs"]) == {"signbits"} and data["plan"]["sizes"] == [64 << 10, 256 << 10]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CostModelWarning)  # same machine, same backend: no warning
+        model = CostModel.load(out)
+    assert model.codec_seconds("signbits", "decode", 1 << 20) > 0
+    # an existing file is not replaced without --force
+    assert main(["calibrate", "--quick", "--codecs", "signbits", "--sizes", "64KiB", "--no-model",
+                 "-o", str(out)]) != 0
+
+
+# ------------------------------------------------------------------------------------------------ graphs
+@pytest.fixture(scope="module")
+def shipped() -> CostModel:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CostModelWarning)
+        return CostModel.load(cm.SHIPPED_DEFAULTS)
+
+
+def _extra_encoder(model: onnx.ModelProto, tensor: str, k: int) -> onnx.ModelProto:
+    """``model`` with one more signbits encoder of ``tensor`` (outputs unused)."""
+    from onnx import helper
+
+    from onnxcomp.custom_ops import contract
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    m.graph.node.append(helper.make_node(contract.encode_op("signbits"), [tensor], [f"xb{k}", f"xs{k}", f"xa{k}"],
+                                         name=f"extra_enc{k}", domain=contract.DOMAIN,
+                                         params=contract.params_value({"tensor": tensor})))
+    return m
+
+
+def test_predict_step_seconds_monotone_in_codec_ops(small_artifacts: Path, shipped: CostModel) -> None:
+    from onnxcomp.transform import transform_model
+
+    base = onnx.load(str(small_artifacts / "training_model.onnx"))
+    encoded = transform_model(base, "lossless-encode")
+    encoded = encoded.model if hasattr(encoded, "model") else encoded
+    p_base, p_enc = predict_step_seconds(base, shipped), predict_step_seconds(encoded, shipped)
+    assert p_enc > p_base
+    pred = predict_step(encoded, shipped)
+    assert pred.codec_nodes and pred.codec_ops > 0
+    relu = next(n.output[0] for n in base.graph.node if n.op_type == "Relu")
+    more = p_enc
+    for k in range(3):
+        encoded = _extra_encoder(encoded, relu, k)
+        now = predict_step_seconds(encoded, shipped)
+        assert now > more
+        more = now
+
+
+def test_profile_node_seconds_times_every_node(small_artifacts: Path, shipped: CostModel) -> None:
+    times = cm.profile_node_seconds(small_artifacts, steps=1)
+    graph = onnx.load(str(small_artifacts / "training_model.onnx"))
+    names = {n.name for n in graph.graph.node}
+    assert names <= set(times)
+    assert all(t >= 0 for t in times.values()) and sum(times.values()) > 0
+    convs = [n.name for n in graph.graph.node if n.op_type in ("Conv", "ConvGrad")]
+    assert all(times[c] > 0 for c in convs)
+    assert times.step_seconds >= sum(times[n] for n in names) * 0.5
+    # with the profile, every kept node is predicted at its measured time
+    pred = predict_step(graph, shipped, times)
+    assert all(pred.per_node[n.name] == times[n.name] for n in graph.graph.node)
+    assert pred.total == pytest.approx(sum(times[n] for n in names) + times.overhead_seconds)
+    round_trip = NodeTimes.from_dict(json.loads(json.dumps(times.to_dict())))
+    assert dict(round_trip) == dict(times) and round_trip.features == times.features
+
+
+def test_clone_takes_its_originals_time(shipped: CostModel) -> None:
+    from onnx import helper
+
+    times = NodeTimes({"/relu/Relu": 2e-3}, features={"/relu/Relu": ("Relu", 1000, 0.0)})
+    clone = helper.make_node("Relu", ["x"], ["y"], name="/relu/Relu__recompute_1")
+    assert shipped.op_seconds(clone, 1000, times) == pytest.approx(2e-3)
+    assert shipped.op_seconds(clone, 500, times) == pytest.approx(1e-3)  # a half-size chunk
