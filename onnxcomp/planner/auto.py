@@ -134,9 +134,9 @@ def _technique_name(cls: type, kw: dict[str, Any]) -> str:
 
 
 class _Costs:
-    """Seconds of codecs and recomputed ops: the calibrated cost model when present, else shipped guesses."""
+    """Seconds of codecs and recomputed ops: the measured cost model (planner/cost_model.py: the user's
+    `onnxcomp calibrate`, else its shipped defaults); rough throughput guesses only if it cannot load."""
 
-    # encode+decode MB/s on this repo's 2-core CPU box (numba codecs; docs/cpu-codecs.md order of magnitude)
     _FALLBACK_MBPS = {"relumask": 400.0, "signbits": 400.0, "maxpool_index": 200.0, "bitmask": 400.0,
                       "sparse": 150.0, "dpr_fp16": 1500.0, "dpr_bf16": 300.0, "dpr_fp10": 150.0,
                       "dpr_fp8": 200.0, "sz": 60.0, "zfp": 25.0}
@@ -146,46 +146,56 @@ class _Costs:
     def __init__(self) -> None:
         self.model: Any = None
         try:
-            from .cost_model import CostModel  # engineer `costmodel`'s module, when merged
+            import warnings
 
-            self.model = CostModel.load()
-        except Exception:  # noqa: BLE001  (absent or uncalibrated: fall back to the shipped guesses)
+            from .cost_model import CostModel
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self.model = CostModel.load()
+        except Exception:  # noqa: BLE001  (no loadable model: the guesses below)
             self.model = None
 
     @property
     def source(self) -> str:
-        return "cost model" if self.model is not None else "shipped throughput guesses"
+        return f"cost model: {self.model.source}" if self.model is not None else "throughput guesses (no cost model)"
 
     def codec(self, codec: str, nbytes: int, nonzero_ratio: float = 0.5) -> float:
         if self.model is not None:
-            try:
-                return float(self.model.codec_seconds(codec, "encode", nbytes, nonzero_ratio)
-                             + self.model.codec_seconds(codec, "decode", nbytes, nonzero_ratio))
-            except Exception:  # noqa: BLE001  (a codec the model was not calibrated for)
-                pass
+            return float(self.model.codec_seconds(codec, "encode", nbytes, nonzero_ratio)
+                         + self.model.codec_seconds(codec, "decode", nbytes, nonzero_ratio))
         return nbytes / (self._FALLBACK_MBPS.get(codec, 100.0) * 1e6)
 
     def ops(self, analysis: GraphAnalysis, nodes: list[onnx.NodeProto]) -> float:
-        """Seconds to run ``nodes`` once more: the cost model's, else FLOPs (Conv/Gemm) or bytes written."""
+        """Seconds to run ``nodes`` once more (the cost model's op fits, by bytes moved and MACs)."""
+        shapes = {n: t.shape for n, t in analysis.tensors.items()}
         total = 0.0
         for n in nodes:
-            out = analysis.tensors.get(n.output[0]) if n.output else None
-            out_bytes = out.nbytes if out is not None else 0
+            out_b = sum(analysis.tensors[o].nbytes for o in n.output if o in analysis.tensors)
+            in_b = sum(analysis.tensors[i].nbytes for i in n.input if i in analysis.tensors)
             if self.model is not None:
-                try:
-                    total += float(self.model.op_seconds(n, out_bytes))
-                    continue
-                except Exception:  # noqa: BLE001
-                    pass
-            w = analysis.tensors.get(n.input[1]) if n.op_type in ("Conv", "Gemm", "MatMul") and len(n.input) > 1 \
-                else None
+                from .cost_model import node_macs
+
+                total += float(self.model.op_seconds(n, out_b, macs=node_macs(n, shapes), in_bytes=in_b))
+                continue
+            w = analysis.tensors.get(n.input[1]) if n.op_type == "Conv" and len(n.input) > 1 else None
+            out = analysis.tensors.get(n.output[0]) if n.output else None
             if w is not None and w.shape is not None and out is not None and out.shape is not None:
-                fan_in = int(np.prod(w.shape[1:])) if n.op_type == "Conv" else int(w.shape[-1] if n.op_type ==
-                                                                                    "MatMul" else w.shape[1])
-                total += 2.0 * fan_in * int(np.prod(out.shape)) / self._FLOPS
+                total += 2.0 * int(np.prod(w.shape[1:])) * int(np.prod(out.shape)) / self._FLOPS
             else:
-                total += out_bytes / self._OP_BYTES_PER_S
+                total += (out_b + in_b) / self._OP_BYTES_PER_S
         return total
+
+    def step(self, model: onnx.ModelProto) -> float | None:
+        """Predicted seconds of one training step of ``model`` (None without a cost model)."""
+        if self.model is None:
+            return None
+        from .cost_model import predict_step
+
+        try:
+            return float(predict_step(model, self.model).total)
+        except Exception:  # noqa: BLE001  (a graph the step model cannot read: no figure, no failure)
+            return None
 
 
 def _cloned_nodes(analysis: GraphAnalysis, stash: StashedTensor, ops: list[str]) -> list[onnx.NodeProto]:
@@ -442,6 +452,7 @@ class AutoPlan:
     results: list[PassResult] = field(default_factory=list)
     cost_source: str = ""
     predicted_seconds: float = 0.0
+    step_seconds: tuple[float | None, float | None] = (None, None)   # predicted step: baseline, plan
 
     def decisions(self) -> list[dict[str, Any]]:
         """One record per decision: technique, bytes, predicted seconds, why."""
@@ -463,6 +474,7 @@ class AutoPlan:
                 "baseline_predicted_peak_bytes": self.baseline_peak, "predicted_peak_bytes": self.predicted_peak,
                 "fits": self.fits, "dominant_at_peak": [{"tensor": n, "bytes": b} for n, b in self.dominant],
                 "predicted_extra_seconds": round(self.predicted_seconds, 6), "cost_source": self.cost_source,
+                "predicted_step_seconds": {"baseline": self.step_seconds[0], "plan": self.step_seconds[1]},
                 "rounds": self.rounds, "decisions": self.decisions()}
 
     def failure_line(self) -> str:
@@ -654,6 +666,8 @@ def plan_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_b
         break
     assert best is not None
     best.rounds = rounds
+    if best.model is not None:
+        best.step_seconds = (costs.step(model), costs.step(best.model))
     return best
 
 
@@ -684,6 +698,10 @@ def render_plan(summary: dict[str, Any], console: Any = None) -> None:
                   f"{summary['predicted_peak_bytes'] / MiB:.1f} MiB (planned to {summary['target_bytes'] / MiB:.1f} "
                   f"MiB, the budget less a {100 * DEFAULT_MARGIN:.0f} % margin); predicted extra step time "
                   f"{1000 * summary['predicted_extra_seconds']:.0f} ms ({summary['cost_source']})")
+    step = summary.get("predicted_step_seconds") or {}
+    if step.get("baseline") and step.get("plan"):
+        console.print(f"predicted step time {step['baseline']:.3f} → {step['plan']:.3f} s "
+                      f"({step['plan'] / step['baseline']:.2f}×)")
 
 
 def preview_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, as_json: bool = False,
