@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .analysis import GraphAnalysis
+from .analysis.patterns import NO_ORT_GRADIENT, needs, technique_table
 from .planner import live_bytes, plan_all
 
 MiB = 1 << 20
@@ -17,7 +18,7 @@ def inspect_report(analysis: GraphAnalysis) -> dict[str, Any]:
     """JSON-ready summary: stashed tensors, bytes per class, and the three planner figures."""
     buffers = analysis.buffers()
     planner = plan_all(buffers).to_dict()
-    stashed = [s.to_dict() for s in analysis.stashed]
+    stashed = [{**s.to_dict(), **_techniques(s.use)} for s in analysis.stashed]
     return {
         "model": None,
         "batch": analysis.batch,
@@ -30,6 +31,14 @@ def inspect_report(analysis: GraphAnalysis) -> dict[str, Any]:
         "planner": planner,
         "unresolved_shapes": analysis.unresolved,
     }
+
+
+def _techniques(use) -> dict[str, Any]:  # noqa: ANN001  (a patterns.StashUse)
+    """What the backward readers need of the stash, and every technique: applies, or why not."""
+    table = technique_table(use)
+    return {"needs": sorted({f"{n.kind}: {n.why}" for n in needs(use)}),
+            "techniques": {t: {"applies": why is None, **({"why_not": why} if why else {})}
+                           for t, why in table.items()}}
 
 
 def _mib(n: int) -> str:
@@ -56,6 +65,21 @@ def render_report(report: dict[str, Any], console: Console | None = None, limit:
     console.print(table)
     if limit is not None and len(report["stashed"]) > limit:
         console.print(f"… {len(report['stashed']) - limit} more (use --json for all)")
+
+    # Coverage by gradient semantics: what each stash's readers need, what applies, why the others do not.
+    tt = Table(title="Techniques per stash (by what the gradient needs; docs/coverage.md)", header_style="bold",
+               caption=f"ORT 1.19.2 has no gradient for {', '.join(NO_ORT_GRADIENT)}: such nets train only "
+                       "when written with Relu/Clip (PReLU = relu(x) − a·relu(−x), HardSwish = x·relu6(x+3)/6)")
+    tt.add_column("tensor", overflow="fold", max_width=34)
+    tt.add_column("readers need", overflow="fold", max_width=40)
+    tt.add_column("applies")
+    tt.add_column("does not apply, because", overflow="fold")
+    for s in rows:
+        tech = s.get("techniques", {})
+        applies = [t for t, v in tech.items() if v["applies"]]
+        why_not = [f"{t}: {v['why_not']}" for t, v in tech.items() if not v["applies"]]
+        tt.add_row(s["name"], "; ".join(s.get("needs", [])), ", ".join(applies) or "—", "\n".join(why_not))
+    console.print(tt)
 
     by_pattern: dict[str, list[int]] = {}
     for s in report["stashed"]:

@@ -12,7 +12,7 @@ import onnx
 from ..planner.buffers import Buffer
 from ..metadata import PLAN_METADATA_KEY
 from .boundary import Boundary, find_boundary, known_op_type
-from .patterns import StashUse, applicable_encodings, pattern_of, sparse_source, view_source
+from .patterns import SEE_THROUGH, StashUse, applicable_encodings, pattern_of, sparse_source, view_source
 from .shapes import TensorType, resolve_shapes, static_batch
 
 
@@ -242,8 +242,29 @@ def _stash_record(t: TensorInfo, graph: onnx.GraphProto, boundary: Boundary,
             break
         cur = graph.node[producer[src][0]]
         upstream.append(known_op_type(cur))
+    sources = _built_from(graph, producer, t.name)
     use = StashUse(known_op_type(node), k, tuple(known_op_type(graph.node[c]) for c in fwd), uses,
-                   t.type.dtype.kind == "f", sparse_source(node.op_type, upstream),
-                   view_source(known_op_type(node), upstream), upstream[0] if upstream else None)
+                   t.type.dtype.kind == "f", sparse_source(node.op_type, upstream, sources),
+                   view_source(known_op_type(node), upstream), upstream[0] if upstream else None, sources)
     return StashedTensor(t.name, t.shape, t.type.dtype.name, t.nbytes, idx, node.op_type, fwd, bwd,
                          [op for op, _ in uses], pattern_of(use), applicable_encodings(use), use)
+
+
+def _built_from(graph: onnx.GraphProto, producer: dict[str, tuple[int, int]], name: str,
+                limit: int = 64) -> tuple[str, ...]:
+    """Op types of the tensors ``name`` is built from, seen through views, Concat/Split/Slice/Pad (data
+    inputs only: a Pad's pads or a Reshape's shape are not sources)."""
+    out: list[str] = []
+    todo, seen = [name], set()
+    while todo and len(seen) < limit:
+        t = todo.pop()
+        if t in seen or t not in producer:
+            continue
+        seen.add(t)
+        node = graph.node[producer[t][0]]
+        op = known_op_type(node)
+        if op in SEE_THROUGH:
+            todo += [i for i in (node.input if op == "Concat" else node.input[:1]) if i]
+        else:
+            out.append(op)
+    return tuple(out)

@@ -9,6 +9,7 @@ from .dpr import DPR_FORMATS, DprPass
 from .eager_accumulation import EagerAccumulationPass
 from .error_bounded import ErrorBoundedPass
 from .fixed_rate import FIXED_RATES, FixedRatePass
+from .interval_mask import IntervalMaskPass
 from .maxpool_index import MaxPoolIndexPass
 from .policy import OPTIONS, Policy, Step, policy, step
 from .recompute import RecomputePass
@@ -23,14 +24,16 @@ from .transformer import (TRANSFORMER_EXACT, TRANSFORMER_RECOMPUTE, AttentionDro
 # Scheduling first: large weight gradients (VGG's fc1 dW) deferred to the end of backward, then every
 # accumulator moved right behind its gradient.
 REORDER = (step(DeferWeightGradientPass), step(EagerAccumulationPass))
-LOSSLESS_ENCODINGS = (step(SignBitsPass), step(MaxPoolIndexPass))
+# Coverage by gradient semantics (analysis.patterns.GRADIENT_NEEDS): sign bits for ReluGrad/LeakyReluGrad,
+# the Clip gradient's interval mask (ReLU6, relu6-based HardSigmoid/HardSwish), MaxPool window offsets.
+LOSSLESS_ENCODINGS = (step(SignBitsPass), step(IntervalMaskPass), step(MaxPoolIndexPass))
 
 # Before a lossy pass: ReluGrad must keep reading exact signs, so it gets its own sign bits. Large fc
 # weights are split into row blocks first when asked (split_weight_bytes: it renames the parameter, and dX
 # is summed in blocks, so only the lossy policies offer it).
 # Transformer graphs: the exact transformer passes (passes/transformer.py) before any lossy one.
-LOSSY_FIRST = (step(SplitWeightPass), *REORDER, step(SignBitsPass, split_readers=True), step(MaxPoolIndexPass),
-               *TRANSFORMER_EXACT)
+LOSSY_FIRST = (step(SplitWeightPass), *REORDER, step(SignBitsPass, split_readers=True), step(IntervalMaskPass),
+               step(MaxPoolIndexPass), *TRANSFORMER_EXACT)
 
 _POLICIES = [
     # Transformers: weight gradients early, LayerNorm / GELU outputs and attention probabilities (before and
@@ -82,5 +85,5 @@ def get_policy(name: str) -> Policy:
 
 
 __all__ = ["AttentionDropoutRecomputePass", "AttentionProbsRecomputePass", "DropoutMaskPass",
-           "EarlyWeightGradientPass", "TransformerRecomputePass", "ChunkedStemBackwardPass", "DeferWeightGradientPass", "DprPass", "RecomputePass", "RowSplitPass", "EagerAccumulationPass", "ErrorBoundedPass", "FixedRatePass", "GraphPass", "MaxPoolIndexPass", "POLICIES",
+           "EarlyWeightGradientPass", "TransformerRecomputePass", "ChunkedStemBackwardPass", "DeferWeightGradientPass", "DprPass", "RecomputePass", "RowSplitPass", "EagerAccumulationPass", "ErrorBoundedPass", "FixedRatePass", "GraphPass", "IntervalMaskPass", "MaxPoolIndexPass", "POLICIES",
            "AutoPass", "OPTIONS", "PassResult", "Policy", "SignBitsPass", "Step", "get_policy", "Skipped", "SparsePass", "SplitWeightPass"]

@@ -13,7 +13,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..analysis import GraphAnalysis, StashedTensor, numel
-from ..analysis.patterns import SIGNBITS
+from ..analysis.patterns import SIGNBITS, sign_readers
 from .base import PassResult
 from .encode_stash import EncodeStashPass, Encoding, decode_op_type
 
@@ -40,13 +40,14 @@ class SignBitsPass(EncodeStashPass):
     def applies(self, stash: StashedTensor) -> bool:
         if self.encoding in stash.encodings:
             return True
-        return self.split_readers and stash.use.float_tensor and "ReluGrad" in stash.backward_consumer_ops
+        return self.split_readers and stash.use.float_tensor and bool(sign_readers(stash.use))
 
     def select(self, analysis: GraphAnalysis, stash: StashedTensor) -> Encoding | str:
         graph = analysis.model.graph
-        others = {graph.node[c].op_type for c in stash.backward_consumers} - {"ReluGrad"}
+        signs = sign_readers(stash.use)  # ReluGrad, LeakyReluGrad (analysis.patterns.GRADIENT_NEEDS)
+        others = {graph.node[c].op_type for c in stash.backward_consumers} - signs
         if others and not self.split_readers:
-            return "read by a backward op other than ReluGrad: the sign alone is not enough"
+            return (f"read by {sorted(others)} besides {sorted(signs)}: the sign alone is not enough")
         if others:
             # Only ReluGrad switches to the sign bits; the encoder reads the stash itself (its other
             # readers keep it alive anyway), so no Relu-output substitution.
@@ -57,8 +58,8 @@ class SignBitsPass(EncodeStashPass):
                 return f"dtype {stash.dtype}: the signbits op takes float32"
             return Encoding(stash.name, stash.name, stash.name, self.codec, {},
                             [(numel(shape) + 7) // 8, 8 * len(shape)], [[(numel(shape) + 7) // 8], [len(shape)]],
-                            f"sign bits for ReluGrad only; {sorted(others)} left to later passes",
-                            readers=("ReluGrad",))
+                            f"sign bits for {'/'.join(sorted(signs))} only; {sorted(others)} left to later passes",
+                            readers=tuple(sorted(signs)))
         if stash.use.float_tensor is False or stash.dtype != "float32":
             return f"dtype {stash.dtype}: the signbits op takes float32"
         codec_bytes = lambda shape: [(numel(shape) + 7) // 8, 8 * len(shape)]  # noqa: E731
@@ -77,13 +78,19 @@ class SignBitsPass(EncodeStashPass):
                         [[(numel(shape) + 7) // 8], [len(shape)]], note)
 
 
+# Gradient ops that test only X > 0 of the input they get: fed Cast(mask, float), they compute the same bits
+# (LeakyReluGrad(dY, Y, alpha) = Y > 0 ? dY : alpha·dY, checked on ORT 1.19 with 0, -0, NaN, subnormals).
+_SIGN_GRADS = {"ReluGrad", "LeakyReluGrad"}
+
+
 def _relugrad_reads_float_mask(model: onnx.ModelProto) -> None:
-    """ReluGrad(dY, mask) → ReluGrad(dY, Cast(mask, float)) for every ReluGrad fed by a relumask decoder."""
+    """ReluGrad(dY, mask) → ReluGrad(dY, Cast(mask, float)) for every ReluGrad (or LeakyReluGrad) fed by a
+    relumask decoder."""
     masks = {n.output[0] for n in model.graph.node if n.op_type == decode_op_type("relumask")}
     nodes: list[onnx.NodeProto] = []
     cast: dict[str, str] = {}
     for node in model.graph.node:
-        if node.op_type == "ReluGrad" and node.input[1] in masks:
+        if node.op_type in _SIGN_GRADS and node.input[1] in masks:
             mask = node.input[1]
             if mask not in cast:
                 cast[mask] = f"{mask}__as_float"
