@@ -133,6 +133,7 @@ _SAME_AS_INPUT: dict[str, dict[int, int]] = {
     "BatchNormalizationGrad": {0: 0, 1: 2, 2: 2},
     "ConvGrad": {0: 1, 1: 2},
     "ReluGrad": {0: 1},
+    "LeakyReluGrad": {0: 1},
     "GeluGrad": {0: 1},
     "SigmoidGrad": {0: 1},
     "TanhGrad": {0: 1},

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..errors import OnnxcompError
 from .base import GraphPass, PassResult, Skipped
+from .chunk_backward import ChunkedBackwardPass, chunkable_regions
 from .chunk_stem_backward import ChunkedStemBackwardPass
 from .defer_weight_grad import DeferWeightGradientPass
 from .dpr import DPR_FORMATS, DprPass
@@ -13,7 +14,7 @@ from .interval_mask import IntervalMaskPass
 from .maxpool_index import MaxPoolIndexPass
 from .policy import OPTIONS, Policy, Step, policy, step
 from .recompute import RecomputePass
-from .row_split import RowSplitPass
+from .row_split import RowSplitPass, row_split_candidates
 from .signbits import SignBitsPass
 from .sparse import SparsePass
 from .split_weight import SplitWeightPass
@@ -48,22 +49,35 @@ _POLICIES = [
            "in backward", *REORDER, RecomputePass, *TRANSFORMER_RECOMPUTE, options=("min_bytes",)),
     policy("rows", "LR-CNN: conv chains split into row blocks, recomputed row by row in backward (exact)",
            RowSplitPass, EagerAccumulationPass, options=("rows", "variant", "checkpoints", "budget_bytes")),
+    # Row split composed with encodings (docs/chunking.md): the chains first (their finder needs the original
+    # backward ops), only those whose split lowers the predicted peak; then the encodings take what is still
+    # stashed outside the chains (and chunk_backward the first layer when no chain took it).
+    policy("rows+lossless", "LR-CNN row split, then the lossless policy on the remaining stashes",
+           step(RowSplitPass, only_lowering=True), *REORDER, RecomputePass, *LOSSLESS_ENCODINGS, SparsePass,
+           options=("rows", "variant", "checkpoints", "budget_bytes", "min_bytes", "overrides")),
+    policy("rows+comet", "LR-CNN row split, then COMET on the remaining stashes and batch-chunked backward "
+           "regions", step(RowSplitPass, only_lowering=True), *LOSSY_FIRST, ErrorBoundedPass, ChunkedBackwardPass,
+           DprPass, SparsePass,
+           options=("rows", "variant", "checkpoints", "budget_bytes", "min_bytes", "overrides",
+                    "split_weight_bytes", "eb", "adaptive", "dpr_format", "native")),
+    policy("chunks", "backward regions down to the first layer in batch chunks, nothing else (exact up to "
+           "float rounding, not bit-identical)", *REORDER, ChunkedBackwardPass, options=("min_bytes",)),
     policy("reorder", "reordering alone: the share of a lossless saving that needs no codec at all", *REORDER,
            options=("min_bytes",)),
-    # Gist: lossless encodings where they apply, the rest of the float stashes in reduced precision. The first
-    # layer's backward in batch chunks (exact up to rounding; its BN input recomputed from the image, so it
-    # needs no stash) before DPR reduces what is left.
+    # Gist: lossless encodings where they apply, the rest of the float stashes in reduced precision. Backward
+    # regions down to the first layer in batch chunks (exact up to rounding; a stem BN input recomputed from
+    # the image, so it needs no stash) before DPR reduces what is left.
     *(policy(f"dpr-{fmt}", f"Gist: lossless encodings, the rest of the float stashes in {fmt}", *LOSSY_FIRST,
-             ChunkedStemBackwardPass, step(DprPass, dpr_format=fmt),
+             ChunkedBackwardPass, step(DprPass, dpr_format=fmt),
              options=("min_bytes", "overrides", "split_weight_bytes", "native"))
       for fmt in DPR_FORMATS),
     # COMET: lossless where it applies, error-bounded conv/fc inputs, reduced precision elsewhere.
     policy("comet", "COMET: lossless where it applies, error-bounded conv/fc inputs, reduced precision "
-           "elsewhere", *LOSSY_FIRST, ErrorBoundedPass, ChunkedStemBackwardPass, DprPass, SparsePass,
+           "elsewhere", *LOSSY_FIRST, ErrorBoundedPass, ChunkedBackwardPass, DprPass, SparsePass,
            options=("min_bytes", "overrides", "split_weight_bytes", "eb", "adaptive", "dpr_format", "native")),
     # CSWAP+/FreeLunch: the float stashes DPR would take held by the fixed-rate zfp codec at N bits/value.
     *(policy(f"zfp-{rate}", f"fixed-rate zfp codec at {rate} bits/value for the float stashes DPR would take",
-             *LOSSY_FIRST, ChunkedStemBackwardPass, step(FixedRatePass, rate=rate),
+             *LOSSY_FIRST, ChunkedBackwardPass, step(FixedRatePass, rate=rate),
              options=("min_bytes", "overrides", "split_weight_bytes"))
       for rate in FIXED_RATES),
 ]
@@ -85,5 +99,5 @@ def get_policy(name: str) -> Policy:
 
 
 __all__ = ["AttentionDropoutRecomputePass", "AttentionProbsRecomputePass", "DropoutMaskPass",
-           "EarlyWeightGradientPass", "TransformerRecomputePass", "ChunkedStemBackwardPass", "DeferWeightGradientPass", "DprPass", "RecomputePass", "RowSplitPass", "EagerAccumulationPass", "ErrorBoundedPass", "FixedRatePass", "GraphPass", "IntervalMaskPass", "MaxPoolIndexPass", "POLICIES",
-           "AutoPass", "OPTIONS", "PassResult", "Policy", "SignBitsPass", "Step", "get_policy", "Skipped", "SparsePass", "SplitWeightPass"]
+           "EarlyWeightGradientPass", "TransformerRecomputePass", "ChunkedBackwardPass", "ChunkedStemBackwardPass", "DeferWeightGradientPass", "DprPass", "RecomputePass", "RowSplitPass", "EagerAccumulationPass", "ErrorBoundedPass", "FixedRatePass", "GraphPass", "IntervalMaskPass", "MaxPoolIndexPass", "POLICIES",
+           "AutoPass", "OPTIONS", "PassResult", "Policy", "SignBitsPass", "Step", "get_policy", "Skipped", "SparsePass", "SplitWeightPass", "chunkable_regions", "row_split_candidates"]

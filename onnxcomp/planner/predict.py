@@ -2,9 +2,11 @@
 
 The planner's lower bound on transient buffers in node order, plus what kernels allocate that the graph does
 not show (ConvGrad's im2col workspace). Passes that choose between rewrites by their predicted peak
-(row_split's --rows auto, defer_weight_grad, chunk_stem_backward) ask this module.
+(row_split's --rows auto, defer_weight_grad, chunk_backward) ask this module.
 """
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -44,6 +46,12 @@ def predicted_live(model: onnx.ModelProto, eager_accumulation: bool = True) -> t
     for i, node in enumerate(model.graph.node):
         live[i] += conv_grad_workspace(analysis, node)
     return model, live
+
+
+def live_at(seen: onnx.ModelProto, live: np.ndarray, nodes: Callable[[onnx.NodeProto], bool]) -> int:
+    """The most bytes predicted live at the nodes of ``seen`` that ``nodes`` selects (0 if none): the bytes
+    "at a region" that chunk_backward compares before and after a rewrite (``seen, live = predicted_live(m)``)."""
+    return int(max((live[i] for i, nd in enumerate(seen.graph.node) if nodes(nd)), default=0))
 
 
 def conv_grad_workspace(analysis: GraphAnalysis, node: onnx.NodeProto) -> int:

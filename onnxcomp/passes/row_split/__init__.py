@@ -42,12 +42,14 @@ input (platform notes) plus a Python call per block.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import onnx
 
 from ...analysis import analyze_model
 from ...errors import OnnxcompError
 from ...planner.predict import predicted_peak
-from ..base import GraphPass, PassResult, require_training_graph, taken_names
+from ..base import GraphPass, PassResult, Skipped, require_training_graph, taken_names
 from ..records import PassRecord
 from .chains import _find_chains, _sole_accumulator
 from .emission import _Emitter, _SegmentWriter, _stable_toposort  # noqa: F401  (chunk_stem_backward reuses the sort)
@@ -63,7 +65,8 @@ class RowSplitPass(GraphPass):
 
     def __init__(self, rows: int | str = 2, variant: str = "overl", checkpoints: int | str = "auto",
                  budget_bytes: int | None = None, split_forward: bool = False,
-                 accumulate_in_place: bool = True) -> None:
+                 accumulate_in_place: bool = True, chains: list[str] | tuple[str, ...] | None = None,
+                 only_lowering: bool = False) -> None:
         if isinstance(rows, str) and rows != "auto":
             try:
                 rows = int(rows)
@@ -91,9 +94,17 @@ class RowSplitPass(GraphPass):
         self.budget_bytes = budget_bytes
         self.split_forward = bool(split_forward)
         self.accumulate_in_place = bool(accumulate_in_place)
+        if chains is not None and (isinstance(chains, str) or not all(isinstance(c, str) for c in chains)):
+            raise OnnxcompError(f"chains={chains!r}: use a list of chain names (row_split_candidates)")
+        self.chains = None if chains is None else tuple(chains)
+        # Keep a chain only where splitting it lowers the predicted step peak (greedy, chain by chain): what
+        # the compositions with encodings use, so that a lone stem Conv stays whole for chunk_backward.
+        self.only_lowering = bool(only_lowering)
 
     def run(self, model: onnx.ModelProto) -> PassResult:
         require_training_graph(model)
+        if self.only_lowering and self.rows != "auto":
+            return self._lowering_only(model, int(self.rows))
         if self.rows != "auto":
             result = self._rewrite(model, int(self.rows))
             tallest = max((r["output_rows"] for r in result.records), default=None)
@@ -136,9 +147,35 @@ class RowSplitPass(GraphPass):
                            "fits": peak <= self.budget_bytes, "tried": tried}
         return result
 
-    def _rewrite(self, model: onnx.ModelProto, R: int) -> PassResult:
+    def _lowering_only(self, model: onnx.ModelProto, R: int) -> PassResult:
+        """The chains (of ``self.chains``, or all) whose split lowers the predicted step peak, added greedily."""
+        names = [ch.name for ch in _find_chains(analyze_model(model))[0]
+                 if self.chains is None or ch.name in self.chains]
+        best = predicted_peak(model)
+        chosen: list[str] = []
+        result = PassResult(self.copy(model))
+        refused = []
+        for name in names:
+            trial = self._rewrite(model, R, chosen + [name])
+            peak = predicted_peak(trial.model)
+            if peak < best:
+                chosen, best, result = chosen + [name], peak, trial
+            else:
+                refused.append(Skipped(name, "row-split", f"splitting it would not lower the predicted step peak "
+                                       f"({best / 2**20:.1f} -> {peak / 2**20:.1f} MiB)"))
+        result.skipped.extend(refused)
+        return result
+
+    def _rewrite(self, model: onnx.ModelProto, R: int, names: list[str] | None = None) -> PassResult:
         analysis = analyze_model(model)
         chains, skipped = _find_chains(analysis)
+        names = list(self.chains) if names is None and self.chains is not None else names
+        if names is not None:
+            missing = [c for c in names if c not in {ch.name for ch in chains}]
+            if missing:
+                raise OnnxcompError(f"row_split: no conv chain named {missing}; candidates: "
+                                    f"{[ch.name for ch in chains]}", options=("chains",))
+            chains = [ch for ch in chains if ch.name in names]
         result = PassResult(self.copy(model), skipped=skipped)
         if not chains:
             return result
@@ -214,6 +251,9 @@ class RowSplitPass(GraphPass):
                 "segments": seg_records, "original_bytes": dropped + ckpt,
                 "predicted_bytes": ckpt + max(s["predicted_block_bytes"] for s in seg_records),
                 "halos": [s.get("halo_rows") or s.get("kept_rows") for s in seg_records],
+                # Weight gradients summed block by block and input gradients overlap-added: equal up to float
+                # rounding, not bit-identical (--exact must not use it).
+                "exact": False,
             }, tuple(dropped_names)))
         new_nodes: list[onnx.NodeProto] = []
         for i, n in enumerate(nodes):
@@ -231,3 +271,49 @@ class RowSplitPass(GraphPass):
                                            {i.name for i in graph.initializer}))
         graph.value_info.extend(value_info)
         return result
+
+
+@dataclass
+class RowChain:
+    """A conv chain the row split can take (for the budget planner): its name (``RowSplitPass(chains=[name])``),
+    forward nodes, input, height, the stashes it makes unnecessary, and the predicted step peak per row count.
+    ``exact`` is False: weight gradients are summed block by block (rounding, not bit-identical)."""
+    name: str
+    nodes: tuple[str, ...]
+    input: str
+    output_rows: int
+    dropped_stash_bytes: int
+    exact: bool = False
+    predicted_peak_before: int | None = None
+    predicted_peak: dict[int, int] = field(default_factory=dict)
+
+    def reduction(self, rows: int) -> int | None:
+        if self.predicted_peak_before is None or rows not in self.predicted_peak:
+            return None
+        return self.predicted_peak_before - self.predicted_peak[rows]
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "nodes": list(self.nodes), "input": self.input, "output_rows": self.output_rows,
+                "dropped_stash_bytes": self.dropped_stash_bytes, "exact": self.exact,
+                "predicted_peak_before": self.predicted_peak_before,
+                "predicted_peak": {str(k): v for k, v in self.predicted_peak.items()}}
+
+
+def row_split_candidates(model: onnx.ModelProto, rows: tuple[int, ...] = (2, 4, 8), variant: str = "overl",
+                         predict: bool = True) -> list[RowChain]:
+    """Every conv chain of ``model`` a row split can take, with the predicted step peak when that chain alone
+    is split into each row count of ``rows`` (one trial rewrite each) when ``predict``."""
+    require_training_graph(model)
+    chains, _ = _find_chains(analyze_model(model))
+    out = [RowChain(ch.name, tuple(lay.fwd.name or lay.y for lay in ch.layers), ch.layers[0].x,
+                    max(lay.h_out for lay in ch.layers), _internal_stash_bytes(ch.layers, 0, len(ch.layers)))
+           for ch in chains]
+    if predict and out:
+        before = predicted_peak(model)
+        for c in out:
+            c.predicted_peak_before = before
+            for r in rows:
+                if r <= c.output_rows:
+                    trial = RowSplitPass(rows=r, variant=variant, chains=[c.name]).run(model)
+                    c.predicted_peak[r] = predicted_peak(trial.model)
+    return out
