@@ -79,7 +79,7 @@ def test_exact_only_chooses_exact_techniques_and_fits() -> None:
     plan = plan_auto(model, int(base * 0.85), exact=True, min_bytes=0)
     assert plan.fits and plan.chosen
     assert all(o.exact for o in plan.chosen.values())
-    assert not plan.regions.chunked_stem and not plan.regions.split_weight_bytes
+    assert not plan.regions.chunked and not plan.regions.split_weight_bytes
     assert _peak(plan.model) == plan.predicted_peak <= plan.target
 
 

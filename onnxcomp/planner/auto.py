@@ -21,7 +21,7 @@ Pipeline (everything here plans; the rewrites are the existing passes, applied o
    the virtual curve was optimistic, the target is lowered by the difference and the search resumes from
    the current choice; where the peak sits in a backward region no per-stash option reaches (the first
    layer's backward, a large fully connected weight gradient), the region technique for it is enabled
-   (batch-chunked first-layer backward, split weights; lossy only, they are exact only up to rounding).
+   (batch-chunked backward regions, split weights; lossy only: exact only up to float rounding).
 5. Fail loudly: a budget the best reachable plan misses raises ``BudgetError`` naming that peak and the
    tensors live at it.
 """
@@ -376,7 +376,7 @@ def greedy(base_live: np.ndarray, windows: dict[str, _Window], options: dict[str
 @dataclass
 class Regions:
     """Backward-region techniques enabled (lossy: exact up to float rounding)."""
-    chunked_stem: bool = False
+    chunked: bool = False
     split_weight_bytes: int | None = None
 
 
@@ -385,7 +385,7 @@ def build_passes(chosen: dict[str, Option], regions: Regions, techniques: list[T
     """One pipeline for the whole choice, in the order the fixed policies use: split weights, scheduling,
     recomputation, exact encodings, error-bounded, the chunked first-layer backward, then the other lossy
     formats (the chunked region slices their decodes)."""
-    from ..passes import (ChunkedStemBackwardPass, DeferWeightGradientPass, EagerAccumulationPass, RecomputePass,
+    from ..passes import (ChunkedBackwardPass, DeferWeightGradientPass, EagerAccumulationPass, RecomputePass,
                           SignBitsPass, SplitWeightPass)
 
     by_tech: dict[str, set[str]] = {}
@@ -418,8 +418,8 @@ def build_passes(chosen: dict[str, Option], regions: Regions, techniques: list[T
     for t in early:
         if by_tech.get(t.name):
             passes.append(t.build(by_tech[t.name], min_bytes=min_bytes))
-    if regions.chunked_stem:
-        passes.append(ChunkedStemBackwardPass())
+    if regions.chunked:
+        passes.append(ChunkedBackwardPass())
     for t in late:
         if by_tech.get(t.name):
             passes.append(t.build(by_tech[t.name], min_bytes=min_bytes))
@@ -459,10 +459,11 @@ class AutoPlan:
         out = [{"tensor": o.stash, "technique": o.technique, "exact": o.exact, "original_bytes": o.nbytes,
                 "held_bytes": o.held, "saved_bytes": o.saved, "predicted_seconds": round(o.seconds, 6),
                 "why": o.why} for o in sorted(self.chosen.values(), key=lambda o: -o.saved)]
-        if self.regions.chunked_stem:
-            out.append({"region": "first-layer backward", "technique": "chunked", "exact": False,
-                        "why": "the predicted peak sat in the first layer's backward (ReluGrad → "
-                               "BatchNormalizationGrad → ConvGrad), which no stash option reaches"})
+        if self.regions.chunked:
+            out.append({"region": "backward regions down to the first layer", "technique": "chunked",
+                        "exact": False, "why": "the predicted peak sat in a backward region no stash option "
+                        "reaches (gradient maps of the first layers); each region is kept only where the "
+                        "planner predicts it lowers the peak (passes/chunk_backward.py)"})
         if self.regions.split_weight_bytes:
             out.append({"region": "fully connected weight gradients", "technique": "split_weight",
                         "exact": False, "split_weight_bytes": self.regions.split_weight_bytes,
@@ -513,19 +514,14 @@ def _recomputable(model: onnx.ModelProto) -> dict[str, dict[str, tuple[list[str]
 
 
 def _peak_region(model: onnx.ModelProto, live_at: int) -> str | None:
-    """Which region technique reaches the node at the predicted peak: "stem" (a chunkable first-layer
-    backward), "fc" (a large fully connected weight gradient live there), else None."""
-    from ..passes.chunk_stem_backward import _find_sites
-
-    analysis = analyze_model(model)
+    """Which region technique reaches the node at the predicted peak: "chunked" (a backward region that can
+    run in batch chunks), "fc" (a large fully connected weight gradient live there), else None."""
     node = model.graph.node[live_at] if live_at < len(model.graph.node) else None
     if node is None:
         return None
-    sites, _ = _find_sites(analysis)
-    for s in sites:
-        region = {s.bn.name, s.conv.name} | ({s.relu.name} if s.relu is not None else set())
-        if node.name in region:
-            return "stem"
+    if any(node.name in r.nodes for r in _longest_regions(model)):
+        return "chunked"
+    analysis = analyze_model(model)
     bufs = [b for b in analysis.buffers() if b.start <= live_at <= b.end]
     if bufs:
         big = max(bufs, key=lambda b: b.size)
@@ -543,13 +539,12 @@ class _Base:
     analysis: GraphAnalysis
     windows: dict[str, _Window]
     options: dict[str, list[Option]]
-    stem: list[Any]                          # chunkable first-layer backward sites (chunk_stem_backward)
+    regions: list[Any]                       # backward regions that can run in batch chunks (chunk_backward)
 
 
 def _make_base(model: onnx.ModelProto, regions: Regions, techniques: list[Technique], costs: _Costs,
                exact: bool, min_bytes: int) -> _Base:
     from ..passes import DeferWeightGradientPass, EagerAccumulationPass, SplitWeightPass
-    from ..passes.chunk_stem_backward import _find_sites
     from .predict import predicted_live
 
     first = [SplitWeightPass(regions.split_weight_bytes)] if regions.split_weight_bytes else []
@@ -557,31 +552,43 @@ def _make_base(model: onnx.ModelProto, regions: Regions, techniques: list[Techni
     seen, live = predicted_live(base)
     analysis = analyze_model(seen)
     options = enumerate_options(analysis, techniques, _recomputable(seen), costs, exact, min_bytes)
-    sites = _find_sites(analysis)[0] if not exact else []
-    return _Base(live, analysis, stash_windows(analysis), options, sites)
+    return _Base(live, analysis, stash_windows(analysis), options, [] if exact else _longest_regions(seen))
 
 
-def _chunked_stem_options(base: _Base, costs: _Costs) -> tuple[dict[str, list[Option]], np.ndarray]:
-    """With the first layer's backward in batch chunks: its BN input is recomputed per chunk from the image
-    (no stash), its ReLU stash keeps only non-recompute options (the region slices it), and the region's
-    own nodes are left to the real prediction."""
+def _longest_regions(model: onnx.ModelProto) -> list[Any]:
+    """Backward regions that can run in batch chunks (passes/chunk_backward.py), the longest per terminal."""
+    from ..passes.chunk_backward import chunkable_regions
+
+    longest: dict[str, Any] = {}
+    for r in chunkable_regions(model, predict=False):
+        if r.terminal not in longest or len(r.nodes) > len(longest[r.terminal].nodes):
+            longest[r.terminal] = r
+    return list(longest.values())
+
+
+def _chunked_options(base: _Base, costs: _Costs) -> tuple[dict[str, list[Option]], np.ndarray]:
+    """With backward regions in batch chunks: a BN input the region recomputes per chunk from the image is
+    no stash any more, stashes the region reads keep only non-recompute options (it slices them), and the
+    region's own nodes are left to the real prediction."""
     options = dict(base.options)
+    graph = base.analysis.model.graph
     ignore = np.zeros(len(base.live), dtype=bool)
-    index = {n.name: i for i, n in enumerate(base.analysis.model.graph.node)}
-    for site in base.stem:
-        x = site.bn.input[1]
-        s = next((st for st in base.analysis.stashed if st.name == x), None)
-        if s is not None and site.forward_conv is not None:
-            secs = costs.ops(base.analysis, [site.forward_conv])
-            options[x] = [Option(x, "chunked", False, s.nbytes, 0, secs,
-                                 "recomputed per batch chunk from the image inside the chunked first-layer backward")]
-        if site.relu is not None:
-            r = site.relu.input[1]
-            if r in options:
-                options[r] = [o for o in options[r] if not o.technique.startswith("recompute")]
-        for node in (site.bn, site.conv, site.relu):
-            if node is not None and node.name in index:
-                ignore[index[node.name]] = True
+    index = {n.name: i for i, n in enumerate(graph.node)}
+    by_name = {st.name: st for st in base.analysis.stashed}
+    for region in base.regions:
+        x = region.recomputed_input
+        if x in by_name:
+            conv = graph.node[by_name[x].producer] if by_name[x].producer is not None else None
+            secs = costs.ops(base.analysis, [conv] if conv is not None else [])
+            options[x] = [Option(x, "chunked", False, by_name[x].nbytes, 0, secs,
+                                 "recomputed per batch chunk from the image inside a chunked backward region")]
+        for name in region.nodes:
+            if name not in index:
+                continue
+            ignore[index[name]] = True
+            for i in graph.node[index[name]].input:
+                if i in options and i != x:
+                    options[i] = [o for o in options[i] if not o.technique.startswith("recompute")]
     return options, ignore
 
 
@@ -620,10 +627,10 @@ def plan_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_b
                       key=lambda b: -b.size)
         dominant = [(b.name, int(b.size)) for b in bufs[:3]]
         rounds.append({"virtual_peak_bytes": virtual, "predicted_peak_bytes": peak, "options": len(chosen),
-                       "chunked_stem": regions.chunked_stem, "split_weight_bytes": regions.split_weight_bytes})
+                       "chunked": regions.chunked, "split_weight_bytes": regions.split_weight_bytes})
         say(f"auto: {len(chosen)} stash option(s), {regions}: virtual {virtual / MiB:.1f} MiB, "
             f"predicted {peak / MiB:.1f} MiB (target {target / MiB:.1f} MiB)")
-        plan = AutoPlan(budget, exact, target, dict(chosen), Regions(regions.chunked_stem, regions.split_weight_bytes),
+        plan = AutoPlan(budget, exact, target, dict(chosen), Regions(regions.chunked, regions.split_weight_bytes),
                         peak, baseline_peak, peak <= target, dominant, [], out, results,
                         costs.source, sum(o.seconds for o in chosen.values()))
         if best is None or plan.fits or peak < best.predicted_peak:
@@ -642,15 +649,15 @@ def plan_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_b
             continue
         # 2. A backward region no stash option reaches.
         where = _peak_region(seen_out, at)
-        if not exact and where == "stem" and not regions.chunked_stem and base.stem:
-            regions.chunked_stem = True
-            options, ignore = _chunked_stem_options(base, costs)
+        if not exact and where == "chunked" and not regions.chunked and base.regions:
+            regions.chunked = True
+            options, ignore = _chunked_options(base, costs)
             chosen = {k: o for k, o in chosen.items() if o in options.get(k, [])}
             continue
         if not exact and where == "fc" and not regions.split_weight_bytes:
             regions.split_weight_bytes = int(max(MiB, min(32 * MiB, budget // 8)))
             base = _make_base(model, regions, techniques, costs, exact, min_bytes)
-            options, ignore = (_chunked_stem_options(base, costs) if regions.chunked_stem else (base.options, None))
+            options, ignore = (_chunked_options(base, costs) if regions.chunked else (base.options, None))
             chosen = {k: o for k, o in chosen.items() if o in options.get(k, [])}
             continue
         # 3. The virtual curve was optimistic: plan lower and go on upgrading.
@@ -658,9 +665,9 @@ def plan_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_b
             correction += max(peak - target, MiB // 4)
             continue
         # 4. Stuck: the chunked first-layer backward, if not tried, may still help.
-        if not exact and not regions.chunked_stem and base.stem:
-            regions.chunked_stem = True
-            options, ignore = _chunked_stem_options(base, costs)
+        if not exact and not regions.chunked and base.regions:
+            regions.chunked = True
+            options, ignore = _chunked_options(base, costs)
             chosen = {k: o for k, o in chosen.items() if o in options.get(k, [])}
             continue
         break
