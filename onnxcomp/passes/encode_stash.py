@@ -231,7 +231,11 @@ class _Rewriter:
                     n.input[k] = decoded
 
         # Types: payload (shape known when the codec's size is), anchor, decoded.
-        for name, elem, shp in zip(payload, payload_types, enc.payload_shapes or [None] * len(payload)):
+        from ..custom_ops import get_codec as _codec
+
+        framed = [n == "shape" for n in _codec(enc.codec).payload_names]  # runtime/framing.py appends words
+        for name, elem, shp, fr in zip(payload, payload_types, enc.payload_shapes or [None] * len(payload), framed):
+            shp = None if fr else shp  # a declared [ndim] breaks ORT's buffer reuse (mem pattern/reuse on)
             self.value_info.append(helper.make_tensor_value_info(name, elem, shp if shp is not None else
                                                                  [f"{name}_len"]))
         src_elem, src_shape = self._type(enc.source)
