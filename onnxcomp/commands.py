@@ -38,6 +38,16 @@ def print_transform_summary(summary: dict[str, Any]) -> None:
     for d in summary.get("split_weights", []):
         console.print(f"weight held as {len(d['parts'])} row blocks: {d['parameter']} {d['shape']} "
                       f"-> {d['parts'][0]} ... {d['parts'][-1]}")
+    auto = summary.get("auto")
+    if auto:
+        from collections import Counter
+
+        used = Counter(d["technique"] for d in auto["decisions"])
+        console.print(f"auto: predicted step peak {_mib(auto['baseline_predicted_peak_bytes'])} → "
+                      f"{_mib(auto['predicted_peak_bytes'])} within the budget of {_mib(auto['budget_bytes'])}"
+                      f"{' (exact only)' if auto['exact'] else ''}; "
+                      + ", ".join(f"{t} ×{n}" for t, n in used.most_common()) + " (one record per decision "
+                      "in the plan JSON's \"auto\")")
     for d in summary.get("chunked", []):
         how = f", its input {d['dropped_stashes'][0]} recomputed per chunk" if d.get("dropped_stashes") else ""
         console.print(f"first-layer backward in {d['chunks']} batch chunks: {d['site']}{how}")

@@ -41,9 +41,9 @@ from ..passes.base import GraphPass, PassResult
 from ..passes.records import PassRecord
 
 MiB = 1 << 20
-# Planned to a little under the budget: the planner's prediction missed measured peaks by up to ~2 % on the
-# zoo graphs (README), more on row-split graphs.
-DEFAULT_MARGIN = 0.03
+# Planned to a little under the budget: measured peaks came out up to 3.3 % above the prediction (ResNet-18's
+# tightest lossy plan: predicted 19.14, measured 19.78 MiB; PyOp bridge copies the planner does not see).
+DEFAULT_MARGIN = 0.05
 # Lossy encoding variants (constructor keywords) tried per pass class; a class not listed is tried as built
 # with no keywords. fp16 beside bf16 would be the same size, less precise: bf16 is not offered.
 VARIANTS: dict[str, list[dict[str, Any]]] = {
