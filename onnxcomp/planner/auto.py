@@ -76,6 +76,8 @@ class Option:
     why: str
     rebuilds: tuple[str, ...] = ()   # recomputation: the forward tensors its clones rebuild
     leaves: tuple[str, ...] = ()     # recomputation: stashes its clones read, held raw from its reader on
+    relieves: str = ""               # the tensor whose lifetime it shortens, when not the stash itself (the
+                                     # Clip input an interval mask is taken from; "" = the stash)
 
     @property
     def saved(self) -> int:
@@ -221,7 +223,8 @@ def _cloned_nodes(analysis: GraphAnalysis, stash: StashedTensor, ops: list[str])
 
 def enumerate_options(analysis: GraphAnalysis, techniques: list[Technique],
                       recomputable: dict[str, dict[str, tuple[list[str], list[str]]]],
-                      costs: _Costs, exact_only: bool, min_bytes: int) -> dict[str, list[Option]]:
+                      costs: _Costs, exact_only: bool, min_bytes: int,
+                      windows: dict[str, "_Window"] | None = None) -> dict[str, list[Option]]:
     """Per stash, every option the passes accept, cheapest per byte saved first within its tier."""
     graph = analysis.model.graph
     built = [(t, t.build(min_bytes=min_bytes)) for t in techniques if t.exact or not exact_only]
@@ -251,11 +254,18 @@ def enumerate_options(analysis: GraphAnalysis, techniques: list[Technique],
             held = sum(b if b is not None else stash.nbytes // 2 for b in enc.payload_bytes)
             if enc.readers is not None:   # encodes for some readers only: the stash itself stays
                 continue
-            if held >= stash.nbytes:
+            own = (windows or {}).get(stash.name)
+            relieves, nbytes = "", stash.nbytes
+            if enc.target != stash.name and (own is None or own.held_from >= own.held_to) \
+                    and enc.target in analysis.tensors:
+                # The stash is made late from a tensor the encoder takes early (Clip's mask from its input):
+                # what it saves is that tensor's life until backward.
+                relieves, nbytes = enc.target, analysis.tensors[enc.target].nbytes
+            if held >= nbytes:
                 continue
-            secs = costs.codec(enc.codec, stash.nbytes)
-            opts.append(Option(stash.name, tech.name, tech.exact, stash.nbytes, held, secs,
-                               f"{tech.name}: {enc.note or enc.codec}"))
+            secs = costs.codec(enc.codec, nbytes)
+            opts.append(Option(stash.name, tech.name, tech.exact, nbytes, held, secs,
+                               f"{tech.name}: {enc.note or enc.codec}", relieves=relieves))
         if opts:
             out[stash.name] = opts
     return out
@@ -271,8 +281,9 @@ class _Window:
     held_to: int
 
 
-def stash_windows(analysis: GraphAnalysis) -> dict[str, _Window]:
-    graph = analysis.model.graph
+def stash_windows(analysis: GraphAnalysis, extra: set[str] = frozenset()) -> dict[str, _Window]:
+    """Windows of every stash, and of the ``extra`` tensors (forward tensors an option relieves: read early
+    in forward, and late — by ops that sit in the backward part of the node list)."""
     fb = analysis.boundary.first_backward
     # Consumers of a buffer include those of its views (Reshape/Flatten of the stash, encoder anchors).
     views: dict[str, list[str]] = {}
@@ -280,22 +291,22 @@ def stash_windows(analysis: GraphAnalysis) -> dict[str, _Window]:
         if t.alias_of is not None:
             views.setdefault(t.alias_of, []).append(name)
     out = {}
-    for s in analysis.stashed:
-        if s.producer is None:
+    late_of = {s.name: list(s.backward_consumers) for s in analysis.stashed}
+    for name in [*late_of, *sorted(extra)]:
+        t = analysis.tensors.get(name)
+        if t is None or t.producer is None:
             continue
-        group, frontier = [s.name], [s.name]
+        group, frontier = [name], [name]
         while frontier:
             for v in views.get(frontier.pop(), []):
                 group.append(v)
                 frontier.append(v)
         consumers = [c for g in group for c in analysis.tensors[g].consumers]
         fwd = [c for c in consumers if c < fb and not analysis.boundary.is_backward(c)]
-        bwd = [c for c in s.backward_consumers]
-        if not bwd:
+        late = late_of.get(name) or [c for c in consumers if c >= fb]
+        if not late:
             continue
-        last_fwd = max(fwd, default=s.producer)
-        out[s.name] = _Window(s.producer, last_fwd + 1, min(bwd))
-    del graph
+        out[name] = _Window(t.producer, max(fwd, default=t.producer) + 1, min(late))
     return out
 
 
@@ -310,7 +321,7 @@ def virtual_live(base_live: np.ndarray, windows: dict[str, _Window], chosen: dic
         for leaf in opt.leaves if w is not None else ():
             needed_from[leaf] = min(needed_from.get(leaf, w.held_to), w.held_to)
     for name, opt in chosen.items():
-        w = windows.get(name)
+        w = windows.get(opt.relieves or name)
         if w is None:
             continue
         live[w.held_from:min(w.held_to, needed_from.get(name, w.held_to))] -= opt.saved
@@ -342,10 +353,10 @@ def greedy(base_live: np.ndarray, windows: dict[str, _Window], options: dict[str
         best: tuple[tuple[int, float], Option] | None = None
         pinned_here = set()
         for name, opts in options.items():
-            w = windows.get(name)
-            if w is None or not (w.held_from <= p < w.held_to):
+            opts = [o for o in opts if (name, o.technique) not in banned
+                    and (w := windows.get(o.relieves or name)) is not None and w.held_from <= p < w.held_to]
+            if not opts:
                 continue
-            opts = [o for o in opts if (name, o.technique) not in banned]
             if name in pinned:
                 pinned_here.add(name)
                 continue
@@ -551,8 +562,11 @@ def _make_base(model: onnx.ModelProto, regions: Regions, techniques: list[Techni
     base, _ = apply(model, [*first, DeferWeightGradientPass(), EagerAccumulationPass()])
     seen, live = predicted_live(base)
     analysis = analyze_model(seen)
-    options = enumerate_options(analysis, techniques, _recomputable(seen), costs, exact, min_bytes)
-    return _Base(live, analysis, stash_windows(analysis), options, [] if exact else _longest_regions(seen))
+    windows = stash_windows(analysis)
+    options = enumerate_options(analysis, techniques, _recomputable(seen), costs, exact, min_bytes, windows)
+    relieved = {o.relieves for opts in options.values() for o in opts if o.relieves}
+    windows.update(stash_windows(analysis, relieved))
+    return _Base(live, analysis, windows, options, [] if exact else _longest_regions(seen))
 
 
 def _longest_regions(model: onnx.ModelProto) -> list[Any]:
