@@ -188,3 +188,13 @@ def test_auto_on_a_torch_model_fits_when_measured_and_exact_is_bit_identical(tmp
         assert m.peak_bytes <= budget, (exact, m.peak_bytes, budget)
         if exact:
             assert m.losses == base.losses
+
+
+def test_an_option_may_relieve_the_tensor_its_stash_is_made_from() -> None:
+    """Clip's gradient mask is made late from the Clip input; the interval mask takes that input early, so
+    its saving lies in the input's window, not in the mask's (empty) one."""
+    base = np.array([10, 80, 80, 10], dtype=np.int64)
+    windows = {"mask": _Window(3, 3, 3), "x": _Window(0, 1, 3)}
+    opt = {"mask": [Option("mask", "intervalmask", True, 70, 5, 0.1, "", relieves="x")]}
+    chosen, peak = greedy(base, windows, opt, {}, target=40)
+    assert chosen["mask"].relieves == "x" and peak == 15
