@@ -493,7 +493,9 @@ class AutoPlan:
         top = ", ".join(f"{n} ({b / MiB:.1f} MiB)" for n, b in self.dominant[:3])
         mode = "exact techniques only (--exact)" if self.exact else "every technique"
         return (f"budget {self.budget / MiB:.1f} MiB cannot be met with {mode}: the best reachable predicted "
-                f"step peak is {self.predicted_peak / MiB:.1f} MiB, dominated by {top}")
+                f"step peak is {self.predicted_peak / MiB:.1f} MiB (a plan must predict ≤ "
+                f"{self.target / MiB:.1f} MiB, the budget less a {100 * (1 - self.target / self.budget):.0f} % "
+                f"margin), dominated by {top}")
 
 
 def dominant_at_peak(model: onnx.ModelProto, top: int = 3) -> tuple[int, list[tuple[str, int]]]:
