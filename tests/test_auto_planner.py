@@ -13,7 +13,7 @@ from graphs import TWO_CONV, parse
 from onnxcomp.cli import main
 from onnxcomp.errors import OnnxcompError
 from onnxcomp.passes import POLICIES, RowSplitPass
-from onnxcomp.planner.auto import (DEFAULT_MARGIN, BudgetError, Option, _Window, encoding_techniques, greedy, plan_auto,
+from onnxcomp.planner.auto import (BudgetError, tightest_budget_for, Option, _Window, encoding_techniques, greedy, plan_auto,
                                    virtual_live)
 from onnxcomp.planner.predict import predicted_peak
 from onnxcomp.transform import transform, transform_model
@@ -29,6 +29,13 @@ def _big_two_conv() -> onnx.ModelProto:
 
 def _peak(model: onnx.ModelProto) -> int:
     return predicted_peak(model)
+
+
+def _exact_budget(model: onnx.ModelProto) -> int:
+    """A budget the exact techniques can just meet: above the best peak they reach."""
+    floor = plan_auto(model, 4 * KiB, exact=True)
+    assert not floor.fits and floor.predicted_peak < _peak(model)
+    return tightest_budget_for(floor.predicted_peak) + KiB
 
 
 def _decisions(model: onnx.ModelProto, budget: int, exact: bool) -> list[dict]:
@@ -75,8 +82,7 @@ def test_generous_budget_changes_nothing_costly() -> None:
 
 def test_exact_only_chooses_exact_techniques_and_fits() -> None:
     model = _big_two_conv()
-    base = _peak(model)
-    plan = plan_auto(model, int(base * 0.85), exact=True, min_bytes=0)
+    plan = plan_auto(model, _exact_budget(model), exact=True)
     assert plan.fits and plan.chosen
     assert all(o.exact for o in plan.chosen.values())
     assert not plan.regions.chunked and not plan.regions.split_weight_bytes
@@ -86,8 +92,9 @@ def test_exact_only_chooses_exact_techniques_and_fits() -> None:
 def test_exact_techniques_come_before_lossy_ones() -> None:
     """A budget the exact techniques can meet is met by them alone even when lossy ones are allowed."""
     model = _big_two_conv()
-    exact = plan_auto(model, int(_peak(model) * 0.85), exact=True, min_bytes=0)
-    lossy_allowed = plan_auto(model, int(_peak(model) * 0.85), exact=False, min_bytes=0)
+    budget = _exact_budget(model)
+    exact = plan_auto(model, budget, exact=True)
+    lossy_allowed = plan_auto(model, budget, exact=False)
     assert lossy_allowed.fits and all(o.exact for o in lossy_allowed.chosen.values())
     assert {o.technique for o in lossy_allowed.chosen.values()} == {o.technique for o in exact.chosen.values()}
 
@@ -127,8 +134,8 @@ def test_plan_json_has_one_record_per_decision(tmp_path: Path) -> None:
     model = _big_two_conv()
     onnx.save(model, src)
     out = tmp_path / "auto.onnx"
-    budget = int(_peak(model) * 0.85)
-    transform(src, out, "auto", budget_bytes=budget, exact=True, min_bytes=0)
+    budget = _exact_budget(model)
+    transform(src, out, "auto", budget_bytes=budget, exact=True)
     plan = json.loads(out.with_suffix(".plan.json").read_text())
     auto = plan["auto"]
     assert auto["fits"] and auto["budget_bytes"] == budget and auto["predicted_peak_bytes"] <= budget
@@ -153,7 +160,7 @@ def test_inspect_budget_previews_without_writing(tmp_path: Path, capsys: pytest.
     model = _big_two_conv()
     onnx.save(model, src)
     before = sorted(p.name for p in tmp_path.iterdir())
-    budget = int(_peak(model) * 0.85)
+    budget = _exact_budget(model)
     assert main(["inspect", str(src), "--budget", str(budget), "--exact", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["auto"]["fits"] and report["auto"]["decisions"] and report["stashed"]
@@ -180,7 +187,7 @@ def test_auto_on_a_torch_model_fits_when_measured_and_exact_is_bit_identical(tmp
         # The tightest budget the planner accepts: just above the best peak it can reach.
         floor = plan_auto(model, 1 << 16, exact=exact)
         assert not floor.fits and floor.predicted_peak < base.peak_bytes
-        budget = int(floor.predicted_peak / (1 - DEFAULT_MARGIN)) + (64 << 10)
+        budget = tightest_budget_for(floor.predicted_peak) + (64 << 10)
         out = art / f"auto_{exact}.onnx"
         result = transform(art, out, "auto", budget_bytes=budget, exact=exact)
         assert result.section("auto")[0]["fits"]

@@ -2,7 +2,7 @@
 
 Per model (zoo: batch 32, 64×64, 1000 classes; suite nets, models/suite.py: their suite batch and image, 10
 classes): generate artifacts, find the tightest budget the planner accepts (plan once with an unreachable
-budget: the best reachable predicted peak P; the tightest budget is the smallest of P/(1 − margin) + 64 KiB,
+budget: the best reachable predicted peak P; the tightest budget is the smallest of tightest_budget_for(P) + 64 KiB,
 +2 %, +4 %, … that plans to fit), write that plan with ``onnxcomp transform DIR -o OUT --policy auto --budget B
 [--exact]`` (a directory output: a plan may split weights), then ``onnxcomp measure`` in fresh processes under
 
@@ -60,12 +60,12 @@ def _artifacts(name: str, work: Path) -> Path:
 def tightest_budget(model: Any, exact: bool) -> tuple[int, Any, int]:
     """(budget, plan, plans tried): the smallest budget on the ladder above the best reachable peak that the
     planner accepts."""
-    from onnxcomp.planner.auto import DEFAULT_MARGIN, plan_auto
+    from onnxcomp.planner.auto import plan_auto, tightest_budget_for
 
     floor = plan_auto(model, 1 << 16, exact=exact)
     if floor.fits:
         return 1 << 16, floor, 1
-    first = int(floor.predicted_peak / (1 - DEFAULT_MARGIN)) + (64 << 10)
+    first = tightest_budget_for(floor.predicted_peak) + (64 << 10)
     for k in range(8):
         budget = int(first * (1 + 0.02 * k))
         plan = plan_auto(model, budget, exact=exact)
