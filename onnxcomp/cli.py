@@ -70,6 +70,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     analysis = analyze(args.path, batch=args.batch, model=args.model)
     report = inspect_report(analysis)
     report["model"] = str(args.path)
+    if args.budget is not None:
+        from .planner.auto import preview_auto
+
+        return preview_auto(analysis.model, args.budget, exact=args.exact, as_json=args.json, report=report,
+                            batch=args.batch, where=str(args.path))
     if args.plot:
         plot_live_bytes(analysis, args.plot, title=f"{Path(args.path).name}: live memory over one step "
                                                    f"(batch {analysis.batch})")
@@ -164,6 +169,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print the report as JSON")
     s.add_argument("--plot", metavar="FILE.png", help="write a plot of live bytes over the execution order")
     s.add_argument("--all", action="store_true", help="list every stashed tensor (default: first 40)")
+    from .commands import _bytes_arg
+
+    s.add_argument("--budget", type=_bytes_arg, metavar="SIZE", help="preview the plan `transform --policy auto "
+                   "--budget SIZE` would write (nothing is written; exit 2 when the budget cannot be met)")
+    s.add_argument("--exact", action="store_true", help="with --budget: only bit-identical techniques")
     s.set_defaults(func=cmd_inspect)
 
     s = sub.add_parser("measure", help="measure training-step peak memory and step time in a fresh process")

@@ -38,6 +38,16 @@ def print_transform_summary(summary: dict[str, Any]) -> None:
     for d in summary.get("split_weights", []):
         console.print(f"weight held as {len(d['parts'])} row blocks: {d['parameter']} {d['shape']} "
                       f"-> {d['parts'][0]} ... {d['parts'][-1]}")
+    auto = summary.get("auto")
+    if auto:
+        from collections import Counter
+
+        used = Counter(d["technique"] for d in auto["decisions"])
+        console.print(f"auto: predicted step peak {_mib(auto['baseline_predicted_peak_bytes'])} → "
+                      f"{_mib(auto['predicted_peak_bytes'])} within the budget of {_mib(auto['budget_bytes'])}"
+                      f"{' (exact only)' if auto['exact'] else ''}; "
+                      + ", ".join(f"{t} ×{n}" for t, n in used.most_common()) + " (one record per decision "
+                      "in the plan JSON's \"auto\")")
     for d in summary.get("chunked", []):
         how = f", its input {d['dropped_stashes'][0]} recomputed per chunk" if d.get("dropped_stashes") else ""
         console.print(f"first-layer backward in {d['chunks']} batch chunks: {d['site']}{how}")
@@ -68,6 +78,8 @@ def cmd_transform(args: argparse.Namespace) -> int:
                    "split_weight_bytes": args.split_weights}
     if args.static_eb:
         cli_options["adaptive"] = False
+    if args.exact:
+        cli_options["exact"] = True
     options.update({k: v for k, v in cli_options.items() if v is not None})
     result = transform(args.path, args.output, args.policy, model=args.model, force=args.force,
                        batch=args.batch, allow_unresolved=args.allow_unresolved, **options)
@@ -245,7 +257,14 @@ def add_subcommands(sub: Any) -> None:
     rows.add_argument("--checkpoints", type=_checkpoints_arg,
                       help="segments per chain: 'auto' (cut minimising predicted block + checkpoint bytes) "
                       "or N (hybrids OverL-H / 2PS-H)")
-    rows.add_argument("--budget", type=_bytes_arg, help="memory budget for --rows auto, e.g. 2GiB or 512MiB")
+    rows.add_argument("--budget", type=_bytes_arg,
+                      help="memory budget, e.g. 64MiB or 2GiB: for --policy auto the training step's peak as "
+                      "`onnxcomp measure` reports it by default (arena, mem pattern and mem reuse off, priority "
+                      "order); a budget the planner cannot meet exits 2 naming the best reachable peak. Also "
+                      "the budget of --rows auto")
+    auto = s.add_argument_group("--policy auto (docs/auto-planner.md)")
+    auto.add_argument("--exact", action="store_true", help="only bit-identical techniques: scheduling, "
+                      "recomputation, lossless encodings")
     s.add_argument("--force", action="store_true", help="allow replacing an existing output or the input")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_transform)

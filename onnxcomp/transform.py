@@ -60,7 +60,8 @@ class TransformResult:
                 "encoded": len(self.records), "before": self.before, "after": self.after,
                 "skipped": self.skipped, "left_alone": self.left_alone, "deferred": sections["deferred"],
                 "chunked": sections["chunked"], "split_weights": sections["split_weights"],
-                "moved": sections["moved"], "modified_by": self.modified_by}
+                "moved": sections["moved"], "modified_by": self.modified_by,
+                **({"auto": sections["auto"][0]} if sections["auto"] else {})}
 
 
 def _footprint(model: onnx.ModelProto) -> dict[str, Any]:
@@ -196,6 +197,12 @@ def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossl
             if existing.exists() and not force and existing.resolve() != loaded.path.resolve():
                 raise OutputExistsError(existing, how="allow it with {force}", options=("force",))
         result = transform_model(loaded.model, policy, where=str(loaded.path), passes=passes)
+        if result.splits and (not to_dir or loaded.artifact_dir is None
+                              or loaded.artifact_dir.resolve() == out.resolve()):
+            # Decided by the plan (policy auto), not asked for: the same rule as {split_weight_bytes}.
+            raise OnnxcompError("the plan holds fully connected weights as row blocks, which rewrites the "
+                                "checkpoint: give an artifact directory as input and a new directory as {output} "
+                                "(not a .onnx file)", options=("output",))
         if to_dir:
             with staged_directory(out, replace=True, carry_over=True) as stage:
                 _write_set(result, loaded, stage, out)

@@ -87,6 +87,13 @@ _POLICIES = [
              options=("min_bytes", "overrides", "split_weight_bytes"))
       for rate in FIXED_RATES),
 ]
+# Per stash and backward region, the cheapest technique that makes the predicted step peak fit a budget
+# (onnxcomp/planner/auto.py; docs/auto-planner.md).
+from .auto import AutoPass  # noqa: E402
+
+_POLICIES.append(policy("auto", "per stash and backward region, the cheapest technique (exact ones first) "
+                        "whose predicted step peak fits --budget; --exact: bit-identical ones only", AutoPass,
+                        options=("budget_bytes", "exact", "min_bytes")))
 POLICIES: dict[str, Policy] = {p.name: p for p in _POLICIES}
 
 
@@ -101,5 +108,5 @@ __all__ = ["AttentionDropoutRecomputePass", "AttentionProbsRecomputePass", "Drop
            "EarlyWeightGradientPass", "TransformerRecomputePass", "ChunkedBackwardPass", "ChunkedStemBackwardPass",
            "DeferWeightGradientPass", "DprPass", "RecomputePass", "RowSplitPass", "EagerAccumulationPass",
            "ErrorBoundedPass", "FixedRatePass", "GraphPass", "IntervalMaskPass", "MaxPoolIndexPass", "POLICIES",
-           "OPTIONS", "PassResult", "Policy", "SignBitsPass", "Step", "get_policy", "Skipped", "SparsePass",
-           "SplitWeightPass", "chunkable_regions", "row_split_candidates"]
+           "AutoPass", "OPTIONS", "PassResult", "Policy", "SignBitsPass", "Step", "get_policy", "Skipped",
+           "SparsePass", "SplitWeightPass", "chunkable_regions", "row_split_candidates"]

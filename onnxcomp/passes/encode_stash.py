@@ -62,6 +62,8 @@ class EncodeStashPass(GraphPass):
     # Take stashes an earlier pass encoded for only some of their backward readers (the rest still read
     # the original); passes that assume the whole stash is theirs leave this False.
     encodes_remaining_readers = True
+    # Stash names this pass may take (the auto planner's per-tensor choice); None: every applicable stash.
+    only: set[str] | None = None
 
     @abstractmethod
     def select(self, analysis: GraphAnalysis, stash: StashedTensor) -> Encoding | str:
@@ -90,7 +92,7 @@ class EncodeStashPass(GraphPass):
         result = PassResult(self.copy(model))
         choices: list[tuple[StashedTensor, Encoding]] = []
         for stash in analysis.stashed:
-            if not self.applies(stash):
+            if not self.applies(stash) or (self.only is not None and stash.name not in self.only):
                 continue
             if already_encoded(analysis, stash.name) and not self.encodes_remaining_readers:
                 continue
@@ -229,7 +231,11 @@ class _Rewriter:
                     n.input[k] = decoded
 
         # Types: payload (shape known when the codec's size is), anchor, decoded.
-        for name, elem, shp in zip(payload, payload_types, enc.payload_shapes or [None] * len(payload)):
+        from ..custom_ops import get_codec as _codec
+
+        framed = [n == "shape" for n in _codec(enc.codec).payload_names]  # runtime/framing.py appends words
+        for name, elem, shp, fr in zip(payload, payload_types, enc.payload_shapes or [None] * len(payload), framed):
+            shp = None if fr else shp  # a declared [ndim] breaks ORT's buffer reuse (mem pattern/reuse on)
             self.value_info.append(helper.make_tensor_value_info(name, elem, shp if shp is not None else
                                                                  [f"{name}_len"]))
         src_elem, src_shape = self._type(enc.source)

@@ -26,7 +26,8 @@ OPTIONS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "rows": ((int, str), "row blocks per conv chain, or 'auto'"),
     "variant": (str, "row-split variant: overl or 2ps"),
     "checkpoints": ((int, str), "segments per conv chain, or 'auto'"),
-    "budget_bytes": (int, "memory budget for rows='auto'"),
+    "budget_bytes": (int, "memory budget: the training step's peak for policy 'auto', rows='auto''s too"),
+    "exact": (bool, "policy 'auto': only bit-identical techniques (recomputation, lossless encodings, scheduling)"),
 }
 
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Kind = Literal["encoded", "recomputed", "row_split", "deferred", "chunked", "split_weight", "moved"]
+Kind = Literal["encoded", "recomputed", "row_split", "deferred", "chunked", "split_weight", "moved", "planned"]
 
 # Plan-JSON section of each kind ("tensors": a stash held differently, the plan's main list).
 SECTIONS: dict[str, str] = {
@@ -19,6 +19,7 @@ SECTIONS: dict[str, str] = {
     "chunked": "chunked",              # first-layer backwards run in batch chunks
     "split_weight": "split_weights",   # weights held as row blocks
     "moved": "moved",                  # accumulators moved behind their gradient
+    "planned": "auto",                 # the auto planner's decisions (planner/auto.py)
 }
 
 

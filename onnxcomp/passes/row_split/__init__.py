@@ -117,6 +117,11 @@ class RowSplitPass(GraphPass):
         for R in _AUTO_R_CANDIDATES:
             result = self._rewrite(model, R)
             if not result.records:
+                peak = predicted_peak(result.model)
+                if peak > self.budget_bytes:
+                    raise OnnxcompError(f"{{rows}} auto: no conv chain to split, and the predicted step peak "
+                                        f"{peak / 2**20:.1f} MiB is over the budget of "
+                                        f"{self.budget_bytes / 2**20:.1f} MiB", options=("rows",))
                 return result
             peak = predicted_peak(result.model)
             tried.append({"rows": R, "predicted_peak_bytes": peak})
@@ -129,6 +134,14 @@ class RowSplitPass(GraphPass):
                 break
         assert best is not None
         R, peak, result = best
+        if peak > self.budget_bytes:  # never a silent miss (the plan JSON's "fits" alone went unnoticed)
+            from ...planner.auto import dominant_at_peak
+
+            _, top = dominant_at_peak(result.model)
+            raise OnnxcompError(
+                f"{{rows}} auto: no row count fits the budget of {self.budget_bytes / 2**20:.1f} MiB; the best "
+                f"reachable predicted step peak is {peak / 2**20:.1f} MiB (rows {R}), dominated by "
+                + ", ".join(f"{n} ({b / 2**20:.1f} MiB)" for n, b in top), options=("rows",))
         for rec in result.records:
             rec.detail["auto"] = {"budget_bytes": self.budget_bytes, "chosen_rows": R, "predicted_peak_bytes": peak,
                            "fits": peak <= self.budget_bytes, "tried": tried}

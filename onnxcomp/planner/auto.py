@@ -1,0 +1,790 @@
+"""`--policy auto --budget SIZE [--exact]`: choose, per stash and per backward region, how to hold it so the
+training step's predicted peak fits a budget at the least predicted step time.
+
+Pipeline (everything here plans; the rewrites are the existing passes, applied once per trial):
+
+1. Base graph: the free, exact scheduling (deferred weight gradients, eager accumulation) applied, and its
+   bytes live per node predicted (planner/predict.py).
+2. Options per stash, enumerated from the analysis and the pass registry, never from op-name lists here:
+   every ``EncodeStashPass`` subclass whose ``applies`` accepts the stash (so an encoding another pass adds
+   to ``StashedTensor.encodings`` shows up without a planner change), in the variants of ``VARIANTS``
+   (DPR formats, zfp rates), sized by the pass's own ``select`` (its predicted payload); recomputation where
+   ``RecomputePass`` can rebuild the stash. Each option has the bytes it holds between the two uses, its
+   predicted seconds (cost model) and whether it is exact (bit-identical training).
+3. Search on a *virtual* live curve (no rewrite): an option on a stash lowers the live bytes between the
+   stash's last forward use and its first backward use by the bytes it saves. Greedily, at the predicted
+   peak, the stash option with the fewest seconds per byte saved is taken, from the lowest lossiness tier
+   that still has one (exact techniques before lossy ones; ``exact`` allows only exact ones), until the
+   virtual peak fits.
+4. Verify: the chosen options are applied through the passes in one pipeline (per-tensor selection:
+   ``EncodeStashPass.only``, ``RecomputePass(tensors=)``) and the rewritten graph's peak predicted. Where
+   the virtual curve was optimistic, the target is lowered by the difference and the search resumes from
+   the current choice; where the peak sits in a backward region no per-stash option reaches (the first
+   layer's backward, a large fully connected weight gradient), the region technique for it is enabled
+   (batch-chunked backward regions, split weights; lossy only: exact only up to float rounding).
+5. Fail loudly: a budget the best reachable plan misses raises ``BudgetError`` naming that peak and the
+   tensors live at it.
+"""
+from __future__ import annotations
+
+import inspect as _inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+
+from ..analysis import GraphAnalysis, StashedTensor, analyze_model
+from ..analysis.patterns import LOSSLESS
+from ..errors import OnnxcompError
+from ..passes.base import GraphPass, PassResult
+from ..passes.records import PassRecord
+
+MiB = 1 << 20
+# Planned to a little under the budget: measured peaks came out up to 3.3 % above the prediction (ResNet-18's
+# tightest lossy plan: predicted 19.14, measured 19.78 MiB; PyOp bridge copies the planner does not see).
+DEFAULT_MARGIN = 0.05
+# ... and by a fixed amount on small nets (squeezenet_s, exact plan: predicted 6.2, measured 6.9 MiB), at most
+# a tenth of the budget.
+MARGIN_BYTES = 1 << 20
+
+
+def planning_target(budget: int, margin: float = DEFAULT_MARGIN) -> int:
+    """What a plan must predict to be accepted for ``budget``."""
+    return int(budget * (1 - margin)) - min(MARGIN_BYTES, budget // 10)
+
+
+def tightest_budget_for(predicted_peak: int, margin: float = DEFAULT_MARGIN) -> int:
+    """The smallest budget whose planning target a plan predicting ``predicted_peak`` meets (about)."""
+    b = int((predicted_peak + MARGIN_BYTES) / (1 - margin)) + 1
+    return min(b, int(predicted_peak / (1 - margin - 0.1)) + 1)
+# Lossy encoding variants (constructor keywords) tried per pass class; a class not listed is tried as built
+# with no keywords. fp16 beside bf16 would be the same size, less precise: bf16 is not offered.
+VARIANTS: dict[str, list[dict[str, Any]]] = {
+    "DprPass": [{"dpr_format": "fp16"}, {"dpr_format": "fp10"}, {"dpr_format": "fp8"}],
+    "FixedRatePass": [{"rate": 12}, {"rate": 8}],
+}
+# Lossiness tiers of lossy techniques (0 is exact): the greedy search spends a tier before the next.
+# sz runs under the adaptive controller (bounded error on the weight gradient, COMET); fp16 and zfp-12
+# lose less than 1e-4 relative; fp10 / fp8 / zfp-8 are the aggressive ones.
+_TIERS = {"dpr-fp16": 1, "zfp-12": 1, "error_bounded": 1, "dpr-fp10": 2, "zfp-8": 2, "dpr-fp8": 3}
+DEFAULT_TIER = 2
+MAX_ROUNDS = 8
+RECOMPUTE_CONV = "recompute-conv"
+
+
+class BudgetError(OnnxcompError):
+    """The budget cannot be met by any plan the planner reaches (exit code 2 at the command line)."""
+
+
+# ----------------------------------------------------------------------------------------------- options
+@dataclass(frozen=True)
+class Option:
+    """One way to hold one stash: bytes held between its two uses, predicted seconds, exactness."""
+    stash: str
+    technique: str          # "recompute", "signbits", "sparse", "dpr-fp16", "zfp-8", "error_bounded", ...
+    exact: bool
+    nbytes: int             # the stash's own bytes
+    held: int               # bytes held from its last forward use to its first backward use
+    seconds: float
+    why: str
+    rebuilds: tuple[str, ...] = ()   # recomputation: the forward tensors its clones rebuild
+    leaves: tuple[str, ...] = ()     # recomputation: stashes its clones read, held raw from its reader on
+    relieves: str = ""               # the tensor whose lifetime it shortens, when not the stash itself (the
+                                     # Clip input an interval mask is taken from; "" = the stash)
+
+    @property
+    def saved(self) -> int:
+        return self.nbytes - self.held
+
+    @property
+    def tier(self) -> int:
+        return 0 if self.exact else _TIERS.get(self.technique, DEFAULT_TIER)
+
+
+@dataclass(frozen=True)
+class Technique:
+    """An encoding pass in one variant: builds the pass restricted to chosen stashes."""
+    name: str
+    cls: type
+    kwargs: dict[str, Any]
+    exact: bool
+
+    def build(self, names: set[str] | None = None, min_bytes: int | None = None, **extra: Any) -> Any:
+        kwargs = dict(self.kwargs, **extra)
+        if min_bytes is not None and "min_bytes" in _inspect.signature(self.cls).parameters:
+            kwargs["min_bytes"] = min_bytes
+        p = self.cls(**kwargs)
+        p.only = None if names is None else set(names)
+        return p
+
+
+def _subclasses(cls: type) -> list[type]:
+    out: list[type] = []
+    for sub in cls.__subclasses__():
+        out += [sub, *_subclasses(sub)]
+    return list(dict.fromkeys(out))
+
+
+def encoding_techniques() -> list[Technique]:
+    """Every concrete encoding pass in the registry, in each variant (imports the passes package)."""
+    from .. import passes  # noqa: F401  (registers every pass module)
+    from ..passes.encode_stash import EncodeStashPass
+
+    out = []
+    for cls in _subclasses(EncodeStashPass):
+        if _inspect.isabstract(cls) or not isinstance(getattr(cls, "encoding", None), str):
+            continue
+        exact = bool(getattr(cls, "exact", cls.encoding in LOSSLESS))
+        for kw in VARIANTS.get(cls.__name__, [{}]):
+            out.append(Technique(_technique_name(cls, kw), cls, kw, exact))
+    return out
+
+
+def _technique_name(cls: type, kw: dict[str, Any]) -> str:
+    if "dpr_format" in kw:
+        return f"dpr-{kw['dpr_format']}"
+    if "rate" in kw:
+        return f"zfp-{kw['rate']}"
+    return cls.name
+
+
+class _Costs:
+    """Seconds of codecs and recomputed ops: the measured cost model (planner/cost_model.py: the user's
+    `onnxcomp calibrate`, else its shipped defaults); rough throughput guesses only if it cannot load."""
+
+    _FALLBACK_MBPS = {"relumask": 400.0, "signbits": 400.0, "maxpool_index": 200.0, "bitmask": 400.0,
+                      "sparse": 150.0, "dpr_fp16": 1500.0, "dpr_bf16": 300.0, "dpr_fp10": 150.0,
+                      "dpr_fp8": 200.0, "sz": 60.0, "zfp": 25.0}
+    _OP_BYTES_PER_S = 2.0e9
+    _FLOPS = 10.0e9
+
+    def __init__(self) -> None:
+        self.model: Any = None
+        try:
+            import warnings
+
+            from .cost_model import CostModel
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self.model = CostModel.load()
+        except Exception:  # noqa: BLE001  (no loadable model: the guesses below)
+            self.model = None
+
+    @property
+    def source(self) -> str:
+        return f"cost model: {self.model.source}" if self.model is not None else "throughput guesses (no cost model)"
+
+    def codec(self, codec: str, nbytes: int, nonzero_ratio: float = 0.5) -> float:
+        if self.model is not None:
+            return float(self.model.codec_seconds(codec, "encode", nbytes, nonzero_ratio)
+                         + self.model.codec_seconds(codec, "decode", nbytes, nonzero_ratio))
+        return nbytes / (self._FALLBACK_MBPS.get(codec, 100.0) * 1e6)
+
+    def ops(self, analysis: GraphAnalysis, nodes: list[onnx.NodeProto]) -> float:
+        """Seconds to run ``nodes`` once more (the cost model's op fits, by bytes moved and MACs)."""
+        shapes = {n: t.shape for n, t in analysis.tensors.items()}
+        total = 0.0
+        for n in nodes:
+            out_b = sum(analysis.tensors[o].nbytes for o in n.output if o in analysis.tensors)
+            in_b = sum(analysis.tensors[i].nbytes for i in n.input if i in analysis.tensors)
+            if self.model is not None:
+                from .cost_model import node_macs
+
+                total += float(self.model.op_seconds(n, out_b, macs=node_macs(n, shapes), in_bytes=in_b))
+                continue
+            w = analysis.tensors.get(n.input[1]) if n.op_type == "Conv" and len(n.input) > 1 else None
+            out = analysis.tensors.get(n.output[0]) if n.output else None
+            if w is not None and w.shape is not None and out is not None and out.shape is not None:
+                total += 2.0 * int(np.prod(w.shape[1:])) * int(np.prod(out.shape)) / self._FLOPS
+            else:
+                total += (out_b + in_b) / self._OP_BYTES_PER_S
+        return total
+
+    def step(self, model: onnx.ModelProto) -> float | None:
+        """Predicted seconds of one training step of ``model`` (None without a cost model)."""
+        if self.model is None:
+            return None
+        from .cost_model import predict_step
+
+        try:
+            return float(predict_step(model, self.model).total)
+        except Exception:  # noqa: BLE001  (a graph the step model cannot read: no figure, no failure)
+            return None
+
+
+def _cloned_nodes(analysis: GraphAnalysis, stash: StashedTensor, ops: list[str]) -> list[onnx.NodeProto]:
+    """The forward nodes a recomputation of ``stash`` clones (its producer and the chain above it whose op
+    types the recompute record lists)."""
+    graph = analysis.model.graph
+    left = list(ops)
+    out: list[onnx.NodeProto] = []
+    frontier = [stash.producer] if stash.producer is not None else []
+    while frontier and left:
+        idx = frontier.pop(0)
+        node = graph.node[idx]
+        if node.op_type not in left:
+            continue
+        left.remove(node.op_type)
+        out.append(node)
+        for i in node.input:
+            t = analysis.tensors.get(i)
+            if t is not None and t.producer is not None:
+                frontier.append(t.producer)
+    return out
+
+
+def enumerate_options(analysis: GraphAnalysis, techniques: list[Technique],
+                      recomputable: dict[str, dict[str, tuple[list[str], list[str]]]],
+                      costs: _Costs, exact_only: bool, min_bytes: int,
+                      windows: dict[str, "_Window"] | None = None) -> dict[str, list[Option]]:
+    """Per stash, every option the passes accept, cheapest per byte saved first within its tier."""
+    graph = analysis.model.graph
+    built = [(t, t.build(min_bytes=min_bytes)) for t in techniques if t.exact or not exact_only]
+    out: dict[str, list[Option]] = {}
+    for stash in analysis.stashed:
+        if stash.nbytes <= 0:
+            continue
+        opts: list[Option] = []
+        for technique, table in recomputable.items():
+            if stash.name in table:
+                ops, kept = table[stash.name]
+                nodes = _cloned_nodes(analysis, stash, ops)
+                secs = costs.ops(analysis, nodes)
+                opts.append(Option(stash.name, technique, True, stash.nbytes, 0, secs,
+                                   f"rebuilt in backward by {len(ops)} cloned op(s) ({', '.join(ops)})",
+                                   tuple(o for n in nodes for o in n.output if o), tuple(kept)))
+                break
+        for tech, p in built:
+            if not p.applies(stash):
+                continue
+            try:
+                enc = p.select(analysis, stash)
+            except Exception as exc:  # noqa: BLE001  (a pass that cannot size it: not an option)
+                enc = f"cannot be sized: {exc}"
+            if isinstance(enc, str):
+                continue
+            held = sum(b if b is not None else stash.nbytes // 2 for b in enc.payload_bytes)
+            if enc.readers is not None:   # encodes for some readers only: the stash itself stays
+                continue
+            own = (windows or {}).get(stash.name)
+            relieves, nbytes = "", stash.nbytes
+            if enc.target != stash.name and (own is None or own.held_from >= own.held_to) \
+                    and enc.target in analysis.tensors:
+                # The stash is made late from a tensor the encoder takes early (Clip's mask from its input):
+                # what it saves is that tensor's life until backward.
+                relieves, nbytes = enc.target, analysis.tensors[enc.target].nbytes
+            if held >= nbytes:
+                continue
+            secs = costs.codec(enc.codec, nbytes)
+            opts.append(Option(stash.name, tech.name, tech.exact, nbytes, held, secs,
+                               f"{tech.name}: {enc.note or enc.codec}", relieves=relieves))
+        if opts:
+            out[stash.name] = opts
+    return out
+
+
+# ----------------------------------------------------------------------------------------- virtual curve
+@dataclass
+class _Window:
+    """Where an option on a stash changes the live curve: node indices [held_from, held_to) of the base
+    graph, between its last forward use and its first backward use."""
+    start: int
+    held_from: int
+    held_to: int
+
+
+def stash_windows(analysis: GraphAnalysis, extra: set[str] = frozenset()) -> dict[str, _Window]:
+    """Windows of every stash, and of the ``extra`` tensors (forward tensors an option relieves: read early
+    in forward, and late — by ops that sit in the backward part of the node list)."""
+    fb = analysis.boundary.first_backward
+    # Consumers of a buffer include those of its views (Reshape/Flatten of the stash, encoder anchors).
+    views: dict[str, list[str]] = {}
+    for name, t in analysis.tensors.items():
+        if t.alias_of is not None:
+            views.setdefault(t.alias_of, []).append(name)
+    out = {}
+    late_of = {s.name: list(s.backward_consumers) for s in analysis.stashed}
+    for name in [*late_of, *sorted(extra)]:
+        t = analysis.tensors.get(name)
+        if t is None or t.producer is None:
+            continue
+        group, frontier = [name], [name]
+        while frontier:
+            for v in views.get(frontier.pop(), []):
+                group.append(v)
+                frontier.append(v)
+        consumers = [c for g in group for c in analysis.tensors[g].consumers]
+        fwd = [c for c in consumers if c < fb and not analysis.boundary.is_backward(c)]
+        late = late_of.get(name) or [c for c in consumers if c >= fb]
+        if not late:
+            continue
+        out[name] = _Window(t.producer, max(fwd, default=t.producer) + 1, min(late))
+    return out
+
+
+def virtual_live(base_live: np.ndarray, windows: dict[str, _Window], chosen: dict[str, Option]) -> np.ndarray:
+    """The base curve with each chosen option's saving taken off its stash's window (payload added while
+    both the stash and its payload exist)."""
+    live = base_live.astype(np.int64).copy()
+    # A stash a recomputation reads is needed whole from that recomputation's reader on.
+    needed_from: dict[str, int] = {}
+    for name, opt in chosen.items():
+        w = windows.get(name)
+        for leaf in opt.leaves if w is not None else ():
+            needed_from[leaf] = min(needed_from.get(leaf, w.held_to), w.held_to)
+    for name, opt in chosen.items():
+        w = windows.get(opt.relieves or name)
+        if w is None:
+            continue
+        live[w.held_from:min(w.held_to, needed_from.get(name, w.held_to))] -= opt.saved
+        if opt.held:
+            live[w.start + 1:w.held_from] += opt.held
+    return live
+
+
+def greedy(base_live: np.ndarray, windows: dict[str, _Window], options: dict[str, list[Option]],
+           chosen: dict[str, Option], target: int, ignore: np.ndarray | None = None,
+           banned: set[tuple[str, str]] | None = None) -> tuple[dict[str, Option], int]:
+    """Upgrade stashes live at the virtual peak, cheapest seconds per extra byte first within the lowest
+    tier available there, until the virtual peak is ≤ target or nothing at the peak can be upgraded.
+    ``ignore``: base nodes whose bytes a region technique decides (left to the real prediction).
+    ``banned``: (stash, technique) pairs not to take; grows when a recomputation is given up because the
+    stashes it pins (reads whole) are what is left at the peak."""
+    chosen = dict(chosen)
+    banned = set() if banned is None else banned
+    while True:
+        live = virtual_live(base_live, windows, chosen)
+        if ignore is not None and ignore.any():
+            live[ignore] = 0
+        p = int(np.argmax(live))
+        if live[p] <= target:
+            return chosen, int(live[p])
+        # A stash some chosen recomputation reads (its leaf) stays whole: no option of its own; choosing a
+        # recomputation gives up whatever its leaves' options saved.
+        pinned = {leaf for o in chosen.values() for leaf in o.leaves}
+        best: tuple[tuple[int, float], Option] | None = None
+        pinned_here = set()
+        for name, opts in options.items():
+            opts = [o for o in opts if (name, o.technique) not in banned
+                    and (w := windows.get(o.relieves or name)) is not None and w.held_from <= p < w.held_to]
+            if not opts:
+                continue
+            if name in pinned:
+                pinned_here.add(name)
+                continue
+            cur = chosen.get(name)
+            cur_saved, cur_secs, cur_tier = (cur.saved, cur.seconds, cur.tier) if cur else (0, 0.0, 0)
+            for o in opts:
+                lost = [chosen[leaf] for leaf in o.leaves if leaf in chosen]
+                gain = o.saved - cur_saved - sum(x.saved for x in lost)
+                if gain <= 0 or o.tier < cur_tier:
+                    continue
+                key = (o.tier, max(o.seconds - cur_secs - sum(x.seconds for x in lost), 0.0) / gain)
+                if best is None or key < best[0]:
+                    best = (key, o)
+        if best is None:
+            pinning = [o for o in chosen.values() if set(o.leaves) & pinned_here]
+            if not pinning:
+                return chosen, int(live[p])
+            for o in pinning:
+                banned.add((o.stash, o.technique))
+                chosen.pop(o.stash)
+            continue
+        for leaf in best[1].leaves:
+            chosen.pop(leaf, None)
+        chosen[best[1].stash] = best[1]
+
+
+# ------------------------------------------------------------------------------------------- application
+@dataclass
+class Regions:
+    """Backward-region techniques enabled (lossy: exact up to float rounding)."""
+    chunked: bool = False
+    split_weight_bytes: int | None = None
+
+
+def build_passes(chosen: dict[str, Option], regions: Regions, techniques: list[Technique],
+                 min_bytes: int) -> list[GraphPass]:
+    """One pipeline for the whole choice, in the order the fixed policies use: split weights, scheduling,
+    recomputation, exact encodings, error-bounded, the chunked first-layer backward, then the other lossy
+    formats (the chunked region slices their decodes)."""
+    from ..passes import (ChunkedBackwardPass, DeferWeightGradientPass, EagerAccumulationPass, RecomputePass,
+                          SignBitsPass, SplitWeightPass)
+
+    by_tech: dict[str, set[str]] = {}
+    for o in chosen.values():
+        by_tech.setdefault(o.technique, set()).add(o.stash)
+    passes: list[GraphPass] = []
+    if regions.split_weight_bytes:
+        passes.append(SplitWeightPass(regions.split_weight_bytes))
+    passes += [DeferWeightGradientPass(), EagerAccumulationPass()]
+    rebuilt = by_tech.get("recompute", set()) | by_tech.get(RECOMPUTE_CONV, set())
+    if rebuilt:
+        from ..passes.recompute import CHEAP_OPS
+
+        ops = CHEAP_OPS | {"Conv"} if by_tech.get(RECOMPUTE_CONV) else CHEAP_OPS
+        passes.append(RecomputePass(tensors=sorted(rebuilt), ops=ops))
+    lossy_names = {o.stash for o in chosen.values() if not o.exact}
+    if lossy_names:
+        # A lossy copy could flip a tiny positive to zero and change ReluGrad's mask: ReluGrad readers of
+        # a lossily held stash get their own sign bits first (as the fixed lossy policies do).
+        split = SignBitsPass(split_readers=True)
+        split.only = set(lossy_names)
+        passes.append(split)
+    exact = [t for t in techniques if t.exact]
+    lossy = [t for t in techniques if not t.exact]
+    for t in exact:
+        if by_tech.get(t.name):
+            passes.append(t.build(by_tech[t.name], min_bytes=min_bytes))
+    early = [t for t in lossy if t.name == "error_bounded"]
+    late = [t for t in lossy if t.name != "error_bounded"]
+    for t in early:
+        if by_tech.get(t.name):
+            passes.append(t.build(by_tech[t.name], min_bytes=min_bytes))
+    if regions.chunked:
+        passes.append(ChunkedBackwardPass())
+    for t in late:
+        if by_tech.get(t.name):
+            passes.append(t.build(by_tech[t.name], min_bytes=min_bytes))
+    return passes
+
+
+def apply(model: onnx.ModelProto, passes: list[GraphPass]) -> tuple[onnx.ModelProto, list[PassResult]]:
+    results = []
+    for p in passes:
+        r = p.run(model)
+        model = r.model
+        results.append(r)
+    return model, results
+
+
+# ------------------------------------------------------------------------------------------------ search
+@dataclass
+class AutoPlan:
+    budget: int
+    exact: bool
+    target: int                              # what the search planned to (budget less the margin)
+    chosen: dict[str, Option]
+    regions: Regions
+    predicted_peak: int
+    baseline_peak: int
+    fits: bool
+    dominant: list[tuple[str, int]]          # largest tensors live at the predicted peak
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    model: onnx.ModelProto | None = None
+    results: list[PassResult] = field(default_factory=list)
+    cost_source: str = ""
+    predicted_seconds: float = 0.0
+    step_seconds: tuple[float | None, float | None] = (None, None)   # predicted step: baseline, plan
+
+    def decisions(self) -> list[dict[str, Any]]:
+        """One record per decision: technique, bytes, predicted seconds, why."""
+        out = [{"tensor": o.stash, "technique": o.technique, "exact": o.exact, "original_bytes": o.nbytes,
+                "held_bytes": o.held, "saved_bytes": o.saved, "predicted_seconds": round(o.seconds, 6),
+                "why": o.why} for o in sorted(self.chosen.values(), key=lambda o: -o.saved)]
+        if self.regions.chunked:
+            out.append({"region": "backward regions down to the first layer", "technique": "chunked",
+                        "exact": False, "why": "the predicted peak sat in a backward region no stash option "
+                        "reaches (gradient maps of the first layers); each region is kept only where the "
+                        "planner predicts it lowers the peak (passes/chunk_backward.py)"})
+        if self.regions.split_weight_bytes:
+            out.append({"region": "fully connected weight gradients", "technique": "split_weight",
+                        "exact": False, "split_weight_bytes": self.regions.split_weight_bytes,
+                        "why": "a weight gradient larger than the budget allows was live at the predicted peak"})
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        return {"budget_bytes": self.budget, "exact": self.exact, "target_bytes": self.target,
+                "baseline_predicted_peak_bytes": self.baseline_peak, "predicted_peak_bytes": self.predicted_peak,
+                "fits": self.fits, "dominant_at_peak": [{"tensor": n, "bytes": b} for n, b in self.dominant],
+                "predicted_extra_seconds": round(self.predicted_seconds, 6), "cost_source": self.cost_source,
+                "predicted_step_seconds": {"baseline": self.step_seconds[0], "plan": self.step_seconds[1]},
+                "rounds": self.rounds, "decisions": self.decisions()}
+
+    def failure_line(self) -> str:
+        top = ", ".join(f"{n} ({b / MiB:.1f} MiB)" for n, b in self.dominant[:3])
+        mode = "exact techniques only (--exact)" if self.exact else "every technique"
+        return (f"budget {self.budget / MiB:.1f} MiB cannot be met with {mode}: the best reachable predicted "
+                f"step peak is {self.predicted_peak / MiB:.1f} MiB (a plan must predict ≤ "
+                f"{self.target / MiB:.1f} MiB: the budget less the predictor's margin), dominated by {top}")
+
+
+def predicted_live(model: onnx.ModelProto, eager_accumulation: bool = True) -> tuple[onnx.ModelProto, np.ndarray]:
+    """planner/predict.py's live bytes per node plus what a forward Conv allocates that the graph does not
+    show: its im2col buffer ((C_in/group)·kh·kw × H_out·W_out floats; none for a 1×1, stride-1, unpadded
+    conv). It matters once convolutions are recomputed in backward, at the step's peak: without it a
+    squeezenet_s plan measured 11 % above its prediction."""
+    from .predict import predicted_live as _live
+
+    seen, live = _live(model, eager_accumulation)
+    convs = [i for i, n in enumerate(seen.graph.node) if n.op_type == "Conv"]
+    if convs:
+        analysis = analyze_model(seen)
+        for i in convs:
+            live[i] += conv_workspace(analysis, seen.graph.node[i])
+    return seen, live
+
+
+def conv_workspace(analysis: GraphAnalysis, node: onnx.NodeProto) -> int:
+    """Bytes of ORT's CPU Conv im2col buffer for one image (0 where it needs none or a shape is unknown)."""
+    from ..passes.base import node_attr
+
+    w = analysis.tensors.get(node.input[1]) if len(node.input) > 1 else None
+    y = analysis.tensors.get(node.output[0])
+    if w is None or y is None or w.shape is None or y.shape is None or len(w.shape) < 3:
+        return 0
+    kernel = tuple(w.shape[2:])
+    strides = tuple(node_attr(node, "strides", [1] * len(kernel)))
+    pads = tuple(node_attr(node, "pads", [0] * 2 * len(kernel)))
+    if all(k == 1 for k in kernel) and all(st == 1 for st in strides) and not any(pads):
+        return 0
+    return int(np.prod(w.shape[1:], dtype=np.int64) * np.prod(y.shape[2:], dtype=np.int64)) * 4
+
+
+def dominant_at_peak(model: onnx.ModelProto, top: int = 3) -> tuple[int, list[tuple[str, int]]]:
+    """The predicted peak of ``model`` and the largest buffers live at it."""
+    seen, live = predicted_live(model)
+    if not len(live):
+        return 0, []
+    p = int(np.argmax(live))
+    bufs = [b for b in analyze_model(seen).buffers() if b.start <= p <= b.end and b.size > 0]
+    bufs.sort(key=lambda b: -b.size)
+    return int(live[p]), [(b.name, int(b.size)) for b in bufs[:top]]
+
+
+def _recomputable(model: onnx.ModelProto) -> dict[str, dict[str, tuple[list[str], list[str]]]]:
+    """Stashes RecomputePass can rebuild (→ the op types it clones): from cheap ops ("recompute"), and also
+    through convolutions ("recompute-conv": a Conv clone is the same kernel on the same inputs, so exact, but
+    it costs a forward conv; the first layer's, reading the image, is the cheap case)."""
+    from ..passes import RecomputePass
+    from ..passes.recompute import CHEAP_OPS
+
+    out = {}
+    for technique, ops in (("recompute", CHEAP_OPS), (RECOMPUTE_CONV, CHEAP_OPS | {"Conv"})):
+        res = RecomputePass(ops=ops).run(model)
+        out[technique] = {r.subject: (list(r.detail.get("cloned_ops", [])), list(r.detail.get("inputs_kept", [])))
+                          for r in res.records if r.kind == "recomputed"}
+    return out
+
+
+def _peak_region(model: onnx.ModelProto, live_at: int) -> str | None:
+    """Which region technique reaches the node at the predicted peak: "chunked" (a backward region that can
+    run in batch chunks), "fc" (a large fully connected weight gradient live there), else None."""
+    node = model.graph.node[live_at] if live_at < len(model.graph.node) else None
+    if node is None:
+        return None
+    if any(node.name in r.nodes for r in _longest_regions(model)):
+        return "chunked"
+    analysis = analyze_model(model)
+    bufs = [b for b in analysis.buffers() if b.start <= live_at <= b.end]
+    if bufs:
+        big = max(bufs, key=lambda b: b.size)
+        t = analysis.tensors.get(big.name)
+        prod = model.graph.node[t.producer] if t is not None and t.producer is not None else None
+        if prod is not None and prod.op_type in ("Gemm", "MatMul") and big.name.endswith("_grad"):
+            return "fc"
+    return None
+
+
+@dataclass
+class _Base:
+    """The graph the virtual curve is drawn on (scheduling and split weights applied), with its options."""
+    live: np.ndarray
+    analysis: GraphAnalysis
+    windows: dict[str, _Window]
+    options: dict[str, list[Option]]
+    regions: list[Any]                       # backward regions that can run in batch chunks (chunk_backward)
+
+
+def _make_base(model: onnx.ModelProto, regions: Regions, techniques: list[Technique], costs: _Costs,
+               exact: bool, min_bytes: int) -> _Base:
+    from ..passes import DeferWeightGradientPass, EagerAccumulationPass, SplitWeightPass
+
+    first = [SplitWeightPass(regions.split_weight_bytes)] if regions.split_weight_bytes else []
+    base, _ = apply(model, [*first, DeferWeightGradientPass(), EagerAccumulationPass()])
+    seen, live = predicted_live(base)
+    analysis = analyze_model(seen)
+    windows = stash_windows(analysis)
+    options = enumerate_options(analysis, techniques, _recomputable(seen), costs, exact, min_bytes, windows)
+    relieved = {o.relieves for opts in options.values() for o in opts if o.relieves}
+    windows.update(stash_windows(analysis, relieved))
+    return _Base(live, analysis, windows, options, [] if exact else _longest_regions(seen))
+
+
+def _longest_regions(model: onnx.ModelProto) -> list[Any]:
+    """Backward regions that can run in batch chunks (passes/chunk_backward.py), the longest per terminal."""
+    from ..passes.chunk_backward import chunkable_regions
+
+    longest: dict[str, Any] = {}
+    for r in chunkable_regions(model, predict=False):
+        if r.terminal not in longest or len(r.nodes) > len(longest[r.terminal].nodes):
+            longest[r.terminal] = r
+    return list(longest.values())
+
+
+def _chunked_options(base: _Base, costs: _Costs) -> tuple[dict[str, list[Option]], np.ndarray]:
+    """With backward regions in batch chunks: a BN input the region recomputes per chunk from the image is
+    no stash any more, stashes the region reads keep only non-recompute options (it slices them), and the
+    region's own nodes are left to the real prediction."""
+    options = dict(base.options)
+    graph = base.analysis.model.graph
+    ignore = np.zeros(len(base.live), dtype=bool)
+    index = {n.name: i for i, n in enumerate(graph.node)}
+    by_name = {st.name: st for st in base.analysis.stashed}
+    for region in base.regions:
+        x = region.recomputed_input
+        if x in by_name:
+            conv = graph.node[by_name[x].producer] if by_name[x].producer is not None else None
+            secs = costs.ops(base.analysis, [conv] if conv is not None else [])
+            options[x] = [Option(x, "chunked", False, by_name[x].nbytes, 0, secs,
+                                 "recomputed per batch chunk from the image inside a chunked backward region")]
+        for name in region.nodes:
+            if name not in index:
+                continue
+            ignore[index[name]] = True
+            for i in graph.node[index[name]].input:
+                if i in options and i != x:
+                    options[i] = [o for o in options[i] if not o.technique.startswith("recompute")]
+    return options, ignore
+
+
+def plan_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_bytes: int = 64 * 1024,
+              margin: float = DEFAULT_MARGIN, progress: Any = None) -> AutoPlan:
+    """The cheapest plan (by predicted seconds) whose predicted step peak fits ``budget`` bytes, applied.
+
+    ``plan.fits`` is False when nothing reachable fits; the plan then holds the best reachable graph and
+    what dominates its peak (the caller raises BudgetError)."""
+
+    if budget <= 0:
+        raise OnnxcompError(f"budget {budget} bytes: must be positive", options=("budget_bytes",))
+    say = progress or (lambda _m: None)
+    _, untouched = predicted_live(model, eager_accumulation=False)
+    baseline_peak = int(untouched.max()) if len(untouched) else 0
+    target = planning_target(budget, margin)
+    costs = _Costs()
+    techniques = encoding_techniques()
+    regions = Regions()
+    base = _make_base(model, regions, techniques, costs, exact, min_bytes)
+    options, ignore = base.options, None
+    banned: set[tuple[str, str]] = set()     # (stash, technique) the real prediction showed to backfire
+    chosen: dict[str, Option] = {}
+    correction = 0
+    best: AutoPlan | None = None
+    rounds: list[dict[str, Any]] = []
+    for _ in range(MAX_ROUNDS):
+        chosen, virtual = greedy(base.live, base.windows, options, chosen, target - correction, ignore, banned)
+        passes = build_passes(chosen, regions, techniques, min_bytes)
+        out, results = apply(model, passes)
+        seen_out, live_out = predicted_live(out)
+        peak = int(live_out.max()) if len(live_out) else 0
+        at = int(np.argmax(live_out)) if len(live_out) else 0
+        bufs = sorted((b for b in analyze_model(seen_out).buffers() if b.start <= at <= b.end and b.size > 0),
+                      key=lambda b: -b.size)
+        dominant = [(b.name, int(b.size)) for b in bufs[:3]]
+        rounds.append({"virtual_peak_bytes": virtual, "predicted_peak_bytes": peak, "options": len(chosen),
+                       "chunked": regions.chunked, "split_weight_bytes": regions.split_weight_bytes})
+        say(f"auto: {len(chosen)} stash option(s), {regions}: virtual {virtual / MiB:.1f} MiB, "
+            f"predicted {peak / MiB:.1f} MiB (target {target / MiB:.1f} MiB)")
+        plan = AutoPlan(budget, exact, target, dict(chosen), Regions(regions.chunked, regions.split_weight_bytes),
+                        peak, baseline_peak, peak <= target, dominant, [], out, results,
+                        costs.source, sum(o.seconds for o in chosen.values()))
+        if best is None or plan.fits or peak < best.predicted_peak:
+            best = plan
+        if plan.fits:
+            break
+        # 1. Recomputed clones among the largest tensors at the peak: they all land at one backward reader
+        #    (e.g. the stem's conv, BN and ReLU outputs rebuilt together); hold those stashes otherwise.
+        clones = {b.name.split("__recomputed")[0] for b in bufs[:6] if "__recomputed" in b.name}
+        backfired = [o for o in chosen.values() if o.technique.startswith("recompute")
+                     and (o.stash in clones or clones & set(o.rebuilds))]
+        if backfired:
+            for o in backfired:
+                banned.add((o.stash, o.technique))
+                chosen.pop(o.stash)
+            continue
+        # 2. A backward region no stash option reaches.
+        where = _peak_region(seen_out, at)
+        if not exact and where == "chunked" and not regions.chunked and base.regions:
+            regions.chunked = True
+            options, ignore = _chunked_options(base, costs)
+            chosen = {k: o for k, o in chosen.items() if o in options.get(k, [])}
+            continue
+        if not exact and where == "fc" and not regions.split_weight_bytes:
+            regions.split_weight_bytes = int(max(MiB, min(32 * MiB, budget // 8)))
+            base = _make_base(model, regions, techniques, costs, exact, min_bytes)
+            options, ignore = (_chunked_options(base, costs) if regions.chunked else (base.options, None))
+            chosen = {k: o for k, o in chosen.items() if o in options.get(k, [])}
+            continue
+        # 3. The virtual curve was optimistic: plan lower and go on upgrading.
+        if virtual <= target - correction:
+            correction += max(peak - target, MiB // 4)
+            continue
+        # 4. Stuck: the chunked first-layer backward, if not tried, may still help.
+        if not exact and not regions.chunked and base.regions:
+            regions.chunked = True
+            options, ignore = _chunked_options(base, costs)
+            chosen = {k: o for k, o in chosen.items() if o in options.get(k, [])}
+            continue
+        break
+    assert best is not None
+    best.rounds = rounds
+    if best.model is not None:
+        best.step_seconds = (costs.step(model), costs.step(best.model))
+    return best
+
+
+# ------------------------------------------------------------------------------------------------- report
+def render_plan(summary: dict[str, Any], console: Any = None) -> None:
+    """The plan as a table: one row per decision, then the predicted peak against the budget."""
+    from rich.console import Console
+    from rich.table import Table
+
+    if console is None:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=180)
+    t = Table(title=f"auto plan for a budget of {summary['budget_bytes'] / MiB:.1f} MiB"
+                    f"{' (exact only)' if summary['exact'] else ''}", header_style="bold")
+    for col, kw in [("tensor / region", {"overflow": "fold", "max_width": 48}), ("technique", {}),
+                    ("exact", {}), ("MiB", {"justify": "right"}), ("held MiB", {"justify": "right"}),
+                    ("ms", {"justify": "right"}), ("why", {"overflow": "fold", "max_width": 60})]:
+        t.add_column(col, **kw)
+    for d in summary["decisions"]:
+        if "tensor" in d:
+            t.add_row(d["tensor"], d["technique"], "yes" if d["exact"] else "no", f"{d['original_bytes'] / MiB:.2f}",
+                      f"{d['held_bytes'] / MiB:.2f}", f"{1000 * d['predicted_seconds']:.1f}", d["why"])
+        else:
+            t.add_row(d["region"], d["technique"], "no", "", "", "", d["why"])
+    console.print(t)
+    console.print(f"predicted step peak {summary['baseline_predicted_peak_bytes'] / MiB:.1f} → "
+                  f"{summary['predicted_peak_bytes'] / MiB:.1f} MiB (planned to {summary['target_bytes'] / MiB:.1f} "
+                  f"MiB: the budget less the predictor's margin); predicted extra step time "
+                  f"{1000 * summary['predicted_extra_seconds']:.0f} ms ({summary['cost_source']})")
+    step = summary.get("predicted_step_seconds") or {}
+    if step.get("baseline") and step.get("plan"):
+        console.print(f"predicted step time {step['baseline']:.3f} → {step['plan']:.3f} s "
+                      f"({step['plan'] / step['baseline']:.2f}×)")
+
+
+def preview_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, as_json: bool = False,
+                 report: dict[str, Any] | None = None, batch: int | None = None, where: str = "model") -> int:
+    """`onnxcomp inspect --budget`: plan without writing anything; 2 when the budget cannot be met."""
+    import json
+    import sys
+
+    from ..static_batch import prepare_for_transform
+
+    model = prepare_for_transform(model, where, batch=batch)
+    plan = plan_auto(model, budget, exact=exact)
+    summary = plan.summary()
+    if as_json:
+        json.dump({**(report or {}), "auto": summary}, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        render_plan(summary)
+    if not plan.fits:
+        print(f"onnxcomp inspect: error: {plan.failure_line()}", file=sys.stderr)
+        return BudgetError.exit_code
+    return 0

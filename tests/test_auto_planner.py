@@ -1,0 +1,207 @@
+"""The auto planner (`--policy auto --budget SIZE [--exact]`, planner/auto.py): ladder and search on small
+hand-written graphs, failure exit and message, --exact, the plan JSON; one torch-exported model measured."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from graphs import TWO_CONV, parse
+from onnxcomp.cli import main
+from onnxcomp.errors import OnnxcompError
+from onnxcomp.passes import POLICIES, RowSplitPass
+from onnxcomp.planner.auto import (BudgetError, tightest_budget_for, Option, _Window, encoding_techniques, greedy, plan_auto,
+                                   virtual_live)
+from onnxcomp.planner.predict import predicted_peak
+from onnxcomp.transform import transform, transform_model
+
+MiB = 1 << 20
+KiB = 1 << 10
+
+
+def _big_two_conv() -> onnx.ModelProto:
+    """TWO_CONV at batch 8, 32x32: each stash 128 KiB, above the encoders' 64 KiB floor."""
+    return parse(TWO_CONV.replace("float[2,3,8,8] input", "float[8,3,32,32] input"))
+
+
+def _peak(model: onnx.ModelProto) -> int:
+    return predicted_peak(model)
+
+
+def _exact_budget(model: onnx.ModelProto) -> int:
+    """A budget the exact techniques can just meet: above the best peak they reach."""
+    floor = plan_auto(model, 4 * KiB, exact=True)
+    assert not floor.fits and floor.predicted_peak < _peak(model)
+    return tightest_budget_for(floor.predicted_peak) + KiB
+
+
+def _decisions(model: onnx.ModelProto, budget: int, exact: bool) -> list[dict]:
+    result = transform_model(model, "auto", budget_bytes=budget, exact=exact)
+    return result.section("auto")[0]["decisions"]
+
+
+def test_auto_is_a_policy_with_declared_options() -> None:
+    assert {"budget_bytes", "exact"} <= POLICIES["auto"].options
+    with pytest.raises(OnnxcompError, match="needs a memory budget"):
+        POLICIES["auto"].build()
+    with pytest.raises(OnnxcompError, match="does not take option"):
+        POLICIES["lossless"].build(exact=True)
+
+
+def test_techniques_come_from_the_pass_registry() -> None:
+    names = {t.name: t.exact for t in encoding_techniques()}
+    assert names["signbits"] and names["maxpool_index"] and names["sparse"]
+    assert not names["dpr-fp16"] and not names["zfp-8"] and not names["error_bounded"]
+    # A new encoding pass needs no planner change: any EncodeStashPass subclass is picked up.
+    from onnxcomp.analysis.patterns import LOSSLESS
+    from onnxcomp.passes.encode_stash import EncodeStashPass
+
+    class _Probe(EncodeStashPass):
+        name = "probe_enc"
+        encoding = LOSSLESS[0]
+
+        def select(self, analysis, stash):  # noqa: ANN001, ANN201
+            return "never"
+
+    assert any(t.name == "probe_enc" and t.exact for t in encoding_techniques())
+    del _Probe
+    import gc
+
+    gc.collect()
+    assert not any(t.name == "probe_enc" for t in encoding_techniques())
+
+
+def test_generous_budget_changes_nothing_costly() -> None:
+    model = _big_two_conv()
+    decisions = _decisions(model, 10 * _peak(model), exact=False)
+    assert decisions == []
+
+
+def test_exact_only_chooses_exact_techniques_and_fits() -> None:
+    model = _big_two_conv()
+    plan = plan_auto(model, _exact_budget(model), exact=True)
+    assert plan.fits and plan.chosen
+    assert all(o.exact for o in plan.chosen.values())
+    assert not plan.regions.chunked and not plan.regions.split_weight_bytes
+    assert _peak(plan.model) == plan.predicted_peak <= plan.target
+
+
+def test_exact_techniques_come_before_lossy_ones() -> None:
+    """A budget the exact techniques can meet is met by them alone even when lossy ones are allowed."""
+    model = _big_two_conv()
+    budget = _exact_budget(model)
+    exact = plan_auto(model, budget, exact=True)
+    lossy_allowed = plan_auto(model, budget, exact=False)
+    assert lossy_allowed.fits and all(o.exact for o in lossy_allowed.chosen.values())
+    assert {o.technique for o in lossy_allowed.chosen.values()} == {o.technique for o in exact.chosen.values()}
+
+
+def test_unreachable_budget_fails_loudly_with_the_best_peak_and_what_dominates() -> None:
+    model = _big_two_conv()
+    with pytest.raises(BudgetError) as err:
+        transform_model(model, "auto", budget_bytes=4 * KiB, exact=True)
+    msg = str(err.value)
+    assert "best reachable predicted step peak" in msg and "MiB" in msg and "\n" not in msg
+    plan = plan_auto(model, 4 * KiB, exact=True, min_bytes=0)
+    assert not plan.fits and plan.dominant and all(name in msg for name, _ in plan.dominant[:1])
+    assert err.value.exit_code == 2
+
+
+def test_greedy_takes_cheapest_per_byte_at_the_peak_within_the_lowest_tier() -> None:
+    base = np.array([10, 50, 100, 60, 10], dtype=np.int64)
+    windows = {"a": _Window(0, 1, 4), "b": _Window(0, 2, 3), "c": _Window(0, 3, 4)}
+    opt = {
+        "a": [Option("a", "sparse", True, 40, 20, 1.0, ""), Option("a", "dpr-fp8", False, 40, 10, 0.1, "")],
+        "b": [Option("b", "recompute", True, 30, 0, 0.3, ""), Option("b", "dpr-fp16", False, 30, 15, 0.0, "")],
+        "c": [Option("c", "recompute", True, 30, 0, 0.0, "")],    # not live at the peak (node 2)
+    }
+    chosen, peak = greedy(base, windows, opt, {}, target=75)
+    # At node 2 both a and b are live; exact options first: b's recompute (0.01 s/B) beats a's sparse (0.05).
+    assert set(chosen) == {"b"} and chosen["b"].technique == "recompute" and peak == 70
+    chosen, peak = greedy(base, windows, opt, {}, target=55)
+    assert chosen["a"].technique == "sparse" and chosen["b"].technique == "recompute" and peak <= 55
+    chosen, peak = greedy(base, windows, opt, {}, target=30)
+    assert chosen["a"].technique == "dpr-fp8"    # the exact tier exhausted at the peak: lossy
+    live = virtual_live(base, windows, chosen)
+    assert live.max() == peak and live[2] == 100 - 30 - 30
+
+
+def test_plan_json_has_one_record_per_decision(tmp_path: Path) -> None:
+    src = tmp_path / "train.onnx"
+    model = _big_two_conv()
+    onnx.save(model, src)
+    out = tmp_path / "auto.onnx"
+    budget = _exact_budget(model)
+    transform(src, out, "auto", budget_bytes=budget, exact=True)
+    plan = json.loads(out.with_suffix(".plan.json").read_text())
+    auto = plan["auto"]
+    assert auto["fits"] and auto["budget_bytes"] == budget and auto["predicted_peak_bytes"] <= budget
+    assert auto["decisions"]
+    for d in auto["decisions"]:
+        assert {"tensor", "technique", "original_bytes", "held_bytes", "predicted_seconds", "why"} <= set(d)
+        assert d["exact"]
+
+
+def test_cli_budget_failure_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "train.onnx"
+    onnx.save(_big_two_conv(), src)
+    out = tmp_path / "auto.onnx"
+    code = main(["transform", str(src), "-o", str(out), "--policy", "auto", "--budget", "4KiB", "--exact"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "best reachable predicted step peak" in err
+    assert not out.exists()
+
+
+def test_inspect_budget_previews_without_writing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "train.onnx"
+    model = _big_two_conv()
+    onnx.save(model, src)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    budget = _exact_budget(model)
+    assert main(["inspect", str(src), "--budget", str(budget), "--exact", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["auto"]["fits"] and report["auto"]["decisions"] and report["stashed"]
+    assert main(["inspect", str(src), "--budget", "4KiB"]) == 2
+    assert "cannot be met" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_rows_auto_that_cannot_fit_is_an_error_not_a_flag() -> None:
+    with pytest.raises(OnnxcompError, match="(fits|over) the budget"):
+        RowSplitPass(rows="auto", budget_bytes=1024).run(_big_two_conv())
+
+
+@pytest.mark.slow
+def test_auto_on_a_torch_model_fits_when_measured_and_exact_is_bit_identical(tmp_path: Path) -> None:
+    from conftest import build_small_artifacts
+
+    from onnxcomp.runtime.measure import measure
+
+    art = build_small_artifacts(tmp_path / "art", batch=16, image=32, channels=(16, 32))
+    base = measure(art, steps=2)
+    model = onnx.load(str(art / "training_model.onnx"))
+    for exact in (True, False):
+        # The tightest budget the planner accepts: just above the best peak it can reach.
+        floor = plan_auto(model, 1 << 16, exact=exact)
+        assert not floor.fits and floor.predicted_peak < base.peak_bytes
+        budget = tightest_budget_for(floor.predicted_peak) + (64 << 10)
+        out = art / f"auto_{exact}.onnx"
+        result = transform(art, out, "auto", budget_bytes=budget, exact=exact)
+        assert result.section("auto")[0]["fits"]
+        m = measure(art, model=out, steps=2)
+        assert m.peak_bytes <= budget, (exact, m.peak_bytes, budget)
+        if exact:
+            assert m.losses == base.losses
+
+
+def test_an_option_may_relieve_the_tensor_its_stash_is_made_from() -> None:
+    """Clip's gradient mask is made late from the Clip input; the interval mask takes that input early, so
+    its saving lies in the input's window, not in the mask's (empty) one."""
+    base = np.array([10, 80, 80, 10], dtype=np.int64)
+    windows = {"mask": _Window(3, 3, 3), "x": _Window(0, 1, 3)}
+    opt = {"mask": [Option("mask", "intervalmask", True, 70, 5, 0.1, "", relieves="x")]}
+    chosen, peak = greedy(base, windows, opt, {}, target=40)
+    assert chosen["mask"].relieves == "x" and peak == 15
