@@ -53,6 +53,40 @@ def torch_compat() -> None:
         sys.modules[old] = mod
         parent, _, attr = old.rpartition(".")
         setattr(importlib.import_module(parent), attr, mod)
+    _complete_symbolic_shims()
+    _cpu_nvtx()
+
+
+def _complete_symbolic_shims() -> None:
+    """torch 2.13's `torch.onnx.symbolic_opset9` etc. are backward-compatibility shims that re-export the public
+    names only; ORTModule's symbolic functions import private helpers from them (`_convolution`,
+    `_convolution_mode`). Give each shim the names its torchscript_exporter module has and it lacks."""
+    for name in ("symbolic_helper", *(f"symbolic_opset{v}" for v in range(7, 21))):
+        try:
+            shim = importlib.import_module(f"torch.onnx.{name}")
+            full = importlib.import_module(f"torch.onnx._internal.torchscript_exporter.{name}")
+        except ImportError:
+            continue
+        if shim is full:
+            continue
+        for attr, value in vars(full).items():
+            if not attr.startswith("__") and not hasattr(shim, attr):
+                setattr(shim, attr, value)
+
+
+def _cpu_nvtx() -> None:
+    """ORTModule wraps its forward helpers in NVTX ranges when `torch.cuda.nvtx.range_push` exists; a CPU torch
+    2.13 has it, and it raises "NVTX functions not installed". Make ORT's two range helpers no-ops then."""
+    import torch
+
+    try:
+        torch.cuda.nvtx.range_push("onnxcomp")
+        torch.cuda.nvtx.range_pop()
+    except RuntimeError:
+        from onnxruntime.training.utils import torch_profile_utils
+
+        torch_profile_utils.torch_nvtx_range_push = lambda msg: None
+        torch_profile_utils.torch_nvtx_range_pop = lambda: None
 
 
 def missing_extensions() -> list[str]:
@@ -75,6 +109,8 @@ class WrapReport:
     gradient_graph_nodes: int = 0       # before onnxcomp's passes
     custom_ops: list[str] = field(default_factory=list)  # onnxcomp PyOps in the graph ORT runs
     builds: int = 0                     # gradient graphs built (ORTModule rebuilds on a new input schema)
+    input_shapes: dict[str, list[int]] = field(default_factory=dict)   # the static shapes the graph runs with
+    unresolved: list[str] = field(default_factory=list)  # stashes of unknown size (ATen ops), left alone
 
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {"policy": self.policy, "memory_optimizer": self.memory_optimizer,
@@ -84,32 +120,63 @@ class WrapReport:
             t = self.transform
             out |= {"encoded": len(t.records), "modified_by": t.modified_by,
                     "stashed_bytes_before": t.before["stashed_bytes"], "stashed_bytes_after": t.after["stashed_bytes"],
-                    "skipped": len(t.skipped), "left_alone": len(t.left_alone)}
+                    "skipped": len(t.skipped), "left_alone": len(t.left_alone), "unresolved": self.unresolved}
         return out
 
 
-def transform_gradient_graph(model: Any, policy: str, **options: Any) -> Any:
+def concrete_inputs(model: Any, shapes: dict[str, list[int]]) -> Any:
+    """Copy of ``model`` whose inputs in ``shapes`` have those static shapes; each symbol they replace (ORTModule
+    exports every input axis as dynamic, ``input-0_dim0`` ...) becomes its number wherever a declared shape
+    uses it. ORTModule's own `use_static_shape` fails in 1.19.2 ("The size of concrete input shapes and the
+    size of user inputs does not match"), so the graph is made static here, for the shapes of the first call."""
+    import onnx
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    symbols: dict[str, int] = {}
+    for vi in m.graph.input:
+        if vi.name not in shapes:
+            continue
+        dims = vi.type.tensor_type.shape.dim
+        if len(dims) != len(shapes[vi.name]):
+            raise OnnxcompError(f"{WHERE}: input {vi.name} has rank {len(dims)}, the call gave shape "
+                                f"{shapes[vi.name]}")
+        for dim, value in zip(dims, shapes[vi.name]):
+            if dim.HasField("dim_param") and dim.dim_param:
+                symbols[dim.dim_param] = int(value)
+            dim.Clear()
+            dim.dim_value = int(value)
+    for vi in [*m.graph.value_info, *m.graph.output, *m.graph.input]:
+        for dim in vi.type.tensor_type.shape.dim:
+            if dim.HasField("dim_param") and dim.dim_param in symbols:
+                value = symbols[dim.dim_param]
+                dim.Clear()
+                dim.dim_value = value
+    return m
+
+
+def transform_gradient_graph(model: Any, policy: str, input_shapes: dict[str, list[int]] | None = None,
+                             **options: Any) -> Any:
     """onnxcomp's ``policy`` on an ORTModule gradient graph (forward, YieldOp, backward) → TransformResult.
 
-    A plain function of a ModelProto, so it can be tried on a graph ORTModule saved
-    (``DebugOptions(save_onnx=True)`` writes ``*_optimized_training.onnx``).
+    input_shapes: the shapes of the call ORTModule built the graph for (user inputs by graph-input name).
+    A plain function of a ModelProto, so it can be tried on a graph ORTModule saved (``wrap(save_dir=...)``
+    writes ``ortmodule_gradient.onnx``).
     """
-    from .static_batch import unresolved_stashes
     from .transform import transform_model
 
     if not any(n.op_type == "YieldOp" for n in model.graph.node):
         raise OnnxcompError(f"{WHERE}: no YieldOp node; this is not a graph ORTModule built for training")
-    missing = unresolved_stashes(model, WHERE)
-    if missing:
-        raise OnnxcompError(f"{WHERE}: {len(missing)} stashed tensor(s) have no static shape (e.g. {missing[0]}); "
-                            "wrap() builds with ORTModule's use_static_shape, so this graph came from elsewhere")
+    if input_shapes:
+        model = concrete_inputs(model, input_shapes)
+    # Stashes whose shape stays unknown (outputs of ORTModule's ATen fallback ops, e.g. max_pool2d_with_indices,
+    # which have no ONNX schema) are left alone by every pass and listed in the result's left_alone.
     return transform_model(model, policy, where=WHERE, **options)
 
 
 def _onnxcomp_ops(model: Any) -> list[str]:
-    from .analysis.boundary import ORT_DOMAINS
-
-    return sorted({n.op_type for n in model.graph.node if n.domain not in ORT_DOMAINS})
+    """onnxcomp's PyOps in ``model`` (onnxruntime-extensions' domain), which the session must register."""
+    return sorted({n.op_type for n in model.graph.node if n.domain == "ai.onnx.contrib"})
 
 
 def _training_manager(ort_module: Any) -> Any:
@@ -122,11 +189,18 @@ def _training_manager(ort_module: Any) -> Any:
     return torch_module._execution_manager(True)
 
 
+def _save(model: Any, path: Path) -> None:
+    from .fileio import atomic_output
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_output(path) as tmp:
+        Path(tmp).write_bytes(model.SerializeToString())
+
+
 def _install_hooks(ort_module: Any, report: WrapReport, options: dict[str, Any], save_dir: Path | None,
                    priority_order: bool) -> None:
     """Make the wrapped instance's training manager run onnxcomp's passes on the gradient graph it builds."""
     tm = _training_manager(ort_module)
-    tm._runtime_options.use_static_shape = True   # shapes resolved, so the passes can size every stash
     ort_build_graph = tm._build_graph
     ort_session_config = tm._get_session_config
 
@@ -135,17 +209,20 @@ def _install_hooks(ort_module: Any, report: WrapReport, options: dict[str, Any],
         graph = tm._onnx_models.optimized_model
         report.builds += 1
         report.gradient_graph_nodes = len(graph.graph.node)
-        result = transform_gradient_graph(graph, report.policy, **options)
+        info = tm._graph_transition_manager._model_info_for_export
+        shapes = dict(zip(info.onnx_graph_input_names, info.onnx_graph_input_shapes))
+        report.input_shapes = shapes
+        if save_dir is not None:
+            _save(graph, save_dir / "ortmodule_gradient.onnx")
+        result = transform_gradient_graph(graph, report.policy, input_shapes=shapes, **options)
         tm._onnx_models.optimized_model = result.model
         report.transform = result
         report.custom_ops = _onnxcomp_ops(result.model)
-        if save_dir is not None:
-            from .fileio import atomic_output
+        from .static_batch import unresolved_stashes
 
-            save_dir.mkdir(parents=True, exist_ok=True)
-            for name, m in (("ortmodule_gradient.onnx", graph), (f"ortmodule_{report.policy}.onnx", result.model)):
-                with atomic_output(save_dir / name) as tmp:
-                    Path(tmp).write_bytes(m.SerializeToString())
+        report.unresolved = unresolved_stashes(concrete_inputs(graph, shapes), WHERE)
+        if save_dir is not None:
+            _save(result.model, save_dir / f"ortmodule_{report.policy}.onnx")
 
     def session_config() -> tuple:
         import onnxruntime as ort
@@ -167,6 +244,20 @@ def _install_hooks(ort_module: Any, report: WrapReport, options: dict[str, Any],
 
     tm._build_graph = build_graph
     tm._get_session_config = session_config
+
+    def same_shapes(_module: Any, args: tuple) -> None:
+        # The rewritten graph is static for the first call's shapes; ORT would run another batch's forward and
+        # fail deep in backward (a recompute Reshape), so refuse it here.
+        import torch
+
+        expected = list(report.input_shapes.values())
+        got = [list(a.shape) for a in args if isinstance(a, torch.Tensor)]
+        if expected and len(got) == len(expected) and got != expected:
+            raise OnnxcompError(f"wrap(policy={report.policy!r}) made ORTModule's graph static for input shapes "
+                                f"{expected} (the first call); got {got}: keep the shapes fixed (e.g. a "
+                                "DataLoader with drop_last=True) or wrap a fresh module for other shapes")
+
+    ort_module.register_forward_pre_hook(same_shapes)
 
 
 def wrap(module: Any, policy: str = "lossless", *, memory_opt_level: int | None = None,
@@ -205,6 +296,10 @@ def wrap(module: Any, policy: str = "lossless", *, memory_opt_level: int | None 
     ort_module = ORTModule(module)
     ort_module._fallback_manager.policy = _FallbackPolicy.FALLBACK_DISABLE
     tm = _training_manager(ort_module)
+    for manager in (tm, ort_module._torch_module._execution_manager(False)):
+        # torch 2.13's torch.onnx.export defaults to the dynamo exporter (needs onnxscript, and puts BatchNorm in
+        # inference mode); ORTModule's export call takes extra keywords from this per-instance dict.
+        manager._graph_transition_manager._export_extra_kwargs = {"dynamo": False}
     report = WrapReport(policy)
     if policy == "ortmodule-recompute" and memory_opt_level is None and memory_opt_config is None:
         memory_opt_level = 2
