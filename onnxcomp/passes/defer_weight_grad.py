@@ -25,7 +25,7 @@ from __future__ import annotations
 import onnx
 from onnx import helper
 
-from ..analysis import GraphAnalysis, analyze_model
+from ..analysis import GraphAnalysis, analysis_of, analyze_model
 from ..errors import OnnxcompError
 from .base import GraphPass, PassResult, Skipped, check_model, require_training_graph
 from .editor import GraphEditor
@@ -52,7 +52,7 @@ class DeferWeightGradientPass(GraphPass):
     def run(self, model: onnx.ModelProto) -> PassResult:
         require_training_graph(model)
         result = PassResult(self.copy(model))
-        analysis = analyze_model(result.model)
+        analysis = analysis_of(model)
         anchor = _anchor_gradient(analysis)
         if anchor is None:
             return result

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import onnx
 
-from ..analysis import analyze_model
+from ..analysis import analysis_of
 from .base import GraphPass, PassResult, require_training_graph
 from .records import PassRecord
 
@@ -35,7 +35,7 @@ class EarlyWeightGradientPass(GraphPass):
         graph = result.model.graph
         if not any(n.op_type in _TRANSFORMER_GRADS for n in graph.node):
             return result
-        analysis = analyze_model(model)
+        analysis = analysis_of(model)
         nodes = list(graph.node)
         # Backward region: ORT's backward nodes, plus nodes placed among them that read only forward tensors
         # (the Reshape of A ahead of a weight-gradient Gemm), which data flow alone calls forward.
