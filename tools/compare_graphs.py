@@ -3,7 +3,8 @@
 usage: python tools/compare_graphs.py A.onnx B.onnx [A2.onnx B2.onnx ...]
 
 Every tensor is renamed by where it comes from: a graph input by its position, an initializer by its dtype,
-dims and bytes, a node output by (node index, output slot). Then the node lists must match exactly (op type,
+dims and bytes, a node output by (node index, output slot); trailing empty optional slots are dropped
+(onnx-ir does not write them). Then the node lists must match exactly (op type,
 domain, attributes, renamed inputs and outputs) and so must the graph outputs. Prints one line per pair,
 exits 1 if any pair differs.
 """
@@ -32,8 +33,13 @@ def canonical(model: onnx.ModelProto) -> tuple[list[tuple], list[str]]:
             if o:
                 name[o] = f"n{k}.{s}"
         attrs = sorted((a.name, str(onnx.helper.get_attribute_value(a))) for a in n.attribute)
-        nodes.append((n.op_type, n.domain, tuple(attrs), tuple(name.get(i, f"?{i}") for i in n.input),
-                      tuple(name[o] if o else "" for o in n.output)))
+        inputs = [name.get(i, f"?{i}") for i in n.input]
+        outputs = [name[o] if o else "" for o in n.output]
+        while inputs and not inputs[-1]:     # a trailing unused optional slot is the same as no slot
+            inputs.pop()
+        while outputs and not outputs[-1]:
+            outputs.pop()
+        nodes.append((n.op_type, n.domain, tuple(attrs), tuple(inputs), tuple(outputs)))
     return nodes, [name.get(o.name, f"?{o.name}") for o in g.output]
 
 

@@ -22,18 +22,18 @@ one-byte And kernels. Values and arithmetic are untouched: losses and parameters
 """
 from __future__ import annotations
 
-import onnx
-from onnx import TensorProto, helper
+import onnx_ir as ir
 
+from .base import OnnxcompPass, PassOutcome
+from .editor import ir_taken_names, unique_name
 from .records import PassRecord
-from .base import GraphPass, PassResult, require_training_graph, unique_name
 
 ACCUMULATORS = {"InPlaceAccumulatorV2", "InPlaceAccumulator"}
 # Names of the order-chain nodes/tensors: a re-run drops and rebuilds the chain instead of stacking a second.
 CHAIN_PREFIX = "onnxcomp_accumulation_order"
 
 
-class EagerAccumulationPass(GraphPass):
+class EagerAccumulationPass(OnnxcompPass):
     """``order_chain=False`` only moves the accumulators (eager under PRIORITY_BASED, lazy under DEFAULT);
     kept for measuring the chain's effect."""
 
@@ -42,71 +42,63 @@ class EagerAccumulationPass(GraphPass):
     def __init__(self, order_chain: bool = True) -> None:
         self.order_chain = order_chain
 
-    def run(self, model: onnx.ModelProto) -> PassResult:
-        require_training_graph(model)
-        result = PassResult(self.copy(model))
-        graph = result.model.graph
-        before = [_signature(n) for n in graph.node]
-        nodes = [n for n in graph.node if not _is_chain_node(n)]
-        producer_of = {o: n for n in nodes for o in n.output if o}
-        accumulators = [n for n in nodes if n.op_type in ACCUMULATORS]
-        moved = []
-        placed: list[onnx.NodeProto] = []
-        for acc in accumulators:
+    def call(self, model: ir.Model) -> PassOutcome:
+        graph = model.graph
+        before = [_signature(n) for n in graph]
+        graph.remove([n for n in graph if _is_chain_node(n)], safe=True)
+        nodes = list(graph)            # mirrors the graph's order while accumulators move
+        moved: list[PassRecord] = []
+        placed: set[ir.Node] = set()
+        for acc in [n for n in nodes if n.op_type in ACCUMULATORS]:
             # Ready when its last input exists: buffers and the reset flag are graph inputs.
-            deps = [producer_of[i] for i in acc.input if i in producer_of]
+            deps = {v.producer() for v in acc.inputs if v is not None and v.producer() is not None}
             if not deps:
                 continue
             nodes.remove(acc)
-            anchor = max(deps, key=lambda d: next(k for k, n in enumerate(nodes) if n is d))
-            pos = next(k for k, n in enumerate(nodes) if n is anchor) + 1
-            while pos < len(nodes) and any(p is nodes[pos] for p in placed):
+            position = {n: k for k, n in enumerate(nodes)}
+            anchor = max(deps, key=position.__getitem__)
+            pos = position[anchor] + 1
+            while pos < len(nodes) and nodes[pos] in placed:
                 pos += 1   # after accumulators already placed behind the same producer: stable, idempotent
+            graph.remove(acc)
+            graph.insert_after(nodes[pos - 1], acc)
             nodes.insert(pos, acc)
-            placed.append(acc)
+            placed.add(acc)
             if pos != len(nodes) - 1:
-                tensor = acc.input[1] if len(acc.input) > 1 else acc.name
+                tensor = acc.inputs[1].name if len(acc.inputs) > 1 and acc.inputs[1] is not None else acc.name
                 moved.append(PassRecord("moved", self.name, tensor, {"tensor": tensor, "pass": self.name,
                                                                      "after": anchor.name}))
         if self.order_chain:
-            in_order = [n for n in nodes if n.op_type in ACCUMULATORS]   # list order = production order now
-            chain, infos = _order_chain(in_order, graph, nodes)
-            nodes.extend(chain)
-            names = {n.name for n in chain} | {o for n in chain for o in n.output}
-            kept = [v for v in graph.value_info if v.name not in names and not v.name.startswith(CHAIN_PREFIX)]
-            del graph.value_info[:]
-            graph.value_info.extend(kept + infos)
-        del graph.node[:]
-        graph.node.extend(nodes)
+            graph.extend(_order_chain([n for n in graph if n.op_type in ACCUMULATORS], graph))
         # Honest: a graph already in this order (a re-run) is unmodified, whatever the records say.
-        result.changed = [_signature(n) for n in graph.node] != before
-        result.records = moved if result.changed else []
-        return result
+        modified = [_signature(n) for n in graph] != before
+        return PassOutcome(model, modified, moved if modified else [])
 
 
-def _signature(node: onnx.NodeProto) -> tuple:
-    return node.op_type, node.name, tuple(node.input), tuple(node.output)
+def _signature(node: ir.Node) -> tuple:
+    return (node.op_type, node.name, tuple(v.name if v is not None else "" for v in node.inputs),
+            tuple(v.name for v in node.outputs))
 
 
-def _is_chain_node(node: onnx.NodeProto) -> bool:
-    return node.op_type == "And" and node.name.startswith(CHAIN_PREFIX)
+def _is_chain_node(node: ir.Node) -> bool:
+    return node.op_type == "And" and (node.name or "").startswith(CHAIN_PREFIX)
 
 
-def _order_chain(accumulators: list[onnx.NodeProto], graph: onnx.GraphProto,
-                 nodes: list[onnx.NodeProto]) -> tuple[list[onnx.NodeProto], list[onnx.ValueInfoProto]]:
+def _order_chain(accumulators: list[ir.Node], graph: ir.Graph) -> list[ir.Node]:
     """And-chain over the accumulators' bool flags (see module docstring); [] when fewer than two."""
     # InPlaceAccumulatorV2's first output is a bool[1] flag; V1 outputs the (float) sum, which And cannot take.
-    flags = [a.output[0] for a in accumulators if a.op_type == "InPlaceAccumulatorV2" and a.output and a.output[0]]
+    flags = [a.outputs[0] for a in accumulators if a.op_type == "InPlaceAccumulatorV2" and a.outputs
+             and a.outputs[0].name]
     if len(flags) < 2:
-        return [], []
-    taken = {o for n in nodes for o in n.output} | {n.name for n in nodes} | {i.name for i in graph.input} | \
-        {i.name for i in graph.initializer}
-    chain: list[onnx.NodeProto] = []
-    infos: list[onnx.ValueInfoProto] = []
+        return []
+    taken = ir_taken_names(graph)
+    chain: list[ir.Node] = []
     prev = flags[0]   # c_1 = And(f_1, f_1): a lone first input, so no later accumulator can be walked first
     for k, flag in enumerate(flags):
         out = unique_name(f"{CHAIN_PREFIX}_{k}", taken)
-        chain.append(helper.make_node("And", [prev, flag], [out], name=unique_name(f"{out}__and", taken)))
-        infos.append(helper.make_tensor_value_info(out, TensorProto.BOOL, [1]))
-        prev = out
-    return chain, infos
+        node = ir.Node("", "And", [prev, flag], name=unique_name(f"{out}__and", taken), num_outputs=1)
+        node.outputs[0].name = out
+        node.outputs[0].type, node.outputs[0].shape = ir.TensorType(ir.DataType.BOOL), ir.Shape([1])
+        chain.append(node)
+        prev = node.outputs[0]
+    return chain

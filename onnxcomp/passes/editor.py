@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import onnx
+import onnx_ir as ir
 from onnx import TensorProto, helper
 
 # Shared int64 constants of the one-element slices that read one element of a tensor.
@@ -36,6 +37,12 @@ def taken_names(graph: onnx.GraphProto) -> set[str]:
     """Every tensor and node name in use in ``graph`` (what unique_name must avoid)."""
     return {o for n in graph.node for o in n.output} | {n.name for n in graph.node} | \
         {i.name for i in graph.input} | {i.name for i in graph.initializer} | {o.name for o in graph.output}
+
+
+def ir_taken_names(graph: ir.Graph) -> set[str]:
+    """Every value and node name in use in the onnx-ir ``graph`` (what unique_name must avoid)."""
+    names = {n.name for n in graph if n.name} | {v.name for n in graph for v in n.outputs if v.name}
+    return names | {v.name for v in graph.inputs if v.name} | set(graph.initializers)
 
 
 def trigger_constants(graph: onnx.GraphProto) -> tuple[str, str, str]:
