@@ -284,27 +284,13 @@ def run_passes(model: ir.Model, passes: list[OnnxcompPass | GraphPass]) -> RunLo
 
 
 def ungated_nodes(analysis: Any) -> list[str]:
-    """Names of decoders and recompute clones placed in backward that nothing made in backward feeds: ORT
-    could run them during the forward pass, holding their output as long as the stash they replace."""
-    nodes = analysis.nodes
-    boundary = analysis.boundary
-    producer = {o: k for k, n in enumerate(nodes) for o in n.output if o}
+    """Names of decoders and recompute clones that nothing made in backward feeds (by data flow, the
+    analysis's boundary): ORT could run them during the forward pass, holding their output as long as the
+    stash they replace."""
     bad = []
-    for k, node in enumerate(nodes):
+    for k, node in enumerate(analysis.nodes):
         is_decoder = (op := contract.codec_op(node.domain, node.op_type)) is not None and op.role == "decode"
-        if not (is_decoder or CLONE_MARK in node.name) or not boundary.is_backward(k):
-            continue
-        seen: set[int] = set()
-        todo = [producer[i] for i in node.input if i in producer]
-        gated = False
-        while todo and not gated:
-            j = todo.pop()
-            if j in seen:
-                continue
-            seen.add(j)
-            gated = boundary.is_backward(j) and not (CLONE_MARK in nodes[j].name)
-            todo += [producer[i] for i in nodes[j].input if i in producer]
-        if not gated:
+        if (is_decoder or CLONE_MARK in node.name) and not analysis.boundary.is_backward(k):
             bad.append(node.name)
     return bad
 
