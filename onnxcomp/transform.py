@@ -130,6 +130,9 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
     before = _footprint(original)
     log = run_passes(ir_model, passes if passes is not None else make_passes(policy, **options))
     current = snapshot_of(ir_model)
+    if current is model:            # nothing modified it: still hand back a model of its own, as before
+        current = onnx.ModelProto()
+        current.CopyFrom(model)
     validate_rewritten(current, where, original=model)
     after = _footprint(analysis_of(ir_model))
     records = log.records

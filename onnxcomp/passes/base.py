@@ -165,7 +165,8 @@ class OnnxcompPass(ir_passes.InPlacePass):
     """An onnxcomp rewrite as an onnx-ir in-place pass: ``call(model) -> PassOutcome(model, modified, ...)``.
 
     ``requires``: a training graph (and, with ``needs_static_parameters``, parameters of static shape).
-    ``ensures``: the rewritten graph passes onnx.checker and every decoder and recompute clone is gated
+    ``ensures``: the rewritten graph passes onnx.checker (wiring alone for a pass without ``full_check``)
+    and every decoder and recompute clone is gated
     (cannot run before backward) — checked once per graph state, so a pass that changed nothing costs
     nothing. Errors of either are onnxcomp's one-line errors. Graph facts come from ``analysis_of(model)``
     (cached; dropped when a pass reports ``modified``); records go to the run's ``RunLog``.
@@ -173,34 +174,51 @@ class OnnxcompPass(ir_passes.InPlacePass):
 
     name: str
     needs_static_parameters: bool = False
+    # False for a pass that only reorders nodes (eager_accumulation also appends its bool And chain): it is
+    # checked for wiring (topological order) and gates, without the full onnx.checker.
+    full_check: bool = True
 
     def requires(self, model: ir.Model) -> None:
-        from ..analysis.cached import analysis_of
+        from ..analysis import TensorClass, find_boundary
+        from ..analysis.cached import state_of
 
-        try:
-            analysis = analysis_of(model)    # finds the forward/backward boundary: refuses inference graphs
+        state = state_of(model)
+        try:   # a training graph: the boundary finds a backward pass (cheap; the full analysis only if cached)
+            analysis = state.analysis
+            if analysis is None:
+                find_boundary(state.proto.graph)
         except OnnxcompError as exc:
             raise PassPreconditionError(f"{self.name} pass: {exc}") from None
         if self.needs_static_parameters:
-            from ..analysis import TensorClass
+            from ..analysis.cached import analysis_of
 
+            analysis = analysis_of(model)
             dynamic = [n for n, t in analysis.tensors.items() if t.cls is TensorClass.PARAMETER and t.shape is None]
             if dynamic:
                 raise PassPreconditionError(f"{self.name} pass: parameter {dynamic[0]!r} has no static shape; "
                                             "export the model with fixed parameter shapes")
 
     def ensures(self, model: ir.Model) -> None:
-        from ..analysis.cached import analysis_of, state_of
+        from ..analysis import find_boundary
+        from ..analysis.cached import state_of
+        from ..validate import wiring_problems
 
         state = state_of(model)
         if state.checked:
             return
         where = f"{self.name} pass"
-        try:
-            check_model(state.proto, where)
-        except OnnxcompError as exc:
-            raise PassPostconditionError(str(exc)) from None
-        ungated = ungated_nodes(analysis_of(model))
+        if not self.full_check:
+            problems = wiring_problems(state.proto)
+            if problems:
+                raise PassPostconditionError(f"{where}: the rewritten graph is mis-wired: {problems[0]}")
+        else:
+            try:
+                check_model(state.proto, where)
+            except OnnxcompError as exc:
+                raise PassPostconditionError(str(exc)) from None
+        analysis = state.analysis
+        boundary = analysis.boundary if analysis is not None else find_boundary(state.proto.graph, where)
+        ungated = ungated_nodes(list(state.proto.graph.node), boundary)
         if ungated:
             raise PassPostconditionError(f"{where}: node {ungated[0]!r} (a decoder or recompute clone) can run "
                                          "before backward starts: nothing it reads comes from backward")
@@ -283,14 +301,14 @@ def run_passes(model: ir.Model, passes: list[OnnxcompPass | GraphPass]) -> RunLo
     return log
 
 
-def ungated_nodes(analysis: Any) -> list[str]:
-    """Names of decoders and recompute clones that nothing made in backward feeds (by data flow, the
-    analysis's boundary): ORT could run them during the forward pass, holding their output as long as the
-    stash they replace."""
+def ungated_nodes(nodes: list[onnx.NodeProto], boundary: Any) -> list[str]:
+    """Names of decoders and recompute clones that nothing made in backward feeds (by data flow: the
+    boundary of ``nodes``' graph): ORT could run them during the forward pass, holding their output as long
+    as the stash they replace."""
     bad = []
-    for k, node in enumerate(analysis.nodes):
+    for k, node in enumerate(nodes):
         is_decoder = (op := contract.codec_op(node.domain, node.op_type)) is not None and op.role == "decode"
-        if (is_decoder or CLONE_MARK in node.name) and not analysis.boundary.is_backward(k):
+        if (is_decoder or CLONE_MARK in node.name) and not boundary.is_backward(k):
             bad.append(node.name)
     return bad
 

@@ -22,7 +22,9 @@ one-byte And kernels. Values and arithmetic are untouched: losses and parameters
 """
 from __future__ import annotations
 
+import onnx
 import onnx_ir as ir
+from onnx import helper
 
 from .base import OnnxcompPass, PassOutcome
 from .editor import ir_taken_names, unique_name
@@ -38,6 +40,7 @@ class EagerAccumulationPass(OnnxcompPass):
     kept for measuring the chain's effect."""
 
     name = "eager_accumulation"
+    full_check = False   # reorders nodes (and appends a bool And chain): wiring and gates are checked
 
     def __init__(self, order_chain: bool = True) -> None:
         self.order_chain = order_chain
@@ -46,33 +49,82 @@ class EagerAccumulationPass(OnnxcompPass):
         graph = model.graph
         before = [_signature(n) for n in graph]
         graph.remove([n for n in graph if _is_chain_node(n)], safe=True)
-        nodes = list(graph)            # mirrors the graph's order while accumulators move
-        moved: list[PassRecord] = []
-        placed: set[ir.Node] = set()
-        for acc in [n for n in nodes if n.op_type in ACCUMULATORS]:
-            # Ready when its last input exists: buffers and the reset flag are graph inputs.
-            deps = {v.producer() for v in acc.inputs if v is not None and v.producer() is not None}
-            if not deps:
-                continue
-            nodes.remove(acc)
-            position = {n: k for k, n in enumerate(nodes)}
-            anchor = max(deps, key=position.__getitem__)
-            pos = position[anchor] + 1
-            while pos < len(nodes) and nodes[pos] in placed:
-                pos += 1   # after accumulators already placed behind the same producer: stable, idempotent
-            graph.remove(acc)
-            graph.insert_after(nodes[pos - 1], acc)
-            nodes.insert(pos, acc)
-            placed.add(acc)
-            if pos != len(nodes) - 1:
-                tensor = acc.inputs[1].name if len(acc.inputs) > 1 and acc.inputs[1] is not None else acc.name
-                moved.append(PassRecord("moved", self.name, tensor, {"tensor": tensor, "pass": self.name,
-                                                                     "after": anchor.name}))
+        nodes = list(graph)
+        index = {n: k for k, n in enumerate(nodes)}
+        deps = [[index[v.producer()] for v in n.inputs if v is not None and v.producer() in index]
+                if n.op_type in ACCUMULATORS else None for n in nodes]
+        order, moves = eager_permutation(deps)
+        if order != list(range(len(nodes))):
+            graph.remove(nodes)                 # not "safe": the nodes keep their inputs, only the order changes
+            graph.extend(nodes[k] for k in order)
+        moved = [_moved_record(self.name, _tensor_of(nodes[a]), nodes[b].name) for a, b in moves]
         if self.order_chain:
             graph.extend(_order_chain([n for n in graph if n.op_type in ACCUMULATORS], graph))
         # Honest: a graph already in this order (a re-run) is unmodified, whatever the records say.
         modified = [_signature(n) for n in graph] != before
         return PassOutcome(model, modified, moved if modified else [])
+
+
+def eager_permutation(deps: list[list[int] | None]) -> tuple[list[int], list[tuple[int, int]]]:
+    """Where the accumulators go: ``deps[k]`` is None for any other node and, for an accumulator, the
+    indices of the nodes making its inputs. Each accumulator moves right behind the last of them (behind
+    accumulators already placed there: stable, idempotent). Returns the new order of the indices and the
+    (accumulator, anchor) pairs of those not left at the very end."""
+    order = list(range(len(deps)))
+    placed: set[int] = set()
+    moves: list[tuple[int, int]] = []
+    for acc, acc_deps in enumerate(deps):
+        if not acc_deps:     # not an accumulator, or one ready from the start (buffers are graph inputs)
+            continue
+        order.remove(acc)
+        position = {k: p for p, k in enumerate(order)}
+        anchor = max(acc_deps, key=position.__getitem__)
+        pos = position[anchor] + 1
+        while pos < len(order) and order[pos] in placed:
+            pos += 1
+        order.insert(pos, acc)
+        placed.add(acc)
+        if pos != len(order) - 1:
+            moves.append((acc, anchor))
+    return order, moves
+
+
+def eager_order(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` in the order EagerAccumulationPass leaves (order chain included), made on protobuf:
+    for the planner, which predicts peaks on protobuf for many trial graphs and must not pay an onnx-ir
+    round trip for each."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    nodes = [n for n in graph.node if not (n.op_type == "And" and n.name.startswith(CHAIN_PREFIX))]
+    producer = {o: k for k, n in enumerate(nodes) for o in n.output if o}
+    deps = [[producer[i] for i in n.input if i in producer] if n.op_type in ACCUMULATORS else None for n in nodes]
+    order, _ = eager_permutation(deps)
+    nodes = [nodes[k] for k in order]
+    accumulators = [n for n in nodes if n.op_type == "InPlaceAccumulatorV2" and n.output and n.output[0]]
+    infos = [v for v in graph.value_info if not v.name.startswith(CHAIN_PREFIX)]
+    if len(accumulators) >= 2:
+        taken = {o for n in nodes for o in n.output} | {n.name for n in nodes} | \
+            {i.name for i in graph.input} | {i.name for i in graph.initializer}
+        prev = accumulators[0].output[0]
+        for k, acc in enumerate(accumulators):
+            name = unique_name(f"{CHAIN_PREFIX}_{k}", taken)
+            nodes.append(helper.make_node("And", [prev, acc.output[0]], [name], name=unique_name(f"{name}__and", taken)))
+            infos.append(helper.make_tensor_value_info(name, onnx.TensorProto.BOOL, [1]))
+            prev = name
+    del graph.node[:]
+    graph.node.extend(nodes)
+    del graph.value_info[:]
+    graph.value_info.extend(infos)
+    return out
+
+
+def _tensor_of(acc: ir.Node) -> str:
+    return acc.inputs[1].name if len(acc.inputs) > 1 and acc.inputs[1] is not None else acc.name
+
+
+def _moved_record(pass_name: str, tensor: str, after: str) -> PassRecord:
+    return PassRecord("moved", pass_name, tensor, {"tensor": tensor, "pass": pass_name, "after": after})
 
 
 def _signature(node: ir.Node) -> tuple:
