@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..errors import OnnxcompError
-from .base import GraphPass, PassResult, Skipped
+from .base import GraphPass, OnnxcompPass, PassOutcome, PassResult, Skipped
 from .chunk_stem_backward import ChunkedStemBackwardPass
 from .defer_weight_grad import DeferWeightGradientPass
 from .dpr import DPR_FORMATS, DprPass
@@ -75,5 +75,5 @@ def get_policy(name: str) -> Policy:
 
 
 __all__ = ["AttentionDropoutRecomputePass", "AttentionProbsRecomputePass", "DropoutMaskPass",
-           "EarlyWeightGradientPass", "TransformerRecomputePass", "ChunkedStemBackwardPass", "DeferWeightGradientPass", "DprPass", "RecomputePass", "RowSplitPass", "EagerAccumulationPass", "ErrorBoundedPass", "FixedRatePass", "GraphPass", "MaxPoolIndexPass", "POLICIES",
+           "EarlyWeightGradientPass", "TransformerRecomputePass", "ChunkedStemBackwardPass", "DeferWeightGradientPass", "DprPass", "RecomputePass", "RowSplitPass", "EagerAccumulationPass", "ErrorBoundedPass", "FixedRatePass", "GraphPass", "MaxPoolIndexPass", "OnnxcompPass", "PassOutcome", "POLICIES",
            "OPTIONS", "PassResult", "Policy", "SignBitsPass", "Step", "get_policy", "Skipped", "SparsePass", "SplitWeightPass"]

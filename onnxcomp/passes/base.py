@@ -251,7 +251,16 @@ class OnnxcompPass(ir_passes.InPlacePass):
         ir_model = ir.serde.deserialize_model(model)
         adopt_snapshot(ir_model, model, checked=True)
         outcome = self(ir_model)
-        return PassResult(snapshot_of(ir_model), outcome.records, outcome.skipped, changed=outcome.modified)
+        out = snapshot_of(ir_model)
+        if out is model:          # unchanged: still a model of the caller's own, as protobuf passes return
+            out = self.copy_proto(model)
+        return PassResult(out, outcome.records, outcome.skipped, changed=outcome.modified)
+
+    @staticmethod
+    def copy_proto(model: onnx.ModelProto) -> onnx.ModelProto:
+        out = onnx.ModelProto()
+        out.CopyFrom(model)
+        return out
 
 
 class ProtoPassAdapter(OnnxcompPass):
