@@ -8,12 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import onnx
+import onnx_ir as ir
 
-from .analysis import LOSSLESS, analyze_model
+from .analysis import LOSSLESS, GraphAnalysis
+from .analysis.cached import adopt_snapshot, analysis_of, snapshot_of
 from .errors import OnnxcompError, OutputExistsError
 from .fileio import atomic_output, check_output_path, output_lock, staged_directory
 from .load import TRAINING_MODEL, load_model, save_model
 from .passes import OPTIONS, GraphPass, get_policy
+from .passes.base import OnnxcompPass, run_passes
 from .passes.records import PassRecord, by_section
 from .passes.split_weight import WeightSplit
 from .planner import plan_all
@@ -64,8 +67,7 @@ class TransformResult:
                 **({"auto": sections["auto"][0]} if sections["auto"] else {})}
 
 
-def _footprint(model: onnx.ModelProto) -> dict[str, Any]:
-    a = analyze_model(model)
+def _footprint(a: GraphAnalysis) -> dict[str, Any]:
     encoded_payloads = {n for n, t in a.tensors.items() if t.size_hint is not None}
     stashed = sum(s.nbytes for s in a.stashed)
     return {"stashed_bytes": stashed, "stashed_tensors": len(a.stashed),
@@ -114,31 +116,31 @@ def load_policy_config(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def make_passes(policy: str, **options: Any) -> list[GraphPass]:
+def make_passes(policy: str, **options: Any) -> list[GraphPass | OnnxcompPass]:
     """The passes of ``policy`` built with ``options``; an option the policy does not take is an error."""
     return get_policy(policy).build(**options)
 
 
 def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str = "model", *,
-                    passes: list[GraphPass] | None = None, **options: Any) -> TransformResult:
-    before = _footprint(model)
-    current = model
-    records: list[PassRecord] = []
-    skipped: list[dict[str, str]] = []
-    modified_by: list[str] = []
-    for p in passes if passes is not None else make_passes(policy, **options):
-        result = p.run(current)
-        current = result.model
-        records += result.records
-        if result.modified:
-            modified_by.append(p.name)
-        skipped += [s.to_dict() | {"pass": p.name} for s in result.skipped]
+                    passes: list[GraphPass | OnnxcompPass] | None = None, **options: Any) -> TransformResult:
+    """Run a policy's passes on ``model`` (not mutated): loaded into onnx-ir once, the passes composed with
+    onnx-ir's PassManager, one analysis per graph state (analysis.cached), serialised once at the end."""
+    ir_model = ir.serde.deserialize_model(model)
+    adopt_snapshot(ir_model, model, checked=True)   # the input's proto is its snapshot: no serialisation
+    original = analysis_of(ir_model)
+    before = _footprint(original)
+    log = run_passes(ir_model, passes if passes is not None else make_passes(policy, **options))
+    current = snapshot_of(ir_model)
+    if current is model:            # nothing modified it: still hand back a model of its own, as before
+        current = onnx.ModelProto()
+        current.CopyFrom(model)
     validate_rewritten(current, where, original=model)
-    after = _footprint(current)
+    after = _footprint(analysis_of(ir_model))
+    records = log.records
     # Stashes no pass understood: listed, never touched (a wrong gradient is worse than no saving).
     tensors = [r for r in records if r.section == "tensors"]
     handled = {r.subject for r in tensors} | {t for r in records for t in r.dropped_stashes} | \
-        {s["name"] for s in skipped}
+        {s["name"] for s in log.skipped}
     lossless_only = policy.startswith("lossless")
 
     def why(encodings: tuple[str, ...]) -> str:
@@ -149,9 +151,9 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
         return f"not selected by this policy (applicable: {', '.join(encodings)})"
 
     left = [{"name": s.name, "pattern": s.pattern, "bytes": s.nbytes, "reason": why(s.encodings)}
-            for s in analyze_model(model).stashed if s.name not in handled and s.nbytes > 0]
-    return TransformResult(current, policy, tensors, skipped, before, after, left_alone=left, all_records=records,
-                           modified_by=modified_by)
+            for s in original.stashed if s.name not in handled and s.nbytes > 0]
+    return TransformResult(current, policy, tensors, log.skipped, before, after, left_alone=left,
+                           all_records=records, modified_by=log.modified_by)
 
 
 def _atomic_write_text(path: Path, text: str, replace: bool = True) -> None:

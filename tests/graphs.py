@@ -6,7 +6,8 @@ import onnx
 import onnx.parser
 
 # onnx.parser takes no dots in names; ORT names a parameter's gradient buffer "<param>_grad.accumulation.buffer".
-_BUFFERS = {"w1_buf": "w1_grad.accumulation.buffer", "w2_buf": "w2_grad.accumulation.buffer"}
+_BUFFERS = {"w1_buf": "w1_grad.accumulation.buffer", "w2_buf": "w2_grad.accumulation.buffer",
+            "w1_out": "w1_grad.accumulation.out", "w2_out": "w2_grad.accumulation.out"}
 
 _CONV = 'pads=[1,1,1,1], strides=[1,1], dilations=[1,1], group=1, kernel_shape=[3,3]'
 
@@ -52,12 +53,37 @@ train (float[2,3,8,8] input, float[4,3,3,3] w1, float[4,3,3,3] w1_buf, bool lazy
 """
 
 
+# Gemm -> Relu -> Gemm (fully connected, no bias) -> ReduceSum and its backward, as ORT builds it: the second
+# layer's dW = dZᵀ·R is a Gemm read only by its accumulator (what DeferWeightGradientPass and
+# SplitWeightPass rewrite); the accumulators output "<param>_grad.accumulation.out" as graph outputs.
+TWO_FC = """
+<ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
+train (float[2,16] input, float[64,16] w1, float[32,64] w2, float[64,16] w1_buf, float[32,64] w2_buf,
+       bool lazy_reset_grad, float loss_grad) => (bool w1_out, bool w2_out)
+{
+  h = Gemm <transB=1> (input, w1)
+  r = Relu (h)
+  z = Gemm <transB=1> (r, w2)
+  loss = ReduceSum <keepdims=0> (z)
+  z_shape = Shape (z)
+  dz = Expand (loss_grad, z_shape)
+  w2_grad = Gemm <transA=1> (dz, r)
+  dr = Gemm (dz, w2)
+  dh = com.microsoft.ReluGrad (dr, h)
+  w1_grad = Gemm <transA=1> (dh, input)
+  w2_out = com.microsoft.InPlaceAccumulatorV2 (w2_buf, w2_grad, lazy_reset_grad)
+  w1_out = com.microsoft.InPlaceAccumulatorV2 (w1_buf, w1_grad, lazy_reset_grad)
+}
+"""
+
+
 def parse(text: str) -> onnx.ModelProto:
     model = onnx.parser.parse_model(text)
-    for vi in model.graph.input:
+    for vi in list(model.graph.input) + list(model.graph.output):
         vi.name = _BUFFERS.get(vi.name, vi.name)
     for node in model.graph.node:
         node.input[:] = [_BUFFERS.get(i, i) for i in node.input]
+        node.output[:] = [_BUFFERS.get(o, o) for o in node.output]
     # Node names, as the gradient builder gives them (passes name new nodes after them).
     for k, node in enumerate(model.graph.node):
         node.name = f"{node.op_type}_{k}"
@@ -70,3 +96,7 @@ def two_conv() -> onnx.ModelProto:
 
 def conv_pool() -> onnx.ModelProto:
     return parse(CONV_POOL)
+
+
+def two_fc() -> onnx.ModelProto:
+    return parse(TWO_FC)

@@ -1,5 +1,6 @@
 """Transform time of two onnxcomp trees, interleaved (A, B, A, B, ...) in fresh processes so that machine
-load hits both alike; only the transform itself is timed (imports and loading excluded).
+load hits both alike; only the transform itself is timed (imports and loading excluded). Also counts the
+graph analyses (``analyze_model`` calls) each transform makes.
 
 usage: python tools/time_transform.py TREE_A TREE_B ARTIFACT_DIR POLICY [POLICY ...] [--repeats N]
 TREE_*: a checkout whose ``onnxcomp`` package is importable from it (sys.path[0]) with its venv's python.
@@ -17,10 +18,17 @@ import sys, time, json
 sys.path.insert(0, {tree!r})
 from onnxcomp.load import load_model
 from onnxcomp.transform import transform_model
+import onnxcomp.analysis.training_graph as tg
+calls = [0]
+_classify = tg._classify_inputs          # called once per analyze_model: counts the analyses
+def counting(*a, **k):
+    calls[0] += 1
+    return _classify(*a, **k)
+tg._classify_inputs = counting
 model = load_model({art!r}).model
 t = time.perf_counter()
 transform_model(model, {policy!r})
-print(json.dumps(time.perf_counter() - t))
+print(json.dumps([time.perf_counter() - t, calls[0]]))
 """
 
 
@@ -34,14 +42,18 @@ def main(argv: list[str] | None = None) -> int:
     out = {}
     for policy in args.policies:
         times: dict[str, list[float]] = {"a": [], "b": []}
+        analyses: dict[str, int] = {}
         for _ in range(args.repeats):
             for key, tree, py in (("a", args.tree_a, args.python_a), ("b", args.tree_b, args.python_b)):
                 code = _CHILD.format(tree=tree, art=args.artifacts, policy=policy)
                 proc = subprocess.run([py, "-c", code], capture_output=True, text=True, check=True)
-                times[key].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+                seconds, analyses[key] = json.loads(proc.stdout.strip().splitlines()[-1])
+                times[key].append(seconds)
         a, b = statistics.median(times["a"]), statistics.median(times["b"])
-        out[policy] = {"a_s": round(a, 2), "b_s": round(b, 2), "ratio_b_over_a": round(b / a, 2), "runs": times}
-        print(f"{policy:16s} A {a:6.2f} s   B {b:6.2f} s   B/A {b / a:.2f}", flush=True)
+        out[policy] = {"a_s": round(a, 2), "b_s": round(b, 2), "ratio_b_over_a": round(b / a, 2), "runs": times,
+                       "analyses_a": analyses["a"], "analyses_b": analyses["b"]}
+        print(f"{policy:16s} A {a:6.2f} s   B {b:6.2f} s   B/A {b / a:.2f}   analyses A {analyses['a']} "
+              f"B {analyses['b']}", flush=True)
     print(json.dumps(out))
     return 0
 

@@ -8,9 +8,10 @@ from .boundary import Boundary, find_boundary
 from .patterns import LOSSLESS, applicable_encodings, pattern_of
 from .shapes import TensorType, numel, resolve_shapes
 from .training_graph import GraphAnalysis, StashedTensor, TensorClass, TensorInfo, analyze_model
+from .cached import analysis_of
 
 __all__ = ["Boundary", "GraphAnalysis", "LOSSLESS", "StashedTensor", "TensorClass", "TensorInfo", "TensorType",
-           "analyze", "analyze_model", "applicable_encodings", "find_boundary", "numel", "pattern_of",
+           "analysis_of", "analyze", "analyze_model", "applicable_encodings", "find_boundary", "numel", "pattern_of",
            "resolve_shapes"]
 
 

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import onnx
+import onnx_ir as ir
+from onnx_ir import passes as ir_passes
 
 from ..errors import OnnxcompError
 
@@ -45,7 +47,9 @@ class PassResult:
 
 
 class GraphPass(ABC):
-    """A rewrite of a training graph: ``run(model) -> PassResult``; the input model is never mutated."""
+    """A rewrite of a training graph on protobuf: ``run(model) -> PassResult``; the input model is never
+    mutated. Transitional: passes are moving to ``OnnxcompPass`` (onnx-ir); a ``GraphPass`` still runs inside
+    a transform through ``ProtoPassAdapter``."""
 
     name: str
 
@@ -111,3 +115,212 @@ def check_model(model: onnx.ModelProto, where: str) -> None:
         onnx.checker.check_model(probe, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
         raise OnnxcompError(f"{where}: the rewritten graph failed onnx.checker: {str(exc).splitlines()[0]}") from None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Passes on onnx-ir: one IR per transform, composed with onnx-ir's PassManager.
+
+class PassPreconditionError(OnnxcompError, ir_passes.PreconditionError):
+    """A pass's ``requires`` failed: the graph is not one this pass can rewrite (one line: what, where)."""
+
+
+class PassPostconditionError(OnnxcompError, ir_passes.PostconditionError):
+    """A pass's ``ensures`` failed: the rewritten graph breaks a rule (a bug in the pass, not the input)."""
+
+
+@dataclass
+class PassOutcome(ir_passes.PassResult):
+    """onnx-ir's ``PassResult(model, modified)`` with what the pass did: its records and the candidates it
+    left. ``modified`` is honest: False when the graph is exactly as before."""
+    records: list[PassRecord] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+
+
+@dataclass
+class RunLog:
+    """The per-run record sink: every pass of one run appends what it did here (PassManager keeps only the
+    last result). Lives in the model's ``meta`` (never serialised) for the run."""
+    records: list[PassRecord] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    modified_by: list[str] = field(default_factory=list)
+
+    def collect(self, name: str, outcome: PassOutcome) -> None:
+        self.records += outcome.records
+        self.skipped += [s.to_dict() | {"pass": name} for s in outcome.skipped]
+        if outcome.modified:
+            self.modified_by.append(name)
+
+
+_RUN_LOG_KEY = "onnxcomp.run_log"
+
+
+def run_log_of(model: ir.Model) -> RunLog:
+    log = model.meta.get(_RUN_LOG_KEY)
+    if log is None:
+        log = model.meta[_RUN_LOG_KEY] = RunLog()
+    return log
+
+
+class OnnxcompPass(ir_passes.InPlacePass):
+    """An onnxcomp rewrite as an onnx-ir in-place pass: ``call(model) -> PassOutcome(model, modified, ...)``.
+
+    ``requires``: a training graph (and, with ``needs_static_parameters``, parameters of static shape).
+    ``ensures``: the rewritten graph passes onnx.checker (wiring alone for a pass without ``full_check``)
+    and every decoder and recompute clone is gated
+    (cannot run before backward) — checked once per graph state, so a pass that changed nothing costs
+    nothing. Errors of either are onnxcomp's one-line errors. Graph facts come from ``analysis_of(model)``
+    (cached; dropped when a pass reports ``modified``); records go to the run's ``RunLog``.
+    """
+
+    name: str
+    needs_static_parameters: bool = False
+    # False for a pass that only reorders nodes (eager_accumulation also appends its bool And chain): it is
+    # checked for wiring (topological order) and gates, without the full onnx.checker.
+    full_check: bool = True
+
+    def requires(self, model: ir.Model) -> None:
+        from ..analysis import TensorClass, find_boundary
+        from ..analysis.cached import state_of
+
+        state = state_of(model)
+        try:   # a training graph: the boundary finds a backward pass (cheap; the full analysis only if cached)
+            analysis = state.analysis
+            if analysis is None:
+                find_boundary(state.proto.graph)
+        except OnnxcompError as exc:
+            raise PassPreconditionError(f"{self.name} pass: {exc}") from None
+        if self.needs_static_parameters:
+            from ..analysis.cached import analysis_of
+
+            analysis = analysis_of(model)
+            dynamic = [n for n, t in analysis.tensors.items() if t.cls is TensorClass.PARAMETER and t.shape is None]
+            if dynamic:
+                raise PassPreconditionError(f"{self.name} pass: parameter {dynamic[0]!r} has no static shape; "
+                                            "export the model with fixed parameter shapes")
+
+    def ensures(self, model: ir.Model) -> None:
+        from ..analysis import find_boundary
+        from ..analysis.cached import state_of
+        from ..validate import wiring_problems
+
+        state = state_of(model)
+        if state.checked:
+            return
+        where = f"{self.name} pass"
+        if not self.full_check:
+            problems = wiring_problems(state.proto)
+            if problems:
+                raise PassPostconditionError(f"{where}: the rewritten graph is mis-wired: {problems[0]}")
+        else:
+            try:
+                check_model(state.proto, where)
+            except OnnxcompError as exc:
+                raise PassPostconditionError(str(exc)) from None
+        analysis = state.analysis
+        boundary = analysis.boundary if analysis is not None else find_boundary(state.proto.graph, where)
+        ungated = ungated_nodes(list(state.proto.graph.node), boundary)
+        if ungated:
+            raise PassPostconditionError(f"{where}: node {ungated[0]!r} (a decoder or recompute clone) can run "
+                                         "before backward starts: nothing it reads comes from backward")
+        state.checked = True
+
+    def __call__(self, model_or_result: ir.Model | ir_passes.PassResult, /) -> PassOutcome:
+        model = model_or_result.model if isinstance(model_or_result, ir_passes.PassResult) else model_or_result
+        from ..analysis.cached import current_state, invalidate
+
+        self.requires(model)
+        before = current_state(model)
+        outcome = self.call(model)
+        if not isinstance(outcome, PassOutcome) or outcome.model is not model:
+            raise ir_passes.PassError(f"{self.name}: call() must return PassOutcome(model, ...) for the model "
+                                      "it was given (an in-place pass)")
+        if outcome.modified:
+            invalidate(model, unless_replaced_since=before)
+        run_log_of(model).collect(self.name, outcome)
+        self.ensures(model)
+        return outcome
+
+    @abstractmethod
+    def call(self, model: ir.Model) -> PassOutcome: ...
+
+    def run(self, model: onnx.ModelProto) -> PassResult:
+        """This pass on a ``ModelProto`` (for callers outside a transform): one load into onnx-ir, one
+        serialisation; ``model`` is not mutated."""
+        from ..analysis.cached import adopt_snapshot, snapshot_of
+
+        ir_model = ir.serde.deserialize_model(model)
+        adopt_snapshot(ir_model, model, checked=True)
+        outcome = self(ir_model)
+        out = snapshot_of(ir_model)
+        if out is model:          # unchanged: still a model of the caller's own, as protobuf passes return
+            out = self.copy_proto(model)
+        return PassResult(out, outcome.records, outcome.skipped, changed=outcome.modified)
+
+    @staticmethod
+    def copy_proto(model: onnx.ModelProto) -> onnx.ModelProto:
+        out = onnx.ModelProto()
+        out.CopyFrom(model)
+        return out
+
+
+class ProtoPassAdapter(OnnxcompPass):
+    """TRANSITIONAL: runs a protobuf ``GraphPass`` (``run(ModelProto) -> PassResult``) unchanged inside the
+    onnx-ir pass manager, until it is ported to ``OnnxcompPass``. It hands the pass the model's cached
+    snapshot (so ``analysis_of(snapshot)`` inside it is the cached analysis) and, when the pass modified the
+    graph, loads the pass's output back into the same ``ir.Model`` — one deserialisation per modifying run.
+    Delete it once no ``GraphPass`` is left."""
+
+    def __init__(self, inner: GraphPass) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    def requires(self, model: ir.Model) -> None:
+        pass   # the protobuf pass checks its own preconditions (require_training_graph), as before
+
+    def call(self, model: ir.Model) -> PassOutcome:
+        from ..analysis.cached import replace_contents, snapshot_of
+
+        result = self.inner.run(snapshot_of(model))
+        if result.modified:
+            replace_contents(model, result.model)
+        return PassOutcome(model, result.modified, list(result.records), list(result.skipped))
+
+    def __repr__(self) -> str:
+        return f"ProtoPassAdapter({self.inner.name})"
+
+
+def as_ir_pass(p: OnnxcompPass | GraphPass) -> OnnxcompPass:
+    """``p`` as an onnx-ir pass (a protobuf ``GraphPass`` behind the transitional adapter)."""
+    return p if isinstance(p, OnnxcompPass) else ProtoPassAdapter(p)
+
+
+def run_passes(model: ir.Model, passes: list[OnnxcompPass | GraphPass]) -> RunLog:
+    """Run ``passes`` in order on ``model`` (in place) with onnx-ir's PassManager; returns the run's records.
+    An onnxcomp error inside a pass comes out as itself (one line), not wrapped in PassManager's errors."""
+    log = model.meta[_RUN_LOG_KEY] = RunLog()
+    if passes:
+        try:
+            ir_passes.PassManager([as_ir_pass(p) for p in passes], steps=1)(model)
+        except ir_passes.PassError as exc:
+            cause: BaseException | None = exc
+            while isinstance(cause, ir_passes.PassError) and cause.__cause__ is not None:
+                cause = cause.__cause__
+            raise cause from None
+    del model.meta[_RUN_LOG_KEY]
+    return log
+
+
+def ungated_nodes(nodes: list[onnx.NodeProto], boundary: Any) -> list[str]:
+    """Names of decoders and recompute clones that nothing made in backward feeds (by data flow: the
+    boundary of ``nodes``' graph): ORT could run them during the forward pass, holding their output as long
+    as the stash they replace."""
+    bad = []
+    for k, node in enumerate(nodes):
+        is_decoder = (op := contract.codec_op(node.domain, node.op_type)) is not None and op.role == "decode"
+        if (is_decoder or CLONE_MARK in node.name) and not boundary.is_backward(k):
+            bad.append(node.name)
+    return bad
+
+
+# Recompute clones are named "<node>__recompute" (passes.recompute).
+CLONE_MARK = "__recompute"

@@ -23,25 +23,27 @@ the same kernel runs on the same inputs, so losses and parameters stay bit-ident
 from __future__ import annotations
 
 import onnx
+import onnx_ir as ir
 from onnx import helper
 
-from ..analysis import GraphAnalysis, analyze_model
+from ..analysis import GraphAnalysis, analysis_of
 from ..errors import OnnxcompError
-from .base import GraphPass, PassResult, Skipped, check_model, require_training_graph
-from .editor import GraphEditor
+from .base import OnnxcompPass, PassOutcome, Skipped
+from .editor import IrGraphEditor
 from .records import PassRecord
-from .eager_accumulation import ACCUMULATORS, CHAIN_PREFIX
+from .eager_accumulation import ACCUMULATORS, CHAIN_PREFIX, EagerAccumulationPass
 
 DEFAULT_MIN_BYTES = 1 << 20
 # Names of everything this pass adds: a re-run recognises deferred producers by their gated input.
 GATE_SUFFIX = "__deferred_gated"
 
 
-class DeferWeightGradientPass(GraphPass):
+class DeferWeightGradientPass(OnnxcompPass):
     """min_bytes: smallest weight gradient worth deferring. force: defer every candidate without asking
     the planner (for tests and measurements)."""
 
     name = "defer_weight_grad"
+    needs_static_parameters = True
 
     def __init__(self, min_bytes: int = DEFAULT_MIN_BYTES, force: bool = False) -> None:
         if min_bytes < 0:
@@ -49,40 +51,41 @@ class DeferWeightGradientPass(GraphPass):
         self.min_bytes = min_bytes
         self.force = force
 
-    def run(self, model: onnx.ModelProto) -> PassResult:
-        require_training_graph(model)
-        result = PassResult(self.copy(model))
-        analysis = analyze_model(result.model)
+    def call(self, model: ir.Model) -> PassOutcome:
+        outcome = PassOutcome(model, False)
+        analysis = analysis_of(model)
         anchor = _anchor_gradient(analysis)
         if anchor is None:
-            return result
+            return outcome
         candidates, skipped = _candidates(analysis, anchor, self.min_bytes)
-        result.skipped.extend(skipped)
+        outcome.skipped.extend(skipped)
         if not candidates:
-            return result
+            return outcome
         from ..planner.predict import predicted_peak
 
-        current = result.model
-        peak = None if self.force else predicted_peak(current)
+        current = model
+        peak = None if self.force else predicted_peak(analysis.model)
         for producer_name, nbytes in candidates:
-            trial = _defer(current, producer_name, anchor)
+            # Each candidate is tried on a clone: kept only if the planner predicts a lower peak.
+            trial = current.clone()
+            _defer(trial, producer_name, anchor, analysis)
             record: dict[str, object] = {"producer": producer_name, "gradient_bytes": nbytes,
                                          "after": anchor, "pass": self.name}
             if peak is not None:
-                new_peak = predicted_peak(trial)
+                new_peak = predicted_peak(ir.serde.serialize_model(trial))
                 record.update(predicted_peak_before=peak, predicted_peak_after=new_peak)
                 if new_peak >= peak:
-                    result.skipped.append(Skipped(producer_name, "weight gradient",
-                                                  f"deferring it would not lower the predicted peak "
-                                                  f"({peak / 2**20:.1f} -> {new_peak / 2**20:.1f} MiB)"))
+                    outcome.skipped.append(Skipped(producer_name, "weight gradient",
+                                                   f"deferring it would not lower the predicted peak "
+                                                   f"({peak / 2**20:.1f} -> {new_peak / 2**20:.1f} MiB)"))
                     continue
                 peak = new_peak
             current = trial
-            result.records.append(PassRecord("deferred", self.name, producer_name, record))
-        if result.records:
-            check_model(current, "defer_weight_grad pass")
-        result.model = current
-        return result
+            outcome.records.append(PassRecord("deferred", self.name, producer_name, record))
+        if current is not model:
+            model.graph = current.graph     # the accepted trial's graph (the model object stays: in place)
+        outcome.modified = bool(outcome.records)
+        return outcome
 
 
 def _ancestor_counts(analysis: GraphAnalysis) -> list[int]:
@@ -145,7 +148,7 @@ def _candidates(analysis: GraphAnalysis, anchor: str,
             skipped.append(Skipped(grad, "weight gradient", f"its inputs ({held} B) are not smaller than the "
                                    f"gradient ({nbytes} B): holding them to the end would cost more"))
             continue
-        if _gate_input(analysis, node) is None:
+        if _gate_input(analysis, list(node.input)) is None:
             skipped.append(Skipped(grad, "weight gradient", "no float input of static shape to gate on"))
             continue
         found.append((node.name, nbytes))
@@ -153,47 +156,49 @@ def _candidates(analysis: GraphAnalysis, anchor: str,
     return found, skipped
 
 
-def _gate_input(analysis: GraphAnalysis, node: onnx.NodeProto) -> int | None:
+def _gate_input(analysis: GraphAnalysis, inputs: list[str]) -> int | None:
     """Index of the input to gate: a float tensor with a static shape produced in the graph (dY)."""
-    for k, name in enumerate(node.input):
+    for k, name in enumerate(inputs):
         t = analysis.tensors.get(name) if name else None
         if t is not None and t.producer is not None and t.shape is not None and t.type.dtype.kind == "f":
             return k
     return None
 
 
-def _defer(model: onnx.ModelProto, producer_name: str, anchor: str) -> onnx.ModelProto:
-    """A copy of ``model`` with ``producer_name`` gated on ``anchor`` and moved right after its producer."""
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    analysis = analyze_model(out)
-    graph = out.graph
-    nodes = [n for n in graph.node]
-    idx = next(i for i, n in enumerate(nodes) if n.name == producer_name)
-    node = nodes[idx]
-    k = _gate_input(analysis, node)
+def _defer(model: ir.Model, producer_name: str, anchor: str, analysis: GraphAnalysis) -> None:
+    """Gate ``producer_name``'s dY input on ``anchor`` and move it (with its accumulators) right after the
+    anchor's producer, in place. ``analysis``: of the graph before any deferral (tensor shapes and types)."""
+    graph = model.graph
+    node = graph.node(producer_name)
+    k = _gate_input(analysis, [v.name if v is not None else "" for v in node.inputs])
     assert k is not None
-    gated, elem_anchor = node.input[k], analysis.tensors[anchor]
-    shape = list(analysis.tensors[gated].shape)
-    editor = GraphEditor(graph, prefix=gated.replace("/", "_").strip("_") + "__deferred")
-    view = editor.gate(gated, after=anchor, shape=shape, elem=helper.np_dtype_to_tensor_dtype(
-        analysis.tensors[gated].type.dtype), after_elem=helper.np_dtype_to_tensor_dtype(elem_anchor.type.dtype),
-        name=f"{gated}{GATE_SUFFIX}")
-    gate = editor.nodes
-    graph.value_info.extend(editor.infos)
-    node.input[k] = view
+    gated, anchor_value = node.inputs[k], _value(graph, anchor)
+    info = analysis.tensors[gated.name]
+    editor = IrGraphEditor(graph, prefix=gated.name.replace("/", "_").strip("_") + "__deferred")
+    view = editor.gate(gated, after=anchor_value, shape=list(info.shape), elem=_elem(info),
+                       after_elem=_elem(analysis.tensors[anchor]), name=f"{gated.name}{GATE_SUFFIX}")
+    node.replace_input_with(k, view)
     # The producer and its accumulators move behind the anchor's producer (and its accumulator, if eager).
-    moving = [node] + [n for n in nodes if n.op_type in ACCUMULATORS and any(o in n.input for o in node.output)]
-    chain = [n for n in nodes if n.op_type == "And" and n.name.startswith(CHAIN_PREFIX)]
-    rest = [n for n in nodes if not any(n is m for m in moving + chain)]
-    pos = next(i for i, n in enumerate(rest) if anchor in n.output) + 1
-    while pos < len(rest) and rest[pos].op_type in ACCUMULATORS and anchor in rest[pos].input:
+    accumulators = {u.node for o in node.outputs for u in o.uses() if u.node.op_type in ACCUMULATORS}
+    moving = [node] + [n for n in graph if n in accumulators]
+    chain = [n for n in graph if n.op_type == "And" and (n.name or "").startswith(CHAIN_PREFIX)]
+    graph.remove(moving)
+    if chain:
+        graph.remove(chain, safe=True)
+    after = anchor_value.producer()
+    readers = {u.node for u in anchor_value.uses() if u.node.op_type in ACCUMULATORS}
+    nodes = list(graph)
+    pos = nodes.index(after)
+    while pos + 1 < len(nodes) and nodes[pos + 1] in readers:
         pos += 1
-    new_nodes = rest[:pos] + gate + moving + rest[pos:]
-    del graph.node[:]
-    graph.node.extend(new_nodes)
+    graph.insert_after(nodes[pos], editor.nodes + moving)
     if chain:   # the accumulator order changed: rebuild the order chain for it
-        from .eager_accumulation import EagerAccumulationPass
+        EagerAccumulationPass().call(model)
 
-        out = EagerAccumulationPass().run(out).model
-    return out
+
+def _value(graph: ir.Graph, name: str) -> ir.Value:
+    return next(v for n in graph for v in n.outputs if v.name == name)
+
+
+def _elem(info) -> ir.DataType:
+    return ir.DataType(helper.np_dtype_to_tensor_dtype(info.type.dtype))

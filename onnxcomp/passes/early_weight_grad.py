@@ -16,36 +16,37 @@ graphs ConvGrad makes dX and dW together and EagerAccumulationPass already place
 """
 from __future__ import annotations
 
-import onnx
+import onnx_ir as ir
 
-from ..analysis import analyze_model
-from .base import GraphPass, PassResult, require_training_graph
+from ..analysis import analysis_of
+from .base import OnnxcompPass, PassOutcome
 from .records import PassRecord
 
 _ACCUMULATORS = ("InPlaceAccumulatorV2", "InPlaceAccumulator")
 _TRANSFORMER_GRADS = ("LayerNormalizationGrad", "SimplifiedLayerNormalizationGrad", "SoftmaxGrad", "SoftmaxGrad_13")
 
 
-class EarlyWeightGradientPass(GraphPass):
+class EarlyWeightGradientPass(OnnxcompPass):
     name = "early_weight_grad"
+    full_check = False   # reorders nodes: wiring and gates are checked
 
-    def run(self, model: onnx.ModelProto) -> PassResult:
-        require_training_graph(model)
-        result = PassResult(self.copy(model))
-        graph = result.model.graph
-        if not any(n.op_type in _TRANSFORMER_GRADS for n in graph.node):
-            return result
-        analysis = analyze_model(model)
-        nodes = list(graph.node)
+    def call(self, model: ir.Model) -> PassOutcome:
+        outcome = PassOutcome(model, False)
+        graph = model.graph
+        nodes = list(graph)
+        if not any(n.op_type in _TRANSFORMER_GRADS for n in nodes):
+            return outcome
+        analysis = analysis_of(model)      # node indices are the IR graph's: the snapshot is this graph
+        index = {n: i for i, n in enumerate(nodes)}
         # Backward region: ORT's backward nodes, plus nodes placed among them that read only forward tensors
         # (the Reshape of A ahead of a weight-gradient Gemm), which data flow alone calls forward.
         grad_nodes = set(analysis.boundary.backward)
         region = set(range(min(grad_nodes), len(nodes))) if grad_nodes else set()
-        producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
-        consumers: dict[str, list[int]] = {}
-        for i, n in enumerate(nodes):
-            for name in n.input:
-                consumers.setdefault(name, []).append(i)
+
+        def producer(v: ir.Value | None) -> int | None:
+            node = v.producer() if v is not None else None
+            return index.get(node) if node is not None else None
+
         # Weight-gradient branches, found from the back: backward nodes whose outputs reach exactly one
         # gradient accumulator (the data path, dX, reaches the accumulators of every earlier layer).
         reach: dict[int, frozenset[int]] = {}
@@ -54,32 +55,32 @@ class EarlyWeightGradientPass(GraphPass):
             if nodes[i].op_type in _ACCUMULATORS:
                 reach[i] = frozenset({i})
             else:
-                readers = {c for o in nodes[i].output if o for c in consumers.get(o, [])}
+                readers = {index[u.node] for o in nodes[i].outputs for u in o.uses() if u.node in index}
                 reach[i] = frozenset().union(*(reach.get(c, frozenset({-1})) for c in readers))
             if len(reach[i]) == 1 and -1 not in reach[i]:
                 branch.add(i)
         if not branch:
-            return result
+            return outcome
         # Active branch nodes read a gradient (directly or through the branch); passive ones (views of forward
         # tensors) are emitted only when an active one needs them, so nothing is made earlier than needed.
         active: set[int] = set()
         for i in sorted(branch):
-            if any(producer.get(x) in grad_nodes or producer.get(x) in active for x in nodes[i].input):
+            if any(producer(x) in grad_nodes or producer(x) in active for x in nodes[i].inputs):
                 active.add(i)
-        produced = {i.name for i in graph.input} | {i.name for i in graph.initializer} | {""}
+        produced: set[ir.Value | None] = {None, *graph.inputs, *graph.initializers.values()}
         pending = set(branch)
         order: list[int] = []
 
         def ready(i: int) -> bool:
-            return all(x in produced or (producer.get(x) in pending and producer[x] not in active
-                                         and ready(producer[x])) for x in nodes[i].input)
+            return all(x in produced or ((p := producer(x)) in pending and p not in active and ready(p))
+                       for x in nodes[i].inputs)
 
         def emit(i: int) -> None:
-            for x in nodes[i].input:
-                if x not in produced and producer.get(x) in pending:
-                    emit(producer[x])
+            for x in nodes[i].inputs:
+                if x not in produced and (p := producer(x)) in pending:
+                    emit(p)
             order.append(i)
-            produced.update(nodes[i].output)
+            produced.update(nodes[i].outputs)
             pending.discard(i)
 
         def release() -> None:
@@ -95,7 +96,7 @@ class EarlyWeightGradientPass(GraphPass):
             if i in branch:
                 continue
             order.append(i)
-            produced.update(n.output)
+            produced.update(n.outputs)
             if i in region:
                 release()
         release()
@@ -103,10 +104,11 @@ class EarlyWeightGradientPass(GraphPass):
             emit(i)
         for k, i in enumerate(order):
             if i in branch and k != i:
-                name = nodes[i].name or nodes[i].output[0]
-                result.records.append(PassRecord("moved", self.name, name, {
+                name = nodes[i].name or nodes[i].outputs[0].name
+                outcome.records.append(PassRecord("moved", self.name, name, {
                     "node": name, "op": nodes[i].op_type, "pass": self.name, "from": i, "to": k}))
         if order != list(range(len(nodes))):
-            del graph.node[:]
-            graph.node.extend(nodes[i] for i in order)
-        return result
+            graph.remove(nodes)                  # not "safe": every node keeps its inputs, only the order changes
+            graph.extend(nodes[i] for i in order)
+            outcome.modified = True
+        return outcome

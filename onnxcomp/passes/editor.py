@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import onnx
+import onnx_ir as ir
 from onnx import TensorProto, helper
 
 # Shared int64 constants of the one-element slices that read one element of a tensor.
@@ -36,6 +38,12 @@ def taken_names(graph: onnx.GraphProto) -> set[str]:
     """Every tensor and node name in use in ``graph`` (what unique_name must avoid)."""
     return {o for n in graph.node for o in n.output} | {n.name for n in graph.node} | \
         {i.name for i in graph.input} | {i.name for i in graph.initializer} | {o.name for o in graph.output}
+
+
+def ir_taken_names(graph: ir.Graph) -> set[str]:
+    """Every value and node name in use in the onnx-ir ``graph`` (what unique_name must avoid)."""
+    names = {n.name for n in graph if n.name} | {v.name for n in graph for v in n.outputs if v.name}
+    return names | {v.name for v in graph.inputs if v.name} | set(graph.initializers)
 
 
 def trigger_constants(graph: onnx.GraphProto) -> tuple[str, str, str]:
@@ -164,3 +172,87 @@ class GraphEditor:
         view = self.typed(unique_name(name, self.taken), elem, shape) if name else self.tensor("gated", elem, shape)
         self.node("Reshape", [value, view_shape], [view], name=unique_name(f"{view}__reshape", self.taken))
         return view
+
+
+class IrGraphEditor:
+    """The graph editor on onnx-ir: names new values and nodes, types outputs, adds constants and builds the
+    one ordering gate, ``gate(value, after=...)``. Nodes are collected in ``.nodes`` (the pass places them
+    with ``graph.insert_after``/``insert_before``); constants go straight into the graph's initializers.
+    The protobuf ``GraphEditor`` above serves the passes not yet ported to onnx-ir (transitional)."""
+
+    def __init__(self, graph: ir.Graph, taken: set[str] | None = None, prefix: str = "onnxcomp",
+                 sep: str = "_") -> None:
+        self.graph = graph
+        self.taken = taken if taken is not None else ir_taken_names(graph)
+        self.prefix, self.sep = prefix, sep
+        self.nodes: list[ir.Node] = []
+
+    # -- names and types ---------------------------------------------------------------------------------
+    def name(self, base: str) -> str:
+        return unique_name(f"{self.prefix}{self.sep}{base}", self.taken)
+
+    def node(self, op: str, inputs: list[ir.Value], outputs: list[tuple[str, ir.DataType, list[int] | None]], *,
+             name: str, domain: str = "", **attrs: Any) -> ir.Node:
+        """A node whose outputs are named and typed as given: (name, element type, shape or None)."""
+        node = ir.Node(domain, op, inputs, ir.convenience.convert_attributes(attrs), num_outputs=len(outputs),
+                       name=name)
+        for value, (out, elem, shape) in zip(node.outputs, outputs):
+            value.name, value.type = out, ir.TensorType(elem)
+            if shape is not None:
+                value.shape = ir.Shape(shape)
+        self.nodes.append(node)
+        return node
+
+    def op(self, op: str, inputs: list[ir.Value], base: str, elem: ir.DataType, shape: list[int] | None,
+           *, out: str | None = None, domain: str = "", **attrs: Any) -> ir.Value:
+        """One node with one typed output (named ``out`` exactly, else ``<prefix>_<base>``)."""
+        name = unique_name(out, self.taken) if out else self.name(base)
+        return self.node(op, inputs, [(name, elem, shape)], name=unique_name(f"{name}__{op.lower()}", self.taken),
+                         domain=domain, **attrs).outputs[0]
+
+    # -- constants ---------------------------------------------------------------------------------------
+    def shared_const(self, name: str, values: list[int], dims: list[int] | None = None) -> ir.Value:
+        """An int64 initializer called exactly ``name``, added once however often it is asked for."""
+        existing = self.graph.initializers.get(name)
+        if existing is not None:
+            return existing
+        array = np.array(values, dtype=np.int64).reshape(dims if dims is not None else [len(values)])
+        value = ir.Value(name=name, type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape(array.shape),
+                         const_value=ir.tensor(array, name=name))
+        self.graph.register_initializer(value)
+        self.taken.add(name)
+        return value
+
+    # -- ordering ----------------------------------------------------------------------------------------
+    def zero_after(self, after: ir.Value, elem: ir.DataType | None = None, base: str | None = None) -> ir.Value:
+        """An int64 [1] zero that exists only once ``after`` (element type ``elem``, default its own) does:
+        ``Cast(Less(t, t), int64)`` on one element ``t`` of it (cast to float first for float16: ORT's CPU
+        Less has no float16 kernel)."""
+        start, end, minus_one = (self.shared_const(n, v) for n, v in TRIGGER_CONSTANTS)
+        base = base or f"{self.prefix}{self.sep}gate"
+        elem = elem if elem is not None else after.dtype
+        if elem is None:
+            raise ValueError(f"zero_after: the element type of {after.name!r} is unknown; pass it")
+        flat = self.op("Reshape", [after, minus_one], "", elem, None, out=f"{base}_flat")
+        one = self.op("Slice", [flat, start, end], "", elem, [1], out=f"{base}_trigger")
+        if elem == ir.DataType.FLOAT16:
+            one = self.op("Cast", [one], "", ir.DataType.FLOAT, [1], out=f"{base}_f32", to=ir.DataType.FLOAT)
+        less = self.op("Less", [one, one], "", ir.DataType.BOOL, [1], out=f"{base}_less")
+        return self.op("Cast", [less], "", ir.DataType.INT64, [1], out=f"{base}_zero", to=ir.DataType.INT64)
+
+    def gate(self, value: ir.Value, after: ir.Value, *, shape: list[int] | None = None,
+             elem: ir.DataType | None = None, after_elem: ir.DataType | None = None, name: str | None = None,
+             zero: ir.Value | None = None) -> ir.Value:
+        """A zero-copy view of ``value`` that no node can read before ``after`` exists:
+        ``Reshape(value, shape + zero_after(after))``. ``shape``/``elem``/``after_elem`` default to what the
+        values declare (the analysis knows them when the graph does not); ``zero``: one already made for
+        ``after``; ``name``: the view's name (default ``<prefix>_gated``)."""
+        if shape is None:
+            if value.shape is None or not value.shape.is_static():
+                raise ValueError(f"gate: {value.name!r} needs a static shape")
+            shape = [int(d) for d in value.shape]
+        elem = elem if elem is not None else value.dtype
+        zero = zero or self.zero_after(after, after_elem)
+        dims = self.shared_const(f"onnxcomp_shape_{'x'.join(map(str, shape)) or 'scalar'}", shape, [len(shape)])
+        view_shape = self.op("Add", [dims, zero], "gate_shape", ir.DataType.INT64, [len(shape)])
+        return self.op("Reshape", [value, view_shape], "gated", elem, shape, out=name)

@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from ..analysis import GraphAnalysis, StashedTensor, analyze_model, numel
+from ..analysis import GraphAnalysis, StashedTensor, analysis_of, numel
 from ..custom_ops import checked_params, contract
 from ..custom_ops.contract import decode_op as decode_op_type, encode_op as encode_op_type  # noqa: F401
 from .records import PassRecord
@@ -88,7 +88,7 @@ class EncodeStashPass(GraphPass):
         return [helper.np_dtype_to_tensor_dtype(np.dtype(d)) for d in get_codec(codec).payload_dtypes]
 
     def run(self, model: onnx.ModelProto) -> PassResult:
-        analysis = analyze_model(model)
+        analysis = analysis_of(model)
         result = PassResult(self.copy(model))
         choices: list[tuple[StashedTensor, Encoding]] = []
         for stash in analysis.stashed:

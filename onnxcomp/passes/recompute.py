@@ -28,7 +28,7 @@ from typing import Any
 import onnx
 from onnx import TensorProto, helper
 
-from ..analysis import GraphAnalysis, StashedTensor, analyze_model
+from ..analysis import GraphAnalysis, StashedTensor, analysis_of
 from ..analysis.patterns import StashUse
 from ..custom_ops import contract
 from ..errors import OnnxcompError
@@ -133,7 +133,7 @@ class RecomputePass(GraphPass):
     # -- selection -------------------------------------------------------------------------------------
     def run(self, model: onnx.ModelProto) -> PassResult:
         require_training_graph(model)
-        analysis = analyze_model(model)
+        analysis = analysis_of(model)
         result = PassResult(self.copy(model))
         graph = analysis.model.graph
         by_name = {s.name: s for s in analysis.stashed}

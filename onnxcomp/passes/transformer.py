@@ -26,7 +26,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from ..analysis import GraphAnalysis, StashedTensor, analyze_model
+from ..analysis import GraphAnalysis, StashedTensor, analysis_of
 from ..analysis.patterns import BITMASK, RECOMPUTE
 from .base import GraphPass, PassResult, Skipped, ensure_opset, require_training_graph
 from .early_weight_grad import EarlyWeightGradientPass
@@ -108,7 +108,7 @@ class AttentionDropoutRecomputePass(GraphPass):
 
     def run(self, model: onnx.ModelProto) -> PassResult:
         require_training_graph(model)
-        analysis = analyze_model(model)
+        analysis = analysis_of(model)
         result = PassResult(self.copy(model))
         graph = result.model.graph
         stashes = {s.name: s for s in analysis.stashed}

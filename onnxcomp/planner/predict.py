@@ -32,9 +32,9 @@ def predicted_live(model: onnx.ModelProto, eager_accumulation: bool = True) -> t
     """The graph the prediction was made on (accumulators moved, see predicted_peak) and the bytes
     predicted live at each of its nodes."""
     if eager_accumulation:
-        from ..passes.eager_accumulation import EagerAccumulationPass  # the order "rows" leaves behind
+        from ..passes.eager_accumulation import eager_order  # the order "rows" leaves behind
 
-        model = EagerAccumulationPass().run(model).model
+        model = eager_order(model)
     analysis = analyze_model(model)
     n = len(model.graph.node)
     live = np.zeros(n, dtype=np.int64)
