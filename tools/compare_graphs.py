@@ -3,7 +3,7 @@
 usage: python tools/compare_graphs.py A.onnx B.onnx [A2.onnx B2.onnx ...]
 
 Every tensor is renamed by where it comes from: a graph input by its position, an initializer by its dtype,
-dims and bytes, a node output by (node index, output slot); trailing empty optional slots are dropped
+dims and values, a node output by (node index, output slot); trailing empty optional slots are dropped
 (onnx-ir does not write them). Then the node lists must match exactly (op type,
 domain, attributes, renamed inputs and outputs) and so must the graph outputs. Prints one line per pair,
 exits 1 if any pair differs.
@@ -14,6 +14,7 @@ import hashlib
 import sys
 
 import onnx
+import onnx.numpy_helper
 
 
 def canonical(model: onnx.ModelProto) -> tuple[list[tuple], list[str]]:
@@ -22,10 +23,8 @@ def canonical(model: onnx.ModelProto) -> tuple[list[tuple], list[str]]:
     for k, i in enumerate(g.input):
         name[i.name] = f"in{k}"
     for t in g.initializer:
-        anonymous = onnx.TensorProto()
-        anonymous.CopyFrom(t)
-        anonymous.name = ""
-        digest = hashlib.sha1(anonymous.SerializeToString(deterministic=True)).hexdigest()[:12]
+        # By value: the same tensor may be stored as raw_data or as typed fields (onnx-ir writes raw_data).
+        digest = hashlib.sha1(onnx.numpy_helper.to_array(t).tobytes()).hexdigest()[:12]
         name[t.name] = f"init:{t.data_type}:{list(t.dims)}:{digest}"
     nodes = []
     for k, n in enumerate(g.node):
