@@ -26,6 +26,7 @@ from typing import Any
 
 import onnx
 
+from onnxcomp.errors import OnnxcompError
 from onnxcomp.planner.cost_model import CostModel, CostModelWarning, NodeTimes, node_features, node_weights, predict_step
 from onnxcomp.runtime.session import RuntimeSettings
 
@@ -87,7 +88,14 @@ def run(args: argparse.Namespace) -> None:
                        predicted_overhead_s=pred.overhead, cost_source=cost.source)
             if "measured_s" not in rec or args.remeasure:
                 load0 = os.getloadavg()[0]
-                m = measure(art, model=g, steps=args.steps, settings=settings)
+                try:
+                    m = measure(art, model=g, steps=args.steps, settings=settings)
+                except OnnxcompError as exc:  # e.g. a native crash under these settings: recorded, next graph
+                    rec["error"] = str(exc).splitlines()[0][:400]
+                    print(f"[{key}] {g}: measurement failed: {rec['error']}", flush=True)
+                    _save(out, data)
+                    continue
+                rec.pop("error", None)
                 rec.update(measured_s=m.step_time_s, measured_steps_s=m.step_times_s, load=[load0, os.getloadavg()[0]])
             if args.codec_error and pred.codec_nodes and name == "measure" and ("codec_profile" not in rec or args.reprofile):
                 p = profile_node_seconds(art, model=g, steps=1, settings=settings)
@@ -130,6 +138,11 @@ def report(path: Path) -> None:
         ne = f"{r[7]:.1%}" if r[7] is not None else "—"
         re_ = f"{r[9]:+.1%}" if r[9] is not None else "—"
         print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]:.3f} | {r[4]:.3f} | {r[5]:+.1%} | {re_} | {ce} | {ne} | {r[8]:.1f} |")
+    for key, entry in sorted(data["runs"].items()):
+        for g, rec in entry["graphs"].items():
+            if "error" in rec:
+                print(f"| {Path(entry['dir']).name} | {entry['settings']} | {g.removesuffix('.onnx')} | "
+                      f"{rec['predicted_s']:.3f} | failed: {rec['error'][:160]} | | | | | |")
     if rows:
         errs = [abs(r[5]) for r in rows]
         within = sum(e <= 0.10 for e in errs)
