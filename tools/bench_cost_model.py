@@ -111,6 +111,34 @@ def run(args: argparse.Namespace) -> None:
             _save(out, data)
 
 
+def repredict(path: Path, cost_path: str | None) -> None:
+    """Redo every stored prediction with the current cost model and each entry's stored baseline profile
+    (predictions are a function of profile, model and graph; the measurements stay as they were)."""
+    data = _load(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CostModelWarning)
+        cost = CostModel.load(cost_path)
+    for key, entry in data["runs"].items():
+        if "profile" not in entry:
+            continue
+        art = Path(entry["dir"])
+        prof = NodeTimes.from_dict(entry["profile"])
+        base_graph = onnx.load(str(art / "training_model.onnx"), load_external_data=False)
+        prof.features, prof.weights = node_features(base_graph), node_weights(base_graph)
+        for g, rec in entry["graphs"].items():
+            if not (art / g).exists():
+                continue
+            pred = predict_step(onnx.load(str(art / g), load_external_data=False), cost, prof)
+            rec.update(predicted_s=pred.total, predicted_ort_s=pred.ort_ops, predicted_codec_s=pred.codec_ops,
+                       predicted_overhead_s=pred.overhead, cost_source=cost.source)
+            cp = rec.get("codec_profile")
+            if cp:
+                for n, v in cp["nodes"].items():
+                    v[0] = pred.per_node.get(n, v[0])
+                cp["predicted_s"] = sum(v[0] for v in cp["nodes"].values())
+    _save(path, data)
+
+
 def report(path: Path) -> None:
     data = _load(path)
     rows = []
@@ -171,8 +199,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reprofile", action="store_true")
     ap.add_argument("--json", required=True)
     ap.add_argument("--report", action="store_true", help="print the table of everything in --json and exit")
+    ap.add_argument("--repredict", action="store_true", help="redo the stored predictions with the current cost "
+                    "model (--cost) and the stored profiles, then report; measurements are kept")
     args = ap.parse_args(argv)
-    if args.report:
+    if args.repredict:
+        repredict(Path(args.json), args.cost)
+    if args.report or args.repredict:
         report(Path(args.json))
         return 0
     if not args.dir:
