@@ -170,3 +170,17 @@ def test_clone_takes_its_originals_time(shipped: CostModel) -> None:
     clone = helper.make_node("Relu", ["x"], ["y"], name="/relu/Relu__recompute_1")
     assert shipped.op_seconds(clone, 1000, times) == pytest.approx(2e-3)
     assert shipped.op_seconds(clone, 500, times) == pytest.approx(1e-3)  # a half-size chunk
+
+
+@pytest.mark.slow
+def test_quick_calibration_covers_every_codec_and_the_profiled_ops(tmp_path: Path) -> None:
+    from onnxcomp.custom_ops import REGISTRY
+    from onnxcomp.runtime.calibrate import calibrate
+
+    res = calibrate(tmp_path / "cm.json", quick=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CostModelWarning)
+        model = CostModel.load(res.path)
+    assert set(model.codecs) == set(REGISTRY)
+    assert {"Conv", "ConvGrad", "BatchNormInternal", "Cast", "*"} <= set(model.ops)
+    assert res.data["profiled_model"]["nodes"] > 100 and res.data["samples"]["codecs"]

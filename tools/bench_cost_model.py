@@ -26,6 +26,7 @@ from typing import Any
 
 import onnx
 
+from onnxcomp.errors import OnnxcompError
 from onnxcomp.planner.cost_model import CostModel, CostModelWarning, NodeTimes, node_features, node_weights, predict_step
 from onnxcomp.runtime.session import RuntimeSettings
 
@@ -87,7 +88,14 @@ def run(args: argparse.Namespace) -> None:
                        predicted_overhead_s=pred.overhead, cost_source=cost.source)
             if "measured_s" not in rec or args.remeasure:
                 load0 = os.getloadavg()[0]
-                m = measure(art, model=g, steps=args.steps, settings=settings)
+                try:
+                    m = measure(art, model=g, steps=args.steps, settings=settings)
+                except OnnxcompError as exc:  # e.g. a native crash under these settings: recorded, next graph
+                    rec["error"] = str(exc).splitlines()[0][:400]
+                    print(f"[{key}] {g}: measurement failed: {rec['error']}", flush=True)
+                    _save(out, data)
+                    continue
+                rec.pop("error", None)
                 rec.update(measured_s=m.step_time_s, measured_steps_s=m.step_times_s, load=[load0, os.getloadavg()[0]])
             if args.codec_error and pred.codec_nodes and name == "measure" and ("codec_profile" not in rec or args.reprofile):
                 p = profile_node_seconds(art, model=g, steps=1, settings=settings)
@@ -101,6 +109,34 @@ def run(args: argparse.Namespace) -> None:
             print(f"[{key}] {g}: predicted {rec['predicted_s']:.3f} s, measured {rec['measured_s']:.3f} s "
                   f"({err:+.1%})", flush=True)
             _save(out, data)
+
+
+def repredict(path: Path, cost_path: str | None) -> None:
+    """Redo every stored prediction with the current cost model and each entry's stored baseline profile
+    (predictions are a function of profile, model and graph; the measurements stay as they were)."""
+    data = _load(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CostModelWarning)
+        cost = CostModel.load(cost_path)
+    for key, entry in data["runs"].items():
+        if "profile" not in entry:
+            continue
+        art = Path(entry["dir"])
+        prof = NodeTimes.from_dict(entry["profile"])
+        base_graph = onnx.load(str(art / "training_model.onnx"), load_external_data=False)
+        prof.features, prof.weights = node_features(base_graph), node_weights(base_graph)
+        for g, rec in entry["graphs"].items():
+            if not (art / g).exists():
+                continue
+            pred = predict_step(onnx.load(str(art / g), load_external_data=False), cost, prof)
+            rec.update(predicted_s=pred.total, predicted_ort_s=pred.ort_ops, predicted_codec_s=pred.codec_ops,
+                       predicted_overhead_s=pred.overhead, cost_source=cost.source)
+            cp = rec.get("codec_profile")
+            if cp:
+                for n, v in cp["nodes"].items():
+                    v[0] = pred.per_node.get(n, v[0])
+                cp["predicted_s"] = sum(v[0] for v in cp["nodes"].values())
+    _save(path, data)
 
 
 def report(path: Path) -> None:
@@ -130,6 +166,11 @@ def report(path: Path) -> None:
         ne = f"{r[7]:.1%}" if r[7] is not None else "—"
         re_ = f"{r[9]:+.1%}" if r[9] is not None else "—"
         print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]:.3f} | {r[4]:.3f} | {r[5]:+.1%} | {re_} | {ce} | {ne} | {r[8]:.1f} |")
+    for key, entry in sorted(data["runs"].items()):
+        for g, rec in entry["graphs"].items():
+            if "error" in rec:
+                print(f"| {Path(entry['dir']).name} | {entry['settings']} | {g.removesuffix('.onnx')} | "
+                      f"{rec['predicted_s']:.3f} | failed: {rec['error'][:160]} | | | | | |")
     if rows:
         errs = [abs(r[5]) for r in rows]
         within = sum(e <= 0.10 for e in errs)
@@ -158,8 +199,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reprofile", action="store_true")
     ap.add_argument("--json", required=True)
     ap.add_argument("--report", action="store_true", help="print the table of everything in --json and exit")
+    ap.add_argument("--repredict", action="store_true", help="redo the stored predictions with the current cost "
+                    "model (--cost) and the stored profiles, then report; measurements are kept")
     args = ap.parse_args(argv)
-    if args.report:
+    if args.repredict:
+        repredict(Path(args.json), args.cost)
+    if args.report or args.repredict:
         report(Path(args.json))
         return 0
     if not args.dir:

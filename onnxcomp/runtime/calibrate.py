@@ -205,9 +205,10 @@ def time_codec(codec: str, sizes: tuple[int, ...], nonzero: tuple[float, ...], r
             events = read_profile(_new_profiles(prof_dir, set())[-1])
             enc = [e["dur_s"] for e in events if e["node"] == "encode"][1:]
             dec = [e["dur_s"] for e in events if e["node"] == "decode"][1:]
-            # One sample per point: the median of its repeats (a preempted run on a shared machine is an
-            # outlier, not a data point).
-            med = statistics.median
+            # One sample per point: the mean of its repeats. Not the median: a step pays every stall of its
+            # ops (a numba thread descheduled under load costs a 10-20 ms time slice), and medians of the
+            # calibration runs hid exactly those, predicting in-graph codec time 5-10x low at load ~24.
+            med = statistics.fmean
             samples.append({"codec": codec, "direction": "encode", "nbytes": int(x.nbytes), "nonzero": nz_real,
                             "op_s": med(enc), "direct_s": med(d[0] for d in direct),
                             "bridge_bytes": int(x.nbytes) + pbytes, "repeats": len(enc)})
@@ -285,9 +286,9 @@ def time_common_ops(sizes: tuple[int, ...], repeats: int, tmp: Path, seed: int =
     for name, durs in by_node.items():
         for i in range(len(sizes)):
             runs = durs[i * per_size + 1:(i + 1) * per_size]  # the first run of a size settles allocations
-            if runs:
+            if runs:  # mean, as for the codecs: stalls are part of the expected time
                 samples.append({"op": ops[name], "nbytes": out_bytes[i * per_size][name], "macs": 0.0,
-                                "seconds": statistics.median(runs)})
+                                "seconds": statistics.fmean(runs)})
     return samples
 
 
