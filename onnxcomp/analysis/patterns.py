@@ -7,8 +7,8 @@ Which techniques apply is decided by what each backward reader's *gradient* need
 (``GRADIENT_NEEDS``, keyed on the gradient op and input slot, not on forward op names): a sign, an interval
 membership, a mask, an in-window index, or the values (and then whether an error reaches only a weight
 gradient). ``technique_table`` gives every technique with why it applies or why not (``onnxcomp inspect``);
-``applicable_encodings`` is the list of those that apply (``StashedTensor.encodings``, what the planners
-enumerate). docs/coverage.md has the table and what ORT 1.19's gradient builder stashes per activation.
+``applicable_encodings`` (``StashedTensor.encodings``, what the planners enumerate) lists the whole-stash
+encodings among those that apply. docs/coverage.md has the table and what ORT 1.19's gradient builder stashes per activation.
 """
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ RECOMPUTE = "recompute"          # rebuilt exactly in backward from tensors kept
 INTERVAL_MASK = "intervalmask"   # 1 bit/elem: the Clip gradient reads only lo <= X <= hi (passes/interval_mask.py)
 
 LOSSLESS = (SIGNBITS, INTERVAL_MASK, MAXPOOL_INDEX, SPARSE, BITMASK)
-LOSSY = (DPR, ERROR_BOUNDED)
 # Every technique `inspect` reports on, exact ones first.
 TECHNIQUES = (SIGNBITS, INTERVAL_MASK, BITMASK, MAXPOOL_INDEX, SPARSE, RECOMPUTE, DPR, ERROR_BOUNDED)
 
@@ -161,7 +160,7 @@ def sign_readers(use: StashUse) -> set[str]:
 
 def technique_table(use: StashUse) -> dict[str, str | None]:
     """Every technique → None where it applies, else one short reason why not. ``applicable_encodings``
-    is the techniques mapped to None, in TECHNIQUES order."""
+    draws from the techniques mapped to None (sign bits for only some readers are the split-reader pass's)."""
     role = forward_role(use)
     kinds = {n.kind for n in needs(use)}
     sign_ops = sign_readers(use)
