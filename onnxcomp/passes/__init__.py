@@ -61,7 +61,7 @@ _POLICIES = [
            "float rounding, not bit-identical)", *REORDER, ChunkedBackwardPass, options=("min_bytes",)),
     # The lossless encodings (not the recomputation: recomputed tensors are full size again in backward, where
     # the regions run), then the regions in batch chunks: no lossy codec, but rounding-level differences.
-    policy("lossless-encode+chunks", "the lossless encodings, then backward regions in batch chunks (exact up "
+    policy("encode+chunks", "the lossless encodings, then backward regions in batch chunks (exact up "
            "to float rounding, not bit-identical)", *REORDER, *LOSSLESS_ENCODINGS, DropoutMaskPass, SparsePass,
            ChunkedBackwardPass, options=("min_bytes", "overrides")),
     policy("reorder", "reordering alone: the share of a lossless saving that needs no codec at all", *REORDER,
