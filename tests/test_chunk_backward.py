@@ -269,3 +269,17 @@ def test_forward_pass_untouched_after_encoders() -> None:
     base, new = _run(encoded, feeds), _run(out, feeds)
     for name in base:
         np.testing.assert_allclose(new[name], base[name], rtol=1e-5, atol=1e-6 * max(1.0, float(np.abs(base[name]).max())))
+
+
+def test_raw_stashes_false_leaves_them_to_the_encoders() -> None:
+    """Ahead of DPR/SZ (policies), a region may not slice a stash as the forward pass left it: the encoder
+    could not time its decoder behind a Slice. After the sign-bit pass the ReLU masks are decoded in
+    backward, so the bottom region [ReluGrad, first-layer ConvGrad] is offered again."""
+    from onnxcomp.passes import SignBitsPass
+
+    model = _parse(CONV_CHAIN)
+    assert ChunkedBackwardPass(chunks=2, force=True).run(model).records
+    assert not ChunkedBackwardPass(chunks=2, force=True, raw_stashes=False).run(model).records
+    masked = SignBitsPass(split_readers=True).run(model).model
+    (rec,) = ChunkedBackwardPass(chunks=2, force=True, raw_stashes=False).run(masked).records
+    assert [t.split("_")[0] for t in rec["nodes"]] == ["ReluGrad", "ConvGrad"]

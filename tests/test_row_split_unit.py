@@ -115,7 +115,7 @@ def vggish_art(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
                            height=37, width=20), shape
 
 
-@pytest.mark.parametrize("policy", ["rows+lossless", "rows+comet"])
+@pytest.mark.parametrize("policy", ["rows+lossless", pytest.param("rows+comet", marks=pytest.mark.slow)])
 def test_rows_compose_with_encodings(vggish_art: tuple[Path, dict], policy: str) -> None:
     from test_row_split import assert_same_step
 

@@ -36,6 +36,10 @@ LOSSLESS_ENCODINGS = (step(SignBitsPass), step(IntervalMaskPass), step(MaxPoolIn
 LOSSY_FIRST = (step(SplitWeightPass), *REORDER, step(SignBitsPass, split_readers=True), step(IntervalMaskPass),
                step(MaxPoolIndexPass), *TRANSFORMER_EXACT)
 
+# Chunked regions ahead of DPR / SZ / zfp: a region's Slice of a raw stash would hide it from those encoders
+# (they time a decoder by the stash's first backward reader's gradient), so such regions are not offered.
+CHUNKS_BEFORE_ENCODERS = step(ChunkedBackwardPass, raw_stashes=False)
+
 _POLICIES = [
     # Transformers: weight gradients early, LayerNorm / GELU outputs and attention probabilities (before and
     # after dropout) recomputed, Dropout masks as bits (passes/transformer.py).
@@ -56,34 +60,34 @@ _POLICIES = [
            step(RowSplitPass, only_lowering=True), *REORDER, RecomputePass, *LOSSLESS_ENCODINGS, SparsePass,
            options=("rows", "variant", "checkpoints", "budget_bytes", "min_bytes", "overrides")),
     policy("rows+comet", "LR-CNN row split, then COMET on the remaining stashes and batch-chunked backward "
-           "regions", step(RowSplitPass, only_lowering=True), *LOSSY_FIRST, ErrorBoundedPass, DprPass,
-           SparsePass, ChunkedBackwardPass,
+           "regions", step(RowSplitPass, only_lowering=True), *LOSSY_FIRST, ErrorBoundedPass,
+           CHUNKS_BEFORE_ENCODERS, DprPass, SparsePass,
            options=("rows", "variant", "checkpoints", "budget_bytes", "min_bytes", "overrides",
                     "split_weight_bytes", "eb", "adaptive", "dpr_format", "native")),
     policy("chunks", "backward regions down to the first layer in batch chunks, nothing else (exact up to "
            "float rounding, not bit-identical)", *REORDER, ChunkedBackwardPass, options=("min_bytes",)),
     # The lossless encodings (not the recomputation: recomputed tensors are full size again in backward, where
     # the regions run), then the regions in batch chunks: no lossy codec, but rounding-level differences.
-    policy("lossless-encode+chunks", "the lossless encodings, then backward regions in batch chunks (exact up "
+    policy("encode+chunks", "the lossless encodings, then backward regions in batch chunks (exact up "
            "to float rounding, not bit-identical)", *REORDER, *LOSSLESS_ENCODINGS, DropoutMaskPass, SparsePass,
            ChunkedBackwardPass, options=("min_bytes", "overrides")),
     policy("reorder", "reordering alone: the share of a lossless saving that needs no codec at all", *REORDER,
            options=("min_bytes",)),
-    # Gist: lossless encodings where they apply, the rest of the float stashes in reduced precision. Then
-    # backward regions down to the first layer in batch chunks (exact up to rounding; a stem BN input
-    # recomputed from the image, so it needs no stash): last, so that it slices what the encoders left (an
-    # encoder cannot time a decoder for a stash whose first backward reader is a chunk's Slice).
+    # Gist: lossless encodings where they apply, the rest of the float stashes in reduced precision. Backward
+    # regions down to the first layer in batch chunks (exact up to rounding; a stem BN input recomputed from
+    # the image, so it needs no stash) before DPR reduces what is left: only regions over stashes already
+    # encoded or recomputed (CHUNKS_BEFORE_ENCODERS).
     *(policy(f"dpr-{fmt}", f"Gist: lossless encodings, the rest of the float stashes in {fmt}", *LOSSY_FIRST,
-             step(DprPass, dpr_format=fmt), ChunkedBackwardPass,
+             CHUNKS_BEFORE_ENCODERS, step(DprPass, dpr_format=fmt),
              options=("min_bytes", "overrides", "split_weight_bytes", "native"))
       for fmt in DPR_FORMATS),
     # COMET: lossless where it applies, error-bounded conv/fc inputs, reduced precision elsewhere.
     policy("comet", "COMET: lossless where it applies, error-bounded conv/fc inputs, reduced precision "
-           "elsewhere", *LOSSY_FIRST, ErrorBoundedPass, DprPass, SparsePass, ChunkedBackwardPass,
+           "elsewhere", *LOSSY_FIRST, ErrorBoundedPass, CHUNKS_BEFORE_ENCODERS, DprPass, SparsePass,
            options=("min_bytes", "overrides", "split_weight_bytes", "eb", "adaptive", "dpr_format", "native")),
     # CSWAP+/FreeLunch: the float stashes DPR would take held by the fixed-rate zfp codec at N bits/value.
     *(policy(f"zfp-{rate}", f"fixed-rate zfp codec at {rate} bits/value for the float stashes DPR would take",
-             *LOSSY_FIRST, step(FixedRatePass, rate=rate), ChunkedBackwardPass,
+             *LOSSY_FIRST, CHUNKS_BEFORE_ENCODERS, step(FixedRatePass, rate=rate),
              options=("min_bytes", "overrides", "split_weight_bytes"))
       for rate in FIXED_RATES),
 ]

@@ -209,9 +209,27 @@ class _Finder:
         return fwd if attrs == {a.name: helper.get_attribute_value(a) for a in conv.attribute} else None
 
 
-def _regions(analysis: GraphAnalysis, max_ops: int | None = None,
-             lengths: bool = True) -> tuple[list[Region], list[Skipped]]:
-    """Candidate regions (several lengths per terminal, longest last) and the terminals refused."""
+def _raw_stashes(analysis: GraphAnalysis, ops: list[onnx.NodeProto], recomputed: str | None) -> list[str]:
+    """Stashes the region would slice as the forward pass left them (not a graph input, not decoded or
+    recomputed in backward): an encoder running after this pass could not time a decoder for them."""
+    out = []
+    for i, node in enumerate(ops):
+        k = SEPARABLE[node.op_type]
+        if k is None or (node.op_type == "BatchNormalizationGrad" and recomputed is not None):
+            continue
+        name = node.input[k]
+        if i == len(ops) - 1 and recomputed is not None:
+            continue          # the image: read by the recomputing Conv as well
+        t = analysis.tensors[name]
+        if t.producer is not None and not analysis.boundary.is_backward(t.producer):
+            out.append(name)
+    return out
+
+
+def _regions(analysis: GraphAnalysis, max_ops: int | None = None, lengths: bool = True,
+             raw_stashes: bool = True) -> tuple[list[Region], list[Skipped]]:
+    """Candidate regions (several lengths per terminal, longest last) and the terminals refused.
+    raw_stashes False: only regions that slice no stash as the forward pass left it (see _raw_stashes)."""
     finder = _Finder(analysis)
     found: list[Region] = []
     skipped: list[Skipped] = []
@@ -233,6 +251,8 @@ def _regions(analysis: GraphAnalysis, max_ops: int | None = None,
             if bn is not None and ops[-2] is bn:
                 fwd = finder.recomputable(bn, ops[-1])
                 rec = fwd.output[0] if fwd is not None else None
+            if not raw_stashes and _raw_stashes(analysis, ops, rec):
+                continue
             found.append(Region(_region_name(ops), tuple(n.name for n in ops), ops[0].input[0],
                                 finder.batch_of(term.input[0]) or 0, tuple(n.op_type for n in ops),
                                 bn.name if bn is not None else None, rec))
@@ -286,12 +306,14 @@ class ChunkedBackwardPass(GraphPass):
     """chunks: candidate chunk counts (the planner picks). regions: only these region names (from
     chunkable_regions; a terminal's name selects its regions of every length); default: all. force:
     rewrite the longest (selected) region of every terminal with the first count, without asking the
-    planner (tests, measurements). max_ops: cap on the region length."""
+    planner (tests, measurements). max_ops: cap on the region length. raw_stashes: allow regions that slice
+    stashes as the forward pass left them (False in policies whose encoders run after this pass)."""
 
     name = "chunk_backward"
 
     def __init__(self, chunks: tuple[int, ...] | int = DEFAULT_CHUNKS, force: bool = False,
-                 regions: list[str] | tuple[str, ...] | None = None, max_ops: int | None = None) -> None:
+                 regions: list[str] | tuple[str, ...] | None = None, max_ops: int | None = None,
+                 raw_stashes: bool = True) -> None:
         counts = (chunks,) if isinstance(chunks, int) else tuple(chunks)
         if not counts or any(isinstance(c, bool) or not isinstance(c, int) or c < 2 for c in counts):
             raise OnnxcompError(f"{type(self).__name__} chunks must be integers >= 2 (got {chunks!r})")
@@ -301,9 +323,12 @@ class ChunkedBackwardPass(GraphPass):
         self.force = force
         self.regions = None if regions is None else tuple(regions)
         self.max_ops = max_ops
+        # False where encoders run after this pass: a region's Slice hides a raw stash from them (an encoder
+        # times its decoder by the incoming gradient of the stash's first backward reader; a Slice has none).
+        self.raw_stashes = bool(raw_stashes)
 
     def candidates(self, analysis: GraphAnalysis) -> tuple[list[Region], list[Skipped]]:
-        regions, skipped = _regions(analysis, self.max_ops)
+        regions, skipped = _regions(analysis, self.max_ops, raw_stashes=self.raw_stashes)
         if self.regions is None and self.force:     # the longest region of each terminal
             regions = [r for r in regions if r is [q for q in regions if q.terminal == r.terminal][-1]]
         if self.regions is not None:
