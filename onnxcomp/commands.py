@@ -221,8 +221,18 @@ def _bytes_arg(text: str) -> int:
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
+class _WholeNames(argparse.HelpFormatter):
+    """Help wrapped at spaces only: a policy name (dpr-fp16, rows+lossless) is never cut at its hyphen."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        import textwrap
+
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
 def add_subcommands(sub: Any) -> None:
-    s = sub.add_parser("transform", help="rewrite a training graph so stashed activations are held encoded")
+    s = sub.add_parser("transform", help="rewrite a training graph so stashed activations are held encoded",
+                       formatter_class=_WholeNames)
     s.add_argument("path", metavar="MODEL_OR_DIR")
     s.add_argument("-o", "--output", required=True,
                    help="output .onnx file (e.g. inside the artifact dir) or a new artifact directory")
