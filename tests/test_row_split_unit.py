@@ -74,19 +74,6 @@ def test_hand_chain_exact_and_stashes_dropped(variant: str, rows: int) -> None:
     assert new["loss"] == base["loss"]
     for name in ("w1_grad", "w2_grad"):
         np.testing.assert_allclose(new[name], base[name], rtol=1e-5, atol=1e-5 * float(np.abs(base[name]).max()))
-    # A wrong halo (one row short at the top block) is caught by the same comparison.
-    broken = onnx.ModelProto()
-    broken.CopyFrom(out)
-    pad = next(n for n in broken.graph.node if n.op_type == "Conv" and n.name.startswith("onnxcomp_rows"))
-    for a in pad.attribute:
-        if a.name == "pads":
-            a.ints[0] = a.ints[0] + 1
-            a.ints[2] = max(0, a.ints[2] - 1)
-    try:
-        wrong = _run(broken, feeds)
-    except Exception:      # a shape mismatch ORT refuses is a caught error too
-        return
-    assert not np.allclose(wrong["w1_grad"], base["w1_grad"], rtol=1e-5)
 
 
 def test_candidates_and_chain_selection() -> None:

@@ -38,7 +38,9 @@ LOSSY_FIRST = (step(SplitWeightPass), *REORDER, step(SignBitsPass, split_readers
 
 # Chunked regions ahead of DPR / SZ / zfp: a region's Slice of a raw stash would hide it from those encoders
 # (they time a decoder by the stash's first backward reader's gradient), so such regions are not offered.
-CHUNKS_BEFORE_ENCODERS = step(ChunkedBackwardPass, raw_stashes=False)
+# At most three ops (the stem's ReluGrad, BN, ConvGrad as before): longer regions left a decoder up to 7 nodes
+# ahead of its reader under ORT's DEFAULT order (tests/test_execution_order.py).
+CHUNKS_BEFORE_ENCODERS = step(ChunkedBackwardPass, raw_stashes=False, max_ops=3)
 
 _POLICIES = [
     # Transformers: weight gradients early, LayerNorm / GELU outputs and attention probabilities (before and
