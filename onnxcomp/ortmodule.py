@@ -148,11 +148,89 @@ def concrete_inputs(model: Any, shapes: dict[str, list[int]]) -> Any:
             dim.dim_value = int(value)
     for vi in [*m.graph.value_info, *m.graph.output, *m.graph.input]:
         for dim in vi.type.tensor_type.shape.dim:
-            if dim.HasField("dim_param") and dim.dim_param in symbols:
-                value = symbols[dim.dim_param]
-                dim.Clear()
-                dim.dim_value = value
-    return m
+            if dim.HasField("dim_param") and dim.dim_param:
+                value = _evaluate_dim(dim.dim_param, symbols)
+                if value is not None:   # a dim nobody can evaluate keeps its symbol: shape inference refines it
+                    dim.Clear()
+                    dim.dim_value = value
+    return declare_aten_shapes(m, symbols)
+
+
+def declare_aten_shapes(model: Any, symbols: dict[str, int] | None = None) -> Any:
+    """Declare the output shapes of ORTModule's ATen fallback ops (com.microsoft/org.pytorch.aten ``ATen``: no
+    ONNX schema, so shape inference stops there and every stash after them stays unsized) for the pooling
+    operators ResNet-style nets export that way; alternates with onnxcomp's shape resolution (in place)."""
+    import math
+
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from .analysis.shapes import resolve_shapes
+
+    consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    aten = [n for n in model.graph.node if n.op_type == "ATen" and n.output]
+    def static(vi: Any) -> bool:
+        dims = vi.type.tensor_type.shape.dim
+        return bool(dims) and all(d.HasField("dim_value") for d in dims)
+
+    declared = {vi.name for vi in model.graph.value_info if static(vi)}
+    learnt: dict[str, int] = dict(symbols or {})
+    for _ in range(len(aten) + 1):
+        types = resolve_shapes(model)
+        added = 0
+        for node in aten:
+            op = next((a.s.decode() for a in node.attribute if a.name == "operator"), "")
+            x = types.get(node.input[0])
+            if node.output[0] in declared or x is None or x.shape is None or len(x.shape) != 4:
+                continue
+            n, c, h, w = x.shape
+            if op == "max_pool2d_with_indices" and all(i in consts for i in node.input[1:6]):
+                k, st, pad, dil, ceil = (consts[i].tolist() for i in node.input[1:6])
+                st = st or k
+                rnd = math.ceil if ceil else math.floor
+                hw = [int(rnd((size + 2 * pad[i] - dil[i] * (k[i] - 1) - 1) / st[i])) + 1
+                      for i, size in enumerate((h, w))]
+                outs = [(node.output[0], x.dtype, [n, c, *hw]), (node.output[1], None, [n, c, *hw])]
+            elif op == "_adaptive_avg_pool2d" and node.input[1] in consts:
+                outs = [(node.output[0], x.dtype, [n, c, *consts[node.input[1]].tolist()])]
+            else:
+                continue
+            for name, dtype, shape in outs:
+                elem = onnx.TensorProto.INT64 if dtype is None else helper.np_dtype_to_tensor_dtype(dtype)
+                symbolic = [vi for vi in model.graph.value_info if vi.name == name]
+                for vi in symbolic:
+                    # the symbols ORT gave these dims name the same sizes downstream (e.g. ATen_7_o0__d2)
+                    for dim, value in zip(vi.type.tensor_type.shape.dim, shape):
+                        if dim.HasField("dim_param") and dim.dim_param:
+                            learnt[dim.dim_param] = value
+                    model.graph.value_info.remove(vi)
+                model.graph.value_info.append(helper.make_tensor_value_info(name, elem, shape))
+                declared.add(name)
+                added += 1
+        if not added:
+            break
+        for vi in [*model.graph.value_info, *model.graph.output]:
+            for dim in vi.type.tensor_type.shape.dim:
+                if dim.HasField("dim_param") and dim.dim_param:
+                    value = _evaluate_dim(dim.dim_param, learnt)
+                    if value is not None:
+                        dim.Clear()
+                        dim.dim_value = value
+    return model
+
+
+def _evaluate_dim(expr: str, symbols: dict[str, int]) -> int | None:
+    """A declared dim: an input symbol, or an expression of them that ORT's symbolic shape inference wrote
+    (e.g. ``floor(input_dim2/2 - 1/2) + 1`` after a strided Conv); None when it is not a number then."""
+    if expr in symbols:
+        return symbols[expr]
+    import sympy
+
+    try:
+        value = sympy.sympify(expr, locals={k: sympy.Symbol(k) for k in symbols}).subs(symbols)
+    except (sympy.SympifyError, TypeError, SyntaxError, ValueError):
+        return None
+    return int(value) if value.is_number and value == int(value) else None
 
 
 def transform_gradient_graph(model: Any, policy: str, input_shapes: dict[str, list[int]] | None = None,
@@ -314,6 +392,13 @@ def wrap(module: Any, policy: str = "lossless", *, memory_opt_level: int | None 
                                 "memory optimizer config")
         tm._runtime_options.memory_optimizer_config_file_path = str(memory_opt_config)
         report.memory_optimizer["config"] = str(memory_opt_config)
+    if report.memory_optimizer:
+        def record_plans(_module: Any, _args: tuple, _out: Any) -> None:
+            # The recompute subgraphs ORTModule's memory optimizer found (it searches when the session is made).
+            found = tm._runtime_inspector.memory_ob.cluster_id_combination_to_saving_symbolics_map
+            report.memory_optimizer["plans_found"] = sorted(found)
+
+        ort_module.register_forward_hook(record_plans)
     if policy not in ORTMODULE_ONLY:
         _install_hooks(ort_module, report, options, Path(save_dir) if save_dir is not None else None,
                        priority_order=execution_order == "priority")
