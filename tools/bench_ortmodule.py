@@ -36,20 +36,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from onnxcomp.runtime.proc_memory import reset_hwm, status_bytes
+
 MiB = 1 << 20
-
-
-def _status(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(field)
-
-
-def _reset_hwm() -> None:
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
 
 
 def child(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -85,22 +74,22 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
         opt.step()
         return float(loss)
 
-    process_peak = _status("VmHWM")
-    start_rss = _status("VmRSS")
+    process_peak = status_bytes("VmHWM")
+    start_rss = status_bytes("VmRSS")
     losses, step_peaks, times = [], [], []
     for i, (x, y) in enumerate(batches):
-        pre = _status("VmRSS")
-        process_peak = max(process_peak, _status("VmHWM"))
-        _reset_hwm()
+        pre = status_bytes("VmRSS")
+        process_peak = max(process_peak, status_bytes("VmHWM"))
+        reset_hwm()
         t0 = time.perf_counter()
         losses.append(step(x, y))
         dt = time.perf_counter() - t0
-        hwm = _status("VmHWM")
+        hwm = status_bytes("VmHWM")
         process_peak = max(process_peak, hwm)
         if i >= cfg["warmup"]:
             step_peaks.append(hwm - pre)
             times.append(dt)
-    end_rss = _status("VmRSS")
+    end_rss = status_bytes("VmRSS")
     if report is not None and report.builds == 0 and report.policy not in ("none", "ortmodule-recompute"):
         raise RuntimeError("onnxcomp's hook never ran: ORTModule did not build a gradient graph")
     return {"row": row, "losses": losses, "step_peak": max(step_peaks), "step_peaks": step_peaks,

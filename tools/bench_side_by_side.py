@@ -29,22 +29,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from onnxcomp.runtime.proc_memory import reset_hwm, status_bytes
+
 MiB = 1 << 20
 TORCH_ROWS = ("pytorch-eager", "pytorch-checkpoint", "pytorch-fp16-hooks")
 ORT_DEFAULTS = "ort-defaults"
-
-
-def _kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(field)
-
-
-def _reset_hwm() -> None:
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
 
 
 class _Meter:
@@ -58,17 +47,17 @@ class _Meter:
         self.setup_rss = 0
 
     def setup_done(self) -> None:
-        self.process_peak = max(self.process_peak, _kib("VmHWM"))
-        self.setup_rss = _kib("VmRSS")
+        self.process_peak = max(self.process_peak, status_bytes("VmHWM"))
+        self.setup_rss = status_bytes("VmRSS")
 
     def step(self, fn: Any) -> Any:
-        pre = _kib("VmRSS")
-        self.process_peak = max(self.process_peak, _kib("VmHWM"))
-        _reset_hwm()
+        pre = status_bytes("VmRSS")
+        self.process_peak = max(self.process_peak, status_bytes("VmHWM"))
+        reset_hwm()
         t0 = time.perf_counter()
         out = fn()
         self.times.append(time.perf_counter() - t0)
-        hwm = _kib("VmHWM")
+        hwm = status_bytes("VmHWM")
         self.step_peaks.append(hwm - pre)
         self.process_peak = max(self.process_peak, hwm)
         return out

@@ -316,6 +316,8 @@ def ungated_nodes(nodes: list[onnx.NodeProto], boundary: Any) -> list[str]:
     as the stash they replace."""
     bad = []
     for k, node in enumerate(nodes):
+        if node.op_type == "Shape":  # a gate's Shape(value) (dynamic shapes): a few int64s, fine in forward
+            continue
         is_decoder = (op := contract.codec_op(node.domain, node.op_type)) is not None and op.role == "decode"
         if (is_decoder or CLONE_MARK in node.name) and not boundary.is_backward(k):
             bad.append(node.name)

@@ -14,19 +14,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"{field} missing from /proc/self/status")
-
-
-def _reset_hwm() -> None:
-    # "5" resets VmHWM to the current RSS (Linux >= 4.0), so each step's high-water mark is its own.
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
+from onnxcomp.runtime.proc_memory import reset_hwm, status_bytes
 
 
 def run_measurement(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -44,7 +32,7 @@ def run_measurement(cfg: dict[str, Any]) -> dict[str, Any]:
     model_path = Path(cfg["model"])
     steps, warmup = int(cfg["steps"]), int(cfg["warmup"])
 
-    rss_start = _status_kib("VmRSS") * 1024
+    rss_start = status_bytes("VmRSS")
     state = api.CheckpointState.load_checkpoint(str(artifact_dir / "checkpoint"))
     module = api.Module(str(model_path), state, None, "cpu", settings.session_options())
     optimizer = api.Optimizer(str(artifact_dir / "optimizer_model.onnx"), module)
@@ -64,24 +52,24 @@ def run_measurement(cfg: dict[str, Any]) -> dict[str, Any]:
     # Generate every batch up front so data creation never lands inside a measured step.
     batches = [next(gen) for _ in range(warmup + steps)]
     del gen
-    rss_setup = _status_kib("VmRSS") * 1024
+    rss_setup = status_bytes("VmRSS")
 
-    process_peak = _status_kib("VmHWM") * 1024  # imports and set-up, before the first per-step reset
+    process_peak = status_bytes("VmHWM")  # imports and set-up, before the first per-step reset
     losses: list[float] = []
     peaks: list[int] = []
     growths: list[int] = []
     times: list[float] = []
     warmup_peaks: list[int] = []
     for i, (x, y) in enumerate(batches):
-        pre = _status_kib("VmRSS") * 1024
-        _reset_hwm()
+        pre = status_bytes("VmRSS")
+        reset_hwm()
         t0 = time.perf_counter()
         with guarded_step():  # an onnxcomp op that failed inside ORT raises OpError here
             loss = module(x, y)
         optimizer.step()
         module.lazy_reset_grad()
         elapsed = time.perf_counter() - t0
-        hwm = _status_kib("VmHWM") * 1024
+        hwm = status_bytes("VmHWM")
         process_peak = max(process_peak, hwm)
         if i < warmup:
             warmup_peaks.append(hwm - pre)

@@ -43,10 +43,11 @@ def cold_copies(x: np.ndarray) -> list[np.ndarray]:
     return [x] + [x.copy() for _ in range(k - 1)]
 
 # Params each codec is calibrated with (those that need any): COMET's relative bound on unit-scale data,
-# the zfp policy's default rate, ResNet's stem pool.
+# the zfp policy's default rate, ResNet's stem pool, ReLU6's interval.
 CODEC_PARAMS: dict[str, dict[str, Any]] = {
     "sz": {"eb": 1e-2},
     "zfp": {"rate": 8},
+    "intervalmask": {"lo": 0.0, "hi": 6.0},
     "maxpool_index": {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
 }
 

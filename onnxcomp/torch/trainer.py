@@ -30,8 +30,8 @@ from onnxcomp.errors import OnnxcompError
 
 _SAVE_FILE = "trainer.json"
 _GRAPH_FILES = ("training_model.onnx", "eval_model.onnx", "optimizer_model.onnx", "onnxcomp.json")
-# Policies tried in order by policy="auto": exact first, then lossy ones that save more.
-AUTO_ORDER = ("lossless", "comet", "dpr-fp8")
+# policy="auto" without a budget: the exact policy (the budget planner needs a budget to plan for).
+AUTO_WITHOUT_BUDGET = "lossless"
 
 
 @dataclass
@@ -47,10 +47,11 @@ class FitResult:
 
 
 class Trainer:
-    """See the module docstring. ``budget``: a memory budget in bytes for the training step's activations
-    and gradients (the planner's lower bound after the rewrite): with ``policy="auto"`` the first policy of
-    AUTO_ORDER that fits is used; with a fixed policy a graph that does not fit is an error; with "rows" it
-    picks the row count. ``policy_options``: extra transform options (e.g. {"eb": 1e-3}).
+    """See the module docstring. ``budget``: a memory budget in bytes for the training step's peak (as
+    ``onnxcomp measure`` reports it): with ``policy="auto"`` the budget planner (planner/auto.py) composes
+    techniques per tensor to fit it (``policy_options={"exact": True}``: bit-identical ones only) and raises
+    when it cannot; with a fixed policy a graph whose planned lower bound does not fit is an error; with
+    "rows" it picks the row count. ``policy="auto"`` without a budget means "lossless". ``policy_options``: extra transform options (e.g. {"eb": 1e-3}).
     ``work_dir``: where the artifacts go (default: a temporary directory removed by ``close()``).
     ``smoke_test``: take the first training step of the new graph in a child process first, so a native
     crash of ORT on an unfamiliar graph is reported rather than killing this process."""
@@ -95,7 +96,12 @@ class Trainer:
         art = from_torch(self.module, torch.from_numpy(x), loss=self.loss, optimizer=self.optimizer_name,
                          out_dir=self.work_dir / "artifacts", overwrite=True, smoke_test=self.smoke_test)
         options = dict(self.policy_options)
-        candidates = AUTO_ORDER if self.policy == "auto" else (self.policy,)
+        candidates = (self.policy,)
+        if self.policy == "auto":
+            if self.budget is None:
+                candidates = (AUTO_WITHOUT_BUDGET,)
+            else:
+                options.setdefault("budget_bytes", self.budget)
         if self.policy == "rows" and self.budget is not None:
             options.setdefault("rows", "auto")
             options.setdefault("budget_bytes", self.budget)
@@ -107,7 +113,8 @@ class Trainer:
             result = transform(art.out_dir, out, policy, **options)
             need = result.after["lower_bound_bytes"]
             fitted = (policy, out, result.summary())
-            if self.budget is None or need <= self.budget:
+            # The budget planner has checked its own predicted peak (it raises BudgetError otherwise).
+            if self.budget is None or policy == "auto" or need <= self.budget:
                 break
         else:
             assert fitted is not None
