@@ -12,6 +12,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from onnxcomp.runtime.proc_memory import reset_hwm, status_bytes
@@ -101,17 +102,22 @@ def run_measurement(cfg: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str]) -> int:
-    cfg_path, out_path = argv
+def run_child(work: Callable[[dict[str, Any]], Any], cfg_path: str, out_path: str) -> int:
+    """A child process's whole job: ``work(config)`` and its result, or its error, written as JSON for the
+    parent (which raises OnnxcompError on an error); the exit code says which."""
     try:
-        result = run_measurement(json.loads(Path(cfg_path).read_text()))
-        payload: dict[str, Any] = {"result": result}
+        payload: dict[str, Any] = {"result": work(json.loads(Path(cfg_path).read_text()))}
         code = 0
     except Exception as exc:  # reported to the parent, which raises OnnxcompError
         payload = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
         code = 3
     Path(out_path).write_text(json.dumps(payload))
     return code
+
+
+def main(argv: list[str]) -> int:
+    cfg_path, out_path = argv
+    return run_child(run_measurement, cfg_path, out_path)
 
 
 if __name__ == "__main__":

@@ -589,19 +589,10 @@ def summary_rows(data: dict[str, Any]) -> list[tuple[str, str, float, float, flo
 
 
 def main(argv: list[str]) -> int:
-    kind, cfg_path, out_path = argv
-    import traceback
+    from ._measure_worker import run_child
 
-    try:
-        cfg = json.loads(Path(cfg_path).read_text())
-        worker = {"profile": _profile_worker, "codecs": _codecs_worker}[kind]
-        payload: dict[str, Any] = {"result": worker(cfg)}
-        code = 0
-    except Exception as exc:  # reported to the parent, which raises OnnxcompError
-        payload = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-        code = 3
-    Path(out_path).write_text(json.dumps(payload))
-    return code
+    kind, cfg_path, out_path = argv
+    return run_child({"profile": _profile_worker, "codecs": _codecs_worker}[kind], cfg_path, out_path)
 
 
 if __name__ == "__main__":
