@@ -37,29 +37,19 @@ def random_batch(meta: dict, seed: int) -> tuple:
 
 
 def run_one_step(artifact_dir: Path, seed: int) -> dict[str, float]:
-    import numpy as np
-
     import onnxcomp.runtime  # noqa: F401  (the lean onnxruntime import: no torch in this child)
-    from onnxruntime.training.api import CheckpointState, Module, Optimizer
+    import onnxruntime as ort
+
+    from onnxcomp.runtime.training_session import loss_value, open_artifact_session
 
     meta = json.loads((artifact_dir / "onnxcomp.json").read_text())
     x, labels = random_batch(meta, seed)
-    state = CheckpointState.load_checkpoint(str(artifact_dir / "checkpoint"))
-    module = Module(
-        str(artifact_dir / "training_model.onnx"), state, str(artifact_dir / "eval_model.onnx"), device="cpu"
-    )
-    optimizer = Optimizer(str(artifact_dir / "optimizer_model.onnx"), module)
-
-    def first(outputs: object) -> float:
-        out = outputs[0] if isinstance(outputs, (list, tuple)) else outputs
-        return float(np.asarray(out).reshape(-1)[0])
-
-    module.train()
-    module.lazy_reset_grad()
-    loss = first(module(x, labels))
-    optimizer.step()
-    module.eval()
-    eval_loss = first(module(x, labels))
+    # ORT's own session options: the raw artifacts, before onnxcomp rewrites them, need none of its ops.
+    session = open_artifact_session(artifact_dir, eval_model=artifact_dir / "eval_model.onnx",
+                                    session_options=ort.SessionOptions())
+    loss = loss_value(session.step(x, labels))
+    with session.eval_mode() as run:
+        eval_loss = loss_value(run(x, labels))
     if not (math.isfinite(loss) and math.isfinite(eval_loss)):
         raise RuntimeError(f"non-finite loss after one step: train {loss}, eval {eval_loss}")
     return {"loss": loss, "eval_loss": eval_loss}

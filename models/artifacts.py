@@ -22,6 +22,7 @@ import torch
 import onnxcomp
 from onnxcomp.errors import OnnxcompError, OutputExistsError
 from onnxcomp.fileio import OutputLock, publish_directory
+from onnxcomp.runtime.eval_model import repair_eval_model as _repair_eval_file
 
 from .export import INPUT_NAME, OUTPUT_NAME, _validate_shape, export_module
 from .zoo import build_model, canonical_name, count_parameters
@@ -140,8 +141,52 @@ def generate_module_artifacts(
     release_model: drop the reference to ``model`` once exported (large zoo models), so the caller's copy is
     the only one. eval_output: the eval model returns (loss, output) rather than the loss alone.
     """
-    from onnxruntime.training import artifacts as ort_artifacts
+    optimizer_key = _check_options(optimizer, loss, example_input)
+    name = name or type(model).__name__
+    out_dir = Path(out_dir).resolve()  # "." or "x/.." must still have a real name and parent to rename
+    _check_destination(out_dir, overwrite)
+    example_input = example_input.detach().to("cpu")
+    classes, output_shape = _loss_output(model, example_input, name, loss, classes)
 
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    lock = OutputLock(out_dir).acquire()  # one writer per directory; removes what killed runs left beside it
+    staging = _staging_directory(out_dir)
+    try:
+        started = time.perf_counter()
+        forward_path = export_module(model, (example_input,), staging / "forward.onnx", opset)
+        trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+        n_params = count_parameters(model)
+        if release_model:
+            del model  # VGG-16's weights are half a gigabyte; the ONNX file has them now
+        frozen = _frozen_parameters(forward_path, trainable, name)
+        _run_ort_generator(forward_path, staging, trainable, frozen, loss=loss, optimizer=optimizer_key,
+                           what=f"{name!r} (input {list(example_input.shape)}, loss {loss})")
+        forward_path.unlink()
+
+        result = ArtifactSet.in_dir(staging)
+        fixed = repair_eval_model(result.eval_model, OUTPUT_NAME if eval_output else None)
+        _log.info("eval model: trimmed extra outputs of %d BatchNormalization nodes", fixed)
+        meta = _artifact_metadata(result.training_model, name=name, loss=loss, example_input=example_input,
+                                  classes=classes, output_shape=output_shape, optimizer=optimizer_key, seed=seed,
+                                  opset=opset, parameters=n_params, extra=metadata)
+        result.metadata.write_text(json.dumps(meta, indent=2) + "\n")
+        _log.info("artifacts for %s generated in %.1f s", name, time.perf_counter() - started)
+
+        smoke_loss = None
+        if smoke_test:
+            smoke = smoke_test_artifacts(staging, timeout_s=smoke_timeout_s, seed=seed)
+            smoke_loss = smoke["loss"]
+        _publish(staging, out_dir, overwrite)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    finally:
+        lock.release()
+    return ArtifactSet.in_dir(out_dir, smoke_loss)
+
+
+def _check_options(optimizer: str, loss: str, example_input: torch.Tensor) -> str:
+    """Refuse an unknown optimizer or loss, or an input without a batch dimension; returns the optimizer key."""
     optimizer_key = optimizer.lower()
     if optimizer_key not in OPTIMIZERS:
         raise OnnxcompError(f"unknown optimizer {optimizer!r}; choose one of: {', '.join(OPTIMIZERS)}")
@@ -149,11 +194,13 @@ def generate_module_artifacts(
         raise OnnxcompError(f"unknown loss {loss!r}; choose one of: {', '.join(LOSSES)}")
     if not isinstance(example_input, torch.Tensor) or example_input.dim() < 1:
         raise OnnxcompError("example_input must be one tensor with a batch dimension, e.g. torch.randn(32, 3, 64, 64)")
-    name = name or type(model).__name__
-    out_dir = Path(out_dir).resolve()  # "." or "x/.." must still have a real name and parent to rename
-    _check_destination(out_dir, overwrite)
-    loss_type, label_name, label_dtype = LOSSES[loss]
-    example_input = example_input.detach().to("cpu")
+    return optimizer_key
+
+
+def _loss_output(model: torch.nn.Module, example_input: torch.Tensor, name: str, loss: str,
+                 classes: int | None) -> tuple[int | None, tuple[int, ...]]:
+    """The module's output shape, checked against the loss; for cross-entropy the class count is checked
+    against, or read from, the output's last dimension."""
     batch = int(example_input.shape[0])
     output_shape = _output_shape(model, example_input)
     if loss == "cross_entropy":
@@ -169,95 +216,87 @@ def generate_module_artifacts(
                 f"{classes} outputs or pass --classes {output_shape[1]}"
             )
         classes = int(output_shape[1])
+    return classes, output_shape
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    lock = OutputLock(out_dir).acquire()  # one writer per directory; removes what killed runs left beside it
+
+def _staging_directory(out_dir: Path) -> Path:
+    """A fresh directory beside ``out_dir`` to build the artifacts in (renamed into place at the end)."""
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(staging, 0o777 & ~umask)  # mkdtemp makes it 0700; the published directory should look ordinary
+    return staging
+
+
+def _frozen_parameters(forward_path: Path, trainable: list[str], name: str) -> list[str]:
+    """The exported graph's initializers that are not trainable parameters (BatchNorm running statistics);
+    every trainable parameter must be an initializer, or its gradient cannot be requested."""
+    forward = onnx.load(str(forward_path))
+    initializers = {init.name for init in forward.graph.initializer}
+    missing = [n for n in trainable if n not in initializers]
+    if missing:
+        raise OnnxcompError(
+            f"exported graph of {name!r} lacks initializers for parameters {missing[:5]}; "
+            "the exporter renamed or folded them (shared or unused parameters?), so their gradients "
+            "cannot be requested"
+        )
+    return sorted(initializers.difference(trainable))
+
+
+def _run_ort_generator(forward_path: Path, staging: Path, trainable: list[str], frozen: list[str], *,
+                       loss: str, optimizer: str, what: str) -> None:
+    """onnxruntime-training's generate_artifacts on the exported forward graph, into ``staging``."""
+    from onnxruntime.training import artifacts as ort_artifacts
+
     try:
-        started = time.perf_counter()
-        forward_path = export_module(model, (example_input,), staging / "forward.onnx", opset)
-        trainable = [n for n, p in model.named_parameters() if p.requires_grad]
-        n_params = count_parameters(model)
-        if release_model:
-            del model  # VGG-16's weights are half a gigabyte; the ONNX file has them now
-
-        forward = onnx.load(str(forward_path))
-        initializers = {init.name for init in forward.graph.initializer}
-        missing = [n for n in trainable if n not in initializers]
-        if missing:
-            raise OnnxcompError(
-                f"exported graph of {name!r} lacks initializers for parameters {missing[:5]}; "
-                "the exporter renamed or folded them (shared or unused parameters?), so their gradients "
-                "cannot be requested"
+        # ORT writes large models' external data to temp.onnx.data in the *working directory*: run it
+        # inside the staging dir so it never lands in the user's cwd and concurrent runs cannot collide.
+        with _native_stderr_captured() as native_log, contextlib.chdir(staging):
+            ort_artifacts.generate_artifacts(
+                str(forward_path),
+                requires_grad=trainable,
+                frozen_params=frozen,
+                loss=getattr(ort_artifacts.LossType, LOSSES[loss][0]),
+                optimizer=ort_artifacts.OptimType.AdamW if optimizer == "adamw" else ort_artifacts.OptimType.SGD,
+                artifact_directory=str(staging),
             )
-        frozen = sorted(initializers.difference(trainable))
-        del forward
+    except Exception as exc:
+        tail = "\n".join(native_log.getvalue().strip().splitlines()[-10:])
+        raise OnnxcompError(
+            f"onnxruntime-training could not generate artifacts for {what}: {exc}"
+            + (f"\nonnxruntime log:\n{tail}" if tail else "")
+        ) from exc
 
-        try:
-            # ORT writes large models' external data to temp.onnx.data in the *working directory*: run it
-            # inside the staging dir so it never lands in the user's cwd and concurrent runs cannot collide.
-            with _native_stderr_captured() as native_log, contextlib.chdir(staging):
-                ort_artifacts.generate_artifacts(
-                    str(forward_path),
-                    requires_grad=trainable,
-                    frozen_params=frozen,
-                    loss=getattr(ort_artifacts.LossType, loss_type),
-                    optimizer=(
-                        ort_artifacts.OptimType.AdamW if optimizer_key == "adamw" else ort_artifacts.OptimType.SGD
-                    ),
-                    artifact_directory=str(staging),
-                )
-        except Exception as exc:
-            tail = "\n".join(native_log.getvalue().strip().splitlines()[-10:])
-            raise OnnxcompError(
-                f"onnxruntime-training could not generate artifacts for {name!r} (input "
-                f"{list(example_input.shape)}, loss {loss}): {exc}" + (f"\nonnxruntime log:\n{tail}" if tail else "")
-            ) from exc
-        forward_path.unlink()
 
-        result = ArtifactSet.in_dir(staging)
-        fixed = repair_eval_model(result.eval_model, OUTPUT_NAME if eval_output else None)
-        _log.info("eval model: trimmed extra outputs of %d BatchNormalization nodes", fixed)
-        inputs = _graph_inputs(result.training_model, {INPUT_NAME, label_name})
-        meta = {
-            "model": name,
-            "batch": batch,
-            "image": list(example_input.shape[1:]),
-            "classes": classes,
-            "inputs": inputs,
-            "labels": label_name,
-            "label_dtype": label_dtype,
-            "loss": loss,
-            "output": OUTPUT_NAME,
-            "output_shape": list(output_shape),
-            "optimizer": optimizer_key,
-            "seed": seed,
-            "opset": opset,
-            **({"input_dtype": "int64"} if example_input.dtype == torch.int64 else {}),  # token ids
-            "parameters": n_params,
-            "onnxcomp_version": onnxcomp.__version__,
-        }
-        if loss == "cross_entropy":  # the zoo's metadata never had these keys; keep it as it was
-            for key in ("label_dtype", "loss", "output_shape"):
-                meta.pop(key)
-        meta.update(metadata or {})
-        result.metadata.write_text(json.dumps(meta, indent=2) + "\n")
-        _log.info("artifacts for %s generated in %.1f s", name, time.perf_counter() - started)
-
-        smoke_loss = None
-        if smoke_test:
-            smoke = smoke_test_artifacts(staging, timeout_s=smoke_timeout_s, seed=seed)
-            smoke_loss = smoke["loss"]
-        _publish(staging, out_dir, overwrite)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    finally:
-        lock.release()
-    return ArtifactSet.in_dir(out_dir, smoke_loss)
+def _artifact_metadata(training_model: Path, *, name: str, loss: str, example_input: torch.Tensor,
+                       classes: int | None, output_shape: tuple[int, ...], optimizer: str, seed: int, opset: int,
+                       parameters: int, extra: dict | None) -> dict:
+    """onnxcomp.json: what the runtime needs to feed the graph (data inputs' shapes, labels, dtypes) and how
+    it was made."""
+    _, label_name, label_dtype = LOSSES[loss]
+    meta = {
+        "model": name,
+        "batch": int(example_input.shape[0]),
+        "image": list(example_input.shape[1:]),
+        "classes": classes,
+        "inputs": _graph_inputs(training_model, {INPUT_NAME, label_name}),
+        "labels": label_name,
+        "label_dtype": label_dtype,
+        "loss": loss,
+        "output": OUTPUT_NAME,
+        "output_shape": list(output_shape),
+        "optimizer": optimizer,
+        "seed": seed,
+        "opset": opset,
+        **({"input_dtype": "int64"} if example_input.dtype == torch.int64 else {}),  # token ids
+        "parameters": parameters,
+        "onnxcomp_version": onnxcomp.__version__,
+    }
+    if loss == "cross_entropy":  # the zoo's metadata never had these keys; keep it as it was
+        for key in ("label_dtype", "loss", "output_shape"):
+            meta.pop(key)
+    meta.update(extra or {})
+    return meta
 
 
 def _output_shape(model: torch.nn.Module, example_input: torch.Tensor) -> tuple[int, ...]:
@@ -312,58 +351,14 @@ def _native_stderr_captured() -> Iterator[_NativeLog]:
 def repair_eval_model(eval_model: str | os.PathLike[str], output_name: str | None = None) -> int:
     """``fix_eval_batchnorm``, and (given ``output_name``) make the forward output an eval-model output after
     the loss, so ``Module.eval()`` returns (loss, output): predictions without a second export. Returns the
-    number of BatchNormalization nodes changed."""
-    changed = fix_eval_batchnorm(eval_model)
-    if output_name is None:
-        return changed
-    path = Path(eval_model)
-    model = onnx.load(str(path))
-    if output_name in {o.name for o in model.graph.output}:
-        return changed
-    if output_name not in {o for node in model.graph.node for o in node.output}:
-        raise OnnxcompError(f"eval model {path}: no tensor named {output_name!r} to expose as an output")
-    model.graph.output.append(onnx.helper.make_tensor_value_info(output_name, onnx.TensorProto.FLOAT, None))
-    tmp = path.with_name(f".{path.name}.tmp")
-    onnx.save(model, str(tmp))
-    os.replace(tmp, path)
-    return changed
+    number of BatchNormalization nodes changed (onnxcomp.runtime.eval_model)."""
+    return _repair_eval_file(eval_model, output=output_name)
 
 
 def fix_eval_batchnorm(eval_model: str | os.PathLike[str]) -> int:
-    """Make an onnxblock eval model loadable: inference BatchNormalization may have only its Y output.
-
-    onnxblock flips BatchNormalization to training_mode=0 in the eval graph but keeps the running-mean/var
-    outputs, which ORT rejects ("number of op outputs should be 1 when Training_mode = False"). Those outputs
-    feed nothing, so they are dropped. Rewrites the file in place; returns how many nodes were changed.
-    """
-    path = Path(eval_model)
-    model = onnx.load(str(path))
-    consumed = {i for node in model.graph.node for i in node.input} | {o.name for o in model.graph.output}
-    changed = 0
-    for node in model.graph.node:
-        if node.op_type != "BatchNormalization" or node.domain not in ("", "ai.onnx") or len(node.output) <= 1:
-            continue
-        training_mode = next((a.i for a in node.attribute if a.name == "training_mode"), 0)
-        if training_mode:
-            continue
-        extra = [o for o in node.output[1:] if o]
-        used = [o for o in extra if o in consumed]
-        if used:
-            raise OnnxcompError(
-                f"eval model {path}: BatchNormalization {node.name!r} outputs {used} are consumed, "
-                "so they cannot be dropped; regenerate the artifacts from a standard export"
-            )
-        del node.output[1:]
-        changed += 1
-    if changed:
-        value_names = {o for node in model.graph.node for o in node.output}
-        kept = [vi for vi in model.graph.value_info if vi.name in value_names or vi.name in consumed]
-        del model.graph.value_info[:]
-        model.graph.value_info.extend(kept)
-        tmp = path.with_name(f".{path.name}.tmp")
-        onnx.save(model, str(tmp))
-        os.replace(tmp, path)
-    return changed
+    """Make an onnxblock eval model loadable (inference BatchNormalization keeps only its Y output); rewrites
+    the file in place and returns how many nodes changed (onnxcomp.runtime.eval_model)."""
+    return repair_eval_model(eval_model)
 
 
 def smoke_test_artifacts(

@@ -1,6 +1,7 @@
 """Load a training graph from a file or an artifact directory (with errors a user can act on), and save one."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,24 +22,54 @@ class LoadedModel:
     artifact_dir: Path | None  # the directory it came from, when one was given
 
 
-def resolve_model_path(path: str | Path, model: str | None = None) -> tuple[Path, Path | None]:
-    """Map MODEL_OR_DIR (+ optional model file name inside the dir) to (onnx file, artifact dir)."""
+def resolve_model_path(path: str | Path, model: str | os.PathLike[str] | None = None) -> tuple[Path, Path | None]:
+    """The one model-path resolver: MODEL_OR_DIR (+ optional ``model``) to (onnx file, artifact dir).
+
+    A directory: ``model`` is a file name inside it (default training_model.onnx), or else a path of its own
+    (a transformed graph kept elsewhere, trained against this directory's checkpoint). A file: ``model``
+    must be None."""
     p = Path(path)
     if not p.exists():
         raise OnnxcompError(f"{p}: no such file or directory; pass a training_model.onnx or the directory "
                             "that onnxruntime.training.artifacts.generate_artifacts wrote")
     if p.is_dir():
         candidate = p / (model or TRAINING_MODEL)
+        if model is not None and not candidate.is_file() and Path(model).is_file():
+            candidate = Path(model)
         if not candidate.is_file():
             found = sorted(q.name for q in p.glob("*.onnx"))
             hint = f" (it has: {', '.join(found)})" if found else ""
-            raise OnnxcompError(f"{p}: no {candidate.name} in this directory{hint}; pass the artifact "
-                                "directory of a training graph or the .onnx file itself")
+            raise OnnxcompError(f"{p}: no {candidate.name} in this directory, model file not found{hint}; pass "
+                                "a .onnx name inside it, a path to the graph, or the artifact directory of a "
+                                "training graph")
         return candidate, p
     if model:
         raise OnnxcompError(f"{p}: {{model}} names a file inside a directory, but {p} is a file",
                             options=("model",))
     return p, p.parent
+
+
+def resolve_training_run(artifact_dir: str | Path, model: str | os.PathLike[str] | None = None) -> Path:
+    """The training graph a run (train, measure, profile) steps, resolved by ``resolve_model_path`` inside
+    ``artifact_dir``, which must be a directory holding the checkpoint and optimizer model. The graph is read
+    once here, so a truncated file or one of another custom-op set fails in one line before any session."""
+    d = Path(artifact_dir)
+    if d.is_file():
+        raise OnnxcompError(
+            f"{d} is a file; this command takes the artifact directory (checkpoint, optimizer model) "
+            f"and the graph by name: {d.parent} --model {d.name}"
+        )
+    if not d.is_dir():
+        raise OnnxcompError(f"artifact directory {d} does not exist; generate the training artifacts first")
+    path, _ = resolve_model_path(d, model)
+    load_model(path)
+    for needed in ("checkpoint", "optimizer_model.onnx"):
+        if not (d / needed).exists():
+            raise OnnxcompError(
+                f"{needed} missing from {d}; regenerate the artifacts with "
+                "onnxruntime.training.artifacts.generate_artifacts"
+            )
+    return path.resolve()
 
 
 def load_model(path: str | Path, model: str | None = None) -> LoadedModel:
@@ -63,20 +94,49 @@ def has_external_data(model: onnx.ModelProto) -> bool:
     return any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
 
 
+def external_data_files(model: onnx.ModelProto | str | Path) -> set[str]:
+    """The external data files (locations relative to the model's directory) the model's initializers name;
+    a path that does not hold a readable model names none."""
+    if not isinstance(model, onnx.ModelProto):
+        try:
+            model = onnx.load(str(model), load_external_data=False)
+        except (DecodeError, RuntimeError, ValueError, OSError):
+            return set()
+    return {e.value for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL
+            for e in t.external_data if e.key == "location"}
+
+
+def initializer_bytes(model: onnx.ModelProto) -> int:
+    """The initializers' serialised size, external ones by their recorded length."""
+    total = 0
+    for t in model.graph.initializer:
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            total += next((int(e.value) for e in t.external_data if e.key == "length"), 0)
+        else:
+            total += t.ByteSize()
+    return total
+
+
 def save_model(model: onnx.ModelProto, path: str | Path, *, source_dir: Path | None = None,
                external_threshold: int = EXTERNAL_DATA_THRESHOLD, replace: bool = True) -> list[Path]:
     """Write ``model`` to ``path`` atomically; returns the files written.
 
-    Initializers the source keeps in external data (relative to ``source_dir``) are read in first, so the
-    output never points into the input's files. A model of ``external_threshold`` bytes or more is written
-    through onnx-ir with its initializers in ``<path name>.data`` beside it (protobuf's 2 GiB limit)."""
+    Initializers the source keeps in external data (relative to ``source_dir``) are never referenced by the
+    output. A model whose initializers total less than ``external_threshold`` bytes is one self-contained
+    file (external data read in). A larger one (protobuf's 2 GiB limit) is written through onnx-ir with its
+    initializers in a data file beside it, streamed from the source's data without a protobuf copy; model and
+    data are published as a set (see ``_save_with_external_data``). ``replace=False``: an existing ``path``
+    is an error (OutputExistsError), never replaced."""
     from .fileio import atomic_output
 
     target = Path(path)
-    if has_external_data(model):
-        if source_dir is None:
-            raise OnnxcompError(f"{target}: the model keeps initializers in external data, but where they live "
-                                "is unknown; load it from its file")
+    external = has_external_data(model)
+    if external and source_dir is None:
+        raise OnnxcompError(f"{target}: the model keeps initializers in external data, but where they live "
+                            "is unknown; load it from its file")
+    if initializer_bytes(model) >= external_threshold:
+        return _save_with_external_data(model, target, source_dir if external else None, replace)
+    if external:
         from onnx.external_data_helper import load_external_data_for_model
 
         try:
@@ -84,15 +144,67 @@ def save_model(model: onnx.ModelProto, path: str | Path, *, source_dir: Path | N
         except OSError as exc:
             raise OnnxcompError(f"{source_dir}: cannot read the model's external data ({exc.strerror or exc}); "
                                 "keep the .data file next to the model") from None
-    big = sum(t.ByteSize() for t in model.graph.initializer) >= external_threshold
     with atomic_output(target, replace=replace) as tmp:  # replace=False: exclusive create
-        if not big:
-            onnx.save(model, tmp)
-            return [target]
-        import onnx_ir as ir
+        onnx.save(model, tmp)
+    return [target]
 
-        data = f"{target.name}.data"
-        ir.save(ir.serde.deserialize_model(model), tmp, external_data=data)
+
+def _data_file_name(target: Path, keep: set[Path]) -> str:
+    """A data file name beside ``target`` that no file uses yet (``NAME.data``, else ``NAME.1.data``, ...), or
+    failing that one that neither the model now at ``target`` nor the input (``keep``) references."""
+    in_use = {(target.parent / f).resolve() for f in external_data_files(target)} | keep
+    names = [f"{target.name}.data"] + [f"{target.name}.{i}.data" for i in range(1, 8)]
+    for name in names:
+        if not (target.parent / name).exists():
+            return name
+    for name in names:
+        if (target.parent / name).resolve() not in in_use:
+            return name
+    raise OnnxcompError(f"{target}: every data file name beside it is in use ({', '.join(names)}); remove the "
+                        "ones no model needs")
+
+
+def _save_with_external_data(model: onnx.ModelProto, target: Path, source_dir: Path | None,
+                             replace: bool) -> list[Path]:
+    """Model and data file written into a staging directory beside ``target``, then published as a set: the
+    data file under a name that nothing references (so the model now at ``target`` stays whole), then the
+    model in one rename. At every moment ``target`` names a complete model whose data file is complete. The
+    data file of the model replaced is removed afterwards when onnxcomp wrote it (``NAME[.N].data``) and the
+    input does not use it."""
+    import shutil
+    import tempfile
+
+    import onnx_ir as ir
+
+    from .errors import OutputExistsError
+
+    ir_model = ir.serde.deserialize_model(model)
+    keep: set[Path] = set()
+    if source_dir is not None:
+        ir.external_data.set_base_dir(ir_model.graph, source_dir)   # read lazily (memory-mapped) while saving
+        keep = {(source_dir / f).resolve() for f in external_data_files(model)}
+    replaced = {(target.parent / f).resolve() for f in external_data_files(target)} if replace else set()
+    data = _data_file_name(target, keep)
+    stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        ir.save(ir_model, stage / target.name, external_data=data)
+        os.replace(stage / data, target.parent / data)
+        try:
+            if replace:
+                os.replace(stage / target.name, target)
+            else:
+                os.link(stage / target.name, target)  # exclusive: fails if target exists
+        except BaseException as exc:
+            (target.parent / data).unlink(missing_ok=True)
+            if isinstance(exc, FileExistsError):
+                raise OutputExistsError(target, how="pass force=True") from None
+            raise
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    ours = {f"{target.name}.data"} | {f"{target.name}.{i}.data" for i in range(1, 8)}
+    for old in replaced - keep - {(target.parent / data).resolve()}:
+        if old.name in ours and old.parent == target.parent.resolve():
+            old.unlink(missing_ok=True)
     return [target, target.parent / data]
 
 

@@ -14,7 +14,7 @@ from .analysis import LOSSLESS, GraphAnalysis
 from .analysis.cached import adopt_snapshot, analysis_of, snapshot_of
 from .errors import OnnxcompError, OutputExistsError
 from .fileio import atomic_output, check_output_path, output_lock, staged_directory
-from .load import TRAINING_MODEL, load_model, save_model
+from .load import EXTERNAL_DATA_THRESHOLD, TRAINING_MODEL, external_data_files, load_model, save_model
 from .passes import OPTIONS, GraphPass, get_policy
 from .passes.base import OnnxcompPass, run_passes
 from .passes.records import PassRecord, by_section
@@ -122,10 +122,15 @@ def make_passes(policy: str, **options: Any) -> list[GraphPass | OnnxcompPass]:
 
 
 def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str = "model", *,
-                    passes: list[GraphPass | OnnxcompPass] | None = None, **options: Any) -> TransformResult:
+                    passes: list[GraphPass | OnnxcompPass] | None = None, base_dir: str | Path | None = None,
+                    **options: Any) -> TransformResult:
     """Run a policy's passes on ``model`` (not mutated): loaded into onnx-ir once, the passes composed with
-    onnx-ir's PassManager, one analysis per graph state (analysis.cached), serialised once at the end."""
+    onnx-ir's PassManager, one analysis per graph state (analysis.cached), serialised once at the end.
+    ``base_dir``: where the model's external data files are (initializers kept there stay there, read only
+    when a pass asks for their values)."""
     ir_model = ir.serde.deserialize_model(model)
+    if base_dir is not None:
+        ir.external_data.set_base_dir(ir_model.graph, base_dir)
     adopt_snapshot(ir_model, model, checked=True)   # the input's proto is its snapshot: no serialisation
     original = analysis_of(ir_model)
     before = _footprint(original)
@@ -163,7 +168,8 @@ def _atomic_write_text(path: Path, text: str, replace: bool = True) -> None:
 
 def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossless", *,
               model: str | None = None, force: bool = False, batch: int | None = None,
-              allow_unresolved: bool = False, **options: Any) -> TransformResult:
+              allow_unresolved: bool = False, external_threshold: int = EXTERNAL_DATA_THRESHOLD,
+              **options: Any) -> TransformResult:
     """Transform a training graph file or artifact directory.
 
     ``output`` ending in ``.onnx`` is a model file (e.g. inside the artifact directory, next to the
@@ -172,7 +178,8 @@ def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossl
     checked (writable, not there unless ``force``) and locked against concurrent runs before any work; a
     directory is built beside the old one and swapped in whole, so it is never half old, half new.
     ``batch`` fixes a dynamic batch axis first; a stash whose size stays unresolved is an error unless
-    ``allow_unresolved``.
+    ``allow_unresolved``. Initializers of ``external_threshold`` bytes or more in all (default: what protobuf's
+    2 GiB limit allows) go to a data file beside the graph, written with it as a set (``load.save_model``).
     """
     from .static_batch import prepare_for_transform
 
@@ -198,7 +205,8 @@ def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossl
         for existing in ([out_model, out / "checkpoint"] if options.get("split_weight_bytes") else [out_model]):
             if existing.exists() and not force and existing.resolve() != loaded.path.resolve():
                 raise OutputExistsError(existing, how="allow it with {force}", options=("force",))
-        result = transform_model(loaded.model, policy, where=str(loaded.path), passes=passes)
+        result = transform_model(loaded.model, policy, where=str(loaded.path), passes=passes,
+                                 base_dir=loaded.path.parent)
         if result.splits and (not to_dir or loaded.artifact_dir is None
                               or loaded.artifact_dir.resolve() == out.resolve()):
             # Decided by the plan (policy auto), not asked for: the same rule as {split_weight_bytes}.
@@ -207,31 +215,39 @@ def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossl
                                 "(not a .onnx file)", options=("output",))
         if to_dir:
             with staged_directory(out, replace=True, carry_over=True) as stage:
-                _write_set(result, loaded, stage, out)
+                _write_set(result, loaded, stage, out, external_threshold)
         else:
-            _write_model_and_plan(result, loaded, out_model, out_model, replace=force)
+            _write_model_and_plan(result, loaded, out_model, out_model, replace=force,
+                                  external_threshold=external_threshold)
     return result
 
 
-def _write_set(result: TransformResult, loaded: Any, stage: Path, out: Path) -> None:
+def _write_set(result: TransformResult, loaded: Any, stage: Path, out: Path, external_threshold: int) -> None:
     """The directory output, written into ``stage`` (swapped in for ``out`` afterwards): the training graph,
-    its plan and the artifact files (split ones rewritten; files ``out`` already has are kept)."""
+    its plan and the artifact files with the external data files they name (split ones rewritten; files
+    ``out`` already has are kept)."""
     if result.splits:
         from .runtime.checkpoint import write_split_artifacts
 
         assert loaded.artifact_dir is not None
         write_split_artifacts(loaded.artifact_dir, stage, result.splits, force=True)
     if loaded.artifact_dir is not None and loaded.artifact_dir.resolve() != out.resolve():
-        for name in _ARTIFACT_FILES:
+        names = [*_ARTIFACT_FILES]
+        names += [f for name in _ARTIFACT_FILES if name.endswith(".onnx")
+                  for f in sorted(external_data_files(loaded.artifact_dir / name)) if Path(f).name == f]
+        for name in names:
             src = loaded.artifact_dir / name
             if src.exists() and not (stage / name).exists() and not (out / name).exists():
                 (shutil.copytree if src.is_dir() else shutil.copy2)(src, stage / name)
-    _write_model_and_plan(result, loaded, stage / TRAINING_MODEL, out / TRAINING_MODEL, replace=True)
+    _write_model_and_plan(result, loaded, stage / TRAINING_MODEL, out / TRAINING_MODEL, replace=True,
+                          external_threshold=external_threshold)
 
 
-def _write_model_and_plan(result: TransformResult, loaded: Any, path: Path, final: Path, replace: bool) -> None:
+def _write_model_and_plan(result: TransformResult, loaded: Any, path: Path, final: Path, replace: bool,
+                          external_threshold: int = EXTERNAL_DATA_THRESHOLD) -> None:
     plan_path = path.with_suffix(".plan.json")
     result.output, result.plan_path = final, final.with_suffix(".plan.json")
     plan = {"input": str(loaded.path), **result.summary(), "tensors": [r.to_dict() for r in result.records]}
-    save_model(result.model, path, source_dir=loaded.path.parent, replace=replace)
+    save_model(result.model, path, source_dir=loaded.path.parent, replace=replace,
+               external_threshold=external_threshold)
     _atomic_write_text(plan_path, json.dumps(plan, indent=2))  # the model's companion: follows the model

@@ -131,42 +131,25 @@ def run_ort(cfg: dict) -> dict:
     art = Path(cfg["artifacts"])
     if cfg["row"] == ORT_DEFAULTS:
         import onnxruntime as ort
-        from onnxruntime.training import api
 
         so = ort.SessionOptions()
         model_path = art / "training_model.onnx"
     else:
         import onnxcomp.runtime  # noqa: F401  (first: its lean import keeps torch out of onnxruntime's import)
-        from onnxruntime.training import api
-
         from onnxcomp.runtime.session import RuntimeSettings
 
         so = RuntimeSettings().session_options()
         model_path = Path(cfg["graph"])
     if cfg.get("threads"):
         so.intra_op_num_threads = cfg["threads"]
-    import numpy as np
-
-    from onnxcomp.runtime.adaptive import AdaptiveBounds
+    from onnxcomp.runtime.training_session import loss_value, open_artifact_session
 
     meta = json.loads((art / "onnxcomp.json").read_text())
-    state = api.CheckpointState.load_checkpoint(str(art / "checkpoint"))
-    module = api.Module(str(model_path), state, None, "cpu", so)
-    opt = api.Optimizer(str(art / "optimizer_model.onnx"), module)
-    opt.set_learning_rate(1e-3)
-    module.train()
-    adaptive = AdaptiveBounds(model_path, state)
+    session = open_artifact_session(art, model_path, session_options=so, learning_rate=1e-3, adaptive=True)
     batches = _batches(meta, cfg["steps"] + 1)
     meter = _Meter()
     meter.setup_done()
-
-    def step(x: Any, y: Any) -> float:
-        loss = adaptive.step(module, x, y)
-        opt.step()
-        module.lazy_reset_grad()
-        return float(np.asarray(loss).reshape(-1)[0])
-
-    losses = [meter.step(lambda: step(x, y)) for x, y in batches]
+    losses = [meter.step(lambda: loss_value(session.step(x, y))) for x, y in batches]
     return _result(meter, losses) | {"torch_imported": "torch" in sys.modules}
 
 

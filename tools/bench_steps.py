@@ -42,11 +42,11 @@ def _config(spec: str) -> tuple[str, str, str]:
 
 def run(artifact_dir: Path, specs: list[str], steps: int, warmup: int, seed: int) -> dict[str, Any]:
     import onnxruntime as ort
-    from onnxruntime.training import api
 
     from onnxcomp.custom_ops import cpu
     from onnxcomp.runtime.data import graph_data, synthetic_batches
     from onnxcomp.runtime.session import RuntimeSettings
+    from onnxcomp.runtime.training_session import open_artifact_session
 
     configs = [_config(s) for s in specs]
     settings = RuntimeSettings()
@@ -55,23 +55,18 @@ def run(artifact_dir: Path, specs: list[str], steps: int, warmup: int, seed: int
         path = artifact_dir / file
         if not path.is_file():
             raise SystemExit(f"bench_steps: {path} does not exist")
-        state = api.CheckpointState.load_checkpoint(str(artifact_dir / "checkpoint"))
-        module = api.Module(str(path), state, None, "cpu", settings.session_options())
-        optimizer = api.Optimizer(str(artifact_dir / "optimizer_model.onnx"), module)
-        module.train()
-        spec = graph_data(artifact_dir, path, list(module.input_names()))
+        session = open_artifact_session(artifact_dir, path, settings=settings)
+        spec = graph_data(artifact_dir, path, list(session.module.input_names()))
         batches = synthetic_batches(spec.image.shape, spec.classes, seed, spec.image.dtype)
-        sessions.append((label, backend, module, optimizer, batches))
-    ort.set_seed(seed)
+        sessions.append((label, backend, session, batches))
+    ort.set_seed(seed)  # once, after every session exists: they share ORT's generator
 
     def step(i: int) -> tuple[float, float]:
-        _, backend, module, optimizer, batches = sessions[i]
+        _, backend, session, batches = sessions[i]
         x, y = next(batches)
         cpu.set_backend(backend)
         w, c = time.perf_counter(), time.process_time()
-        module(x, y)
-        optimizer.step()
-        module.lazy_reset_grad()
+        session.step(x, y)
         return time.perf_counter() - w, time.process_time() - c
 
     for _ in range(warmup):

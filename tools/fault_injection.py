@@ -423,31 +423,24 @@ def campaign_concurrent(work: Path, art: Path, rounds: int) -> dict[str, Any]:
 # -------------------------------------------------------------------------------------------------- long
 _LONG_CHILD = textwrap.dedent('''
     import json, sys, time
+    from pathlib import Path
     import numpy as np
-    from onnxruntime.training import api
-    from onnxcomp.runtime import GuardedModule
     from onnxcomp.runtime.data import graph_data, synthetic_batches
-    from onnxcomp.runtime.session import session_options
+    from onnxcomp.runtime.session import RuntimeSettings
+    from onnxcomp.runtime.training_session import loss_value, open_artifact_session
 
     def rss():
         with open("/proc/self/status") as f:
             return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:")) * 1024
 
     art, steps = sys.argv[1], int(sys.argv[2])
-    state = api.CheckpointState.load_checkpoint(art + "/checkpoint")
-    inner = api.Module(art + "/training_model.onnx", state, None, "cpu", session_options(verify_payloads=True))
-    module = GuardedModule(inner)
-    opt = api.Optimizer(art + "/optimizer_model.onnx", inner)
-    module.train()
-    from pathlib import Path
-    spec = graph_data(Path(art), Path(art) / "training_model.onnx", list(inner.input_names()))
+    session = open_artifact_session(art, settings=RuntimeSettings(verify_payloads=True))
+    spec = graph_data(Path(art), Path(art) / "training_model.onnx", list(session.module.input_names()))
     batches = synthetic_batches(spec.image.shape, spec.classes, 0, spec.image.dtype)
     samples, losses, t0 = [], [], time.perf_counter()
     for step in range(1, steps + 1):
         x, y = next(batches)
-        losses.append(float(module(x, y)))
-        opt.step()
-        module.lazy_reset_grad()
+        losses.append(loss_value(session.step(x, y)))
         if step == 1 or step % 100 == 0:
             samples.append([step, rss()])
             print(f"step {step} rss {samples[-1][1] / 2**20:.1f} MiB", file=sys.stderr, flush=True)

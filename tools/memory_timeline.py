@@ -45,30 +45,22 @@ def sampler(pid: int, out: str, stop: str) -> None:
 def worker(cfg: dict[str, Any]) -> dict[str, Any]:
     """Child: warm up, then one profiled step sampled by a grandchild; returns timeline data."""
     import onnxruntime as ort
-    from onnxruntime.training import api
 
-    from onnxcomp.runtime import bounds
     from onnxcomp.runtime.data import digits_dataset, graph_data, synthetic_batches
     from onnxcomp.runtime.session import RuntimeSettings
+    from onnxcomp.runtime.training_session import open_artifact_session
 
     ort.set_default_logger_severity(3)
     art, model = Path(cfg["artifact_dir"]), Path(cfg["model"])
     tmp = Path(cfg["tmp"])
     settings = RuntimeSettings(execution_order=cfg["order"], profile=str(tmp / "prof"))
-    state = api.CheckpointState.load_checkpoint(str(art / "checkpoint"))
-    module = api.Module(str(model), state, None, "cpu", settings.session_options())
-    optimizer = api.Optimizer(str(art / "optimizer_model.onnx"), module)
-    module.train()
-    for key, eb in cfg.get("error_bounds", {}).items():
-        bounds.set_bound(key, float(eb))
-    spec = graph_data(art, model, list(module.input_names()))
+    session = open_artifact_session(art, model, settings=settings, bounds=cfg.get("error_bounds", {}))
+    spec = graph_data(art, model, list(session.module.input_names()))
     gen = (digits_dataset(spec.image.shape, spec.classes).train_batches(0) if cfg["data"] == "digits"
            else synthetic_batches(spec.image.shape, spec.classes, 0, spec.image.dtype))
     batches = [next(gen) for _ in range(cfg["warmup"] + 1)]
     for x, y in batches[:-1]:
-        module(x, y)
-        optimizer.step()
-        module.lazy_reset_grad()
+        session.step(x, y)
     stop, samples_path = tmp / "stop", tmp / "samples.json"
     proc = subprocess.Popen([sys.executable, __file__, "--sampler", str(os.getpid()), str(samples_path),
                              str(stop)])
@@ -76,11 +68,11 @@ def worker(cfg: dict[str, Any]) -> dict[str, Any]:
     pre = _rss(os.getpid())
     x, y = batches[-1]
     t0 = time.time()
-    module(x, y)
+    session.forward_backward(x, y)
     t1 = time.time()
     stop.touch()
     proc.wait()
-    del optimizer, module   # ORT writes the profile when the session goes
+    session.close()   # ORT writes the profile when the session goes
     return {"pre": pre, "t0": t0, "t1": t1, "samples": json.loads(samples_path.read_text()),
             "traces": [str(p) for p in tmp.glob("prof*.json")]}
 

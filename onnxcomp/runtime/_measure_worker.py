@@ -20,12 +20,10 @@ from onnxcomp.runtime.proc_memory import reset_hwm, status_bytes
 
 def run_measurement(cfg: dict[str, Any]) -> dict[str, Any]:
     import onnxruntime as ort
-    from onnxruntime.training import api
 
-    from onnxcomp.runtime import bounds
-    from onnxcomp.runtime.op_errors import guarded_step
     from onnxcomp.runtime.data import digits_dataset, graph_data, synthetic_batches
     from onnxcomp.runtime.session import RuntimeSettings
+    from onnxcomp.runtime.training_session import open_artifact_session
 
     ort.set_default_logger_severity(3)
     settings = RuntimeSettings.from_dict(cfg["settings"])
@@ -34,14 +32,10 @@ def run_measurement(cfg: dict[str, Any]) -> dict[str, Any]:
     steps, warmup = int(cfg["steps"]), int(cfg["warmup"])
 
     rss_start = status_bytes("VmRSS")
-    state = api.CheckpointState.load_checkpoint(str(artifact_dir / "checkpoint"))
-    module = api.Module(str(model_path), state, None, "cpu", settings.session_options())
-    optimizer = api.Optimizer(str(artifact_dir / "optimizer_model.onnx"), module)
-    ort.set_seed(int(cfg["seed"]))  # Dropout masks: same seed, same losses across graphs
-    module.train()
-    spec = graph_data(artifact_dir, model_path, list(module.input_names()))
-    for key, eb in cfg.get("error_bounds", {}).items():
-        bounds.set_bound(key, float(eb))
+    # Fixed bounds, no controller: the figures are those of the bounds given (a training run's, or the graph's).
+    session = open_artifact_session(artifact_dir, model_path, settings=settings, seed=int(cfg["seed"]),
+                                    bounds=cfg.get("error_bounds", {}))
+    spec = graph_data(artifact_dir, model_path, list(session.module.input_names()))
     if cfg.get("data", "synthetic") == "digits":
         gen = digits_dataset(spec.image.shape, spec.classes).train_batches(int(cfg["seed"]))
     elif cfg.get("data") == "text":
@@ -65,10 +59,7 @@ def run_measurement(cfg: dict[str, Any]) -> dict[str, Any]:
         pre = status_bytes("VmRSS")
         reset_hwm()
         t0 = time.perf_counter()
-        with guarded_step():  # an onnxcomp op that failed inside ORT raises OpError here
-            loss = module(x, y)
-        optimizer.step()
-        module.lazy_reset_grad()
+        loss = session.step(x, y)  # an onnxcomp op that failed inside ORT raises OpError here
         elapsed = time.perf_counter() - t0
         hwm = status_bytes("VmHWM")
         process_peak = max(process_peak, hwm)

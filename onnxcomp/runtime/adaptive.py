@@ -17,7 +17,8 @@ the bounds stay static unless you route the training step through `AdaptiveBound
         optimizer.step()
         module.lazy_reset_grad()
 
-For a graph without error-bounded encoders `step` is just `module(x, y)`.
+For a graph without error-bounded encoders `step` is just `module(x, y)`. onnxcomp's own loops get this (and
+the op-error guard) from `training_session.open_training_session(..., adaptive=True)`, which does the above.
 """
 from __future__ import annotations
 
@@ -41,9 +42,10 @@ class AdaptiveBounds:
         """Whether the graph has error-bounded encoders whose bounds this adjusts."""
         return self.controller is not None and not self.controller.static
 
-    def step(self, module: Any, *inputs: Any) -> Any:
-        """One training step: ``module(*inputs)`` with the bounds collected/updated around it."""
-        self.steps += 1
+    def step(self, module: Any, *inputs: Any, step: int | None = None) -> Any:
+        """One training step: ``module(*inputs)`` with the bounds collected/updated around it. ``step``: the
+        step's number when the caller counts (a resumed run continues its count); default: one more."""
+        self.steps = self.steps + 1 if step is None else step
         if self.controller is None:
             return module(*inputs)
         self.controller.before_step(self.steps)

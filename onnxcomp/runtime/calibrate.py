@@ -299,7 +299,7 @@ def profile_training_step(model_path_or_dir: str | os.PathLike, steps: int = 3, 
     """Per-node mean seconds of a training step from ORT's profiler, in a fresh child process (see
     cost_model.profile_node_seconds)."""
     from onnxcomp.planner.cost_model import NodeTimes
-    from onnxcomp.runtime.measure import _resolve_model
+    from onnxcomp.load import resolve_training_run
     from onnxcomp.runtime.session import RuntimeSettings
 
     path = Path(model_path_or_dir)
@@ -309,7 +309,7 @@ def profile_training_step(model_path_or_dir: str | os.PathLike, steps: int = 3, 
         artifact_dir = path
     if steps < 1:
         raise OnnxcompError(f"profiling needs steps >= 1 (got {steps})")
-    model_path = _resolve_model(artifact_dir.resolve(), model)
+    model_path = resolve_training_run(artifact_dir.resolve(), model)
     settings = settings or RuntimeSettings()
     cfg = {"artifact_dir": str(artifact_dir.resolve()), "model": str(model_path), "steps": steps, "warmup": warmup,
            "settings": settings.to_dict()}
@@ -343,12 +343,11 @@ def _run_child(kind: str, cfg: dict[str, Any], timeout_s: float | None, what: st
 def _profile_worker(cfg: dict[str, Any]) -> dict[str, Any]:
     import onnx
     import onnxruntime as ort
-    from onnxruntime.training import api
 
     from onnxcomp.planner.cost_model import node_features, node_weights
     from onnxcomp.runtime.data import graph_data, synthetic_batches
-    from onnxcomp.runtime.op_errors import guarded_step
     from onnxcomp.runtime.session import RuntimeSettings
+    from onnxcomp.runtime.training_session import open_artifact_session
 
     ort.set_default_logger_severity(3)
     tmp = Path(cfg["tmp"])
@@ -362,25 +361,18 @@ def _profile_worker(cfg: dict[str, Any]) -> dict[str, Any]:
         cpu.warm_up()  # kernels compiled / loaded before the first step, as `onnxcomp train` does
     except Exception:  # noqa: BLE001  (numpy backend or no numba: nothing to warm)
         pass
-    state = api.CheckpointState.load_checkpoint(str(artifact_dir / "checkpoint"))
-    module = api.Module(str(model_path), state, None, "cpu", settings.session_options())
-    optimizer = api.Optimizer(str(artifact_dir / "optimizer_model.onnx"), module)
-    ort.set_seed(0)
-    module.train()
-    spec = graph_data(artifact_dir, model_path, list(module.input_names()))
+    session = open_artifact_session(artifact_dir, model_path, settings=settings, seed=0)
+    spec = graph_data(artifact_dir, model_path, list(session.module.input_names()))
     gen = synthetic_batches(spec.image.shape, spec.classes, 0, spec.image.dtype)
     warmup, steps = int(cfg["warmup"]), int(cfg["steps"])
     batches = [next(gen) for _ in range(warmup + steps)]
     times = []
     for i, (x, y) in enumerate(batches):
         t0 = time.perf_counter()
-        with guarded_step():
-            module(x, y)
-        optimizer.step()
-        module.lazy_reset_grad()
+        session.step(x, y)
         if i >= warmup:
             times.append(time.perf_counter() - t0)
-    del optimizer, module, state
+    session.close()
     gc.collect()
     graph = onnx.load(str(model_path), load_external_data=False)
     names = {n.name for n in graph.graph.node}

@@ -47,39 +47,6 @@ class MeasureResult:
         return asdict(self)
 
 
-def _resolve_model(artifact_dir: Path, model: str | os.PathLike | None) -> Path:
-    if artifact_dir.is_file():
-        raise OnnxcompError(
-            f"{artifact_dir} is a file; this command takes the artifact directory (checkpoint, optimizer model) "
-            f"and the graph by name: {artifact_dir.parent} --model {artifact_dir.name}"
-        )
-    if not artifact_dir.is_dir():
-        raise OnnxcompError(f"artifact directory {artifact_dir} does not exist; generate the training artifacts first")
-    # A name inside the directory first, as inspect and transform read --model; then a path of its own.
-    path = artifact_dir / "training_model.onnx" if model is None else artifact_dir / Path(model)
-    if model is not None and not path.is_file() and Path(model).is_file():
-        path = Path(model)
-    if not path.is_file():
-        found = sorted(q.name for q in artifact_dir.glob("*.onnx"))
-        raise OnnxcompError(
-            f"training model {path} not found; pass a .onnx name in {artifact_dir} (it has: {', '.join(found) or 'none'}) "
-            "or a path"
-        )
-    from onnxcomp.load import load_model
-
-    load_model(path)  # a truncated or non-ONNX file: one short message here, not a child's traceback
-    for needed in ("checkpoint", "optimizer_model.onnx"):
-        if not (artifact_dir / needed).exists():
-            raise OnnxcompError(
-                f"{needed} missing from {artifact_dir}; regenerate the artifacts with "
-                "onnxruntime.training.artifacts.generate_artifacts"
-            )
-    from onnxcomp.load import require_compatible_opset
-
-    require_compatible_opset(path)
-    return path.resolve()
-
-
 def _describe_exit(code: int) -> str:
     if code < 0:
         try:
@@ -112,7 +79,9 @@ def measure(
         raise OnnxcompError(f"unknown data source {data!r}; use 'synthetic', 'digits' or 'text' (token models)")
     if steps < 1 or warmup < 0:
         raise OnnxcompError(f"measure needs steps >= 1 and warmup >= 0 (got steps={steps}, warmup={warmup})")
-    model_path = _resolve_model(artifact_dir, model)
+    from onnxcomp.load import resolve_training_run
+
+    model_path = resolve_training_run(artifact_dir, model)
     cfg = {"artifact_dir": str(artifact_dir), "model": str(model_path), "steps": steps, "warmup": warmup,
            "seed": seed, "settings": settings.to_dict(), "data": data, "error_bounds": error_bounds or {}}
 

@@ -38,17 +38,23 @@ def load_progress(save_dir: str | os.PathLike[str] | None, model_path: Path) -> 
 def save_progress(save_dir: str | os.PathLike[str], state: Any, *, step: int, model_path: Path, seed: int,
                   data: str, bounds: dict[str, float]) -> Path:
     """Write checkpoint (with optimizer state) and progress atomically: a crash mid-save keeps the old pair."""
-    from onnxruntime.training.api import CheckpointState
-
     d = Path(save_dir)
     try:
         d.mkdir(parents=True, exist_ok=True)
-        tmp = d / ".checkpoint.tmp"
-        CheckpointState.save_checkpoint(state, str(tmp), include_optimizer_state=True)
         info = {"step": step, "model": model_path.name, "seed": seed, "data": data, "bounds": bounds}
-        (d / f".{PROGRESS}.tmp").write_text(json.dumps(info, indent=2) + "\n")
-        os.replace(tmp, d / "checkpoint")
-        os.replace(d / f".{PROGRESS}.tmp", d / PROGRESS)
+        save_training_state(d, state, PROGRESS, json.dumps(info, indent=2) + "\n")
     except OSError as exc:
         raise OnnxcompError(f"--save {d}: cannot write ({exc.strerror or exc}); choose a writable directory") from None
     return d
+
+
+def save_training_state(directory: Path, state: Any, info_name: str, info_text: str) -> None:
+    """The checkpoint (parameters and optimizer state) and its progress file ``info_name`` in ``directory``,
+    each written beside its final name and renamed into place (used by `train --save` and Trainer.save)."""
+    from onnxruntime.training.api import CheckpointState
+
+    tmp = directory / ".checkpoint.tmp"
+    CheckpointState.save_checkpoint(state, str(tmp), include_optimizer_state=True)
+    (directory / f".{info_name}.tmp").write_text(info_text)
+    os.replace(tmp, directory / "checkpoint")
+    os.replace(directory / f".{info_name}.tmp", directory / info_name)

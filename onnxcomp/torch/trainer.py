@@ -27,6 +27,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from onnxcomp.errors import OnnxcompError
+from onnxcomp.runtime.training_session import loss_value
 
 _SAVE_FILE = "trainer.json"
 _GRAPH_FILES = ("training_model.onnx", "eval_model.onnx", "optimizer_model.onnx", "onnxcomp.json")
@@ -127,25 +128,14 @@ class Trainer:
         self._open(self.graph_dir / "checkpoint")
 
     def _open(self, checkpoint: Path, bounds_state: dict[str, float] | None = None) -> None:
-        from onnxruntime.training import api
-
-        from onnxcomp.runtime import bounds
-        from onnxcomp.runtime.adaptive import AdaptiveBounds
-        from onnxcomp.runtime.session import session_options
+        from onnxcomp.runtime.training_session import open_training_session
 
         assert self.graph_dir is not None
         self.close_session()
-        state = api.CheckpointState.load_checkpoint(str(checkpoint))
-        so = session_options()
-        module = api.Module(str(self.graph_dir / "training_model.onnx"), state,
-                            str(self.graph_dir / "eval_model.onnx"), "cpu", so)
-        optimizer = api.Optimizer(str(self.graph_dir / "optimizer_model.onnx"), module)
-        if self.lr is not None:
-            optimizer.set_learning_rate(self.lr)
-        adaptive = AdaptiveBounds(self.graph_dir / "training_model.onnx", state)
-        for key, eb in (bounds_state or {}).items():
-            bounds.set_bound(key, float(eb))
-        self._session = (state, module, optimizer, adaptive)
+        self._session = open_training_session(
+            self.graph_dir / "training_model.onnx", checkpoint, self.graph_dir / "optimizer_model.onnx",
+            eval_model=self.graph_dir / "eval_model.onnx", learning_rate=self.lr, adaptive=True,
+            bounds=bounds_state)
 
     def close_session(self) -> None:
         self._session = None
@@ -193,14 +183,9 @@ class Trainer:
                 if x.shape[0] != self.batch:
                     skipped += 1  # the graph has a static batch
                     continue
-                state, module, optimizer, adaptive = self._session
-                module.train()
                 t0 = time.perf_counter()
-                out = adaptive.step(module, x, y)
-                optimizer.step()
-                module.lazy_reset_grad()
+                loss = loss_value(self._session.step(x, y))
                 times.append(time.perf_counter() - t0)
-                loss = float(np.asarray(out[0] if isinstance(out, (list, tuple)) else out).reshape(-1)[0])
                 if not math.isfinite(loss):
                     raise OnnxcompError(f"loss became {loss} at step {self.step + 1}; lower the learning rate "
                                         "or try a lossless policy")
@@ -216,9 +201,8 @@ class Trainer:
             self.sync_module()
             if ckpt is not None:
                 self.save(ckpt)
-        adaptive = self._session[3] if self._session else None
         return FitResult(losses, self.epoch, self.step, skipped, float(np.median(times)) if times else None,
-                         self.policy, adaptive.summary() if adaptive else None, history)
+                         self.policy, self._session.bounds_summary() if self._session else None, history)
 
     def evaluate(self, dataloader: Iterable[Any]) -> dict[str, float]:
         """Mean loss (and accuracy, for cross-entropy) of the ORT eval model over full batches."""
@@ -253,21 +237,16 @@ class Trainer:
         return self._eval_step(x, y)[1]
 
     def _eval_step(self, x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
-        _, module, _, _ = self._session
-        module.eval()
-        try:
-            loss, out = module(x, y)
-        finally:
-            module.train()
-        return float(np.asarray(loss).reshape(-1)[0]), np.asarray(out)
+        with self._session.eval_mode() as run:
+            loss, out = run(x, y)
+        return loss_value(loss), np.asarray(out)
 
     # ----------------------------------------------------------------------------------- state
     def parameters(self) -> dict[str, np.ndarray]:
         """Every checkpoint parameter (trainable and frozen, e.g. BatchNorm running statistics) by name."""
         if self._session is None:
             raise OnnxcompError("no trained state yet: call fit() first")
-        state = self._session[0]
-        return {name: np.array(p.data, copy=True) for name, p in state.parameters}
+        return {name: np.array(p.data, copy=True) for name, p in self._session.state.parameters}
 
     def sync_module(self) -> list[str]:
         """Copy the trained parameters into the module's state_dict; returns the names copied."""
@@ -288,9 +267,8 @@ class Trainer:
 
     def save(self, directory: str | os.PathLike[str]) -> Path:
         """Write graphs, checkpoint (with optimizer state) and progress to ``directory`` for ``load``/resume."""
-        from onnxruntime.training import api
-
         from onnxcomp.runtime import bounds
+        from onnxcomp.runtime.resume import save_training_state
 
         if self._session is None or self.graph_dir is None:
             raise OnnxcompError("nothing to save yet: call fit() first")
@@ -300,14 +278,9 @@ class Trainer:
             src = self.graph_dir / name
             if src.exists() and src.resolve() != (directory / name).resolve():
                 shutil.copy2(src, directory / name)
-        state = self._session[0]
-        tmp = directory / ".checkpoint.tmp"
-        api.CheckpointState.save_checkpoint(state, str(tmp), include_optimizer_state=True)
-        os.replace(tmp, directory / "checkpoint")
         info = {"epoch": self.epoch, "step": self.step, "batch": self.batch, "policy": self.policy,
                 "loss": self.loss, "bounds": bounds.bounds()}
-        (directory / f".{_SAVE_FILE}.tmp").write_text(json.dumps(info, indent=2))
-        os.replace(directory / f".{_SAVE_FILE}.tmp", directory / _SAVE_FILE)
+        save_training_state(directory, self._session.state, _SAVE_FILE, json.dumps(info, indent=2))
         return directory
 
     def load(self, directory: str | os.PathLike[str]) -> None:
