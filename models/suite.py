@@ -69,6 +69,19 @@ class SqueezeNetS(_SizeChecked):
         return torch.flatten(self.classifier(self.features(x)), 1)
 
 
+class _PooledLinearHead(_SizeChecked):
+    """features, global average pool, one linear classifier: the shape four suite nets end in."""
+
+    def _head(self, mods: list[nn.Module], channels: int, num_classes: int) -> None:
+        self.features = nn.Sequential(*mods)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(channels, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self._check_input(x)
+        return self.fc(torch.flatten(self.pool(self.features(x)), 1))
+
+
 class DenseLayer(nn.Module):
     def __init__(self, cin: int, growth: int) -> None:
         super().__init__()
@@ -80,7 +93,7 @@ class DenseLayer(nn.Module):
         return torch.cat([x, self.body(x)], 1)
 
 
-class DenseNetS(_SizeChecked):
+class DenseNetS(_PooledLinearHead):
     """DenseNet-BC-like: stem, three dense blocks of four layers (growth 12), transitions halving channels."""
 
     min_image_size = 16
@@ -100,13 +113,7 @@ class DenseNetS(_SizeChecked):
                          nn.AvgPool2d(2)]
                 c //= 2
         mods += [nn.BatchNorm2d(c), nn.ReLU(inplace=True)]
-        self.features = nn.Sequential(*mods)
-        self.pool = nn.AdaptiveAvgPool2d(1)
-        self.fc = nn.Linear(c, num_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self._check_input(x)
-        return self.fc(torch.flatten(self.pool(self.features(x)), 1))
+        self._head(mods, c, num_classes)
 
 
 class PReLU(nn.Module):
@@ -121,7 +128,7 @@ class PReLU(nn.Module):
         return torch.relu(x) - self.weight * torch.relu(-x)
 
 
-class LeakyVGG(_SizeChecked):
+class LeakyVGG(_PooledLinearHead):
     """VGG-like, Conv-BN-LeakyReLU(0.1) in the first stages and Conv-BN-PReLU in the last, max pools."""
 
     min_image_size = 16
@@ -142,16 +149,10 @@ class LeakyVGG(_SizeChecked):
             mods += [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout),
                      nn.LeakyReLU(0.1, inplace=True) if act == "leaky" else PReLU(cout)]
             cin = cout
-        self.features = nn.Sequential(*mods)
-        self.pool = nn.AdaptiveAvgPool2d(1)
-        self.fc = nn.Linear(cin, num_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self._check_input(x)
-        return self.fc(torch.flatten(self.pool(self.features(x)), 1))
+        self._head(mods, cin, num_classes)
 
 
-class PlainDeep(_SizeChecked):
+class PlainDeep(_PooledLinearHead):
     """BN-free deep plain net: 12 Conv3x3+ReLU (He init, no shortcut, no normalisation), four max pools."""
 
     min_image_size = 16
@@ -171,13 +172,7 @@ class PlainDeep(_SizeChecked):
                 mods += [conv, nn.ReLU(inplace=True)]
                 cin = cout
             mods.append(nn.MaxPool2d(2))
-        self.features = nn.Sequential(*mods)
-        self.fc = nn.Linear(cin, num_classes)
-        self.pool = nn.AdaptiveAvgPool2d(1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self._check_input(x)
-        return self.fc(torch.flatten(self.pool(self.features(x)), 1))
+        self._head(mods, cin, num_classes)
 
 
 def _dw_separable(cin: int, cout: int, stride: int) -> nn.Sequential:
@@ -187,7 +182,7 @@ def _dw_separable(cin: int, cout: int, stride: int) -> nn.Sequential:
         nn.Conv2d(cin, cout, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
 
 
-class MobileNetV1S(_SizeChecked):
+class MobileNetV1S(_PooledLinearHead):
     """MobileNetV1 at width 0.5: a strided stem, then 3x3 depthwise + 1x1 pointwise blocks (BN, ReLU)."""
 
     min_image_size = 16
@@ -203,13 +198,7 @@ class MobileNetV1S(_SizeChecked):
         for cout, stride in cfg:
             mods.append(_dw_separable(cin, c(cout), stride))
             cin = c(cout)
-        self.features = nn.Sequential(*mods)
-        self.pool = nn.AdaptiveAvgPool2d(1)
-        self.fc = nn.Linear(cin, num_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self._check_input(x)
-        return self.fc(torch.flatten(self.pool(self.features(x)), 1))
+        self._head(mods, cin, num_classes)
 
 
 class WideBlock(nn.Module):

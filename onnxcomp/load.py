@@ -134,8 +134,12 @@ def save_model(model: onnx.ModelProto, path: str | Path, *, source_dir: Path | N
     if external and source_dir is None:
         raise OnnxcompError(f"{target}: the model keeps initializers in external data, but where they live "
                             "is unknown; load it from its file")
+    keep = {(source_dir / f).resolve() for f in external_data_files(model)} if external else set()
+    replaced = {(target.parent / f).resolve() for f in external_data_files(target)} if replace else set()
     if initializer_bytes(model) >= external_threshold:
-        return _save_with_external_data(model, target, source_dir if external else None, replace)
+        written = _save_with_external_data(model, target, source_dir if external else None, keep, replace)
+        _retire_data_files(target, replaced - keep - {written[1].resolve()})
+        return written
     if external:
         from onnx.external_data_helper import load_external_data_for_model
 
@@ -146,14 +150,27 @@ def save_model(model: onnx.ModelProto, path: str | Path, *, source_dir: Path | N
                                 "keep the .data file next to the model") from None
     with atomic_output(target, replace=replace) as tmp:  # replace=False: exclusive create
         onnx.save(model, tmp)
+    _retire_data_files(target, replaced - keep)
     return [target]
+
+
+def _data_file_names(target: Path) -> list[str]:
+    """The names onnxcomp gives a graph's data file: NAME.data, then NAME.1.data ... while those are taken."""
+    return [f"{target.name}.data"] + [f"{target.name}.{i}.data" for i in range(1, 8)]
+
+
+def _retire_data_files(target: Path, unused: set[Path]) -> None:
+    """Remove the data files a replaced graph at ``target`` used that onnxcomp named (never anyone else's)."""
+    for old in unused:
+        if old.name in _data_file_names(target) and old.parent == target.parent.resolve():
+            old.unlink(missing_ok=True)
 
 
 def _data_file_name(target: Path, keep: set[Path]) -> str:
     """A data file name beside ``target`` that no file uses yet (``NAME.data``, else ``NAME.1.data``, ...), or
     failing that one that neither the model now at ``target`` nor the input (``keep``) references."""
     in_use = {(target.parent / f).resolve() for f in external_data_files(target)} | keep
-    names = [f"{target.name}.data"] + [f"{target.name}.{i}.data" for i in range(1, 8)]
+    names = _data_file_names(target)
     for name in names:
         if not (target.parent / name).exists():
             return name
@@ -164,13 +181,12 @@ def _data_file_name(target: Path, keep: set[Path]) -> str:
                         "ones no model needs")
 
 
-def _save_with_external_data(model: onnx.ModelProto, target: Path, source_dir: Path | None,
+def _save_with_external_data(model: onnx.ModelProto, target: Path, source_dir: Path | None, keep: set[Path],
                              replace: bool) -> list[Path]:
     """Model and data file written into a staging directory beside ``target``, then published as a set: the
     data file under a name that nothing references (so the model now at ``target`` stays whole), then the
-    model in one rename. At every moment ``target`` names a complete model whose data file is complete. The
-    data file of the model replaced is removed afterwards when onnxcomp wrote it (``NAME[.N].data``) and the
-    input does not use it."""
+    model in one rename. At every moment ``target`` names a complete model whose data file is complete.
+    ``keep``: the input's data files (never written over)."""
     import shutil
     import tempfile
 
@@ -179,11 +195,8 @@ def _save_with_external_data(model: onnx.ModelProto, target: Path, source_dir: P
     from .errors import OutputExistsError
 
     ir_model = ir.serde.deserialize_model(model)
-    keep: set[Path] = set()
     if source_dir is not None:
         ir.external_data.set_base_dir(ir_model.graph, source_dir)   # read lazily (memory-mapped) while saving
-        keep = {(source_dir / f).resolve() for f in external_data_files(model)}
-    replaced = {(target.parent / f).resolve() for f in external_data_files(target)} if replace else set()
     data = _data_file_name(target, keep)
     stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
@@ -201,10 +214,6 @@ def _save_with_external_data(model: onnx.ModelProto, target: Path, source_dir: P
             raise
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-    ours = {f"{target.name}.data"} | {f"{target.name}.{i}.data" for i in range(1, 8)}
-    for old in replaced - keep - {(target.parent / data).resolve()}:
-        if old.name in ours and old.parent == target.parent.resolve():
-            old.unlink(missing_ok=True)
     return [target, target.parent / data]
 
 

@@ -1,6 +1,7 @@
 """`onnxcomp transform`: run a policy's passes, check the result, write it (atomically) with its plan."""
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from dataclasses import dataclass, field
@@ -14,7 +15,8 @@ from .analysis import LOSSLESS, GraphAnalysis
 from .analysis.cached import adopt_snapshot, analysis_of, snapshot_of
 from .errors import OnnxcompError, OutputExistsError
 from .fileio import atomic_output, check_output_path, output_lock, staged_directory
-from .load import EXTERNAL_DATA_THRESHOLD, TRAINING_MODEL, external_data_files, load_model, save_model
+from .load import (EXTERNAL_DATA_THRESHOLD, TRAINING_MODEL, external_data_files, has_external_data, load_model,
+                   save_model)
 from .passes import OPTIONS, GraphPass, get_policy
 from .passes.base import OnnxcompPass, run_passes
 from .passes.records import PassRecord, by_section
@@ -128,19 +130,23 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
     onnx-ir's PassManager, one analysis per graph state (analysis.cached), serialised once at the end.
     ``base_dir``: where the model's external data files are (initializers kept there stay there, read only
     when a pass asks for their values)."""
+    external_dir = Path(base_dir).resolve() if base_dir is not None and has_external_data(model) else None
     ir_model = ir.serde.deserialize_model(model)
-    if base_dir is not None:
-        ir.external_data.set_base_dir(ir_model.graph, base_dir)
-    adopt_snapshot(ir_model, model, checked=True)   # the input's proto is its snapshot: no serialisation
-    original = analysis_of(ir_model)
-    before = _footprint(original)
-    log = run_passes(ir_model, passes if passes is not None else make_passes(policy, **options))
-    current = snapshot_of(ir_model)
-    if current is model:            # nothing modified it: still hand back a model of its own, as before
-        current = onnx.ModelProto()
-        current.CopyFrom(model)
-    validate_rewritten(current, where, original=model)
-    after = _footprint(analysis_of(ir_model))
+    if external_dir is not None:
+        ir.external_data.set_base_dir(ir_model.graph, external_dir)
+    # onnx.checker (every pass's `ensures`, and validate) looks for a proto's external data files relative to
+    # the working directory: run the passes from the model's directory so a >2 GiB graph is checkable.
+    with contextlib.chdir(external_dir) if external_dir is not None else contextlib.nullcontext():
+        adopt_snapshot(ir_model, model, checked=True)   # the input's proto is its snapshot: no serialisation
+        original = analysis_of(ir_model)
+        before = _footprint(original)
+        log = run_passes(ir_model, passes if passes is not None else make_passes(policy, **options))
+        current = snapshot_of(ir_model)
+        if current is model:            # nothing modified it: still hand back a model of its own, as before
+            current = onnx.ModelProto()
+            current.CopyFrom(model)
+        validate_rewritten(current, where, original=model)
+        after = _footprint(analysis_of(ir_model))
     records = log.records
     # Stashes no pass understood: listed, never touched (a wrong gradient is worse than no saving).
     tensors = [r for r in records if r.section == "tensors"]

@@ -20,13 +20,9 @@ Writes ``<out>/bench.json`` (every row) and ``<out>/tables.md`` (summary + per-t
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
-import os
-import platform
-import time
+import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import zstandard
@@ -34,16 +30,10 @@ import zstandard
 import onnxcomp.custom_ops.sz as sz
 from onnxcomp.custom_ops import get_codec
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from activation_bench import best_time as _best, distinct_activations, write_results  # noqa: E402
+
 SZ = get_codec("sz")
-
-
-def _best(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
-    best, out = float("inf"), None
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t)
-    return best, out
 
 
 def _max_err(x: np.ndarray, y: np.ndarray) -> float:
@@ -155,23 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="write bench.json + README.md here (e.g. docs/sz)")
     args = ap.parse_args(argv)
 
-    files = sorted(args.dir.glob("*.npy"))
-    if not files:
-        raise SystemExit(f"no .npy files in {args.dir}; run tools/dump_activations.py first")
     rows: list[dict[str, Any]] = []
-    seen: dict[str, str] = {}
-    for path in files:
-        x = np.load(path)
-        if x.dtype != np.float32 or x.nbytes < args.min_mib * 2**20:
-            continue
-        digest = hashlib.sha1(x.tobytes()).hexdigest()  # VGG: a ReLU output is the next conv's input
-        if digest in seen:
-            print(f"skip {path.name}: same tensor as {seen[digest]}")
-            continue
-        seen[digest] = path.name
+    for path, x, meta in distinct_activations(args.dir, args.min_mib, say_skipped=True):
         lo, hi = float(x.min()), float(x.max())
-        meta = {"tensor": path.stem, "shape": list(x.shape), "mib": x.nbytes / 2**20,
-                "density": float(np.count_nonzero(x) / x.size), "range": hi - lo}
+        meta["range"] = hi - lo
         z = bench_zstd(x, args.repeat)
         specs = [(f"rel {r:g}", r * (hi - lo)) for r in args.rel] + [(f"abs {a:g}", a) for a in args.abs]
         for spec, eb in specs:
@@ -187,18 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     bad = [r for r in rows if r["bound_ok"] is False]
     if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        env = {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(),
-               "numpy": np.__version__, "zstandard": zstandard.__version__}
-        try:
-            from importlib.metadata import version
-
-            env["pysz"] = version("pysz")
-        except Exception:  # noqa: BLE001
-            pass
-        (args.out / "bench.json").write_text(json.dumps({"env": env, "args": {k: str(v) for k, v in vars(args).items()},
-                                                         "summary": summ, "rows": rows}, indent=1))
-        (args.out / "tables.md").write_text("## Summary\n\n" + summ_text + "\n## Every tensor\n\n" + table)
+        write_results(args.out, args, {"summary": summ, "rows": rows},
+                      "## Summary\n\n" + summ_text + "\n## Every tensor\n\n" + table,
+                      env={"zstandard": zstandard.__version__}, package="pysz")
     if bad:
         print(f"BOUND VIOLATED in {len(bad)} rows")
         return 1

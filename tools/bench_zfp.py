@@ -17,28 +17,18 @@ Errors are over finite elements. Example:
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
-import os
-import platform
-import time
+import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from onnxcomp.custom_ops import zfp
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from activation_bench import best_time as _best, distinct_activations, write_results  # noqa: E402
+
 ZFP = zfp.ZFP()
-
-
-def _best(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
-    best, out = float("inf"), None
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t)
-    return best, out
 
 
 def _errors(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -130,21 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         print("zfpy not installed (pip install -e '.[bench]'): benchmarking onnxcomp zfp alone")
         have_zfpy = False
 
-    files = sorted(args.dir.glob("*.npy"))
-    if not files:
-        raise SystemExit(f"{args.dir}: no .npy files; run tools/dump_activations.py first")
     rows: list[dict[str, Any]] = []
-    seen: dict[str, str] = {}
-    for path in files:
-        x = np.load(path)
-        if x.dtype != np.float32 or x.nbytes < args.min_mib * 2**20:
-            continue
-        digest = hashlib.sha1(x.tobytes()).hexdigest()  # a ReLU output is often the next conv's input
-        if digest in seen:
-            continue
-        seen[digest] = path.name
-        meta = {"tensor": path.stem, "shape": list(x.shape), "mib": x.nbytes / 2**20,
-                "density": float(np.count_nonzero(x) / x.size)}
+    for path, x, meta in distinct_activations(args.dir, args.min_mib):
         for rate in args.rates:
             results = [bench_ours(x, rate, args.repeat, numba=True)]
             if args.numpy and zfp.USE_NUMBA:
@@ -159,19 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     print(summ)
     print(table)
     if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        env = {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(),
-               "numpy": np.__version__, "numba_coder": zfp.USE_NUMBA}
-        try:
-            from importlib.metadata import version
-
-            env["zfpy"] = version("zfpy")
-        except Exception:  # noqa: BLE001  (not installed)
-            pass
-        (args.out / "bench.json").write_text(json.dumps({"env": env, "args": {k: str(v) for k, v in vars(args).items()},
-                                                         "rows": rows}, indent=1))
-        (args.out / "tables.md").write_text("## Summary (medians over tensors)\n\n" + summ + "\n## Every tensor\n\n"
-                                            + table)
+        write_results(args.out, args, {"rows": rows},
+                      "## Summary (medians over tensors)\n\n" + summ + "\n## Every tensor\n\n" + table,
+                      env={"numba_coder": zfp.USE_NUMBA}, package="zfpy")
     return 0
 
 
