@@ -17,6 +17,9 @@ _EXPORTS = {
     "session_options": "onnxcomp.runtime.session",
     "MeasureResult": "onnxcomp.runtime.measure",
     "TrainResult": "onnxcomp.runtime.train",
+    # One training session and step (PyOps registered, op errors guarded, adaptive bounds): for your own loop.
+    "TrainingSession": "onnxcomp.runtime.training_session",
+    "open_training_session": "onnxcomp.runtime.training_session",
     # Op failures inside ORT surface through these (see op_errors): wrap your module, or call raise_pending().
     "GuardedModule": "onnxcomp.runtime.op_errors",
     "guarded_step": "onnxcomp.runtime.op_errors",
