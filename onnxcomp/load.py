@@ -56,8 +56,8 @@ def resolve_training_run(artifact_dir: str | Path, model: str | os.PathLike[str]
     d = Path(artifact_dir)
     if d.is_file():
         raise OnnxcompError(
-            f"{d} is a file; this command takes the artifact directory (checkpoint, optimizer model) "
-            f"and the graph by name: {d.parent} --model {d.name}"
+            f"{d} is a file; give the artifact directory (checkpoint, optimizer model) and the graph by name: "
+            f"{d.parent} with {{model}} {d.name}", options=("model",)
         )
     if not d.is_dir():
         raise OnnxcompError(f"artifact directory {d} does not exist; generate the training artifacts first")
