@@ -126,8 +126,8 @@ class SegmentWriter:
 
     def _into(self, op: str, inputs: list[ir.Value], old: ir.Value, **attrs: Any) -> None:
         """``op(inputs)`` taking the place of the original tensor ``old``."""
-        node = self._node(op, inputs, [(old.name, old.dtype or FLOAT, None)], **attrs)
-        node.outputs[0].shape = old.shape
+        node = self._node(op, inputs, [(old.name, FLOAT, None)], **attrs)
+        node.outputs[0].type, node.outputs[0].shape = old.type, old.shape     # what the graph knew of it
         self.takeovers.append(Takeover(old, node.outputs[0]))
 
     def _rows(self, src: _Strip, a: int, b: int, shape: tuple[int, ...], gate: ir.Value | None = None) -> _Strip:
