@@ -131,3 +131,138 @@ def test_rows_compose_with_encodings(vggish_art: tuple[Path, dict], policy: str)
         loss0, _, _ = train_step(art, model, x, labels)
         loss1, grads, _ = train_step(art, out, x, labels)
         assert loss1 == loss0 and all(np.isfinite(g).all() for g in grads.values())
+
+
+# ------------------------------------------------------------------------------ the pass on onnx-ir
+
+# Conv -> Relu -> MaxPool -> Conv with ORT's "<tensor>_grad" names and the two accumulators ORT appends (their
+# flags are graph outputs): one chain of four layers; Relu's output y is also read by a second forward op in
+# BRANCHED, which cuts the chain after the Relu.
+_ACC_CHAIN = """
+<ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
+train (float[2,3,12,6] input, float[4,3,3,3] w1, float[5,4,3,3] w2, float[4,3,3,3] w1_buf, float[5,4,3,3] w2_buf,
+       bool lazy_reset_grad, float loss_grad) => (float loss, bool w1_out, bool w2_out{extra_out})
+{{
+  x = Conv <{conv}> (input, w1)
+  y = Relu (x){extra}
+  p, idx = MaxPool <kernel_shape=[2,2], strides=[2,2]> (y)
+  z = Conv <{conv}> (p, w2)
+  zz = Mul (z, z)
+  loss = ReduceSum <keepdims=0> (zz)
+  two = Constant <value = float {{2.0}}> ()
+  g2 = Mul (loss_grad, two)
+  z_grad = Mul (z, g2)
+  p_grad, w2_grad = com.microsoft.ConvGrad <{conv}> (z_grad, p, w2)
+  y_grad = MaxPoolGrad <kernel_shape=[2,2], strides=[2,2]> (p_grad, idx)
+  x_grad = com.microsoft.ReluGrad (y_grad, x)
+  input_grad, w1_grad = com.microsoft.ConvGrad <{conv}> (x_grad, input, w1)
+  w2_out = com.microsoft.InPlaceAccumulatorV2 (w2_buf, w2_grad, lazy_reset_grad)
+  w1_out = com.microsoft.InPlaceAccumulatorV2 (w1_buf, w1_grad, lazy_reset_grad)
+}}
+"""
+
+
+def _acc_chain(branched: bool = False) -> onnx.ModelProto:
+    text = _ACC_CHAIN.format(conv=_CONV, extra="\n  y2 = Sigmoid (y)" if branched else "",
+                             extra_out=", float[2,4,12,6] y2" if branched else "")
+    model = onnx.parser.parse_model(text)
+    for k, node in enumerate(model.graph.node):
+        node.name = f"{node.op_type}_{k}"
+        if node.output[0] == "input_grad":
+            node.output[0] = ""
+    return model
+
+
+def _ir(model: onnx.ModelProto):  # noqa: ANN202
+    import onnx_ir as ir
+
+    from onnxcomp.analysis.cached import adopt_snapshot
+
+    m = ir.serde.deserialize_model(model)
+    adopt_snapshot(m, model)
+    return m
+
+
+def test_chains_found_by_use_def_links() -> None:
+    from onnxcomp.analysis import analysis_of
+    from onnxcomp.passes.row_split.chains import find_chains, sole_accumulator
+
+    m = _ir(_acc_chain())
+    (chain,), skipped = find_chains(analysis_of(m), m.graph)
+    assert [lay.label for lay in chain.layers] == ["Conv_0", "Relu_1", "MaxPool_2", "Conv_3"] and not skipped
+    nodes = {n.name: n for n in m.graph}
+    assert [lay.grad.name for lay in chain.layers] == ["ConvGrad_12", "ReluGrad_11", "MaxPoolGrad_10", "ConvGrad_9"]
+    assert chain.input is m.graph.inputs[0]
+    assert sole_accumulator(nodes["ConvGrad_9"].outputs[1]) is nodes["InPlaceAccumulatorV2_13"]
+    assert sole_accumulator(nodes["Conv_0"].outputs[0]) is None
+    # A second forward reader of the Relu's output ends the chain there.
+    m = _ir(_acc_chain(branched=True))
+    chains, _ = find_chains(analysis_of(m), m.graph)
+    assert [[lay.kind for lay in ch.layers] for ch in chains] == [["Conv", "Relu"], ["MaxPool", "Conv"]]
+
+
+@pytest.mark.parametrize("variant", ["overl", "2ps"])
+def test_pass_replaces_backward_accumulates_in_place_and_keeps_output_names(variant: str) -> None:
+    import onnx_ir as ir
+
+    from onnxcomp.passes.base import run_passes
+
+    model = _acc_chain()
+    m = _ir(model)
+    log = run_passes(m, [RowSplitPass(rows=3, variant=variant, checkpoints=1)])   # ensures: checker, gates
+    out = ir.serde.serialize_model(m)
+    (rec,) = log.records
+    assert log.modified_by == ["row_split"] and rec.kind == "row_split" and rec["rows"] == 3
+    assert set(rec["dropped_stashes"]) == {"x", "idx", "p"}   # y: no backward op reads it
+    names = {n.name for n in out.graph.node}
+    assert not {"ConvGrad_9", "MaxPoolGrad_10", "ReluGrad_11", "ConvGrad_12", "InPlaceAccumulatorV2_13",
+                "InPlaceAccumulatorV2_14"} & names
+    assert [o.name for o in out.graph.output] == [o.name for o in model.graph.output]
+    producer = {o: n for n in out.graph.node for o in n.output}
+    ipa = [n for n in out.graph.node if n.op_type == "InPlaceAccumulatorV2"]
+    assert len(ipa) == 6 and all(n.name.startswith("onnxcomp_rows/c0s0/") for n in ipa)   # 3 blocks x 2 weights
+    for flag in ("w1_out", "w2_out"):
+        ident = producer[flag]
+        assert ident.op_type == "Identity" and producer[ident.input[0]].op_type == "InPlaceAccumulatorV2"
+    (pool,) = [n for n in out.graph.node if n.name == "MaxPool_2"]
+    assert list(pool.output) == ["p"]                   # its indices are no longer computed in forward
+    assert not {"x", "y", "idx", "p"} & {s.name for s in analyze_model(out).stashed}
+    # The recomputed forward rows (gated row slices) cannot run before backward starts.
+    boundary = analyze_model(out).boundary
+    clones = [k for k, n in enumerate(out.graph.node)
+              if n.name.startswith("onnxcomp_rows/") and n.op_type in ("Conv", "Relu", "MaxPool", "Slice")]
+    assert clones and all(boundary.is_backward(k) for k in clones)
+
+
+def test_no_chain_is_an_honest_no_op() -> None:
+    from graphs import two_conv
+
+    from onnxcomp.analysis.cached import current_state
+    from onnxcomp.passes.base import run_passes
+
+    m = _ir(two_conv())          # not ORT's "<tensor>_grad" naming: no backward op is found, nothing to split
+    before = current_state(m)
+    log = run_passes(m, [RowSplitPass(rows=2)])
+    assert log.modified_by == [] and not log.records and current_state(m) is before
+
+
+def test_trials_leave_the_graph_alone_until_one_is_chosen() -> None:
+    from onnxcomp.passes.base import run_passes
+
+    model = _acc_chain()
+    snapshot = model.SerializeToString()
+    (cand,) = row_split_candidates(model, rows=(2, 3))
+    assert model.SerializeToString() == snapshot and set(cand.predicted_peak) == {2, 3}
+    m = _ir(model)
+    log = run_passes(m, [RowSplitPass(rows="auto", budget_bytes=1 << 40)])   # R=1 fits: the first trial
+    (rec,) = log.records
+    assert rec["auto"]["chosen_rows"] == 1 and rec["auto"]["fits"] and len(rec["auto"]["tried"]) == 1
+    assert "ConvGrad_9" not in {n.name for n in m.graph}     # the chosen trial's graph is the model's now
+
+
+def test_stable_order_moves_only_what_must_move() -> None:
+    from onnxcomp.passes.row_split.emission import stable_order
+
+    assert stable_order([set(), set(), {0}]) == [0, 1, 2]
+    assert stable_order([{2}, set(), set()]) == [1, 2, 0]      # node 0 waits for its producer, 2
+    assert stable_order([{1}, {0}]) is None

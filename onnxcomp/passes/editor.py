@@ -256,3 +256,21 @@ class IrGraphEditor:
         dims = self.shared_const(f"onnxcomp_shape_{'x'.join(map(str, shape)) or 'scalar'}", shape, [len(shape)])
         view_shape = self.op("Add", [dims, zero], "gate_shape", ir.DataType.INT64, [len(shape)])
         return self.op("Reshape", [value, view_shape], "gated", elem, shape, out=name)
+
+    def initializer(self, name: str, array: np.ndarray) -> ir.Value:
+        """A new initializer holding ``array``, called ``name`` (made unique: never an existing one)."""
+        name = unique_name(name, self.taken)
+        value = ir.Value(name=name, type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
+                         shape=ir.Shape(array.shape), const_value=ir.tensor(array, name=name))
+        self.graph.register_initializer(value)
+        return value
+
+    def zero_after_all(self, after: list[ir.Value], elem: ir.DataType | None = None,
+                       base: str | None = None) -> ir.Value:
+        """An int64 [1] zero that exists only once every value in ``after`` does: ``zero_after`` of each
+        (in order), summed."""
+        zeros = [self.zero_after(v, elem, base) for v in after]
+        total = zeros[0]
+        for z in zeros[1:]:
+            total = self.op("Add", [total, z], "gate_sum", ir.DataType.INT64, [1])
+        return total

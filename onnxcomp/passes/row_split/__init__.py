@@ -32,9 +32,15 @@ everything else end a chain):
 * Hybrids (checkpoints): a chain is cut into segments whose inputs stay stashed; ``checkpoints="auto"``
   picks the cut that minimises a predicted per-block peak plus checkpoint bytes, an int N cuts N segments.
 * ``rows="auto"`` with ``budget_bytes``: the smallest R whose rewritten graph's predicted training-step
-  peak fits the budget (LR-CNN §III-C), predicted by ``predicted_peak``: the planner's lower bound on the
-  analysed graph plus ConvGrad's im2col workspace (within 1 MiB of the measured VGG-16 512x512 baseline;
-  for row-split graphs it misses 10-25% of ORT overheads, so plan with a margin).
+  peak fits the budget (LR-CNN §III-C), predicted by the planner (``planner.predict.predicted_peak``) on a
+  trial graph: the planner's lower bound on the analysed graph plus ConvGrad's im2col workspace (within
+  1 MiB of the measured VGG-16 512x512 baseline; for row-split graphs it misses 10-25% of ORT overheads, so
+  plan with a margin).
+
+The pass is an onnx-ir pass: chains are found on the cached analysis and the graph's use/def links
+(``chains``), cut into segments (``schedule``), and each segment's row-by-row backward is written with the
+graph editor (``emission``); trials (``rows="auto"``, ``only_lowering``, ``row_split_candidates``) rewrite a
+clone of the graph and ask the planner for its predicted peak.
 
 Row-split and row-merge are standard ONNX ops here (Slice, Pad, Add, Concat): they are memcpy-bound, ORT's
 CPU kernels for them are as fast as a custom op would be, and a PyOp would add the bridge's copy of every
@@ -43,21 +49,24 @@ input (platform notes) plus a Python call per block.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import onnx
+import onnx_ir as ir
 
-from ...analysis import analyze_model
+from ...analysis import GraphAnalysis, analysis_of
 from ...errors import OnnxcompError
 from ...planner.predict import predicted_peak
-from ..base import GraphPass, PassResult, Skipped, require_training_graph, taken_names
+from ..base import OnnxcompPass, PassOutcome, Skipped, require_training_graph
+from ..editor import IrGraphEditor, ir_taken_names
 from ..records import PassRecord
-from .chains import _find_chains, _sole_accumulator
-from .emission import _Emitter, _SegmentWriter, _stable_toposort  # noqa: F401  (chunk_stem_backward reuses the sort)
-from .geometry import _AUTO_R_CANDIDATES, VARIANTS
+from .chains import find_chains
+from .emission import GraphEdit, _stable_toposort, emit_forward_split, emit_segment  # noqa: F401  (chunk_backward reuses the sort)
+from .geometry import _AUTO_R_CANDIDATES, VARIANTS, Chain
 from .schedule import _block_bytes, _choose_segments, _internal_stash_bytes
 
 
-class RowSplitPass(GraphPass):
+class RowSplitPass(OnnxcompPass):
     """Row-split conv chains (LR-CNN). rows: R blocks per segment (int >= 1) or "auto" (needs budget_bytes);
     variant: "overl" | "2ps"; checkpoints: "auto" | N segments per chain."""
 
@@ -101,176 +110,160 @@ class RowSplitPass(GraphPass):
         # the compositions with encodings use, so that a lone stem Conv stays whole for chunk_backward.
         self.only_lowering = bool(only_lowering)
 
-    def run(self, model: onnx.ModelProto) -> PassResult:
-        require_training_graph(model)
-        if self.only_lowering and self.rows != "auto":
-            return self._lowering_only(model, int(self.rows))
-        if self.rows != "auto":
-            result = self._rewrite(model, int(self.rows))
-            tallest = max((r["output_rows"] for r in result.records), default=None)
-            if tallest is not None and int(self.rows) > tallest:  # would be clamped to each chain's height
-                raise OnnxcompError(f"rows={self.rows}: the tallest row-split chain has {tallest} output rows; "
-                                    f"use {{rows}} <= {tallest} or 'auto'", options=("rows",))
-            return result
+    def call(self, model: ir.Model) -> PassOutcome:
+        analysis = analysis_of(model)
+        if self.rows == "auto":
+            return self._auto(model, analysis)
+        if self.only_lowering:
+            return self._lowering_only(model, analysis, int(self.rows))
+        records, skipped = self.rewrite(model, analysis, int(self.rows), check_rows=True)
+        return PassOutcome(model, bool(records), records, skipped)
+
+    # ------------------------------------------------------------------ choosing R and chains by trials
+    def _auto(self, model: ir.Model, analysis: GraphAnalysis) -> PassOutcome:
+        """The smallest R (of _AUTO_R_CANDIDATES) whose trial graph's predicted step peak fits the budget."""
+        assert self.budget_bytes is not None
         tried = []
-        best: tuple[int, int, PassResult] | None = None
+        best: tuple[int, int, ir.Model, list[PassRecord], list[Skipped]] | None = None
         for R in _AUTO_R_CANDIDATES:
-            result = self._rewrite(model, R)
-            if not result.records:
-                peak = predicted_peak(result.model)
+            trial = model.clone()
+            records, skipped = self.rewrite(trial, analysis, R)
+            if not records:
+                peak = predicted_peak(analysis.model)
                 if peak > self.budget_bytes:
                     raise OnnxcompError(f"{{rows}} auto: no conv chain to split, and the predicted step peak "
                                         f"{peak / 2**20:.1f} MiB is over the budget of "
                                         f"{self.budget_bytes / 2**20:.1f} MiB", options=("rows",))
-                return result
-            peak = predicted_peak(result.model)
+                return PassOutcome(model, False, [], skipped)
+            peak = predicted_peak(ir.serde.serialize_model(trial))
             tried.append({"rows": R, "predicted_peak_bytes": peak})
-            if best is None or peak < best[1]:
-                best = (R, peak, result)
-            if peak <= self.budget_bytes:
-                best = (R, peak, result)
-                break
-            if R >= max(r["output_rows"] for r in result.records):
+            if best is None or peak < best[1] or peak <= self.budget_bytes:
+                best = (R, peak, trial, records, skipped)
+            if peak <= self.budget_bytes or R >= max(r["output_rows"] for r in records):
                 break
         assert best is not None
-        R, peak, result = best
+        R, peak, trial, records, skipped = best
         if peak > self.budget_bytes:  # never a silent miss (the plan JSON's "fits" alone went unnoticed)
             from ...planner.auto import dominant_at_peak
 
-            _, top = dominant_at_peak(result.model)
+            _, top = dominant_at_peak(ir.serde.serialize_model(trial))
             raise OnnxcompError(
                 f"{{rows}} auto: no row count fits the budget of {self.budget_bytes / 2**20:.1f} MiB; the best "
                 f"reachable predicted step peak is {peak / 2**20:.1f} MiB (rows {R}), dominated by "
                 + ", ".join(f"{n} ({b / 2**20:.1f} MiB)" for n, b in top), options=("rows",))
-        for rec in result.records:
+        for rec in records:
             rec.detail["auto"] = {"budget_bytes": self.budget_bytes, "chosen_rows": R, "predicted_peak_bytes": peak,
-                           "fits": peak <= self.budget_bytes, "tried": tried}
-        return result
+                                  "fits": peak <= self.budget_bytes, "tried": tried}
+        model.graph = trial.graph        # the chosen trial's graph (the model object stays: in place)
+        return PassOutcome(model, True, records, skipped)
 
-    def _lowering_only(self, model: onnx.ModelProto, R: int) -> PassResult:
+    def _lowering_only(self, model: ir.Model, analysis: GraphAnalysis, R: int) -> PassOutcome:
         """The chains (of ``self.chains``, or all) whose split lowers the predicted step peak, added greedily."""
-        names = [ch.name for ch in _find_chains(analyze_model(model))[0]
+        names = [ch.name for ch in find_chains(analysis, model.graph)[0]
                  if self.chains is None or ch.name in self.chains]
-        best = predicted_peak(model)
+        best = predicted_peak(analysis.model)
         chosen: list[str] = []
-        result = PassResult(self.copy(model))
+        kept: tuple[ir.Model, list[PassRecord], list[Skipped]] | None = None
         refused = []
         for name in names:
-            trial = self._rewrite(model, R, chosen + [name])
-            peak = predicted_peak(trial.model)
+            trial = model.clone()
+            records, skipped = self.rewrite(trial, analysis, R, chosen + [name])
+            peak = predicted_peak(ir.serde.serialize_model(trial))
             if peak < best:
-                chosen, best, result = chosen + [name], peak, trial
+                chosen, best, kept = chosen + [name], peak, (trial, records, skipped)
             else:
                 refused.append(Skipped(name, "row-split", f"splitting it would not lower the predicted step peak "
                                        f"({best / 2**20:.1f} -> {peak / 2**20:.1f} MiB)"))
-        result.skipped.extend(refused)
-        return result
+        if kept is None:
+            return PassOutcome(model, False, [], refused)
+        trial, records, skipped = kept
+        model.graph = trial.graph
+        return PassOutcome(model, True, records, skipped + refused)
 
-    def _rewrite(self, model: onnx.ModelProto, R: int, names: list[str] | None = None) -> PassResult:
-        analysis = analyze_model(model)
-        chains, skipped = _find_chains(analysis)
-        names = list(self.chains) if names is None and self.chains is not None else names
-        if names is not None:
-            missing = [c for c in names if c not in {ch.name for ch in chains}]
-            if missing:
-                raise OnnxcompError(f"row_split: no conv chain named {missing}; candidates: "
-                                    f"{[ch.name for ch in chains]}", options=("chains",))
-            chains = [ch for ch in chains if ch.name in names]
-        result = PassResult(self.copy(model), skipped=skipped)
+    # ------------------------------------------------------------------ one rewrite
+    def rewrite(self, model: ir.Model, analysis: GraphAnalysis, R: int, names: list[str] | None = None,
+                check_rows: bool = False) -> tuple[list[PassRecord], list[Skipped]]:
+        """Row-split the chains of ``model`` (those called ``names``; default ``self.chains``, else all) into
+        R blocks per segment, in place. ``analysis``: of ``model``'s graph or of the graph it was cloned
+        from. ``check_rows``: refuse an R above the tallest chain's height (before touching the graph)."""
+        chains, skipped = find_chains(analysis, model.graph)
+        chains = _select(chains, list(self.chains) if names is None and self.chains is not None else names)
         if not chains:
-            return result
-        out = result.model
-        graph = out.graph
-        taken = taken_names(graph)
-        wshapes = {n: t.shape for n, t in analysis.tensors.items() if t.shape is not None}
-        nodes = list(graph.node)
-        index_of = {id(n): i for i, n in enumerate(model.graph.node)}
-        replace: dict[int, list[onnx.NodeProto]] = {}   # original index of first removed node -> new nodes
-        remove: set[int] = set()
-        value_info: list[onnx.ValueInfoProto] = []
-        drop_idx_outputs: set[int] = set()
-        for ci, chain in enumerate(chains):
+            return [], skipped
+        for chain in chains:
             chain.segments = _choose_segments(chain.layers, R, self.variant, self.checkpoints)
-            seg_records = []
-            for si, (i, j) in enumerate(reversed(chain.segments)):     # top segment first (backward order)
-                layers = chain.layers[i:j]
-                R_seg = max(1, min(R, layers[-1].h_out))
-                em = _Emitter(out, taken, f"onnxcomp_rows/c{ci}s{len(chain.segments) - 1 - si}")
-                accs = {}
-                if self.accumulate_in_place:
-                    for lay in layers:
-                        for g in lay.grad.output[1:3]:
-                            ipa = _sole_accumulator(analysis, g)
-                            if ipa is not None:
-                                accs[g] = model.graph.node[ipa]
-                                remove.add(ipa)
-                writer = _SegmentWriter(em, layers, R_seg, wshapes, accs)
-                dy_name = layers[-1].y + "_grad"
-                info = writer.overl([dy_name]) if self.variant == "overl" else writer.twops([dy_name])
-                writer.finish_params()
-                fwd_split = self.split_forward and len(layers) > 1
-                if fwd_split:
-                    fem = _Emitter(out, taken, f"onnxcomp_rows/c{ci}s{len(chain.segments) - 1 - si}f")
-                    fem._consts = em._consts
-                    writer.em = fem
-                    writer.forward_split(self.variant)
-                    fwd_idx = [index_of[id(lay.fwd)] for lay in layers]
-                    remove.update(fwd_idx)
-                    replace[min(fwd_idx)] = fem.nodes
-                    value_info += fem.value_info
-                grads = [index_of[id(lay.grad)] for lay in layers]
-                first = min(grads)
-                remove.update(grads)
-                replace[first] = em.nodes
-                value_info += em.value_info
-                for lay in layers:
-                    if lay.kind == "MaxPool":
-                        drop_idx_outputs.add(index_of[id(lay.fwd)])
-                seg_records.append({
-                    "layers": [lay.fwd.name or lay.y for lay in layers], "input": layers[0].x,
-                    "rows": R_seg, "output_rows": layers[-1].h_out,
-                    "dropped_stash_bytes": _internal_stash_bytes(layers, 0, len(layers)),
-                    "predicted_block_bytes": _block_bytes(layers, R_seg, self.variant),
-                    "recomputed_rows": em.recomputed_rows, "forward_split": fwd_split,
-                    "original_rows": sum(lay.h_out for lay in layers),
-                    **info,
-                })
-            seg_records.reverse()
-            dropped = sum(s["dropped_stash_bytes"] for s in seg_records)
-            kept = {chain.layers[i].x for i, _ in chain.segments}
-            stashed = {st.name for st in analysis.stashed}
-            dropped_names = [t for lay in chain.layers for t in [lay.y] + list(lay.fwd.output[1:2])
-                             if t in stashed and t not in kept and t != chain.layers[-1].y]
-            ckpt = sum(chain.layers[i].row_bytes("x") * chain.layers[i].h_in for i, _ in chain.segments[1:])
-            result.records.append(PassRecord("row_split", self.name, chain.layers[0].x, {
-                "tensor": chain.layers[0].x, "pattern": "row-split", "encoding": "rows", "chain": chain.name,
-                "nodes": [lay.fwd.name or lay.y for lay in chain.layers], "variant": self.variant,
-                "rows": R, "output_rows": max(s["output_rows"] for s in seg_records),
-                "checkpoints": [chain.layers[i].x for i, _ in chain.segments],
-                "dropped_stashes": dropped_names,
-                "segments": seg_records, "original_bytes": dropped + ckpt,
-                "predicted_bytes": ckpt + max(s["predicted_block_bytes"] for s in seg_records),
-                "halos": [s.get("halo_rows") or s.get("kept_rows") for s in seg_records],
-                # Weight gradients summed block by block and input gradients overlap-added: equal up to float
-                # rounding, not bit-identical (--exact must not use it).
-                "exact": False,
-            }, tuple(dropped_names)))
-        new_nodes: list[onnx.NodeProto] = []
-        for i, n in enumerate(nodes):
-            if i in replace:
-                new_nodes.extend(replace[i])
-            if i in remove:
-                continue
-            if i in drop_idx_outputs and len(n.output) > 1:
-                still_read = any(n.output[1] in m.input for k_, m in enumerate(nodes) if k_ not in remove)
-                if not still_read:
-                    del n.output[1:]
-            new_nodes.append(n)
-        del graph.node[:]
-        graph.node.extend(_stable_toposort(new_nodes, {i.name for i in graph.input} |
-                                           {i.name for i in graph.initializer}))
-        graph.value_info.extend(value_info)
-        return result
+        if check_rows:
+            tallest = max(chain.layers[j - 1].h_out for chain in chains for _, j in chain.segments)
+            if R > tallest:  # would be clamped to each chain's height
+                raise OnnxcompError(f"rows={R}: the tallest row-split chain has {tallest} output rows; "
+                                    f"use {{rows}} <= {tallest} or 'auto'", options=("rows",))
+        graph = model.graph
+        edit = GraphEdit({n: k for k, n in enumerate(graph)})
+        taken = ir_taken_names(graph)
+        records = [self._emit_chain(graph, taken, analysis, ci, chain, R, edit) for ci, chain in enumerate(chains)]
+        edit.apply(graph)
+        return records, skipped
+
+    def _emit_chain(self, graph: ir.Graph, taken: set[str], analysis: GraphAnalysis, ci: int, chain: Chain, R: int,
+                    edit: GraphEdit) -> PassRecord:
+        """Every segment of one chain (top segment first: backward order) into ``edit``; the chain's record."""
+        seg_records = []
+        for s in reversed(range(len(chain.segments))):
+            i, j = chain.segments[s]
+            layers = chain.layers[i:j]
+            R_seg = max(1, min(R, layers[-1].h_out))
+            editor = IrGraphEditor(graph, taken, f"onnxcomp_rows/c{ci}s{s}", sep="/")
+            writer, info = emit_segment(editor, analysis, layers, R_seg, self.variant, self.accumulate_in_place, edit)
+            recomputed = writer.recomputed_rows
+            fwd_split = self.split_forward and len(layers) > 1
+            if fwd_split:
+                emit_forward_split(writer, IrGraphEditor(graph, taken, f"onnxcomp_rows/c{ci}s{s}f", sep="/"),
+                                   self.variant, edit)
+            seg_records.append({
+                "layers": [lay.label for lay in layers], "input": layers[0].x.name,
+                "rows": R_seg, "output_rows": layers[-1].h_out,
+                "dropped_stash_bytes": _internal_stash_bytes(layers, 0, len(layers)),
+                "predicted_block_bytes": _block_bytes(layers, R_seg, self.variant),
+                "recomputed_rows": recomputed, "forward_split": fwd_split,
+                "original_rows": sum(lay.h_out for lay in layers),
+                **info,
+            })
+        seg_records.reverse()
+        return self._chain_record(analysis, chain, R, seg_records)
+
+    def _chain_record(self, analysis: GraphAnalysis, chain: Chain, R: int, seg_records: list[dict]) -> PassRecord:
+        dropped = sum(s["dropped_stash_bytes"] for s in seg_records)
+        kept = {chain.layers[i].x.name for i, _ in chain.segments}
+        stashed = {st.name for st in analysis.stashed}
+        last = chain.layers[-1].y.name
+        dropped_names = [t.name for lay in chain.layers for t in [lay.y, *lay.fwd.outputs[1:2]]
+                         if t.name in stashed and t.name not in kept and t.name != last]
+        ckpt = sum(chain.layers[i].row_bytes("x") * chain.layers[i].h_in for i, _ in chain.segments[1:])
+        x = chain.input.name
+        return PassRecord("row_split", self.name, x, {
+            "tensor": x, "pattern": "row-split", "encoding": "rows", "chain": chain.name,
+            "nodes": [lay.label for lay in chain.layers], "variant": self.variant,
+            "rows": R, "output_rows": max(s["output_rows"] for s in seg_records),
+            "checkpoints": [chain.layers[i].x.name for i, _ in chain.segments],
+            "dropped_stashes": dropped_names,
+            "segments": seg_records, "original_bytes": dropped + ckpt,
+            "predicted_bytes": ckpt + max(s["predicted_block_bytes"] for s in seg_records),
+            "halos": [s.get("halo_rows") or s.get("kept_rows") for s in seg_records],
+            # Weight gradients summed block by block and input gradients overlap-added: equal up to float
+            # rounding, not bit-identical (--exact must not use it).
+            "exact": False,
+        }, tuple(dropped_names))
+
+
+def _select(chains: list[Chain], names: list[str] | None) -> list[Chain]:
+    """The chains called ``names`` (all when None); an unknown name is an error."""
+    if names is None:
+        return chains
+    missing = [c for c in names if c not in {ch.name for ch in chains}]
+    if missing:
+        raise OnnxcompError(f"row_split: no conv chain named {missing}; candidates: "
+                            f"{[ch.name for ch in chains]}", options=("chains",))
+    return [ch for ch in chains if ch.name in names]
 
 
 @dataclass
@@ -292,7 +285,7 @@ class RowChain:
             return None
         return self.predicted_peak_before - self.predicted_peak[rows]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "nodes": list(self.nodes), "input": self.input, "output_rows": self.output_rows,
                 "dropped_stash_bytes": self.dropped_stash_bytes, "exact": self.exact,
                 "predicted_peak_before": self.predicted_peak_before,
@@ -302,18 +295,25 @@ class RowChain:
 def row_split_candidates(model: onnx.ModelProto, rows: tuple[int, ...] = (2, 4, 8), variant: str = "overl",
                          predict: bool = True) -> list[RowChain]:
     """Every conv chain of ``model`` a row split can take, with the predicted step peak when that chain alone
-    is split into each row count of ``rows`` (one trial rewrite each) when ``predict``."""
+    is split into each row count of ``rows`` (one trial rewrite each, on a clone) when ``predict``."""
+    from ...analysis.cached import adopt_snapshot
+
     require_training_graph(model)
-    chains, _ = _find_chains(analyze_model(model))
-    out = [RowChain(ch.name, tuple(lay.fwd.name or lay.y for lay in ch.layers), ch.layers[0].x,
+    ir_model = ir.serde.deserialize_model(model)
+    adopt_snapshot(ir_model, model)
+    analysis = analysis_of(ir_model)
+    chains, _ = find_chains(analysis, ir_model.graph)
+    out = [RowChain(ch.name, tuple(lay.label for lay in ch.layers), ch.input.name,
                     max(lay.h_out for lay in ch.layers), _internal_stash_bytes(ch.layers, 0, len(ch.layers)))
            for ch in chains]
     if predict and out:
         before = predicted_peak(model)
         for c in out:
             c.predicted_peak_before = before
+            split = RowSplitPass(variant=variant, chains=[c.name])
             for r in rows:
                 if r <= c.output_rows:
-                    trial = RowSplitPass(rows=r, variant=variant, chains=[c.name]).run(model)
-                    c.predicted_peak[r] = predicted_peak(trial.model)
+                    trial = ir_model.clone()
+                    split.rewrite(trial, analysis, r)
+                    c.predicted_peak[r] = predicted_peak(ir.serde.serialize_model(trial))
     return out

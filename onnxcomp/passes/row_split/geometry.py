@@ -5,8 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import onnx
-from onnx import helper
+import onnx_ir as ir
 
 from ...errors import OnnxcompError
 
@@ -24,22 +23,18 @@ GRAD_OPS: dict[str, tuple[str, str]] = {
 _AUTO_R_CANDIDATES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 
 
-def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
-    out = {}
-    for a in node.attribute:
-        v = helper.get_attribute_value(a)
-        out[a.name] = v.decode() if isinstance(v, bytes) else v
-    return out
+def _attrs(node: ir.Node) -> dict[str, Any]:
+    return {name: attr.value for name, attr in node.attributes.items()}
 
 
 @dataclass
 class Layer:
     """One forward op of a chain and its backward op, with its row geometry (NCHW, rows = axis 2)."""
 
-    fwd: onnx.NodeProto
-    grad: onnx.NodeProto
-    x: str                      # T_{l-1}
-    y: str                      # T_l
+    fwd: ir.Node
+    grad: ir.Node
+    x: ir.Value                 # T_{l-1}
+    y: ir.Value                 # T_l
     x_shape: tuple[int, ...]
     y_shape: tuple[int, ...]
     k: int = 1                  # effective kernel height ((K-1)*dilation + 1)
@@ -83,6 +78,11 @@ class Layer:
     def has_params(self) -> bool:
         return self.kind == "Conv"
 
+    @property
+    def label(self) -> str:
+        """How records name the layer: its forward node's name, else its output's."""
+        return self.fwd.name or self.y.name
+
 
 @dataclass
 class Chain:
@@ -91,12 +91,16 @@ class Chain:
 
     @property
     def name(self) -> str:
-        return self.layers[0].fwd.name or self.layers[0].y
+        return self.layers[0].label
+
+    @property
+    def input(self) -> ir.Value:
+        return self.layers[0].x
 
 
 # ------------------------------------------------------------------------------------------- chain finding
 
-def _geometry(node: onnx.NodeProto, w_shape: tuple[int, ...] | None) -> tuple[int, int, int, int] | str:
+def _geometry(node: ir.Node, w_shape: tuple[int, ...] | None) -> tuple[int, int, int, int] | str:
     """(k, s, pt, pb) of a 2-D conv/pool along rows, or why the op can't be split."""
     a = _attrs(node)
     if node.op_type in ("Relu", "LeakyRelu"):
