@@ -197,7 +197,10 @@ class IrGraphEditor:
         node = ir.Node(domain, op, inputs, ir.convenience.convert_attributes(attrs), num_outputs=len(outputs),
                        name=name)
         for value, (out, elem, shape) in zip(node.outputs, outputs):
-            value.name, value.type = out, ir.TensorType(elem)
+            value.name = out
+            if not out:       # an absent optional output ("": no name, no type)
+                continue
+            value.type = ir.TensorType(elem)
             if shape is not None:
                 value.shape = ir.Shape(shape)
         self.nodes.append(node)
@@ -256,3 +259,21 @@ class IrGraphEditor:
         dims = self.shared_const(f"onnxcomp_shape_{'x'.join(map(str, shape)) or 'scalar'}", shape, [len(shape)])
         view_shape = self.op("Add", [dims, zero], "gate_shape", ir.DataType.INT64, [len(shape)])
         return self.op("Reshape", [value, view_shape], "gated", elem, shape, out=name)
+
+    def const(self, base: str, elem: ir.DataType, values: list[int] | list[float],
+              dims: list[int] | None = None) -> ir.Value:
+        """A new initializer ``<prefix>_<base>`` of element type ``elem`` (1-D unless ``dims``)."""
+        name = self.name(base)
+        array = np.array(values, dtype=elem.numpy()).reshape(dims if dims is not None else [len(values)])
+        value = ir.Value(name=name, type=ir.TensorType(elem), shape=ir.Shape(array.shape),
+                         const_value=ir.tensor(array, name=name))
+        self.graph.register_initializer(value)
+        return value
+
+    def zero_after_all(self, after: list[ir.Value], elems: list[ir.DataType | None] | None = None) -> ir.Value:
+        """``zero_after`` for several values: their zeros (made first, in order), then summed."""
+        zeros = [self.zero_after(v, e) for v, e in zip(after, elems or [None] * len(after))]
+        total = zeros[0]
+        for z in zeros[1:]:
+            total = self.op("Add", [total, z], "gate_sum", ir.DataType.INT64, [1])
+        return total
