@@ -11,7 +11,7 @@ from onnx import helper
 from ...analysis import GraphAnalysis
 from ...errors import OnnxcompError
 from ..base import even_bounds
-from ..editor import IrGraphEditor, ir_taken_names, unique_name
+from ..editor import IrGraphEditor, unique_name
 from .regions import Region, is_trigger, prefix_of
 
 F = ir.DataType.FLOAT
@@ -50,7 +50,7 @@ class _ChunkedChain:
         by_name = {n.name: n for n in self.nodes}
         self.ops = [by_name[n] for n in region.nodes]
         self.values = _values_by_name(graph, self.nodes)
-        self.b = IrGraphEditor(graph, ir_taken_names(graph), prefix_of(region))
+        self.b = IrGraphEditor(graph, prefix=prefix_of(region))
         self.n = region.batch
         self.spans = spans(self.n, k)
         self.bn_at = next((i for i, n in enumerate(self.ops) if n.op_type == "BatchNormalizationGrad"), None)
