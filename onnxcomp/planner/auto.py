@@ -451,9 +451,17 @@ def build_passes(chosen: dict[str, Option], regions: Regions, techniques: list[T
     return passes
 
 
-def apply(model: onnx.ModelProto, passes: list[OnnxcompPass | GraphPass]) -> tuple[onnx.ModelProto, RunLog]:
-    """``passes`` run on a copy of ``model`` (loaded into onnx-ir once, composed by ``run_passes``, whether a
-    pass is ported to onnx-ir or not): the rewritten graph and the run's records. ``model`` is untouched."""
+@dataclass
+class Applied:
+    """A pipeline run on a copy: the rewritten onnx-ir model, its snapshot, and the run's records."""
+    ir_model: Any
+    model: onnx.ModelProto
+    log: RunLog
+
+
+def apply(model: onnx.ModelProto, passes: list[OnnxcompPass | GraphPass]) -> Applied:
+    """``passes`` run on a copy of ``model``, loaded into onnx-ir once and composed by ``run_passes`` (whether
+    a pass is ported to onnx-ir or still behind the adapter). ``model`` is untouched."""
     import onnx_ir as ir
 
     from ..analysis.cached import adopt_snapshot, snapshot_of
@@ -461,7 +469,7 @@ def apply(model: onnx.ModelProto, passes: list[OnnxcompPass | GraphPass]) -> tup
     loaded = ir.serde.deserialize_model(model)
     adopt_snapshot(loaded, model, checked=True)
     log = run_passes(loaded, passes)
-    return snapshot_of(loaded), log
+    return Applied(loaded, snapshot_of(loaded), log)
 
 
 # ------------------------------------------------------------------------------------------------ search
@@ -478,7 +486,7 @@ class AutoPlan:
     dominant: list[tuple[str, int]]          # largest tensors live at the predicted peak
     rounds: list[dict[str, Any]] = field(default_factory=list)
     model: onnx.ModelProto | None = None
-    passes: list[Any] = field(default_factory=list)   # the pipeline that made ``model`` (AutoPass reruns it)
+    applied: Applied | None = None           # the run that made ``model`` (AutoPass adopts its graph)
     cost_source: str = ""
     predicted_seconds: float = 0.0
     step_seconds: tuple[float | None, float | None] = (None, None)   # predicted step: baseline, plan
@@ -607,7 +615,7 @@ def _make_base(model: onnx.ModelProto, regions: Regions, techniques: list[Techni
     from ..passes import DeferWeightGradientPass, EagerAccumulationPass, SplitWeightPass
 
     first = [SplitWeightPass(regions.split_weight_bytes)] if regions.split_weight_bytes else []
-    base, _ = apply(model, [*first, DeferWeightGradientPass(), EagerAccumulationPass()])
+    base = apply(model, [*first, DeferWeightGradientPass(), EagerAccumulationPass()]).model
     seen, live = predicted_live(base)
     analysis = analyze_model(seen)
     windows = stash_windows(analysis)
@@ -680,7 +688,8 @@ def plan_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_b
     for _ in range(MAX_ROUNDS):
         chosen, virtual = greedy(base.live, base.windows, options, chosen, target - correction, ignore, banned)
         passes = build_passes(chosen, regions, techniques, min_bytes)
-        out, _ = apply(model, passes)
+        applied = apply(model, passes)
+        out = applied.model
         seen_out, live_out = predicted_live(out)
         peak = int(live_out.max()) if len(live_out) else 0
         at = int(np.argmax(live_out)) if len(live_out) else 0
@@ -692,7 +701,7 @@ def plan_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_b
         say(f"auto: {len(chosen)} stash option(s), {regions}: virtual {virtual / MiB:.1f} MiB, "
             f"predicted {peak / MiB:.1f} MiB (target {target / MiB:.1f} MiB)")
         plan = AutoPlan(budget, exact, target, dict(chosen), Regions(regions.chunked, regions.split_weight_bytes),
-                        peak, baseline_peak, peak <= target, dominant, [], out, passes,
+                        peak, baseline_peak, peak <= target, dominant, [], out, applied,
                         costs.source, sum(o.seconds for o in chosen.values()))
         if best is None or plan.fits or peak < best.predicted_peak:
             best = plan
