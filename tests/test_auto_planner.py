@@ -205,3 +205,18 @@ def test_an_option_may_relieve_the_tensor_its_stash_is_made_from() -> None:
     opt = {"mask": [Option("mask", "intervalmask", True, 70, 5, 0.1, "", relieves="x")]}
     chosen, peak = greedy(base, windows, opt, {}, target=40)
     assert chosen["mask"].relieves == "x" and peak == 15
+
+
+def test_auto_reports_modified_only_when_its_plan_changes_the_graph() -> None:
+    """AutoPass runs the chosen pipeline on the model itself: a generous budget on a graph already in the
+    accumulation order changes nothing and says so (the plan record is still there); on the graph as the
+    gradient builder left it the same plan moves the accumulators."""
+    from onnxcomp.passes import EagerAccumulationPass
+
+    model = _big_two_conv()
+    ordered = EagerAccumulationPass().run(model).model
+    calm = transform_model(ordered, "auto", budget_bytes=10 * _peak(model))
+    assert calm.modified_by == [] and calm.section("auto")[0]["decisions"] == []
+    assert [n.name for n in calm.model.graph.node] == [n.name for n in ordered.graph.node]
+    moved = transform_model(model, "auto", budget_bytes=10 * _peak(model))
+    assert moved.modified_by == ["auto"] and moved.section("moved")

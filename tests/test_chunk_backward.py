@@ -283,3 +283,52 @@ def test_raw_stashes_false_leaves_them_to_the_encoders() -> None:
     masked = SignBitsPass(split_readers=True).run(model).model
     (rec,) = ChunkedBackwardPass(chunks=2, force=True, raw_stashes=False).run(masked).records
     assert [t.split("_")[0] for t in rec["nodes"]] == ["ReluGrad", "ConvGrad"]
+
+
+def _readers_outside(model) -> list[str]:  # noqa: ANN001
+    """Readers that values still list but that are no longer in the graph (a stale use/def link)."""
+    nodes = set(model.graph)
+    values = list(model.graph.inputs) + list(model.graph.initializers.values()) + \
+        [v for n in model.graph for v in n.outputs]
+    return [f"{v.name} <- {u.node.name}" for v in values for u in v.uses() if u.node not in nodes]
+
+
+def test_on_onnx_ir_the_region_is_replaced_through_use_def_links() -> None:
+    """In a transform the pass edits the onnx-ir model in place: the gradients' readers (here graph outputs)
+    read the running sums, no value keeps a removed reader, and a graph with nothing to chunk is reported
+    unmodified."""
+    import onnx_ir as ir
+
+    from onnxcomp.passes.base import run_passes
+
+    model = ir.serde.deserialize_model(_parse(CONV_CHAIN))
+    region = {n.name for n in model.graph if n.op_type in ("ConvGrad", "ReluGrad", "MaxPoolGrad")}
+    log = run_passes(model, [ChunkedBackwardPass(chunks=2, force=True)])
+    assert log.modified_by == ["chunk_backward"] and [r.kind for r in log.records] == ["chunked"]
+    assert not region & {n.name for n in model.graph}
+    assert _readers_outside(model) == []
+    outputs = {v.name: v for v in model.graph.outputs}
+    for grad in ("w1_grad", "w2_grad"):
+        producer = outputs[grad].producer()
+        assert producer.op_type == "Identity" and producer.name.startswith(PREFIX)
+        assert producer.inputs[0].producer().op_type == "Add"           # the sum over the two chunks
+    untouched = ir.serde.deserialize_model(_parse(BATCH_SOFTMAX))
+    before = [n.name for n in untouched.graph]
+    log = run_passes(untouched, [ChunkedBackwardPass(force=True)])
+    assert log.modified_by == [] and [n.name for n in untouched.graph] == before
+
+
+def test_a_refused_trial_leaves_the_graph_as_it_was() -> None:
+    """The planner's trials run on clones: on this tiny graph every trial keeps more stashes alive than it
+    saves (see test_one_chunk_alive_at_a_time), so the model is not touched and says so."""
+    import onnx_ir as ir
+
+    from onnxcomp.passes.base import run_passes
+
+    model = ir.serde.deserialize_model(_parse(CONV_CHAIN))
+    before = [(n.op_type, n.name, tuple(v.name for v in n.inputs if v is not None)) for n in model.graph]
+    log = run_passes(model, [ChunkedBackwardPass(chunks=(2, 5))])
+    assert log.modified_by == [] and not log.records
+    assert "would not lower the predicted bytes" in log.skipped[-1]["reason"]
+    assert [(n.op_type, n.name, tuple(v.name for v in n.inputs if v is not None)) for n in model.graph] == before
+    assert _readers_outside(model) == []

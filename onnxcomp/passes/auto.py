@@ -1,15 +1,20 @@
 """Pass: the auto planner (onnxcomp/planner/auto.py) — per stash and backward region, the cheapest technique
-whose predicted training-step peak fits a budget; BudgetError (exit 2) when none does."""
+whose predicted training-step peak fits a budget; BudgetError (exit 2) when none does.
+
+The planner tries each candidate pipeline on an onnx-ir copy of the graph through the common interface
+(``run_passes``: onnx-ir passes directly, protobuf ones behind the adapter); the chosen run's graph becomes
+the model's (as defer_weight_grad and chunk_backward keep their accepted trial), with that run's records.
+``modified`` is what those passes did: False when the plan changes nothing."""
 from __future__ import annotations
 
-import onnx
+import onnx_ir as ir
 
 from ..errors import OnnxcompError
-from .base import GraphPass, PassResult
+from .base import OnnxcompPass, PassOutcome, Skipped
 from .records import PassRecord
 
 
-class AutoPass(GraphPass):
+class AutoPass(OnnxcompPass):
     """budget_bytes: the training step's peak to fit (as `onnxcomp measure` reports it by default);
     exact: only bit-identical techniques; min_bytes: smallest stash worth an encoder."""
 
@@ -23,14 +28,21 @@ class AutoPass(GraphPass):
         self.exact = bool(exact)
         self.min_bytes = int(min_bytes)
 
-    def run(self, model: onnx.ModelProto) -> PassResult:
+    def call(self, model: ir.Model) -> PassOutcome:
+        from ..analysis.cached import adopt_snapshot, snapshot_of, state_of
         from ..planner.auto import BudgetError, plan_auto
 
-        plan = plan_auto(model, self.budget_bytes, exact=self.exact, min_bytes=self.min_bytes)
+        plan = plan_auto(snapshot_of(model), self.budget_bytes, exact=self.exact, min_bytes=self.min_bytes)
         if not plan.fits:
             raise BudgetError(plan.failure_line())
-        assert plan.model is not None
-        records = [r for res in plan.results for r in res.records]
-        skipped = [s for res in plan.results for s in res.skipped]
-        records.append(PassRecord("planned", self.name, "auto", plan.summary()))
-        return PassResult(plan.model, records, skipped, changed=True)
+        assert plan.applied is not None
+        run, log = plan.applied.ir_model, plan.applied.log
+        modified = bool(log.modified_by)
+        if modified:
+            model.graph = run.graph               # the chosen run's graph (the model object stays: in place)
+            model.metadata_props.clear()
+            model.metadata_props.update(run.metadata_props)   # e.g. the custom-op set version of encoders
+            adopt_snapshot(model, plan.applied.model, checked=state_of(run).checked)   # checked by its passes
+        skipped = [Skipped(s["name"], s["pattern"], s["reason"]) for s in log.skipped]
+        records = [*log.records, PassRecord("planned", self.name, "auto", plan.summary())]
+        return PassOutcome(model, modified, records, skipped)

@@ -297,16 +297,21 @@ def as_ir_pass(p: OnnxcompPass | GraphPass) -> OnnxcompPass:
 def run_passes(model: ir.Model, passes: list[OnnxcompPass | GraphPass]) -> RunLog:
     """Run ``passes`` in order on ``model`` (in place) with onnx-ir's PassManager; returns the run's records.
     An onnxcomp error inside a pass comes out as itself (one line), not wrapped in PassManager's errors."""
+    outer = model.meta.get(_RUN_LOG_KEY)     # a run inside a pass (auto) keeps the enclosing run's log
     log = model.meta[_RUN_LOG_KEY] = RunLog()
-    if passes:
-        try:
+    try:
+        if passes:
             ir_passes.PassManager([as_ir_pass(p) for p in passes], steps=1)(model)
-        except ir_passes.PassError as exc:
-            cause: BaseException | None = exc
-            while isinstance(cause, ir_passes.PassError) and cause.__cause__ is not None:
-                cause = cause.__cause__
-            raise cause from None
-    del model.meta[_RUN_LOG_KEY]
+    except ir_passes.PassError as exc:
+        cause: BaseException | None = exc
+        while isinstance(cause, ir_passes.PassError) and cause.__cause__ is not None:
+            cause = cause.__cause__
+        raise cause from None
+    finally:
+        if outer is None:
+            del model.meta[_RUN_LOG_KEY]
+        else:
+            model.meta[_RUN_LOG_KEY] = outer
     return log
 
 

@@ -5,7 +5,7 @@ this region): ``ChunkedBackwardPass`` restricted to a region of at most three op
 above the first-layer ConvGrad. A CNN's first layer works at the highest resolution, and its backward holds
 three full-size tensors at once (ReluGrad's output, BN's dX, dY); on ResNet-18 at batch 32, 64×64, once
 every stash is encoded, this point *is* the training-step peak. The BN input is recomputed per chunk from
-the image when the forward Conv read it (one stash fewer). See chunk_backward.py for the two-pass BN
+the image when the forward Conv read it (one stash fewer). See chunk_backward/ for the two-pass BN
 scheme, the ordering gates and exactness (rounding only: not bit-identical).
 """
 from __future__ import annotations

@@ -197,7 +197,10 @@ class IrGraphEditor:
         node = ir.Node(domain, op, inputs, ir.convenience.convert_attributes(attrs), num_outputs=len(outputs),
                        name=name)
         for value, (out, elem, shape) in zip(node.outputs, outputs):
-            value.name, value.type = out, ir.TensorType(elem)
+            value.name = out
+            if not out:       # an absent optional output ("": no name, no type)
+                continue
+            value.type = ir.TensorType(elem)
             if shape is not None:
                 value.shape = ir.Shape(shape)
         self.nodes.append(node)
@@ -265,10 +268,16 @@ class IrGraphEditor:
         self.graph.register_initializer(value)
         return value
 
+    def const(self, base: str, elem: ir.DataType, values: list[int] | list[float],
+              dims: list[int] | None = None) -> ir.Value:
+        """A new initializer ``<prefix>_<base>`` of element type ``elem`` (1-D unless ``dims``)."""
+        array = np.array(values, dtype=elem.numpy()).reshape(dims if dims is not None else [len(values)])
+        return self.initializer(f"{self.prefix}{self.sep}{base}", array)
+
     def zero_after_all(self, after: list[ir.Value], elem: ir.DataType | None = None,
                        base: str | None = None) -> ir.Value:
-        """An int64 [1] zero that exists only once every value in ``after`` does: ``zero_after`` of each
-        (in order), summed."""
+        """An int64 [1] zero that exists only once every value in ``after`` (element type ``elem``, default
+        each one's own) does: ``zero_after`` of each (in order), summed."""
         zeros = [self.zero_after(v, elem, base) for v in after]
         total = zeros[0]
         for z in zeros[1:]:

@@ -37,7 +37,7 @@ import onnx
 from ..analysis import GraphAnalysis, StashedTensor, analyze_model
 from ..analysis.patterns import LOSSLESS
 from ..errors import OnnxcompError
-from ..passes.base import GraphPass, PassResult
+from ..passes.base import GraphPass, OnnxcompPass, RunLog, run_passes
 from ..passes.records import PassRecord
 
 MiB = 1 << 20
@@ -406,7 +406,7 @@ class Regions:
 
 
 def build_passes(chosen: dict[str, Option], regions: Regions, techniques: list[Technique],
-                 min_bytes: int) -> list[GraphPass]:
+                 min_bytes: int) -> list[OnnxcompPass | GraphPass]:
     """One pipeline for the whole choice, in the order the fixed policies use: split weights, scheduling,
     recomputation, exact encodings, error-bounded, the chunked first-layer backward, then the other lossy
     formats (the chunked region slices their decodes)."""
@@ -416,7 +416,7 @@ def build_passes(chosen: dict[str, Option], regions: Regions, techniques: list[T
     by_tech: dict[str, set[str]] = {}
     for o in chosen.values():
         by_tech.setdefault(o.technique, set()).add(o.stash)
-    passes: list[GraphPass] = []
+    passes: list[OnnxcompPass | GraphPass] = []
     if regions.split_weight_bytes:
         passes.append(SplitWeightPass(regions.split_weight_bytes))
     passes += [DeferWeightGradientPass(), EagerAccumulationPass()]
@@ -451,13 +451,25 @@ def build_passes(chosen: dict[str, Option], regions: Regions, techniques: list[T
     return passes
 
 
-def apply(model: onnx.ModelProto, passes: list[GraphPass]) -> tuple[onnx.ModelProto, list[PassResult]]:
-    results = []
-    for p in passes:
-        r = p.run(model)
-        model = r.model
-        results.append(r)
-    return model, results
+@dataclass
+class Applied:
+    """A pipeline run on a copy: the rewritten onnx-ir model, its snapshot, and the run's records."""
+    ir_model: Any
+    model: onnx.ModelProto
+    log: RunLog
+
+
+def apply(model: onnx.ModelProto, passes: list[OnnxcompPass | GraphPass]) -> Applied:
+    """``passes`` run on a copy of ``model``, loaded into onnx-ir once and composed by ``run_passes`` (whether
+    a pass is ported to onnx-ir or still behind the adapter). ``model`` is untouched."""
+    import onnx_ir as ir
+
+    from ..analysis.cached import adopt_snapshot, snapshot_of
+
+    loaded = ir.serde.deserialize_model(model)
+    adopt_snapshot(loaded, model, checked=True)
+    log = run_passes(loaded, passes)
+    return Applied(loaded, snapshot_of(loaded), log)
 
 
 # ------------------------------------------------------------------------------------------------ search
@@ -474,7 +486,7 @@ class AutoPlan:
     dominant: list[tuple[str, int]]          # largest tensors live at the predicted peak
     rounds: list[dict[str, Any]] = field(default_factory=list)
     model: onnx.ModelProto | None = None
-    results: list[PassResult] = field(default_factory=list)
+    applied: Applied | None = None           # the run that made ``model`` (AutoPass adopts its graph)
     cost_source: str = ""
     predicted_seconds: float = 0.0
     step_seconds: tuple[float | None, float | None] = (None, None)   # predicted step: baseline, plan
@@ -603,7 +615,7 @@ def _make_base(model: onnx.ModelProto, regions: Regions, techniques: list[Techni
     from ..passes import DeferWeightGradientPass, EagerAccumulationPass, SplitWeightPass
 
     first = [SplitWeightPass(regions.split_weight_bytes)] if regions.split_weight_bytes else []
-    base, _ = apply(model, [*first, DeferWeightGradientPass(), EagerAccumulationPass()])
+    base = apply(model, [*first, DeferWeightGradientPass(), EagerAccumulationPass()]).model
     seen, live = predicted_live(base)
     analysis = analyze_model(seen)
     windows = stash_windows(analysis)
@@ -676,7 +688,8 @@ def plan_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_b
     for _ in range(MAX_ROUNDS):
         chosen, virtual = greedy(base.live, base.windows, options, chosen, target - correction, ignore, banned)
         passes = build_passes(chosen, regions, techniques, min_bytes)
-        out, results = apply(model, passes)
+        applied = apply(model, passes)
+        out = applied.model
         seen_out, live_out = predicted_live(out)
         peak = int(live_out.max()) if len(live_out) else 0
         at = int(np.argmax(live_out)) if len(live_out) else 0
@@ -688,7 +701,7 @@ def plan_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_b
         say(f"auto: {len(chosen)} stash option(s), {regions}: virtual {virtual / MiB:.1f} MiB, "
             f"predicted {peak / MiB:.1f} MiB (target {target / MiB:.1f} MiB)")
         plan = AutoPlan(budget, exact, target, dict(chosen), Regions(regions.chunked, regions.split_weight_bytes),
-                        peak, baseline_peak, peak <= target, dominant, [], out, results,
+                        peak, baseline_peak, peak <= target, dominant, [], out, applied,
                         costs.source, sum(o.seconds for o in chosen.values()))
         if best is None or plan.fits or peak < best.predicted_peak:
             best = plan
