@@ -261,7 +261,7 @@ def test_trials_leave_the_graph_alone_until_one_is_chosen() -> None:
 
 
 def test_stable_order_moves_only_what_must_move() -> None:
-    from onnxcomp.passes.row_split.emission import stable_order
+    from onnxcomp.passes.editor import stable_order
 
     assert stable_order([set(), set(), {0}]) == [0, 1, 2]
     assert stable_order([{2}, set(), set()]) == [1, 2, 0]      # node 0 waits for its producer, 2

@@ -14,12 +14,15 @@ rather than a view (a Slice start), ``zero_after`` hands out the zero itself.
 """
 from __future__ import annotations
 
+import heapq
 from typing import Any
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 from onnx import TensorProto, helper
+
+from ..errors import OnnxcompError
 
 # Shared int64 constants of the one-element slices that read one element of a tensor.
 TRIGGER_CONSTANTS = (("onnxcomp_trigger_start", [0]), ("onnxcomp_trigger_end", [1]),
@@ -283,3 +286,39 @@ class IrGraphEditor:
         for z in zeros[1:]:
             total = self.op("Add", [total, z], "gate_sum", ir.DataType.INT64, [1])
         return total
+
+
+# -- node order ------------------------------------------------------------------------------------------
+
+def stable_order(deps: list[set[int]]) -> list[int] | None:
+    """A topological order of nodes ``0..n-1`` (``deps[i]``: the nodes node i reads from) that keeps the
+    given order wherever it is valid: the lowest ready index first. None if there is a cycle."""
+    users: dict[int, list[int]] = {}
+    waiting = [set(d) for d in deps]
+    for i, d in enumerate(waiting):
+        for p in d:
+            users.setdefault(p, []).append(i)
+    ready = [i for i, d in enumerate(waiting) if not d]
+    heapq.heapify(ready)
+    out = []
+    while ready:
+        i = heapq.heappop(ready)
+        out.append(i)
+        for u in users.get(i, []):
+            waiting[u].discard(i)
+            if not waiting[u]:
+                heapq.heappush(ready, u)
+    return out if len(out) == len(deps) else None
+
+
+def stable_toposort(nodes: list[ir.Node], what: str = "rewrite") -> list[ir.Node]:
+    """``nodes`` in the order kept wherever it is valid; a node that reads a value produced later in
+    ``nodes`` (e.g. an accumulator an earlier pass moved right after a node this pass replaced) moves down
+    to just after its last producer. ``what`` names the pass in the internal error on a cycle."""
+    index = {n: i for i, n in enumerate(nodes)}
+    deps = [{index[p] for v in n.inputs if v is not None and (p := v.producer()) is not None
+             and p in index and p is not n} for n in nodes]
+    order = stable_order(deps)
+    if order is None:
+        raise OnnxcompError(f"{what} produced a cyclic graph (internal error)")
+    return [nodes[i] for i in order]

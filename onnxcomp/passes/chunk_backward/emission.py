@@ -2,7 +2,6 @@
 then spliced into the node list in place of the region (see the package docstring for the scheme)."""
 from __future__ import annotations
 
-import heapq
 
 import numpy as np
 import onnx_ir as ir
@@ -11,7 +10,7 @@ from onnx import helper
 from ...analysis import GraphAnalysis
 from ...errors import OnnxcompError
 from ..base import even_bounds
-from ..editor import IrGraphEditor, unique_name
+from ..editor import IrGraphEditor, stable_toposort, unique_name
 from .regions import Region, is_trigger, prefix_of
 
 F = ir.DataType.FLOAT
@@ -306,7 +305,7 @@ def _splice(chain: _ChunkedChain) -> None:
     pos = sum(1 for nd in chain.nodes[:chain.nodes.index(chain.ops[0])] if nd not in removed)
     order = _drop_dead(kept[:pos] + new + kept[pos:], chain.graph)
     _decoders_before_first_slice(chain, order)
-    order = stable_toposort(order)
+    order = stable_toposort(order, "chunk_backward")
     _rebuild(chain.graph, chain.nodes + [nd for nd in chain.b.nodes if nd not in chain.nodes], order)
 
 
@@ -363,32 +362,6 @@ def _decoders_before_first_slice(chain: _ChunkedChain, order: list[ir.Node]) -> 
         first = next(i for i, nd in enumerate(order) if src in nd.inputs)
         if first > k + 1:
             order.insert(first - 1, order.pop(k))
-
-
-def stable_toposort(nodes: list[ir.Node]) -> list[ir.Node]:
-    """Node order kept wherever it is valid; a node that reads a value produced later in ``nodes`` moves
-    down to just after its last producer (lowest index first among the ready ones)."""
-    index = {nd: i for i, nd in enumerate(nodes)}
-    waiting: dict[int, set[int]] = {}
-    users: dict[int, list[int]] = {}
-    for i, nd in enumerate(nodes):
-        deps = {index[v.producer()] for v in nd.inputs if v is not None and v.producer() in index} - {i}
-        waiting[i] = deps
-        for d in deps:
-            users.setdefault(d, []).append(i)
-    ready = [i for i, d in waiting.items() if not d]
-    heapq.heapify(ready)
-    out = []
-    while ready:
-        i = heapq.heappop(ready)
-        out.append(nodes[i])
-        for u in users.get(i, []):
-            waiting[u].discard(i)
-            if not waiting[u]:
-                heapq.heappush(ready, u)
-    if len(out) != len(nodes):
-        raise OnnxcompError("chunk_backward produced a cyclic graph (internal error)")
-    return out
 
 
 def _rebuild(graph: ir.Graph, everything: list[ir.Node], order: list[ir.Node]) -> None:

@@ -61,7 +61,7 @@ from ..base import OnnxcompPass, PassOutcome, Skipped, require_training_graph
 from ..editor import IrGraphEditor, ir_taken_names
 from ..records import PassRecord
 from .chains import find_chains
-from .emission import GraphEdit, _stable_toposort, emit_forward_split, emit_segment  # noqa: F401  (chunk_backward reuses the sort)
+from .emission import GraphEdit, emit_forward_split, emit_segment
 from .geometry import _AUTO_R_CANDIDATES, VARIANTS, Chain
 from .schedule import _block_bytes, _choose_segments, _internal_stash_bytes
 

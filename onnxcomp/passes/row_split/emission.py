@@ -9,19 +9,17 @@ included) to it.
 """
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import onnx
 import onnx_ir as ir
 from onnx import TensorProto, helper
 
 from ...analysis import GraphAnalysis
 from ...errors import OnnxcompError
 from ..base import even_bounds
-from ..editor import IrGraphEditor
+from ..editor import IrGraphEditor, stable_toposort
 from .geometry import GRAD_OPS, MS_DOMAIN, Layer
 from .schedule import _overl_windows, _reads_y, _twops_plan
 
@@ -464,53 +462,6 @@ class SegmentWriter:
         return {"splits": U[k], "kept_rows": kept_rows}
 
 
-# ------------------------------------------------------------------------------------------- node order
-
-def stable_order(deps: list[set[int]]) -> list[int] | None:
-    """A topological order of nodes ``0..n-1`` (``deps[i]``: the nodes node i reads from) that keeps the
-    given order wherever it is valid: the lowest ready index first. None if there is a cycle."""
-    users: dict[int, list[int]] = {}
-    waiting = [set(d) for d in deps]
-    for i, d in enumerate(waiting):
-        for p in d:
-            users.setdefault(p, []).append(i)
-    ready = [i for i, d in enumerate(waiting) if not d]
-    heapq.heapify(ready)
-    out = []
-    while ready:
-        i = heapq.heappop(ready)
-        out.append(i)
-        for u in users.get(i, []):
-            waiting[u].discard(i)
-            if not waiting[u]:
-                heapq.heappush(ready, u)
-    return out if len(out) == len(deps) else None
-
-
-def stable_toposort_ir(nodes: list[ir.Node]) -> list[ir.Node]:
-    """``nodes`` (onnx-ir) in the order kept wherever it is valid; a node that reads a value produced later
-    (e.g. an accumulator an earlier pass moved right after the ConvGrad this pass replaced) moves down to
-    just after its last producer."""
-    index = {n: i for i, n in enumerate(nodes)}
-    deps = [{index[p] for v in n.inputs if v is not None and (p := v.producer()) is not None
-             and p in index and p is not n} for n in nodes]
-    order = stable_order(deps)
-    if order is None:
-        raise OnnxcompError("row-split produced a cyclic graph (internal error)")
-    return [nodes[i] for i in order]
-
-
-def _stable_toposort(nodes: list[onnx.NodeProto], available: set[str]) -> list[onnx.NodeProto]:
-    """TRANSITIONAL (protobuf; chunk_backward's last user): ``stable_toposort_ir`` on NodeProtos by name."""
-    producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
-    deps = [{producer[t] for t in n.input if t and t not in available and t in producer and producer[t] != i}
-            for i, n in enumerate(nodes)]
-    order = stable_order(deps)
-    if order is None:
-        raise OnnxcompError("row-split produced a cyclic graph (internal error)")
-    return [nodes[i] for i in order]
-
-
 # ------------------------------------------------------------------------------------------- one chain
 
 @dataclass
@@ -539,7 +490,7 @@ class GraphEdit:
             if pool.graph is graph and len(pool.outputs) > 1 and not pool.outputs[1].uses() \
                     and pool.outputs[1] not in graph.outputs:
                 pool.outputs[1].name = ""     # an unnamed trailing output is left out (ONNX's optional output)
-        order = stable_toposort_ir(order)
+        order = stable_toposort(order, "row-split")
         graph.remove(list(graph))             # not "safe": the nodes keep their wiring, only the order changes
         graph.extend(order)
 
