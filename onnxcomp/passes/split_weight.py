@@ -149,7 +149,7 @@ def split_forward_gemm(graph: ir.Graph, split: WeightSplit, taken: set[str] | No
     editor = IrGraphEditor(graph, taken if taken is not None else ir_taken_names(graph), _prefix(split.parameter))
     parts = _block_inputs(graph, weight, split)
     x, bias = gemm.inputs[0], (gemm.inputs[2] if len(gemm.inputs) > 2 else None)
-    keep = {name: attr.value for name, attr in gemm.attributes.items()}
+    keep = {name: attr.value for name, attr in sorted(gemm.attributes.items())}   # helper.make_node's order
     outs = []
     for j, part in enumerate(parts):
         inputs = [x, part]
@@ -275,15 +275,15 @@ def _rewrite(graph: ir.Graph, site: _Site, parts: int) -> WeightSplit:
     flags, running = [], None
     for j, (weight, buffer) in enumerate(zip(weights, buffers)):
         dy_j = _slice(slices, dy, split.bounds[j], split.bounds[j + 1], 1, f"dy{j}")
-        g_j = grads.op("Gemm", [dy_j, x], f"grad{j}", ir.DataType.FLOAT, None, transA=1, transB=0, alpha=1.0,
-                       beta=0.0)
+        g_j = grads.op("Gemm", [dy_j, x], f"grad{j}", ir.DataType.FLOAT, None, alpha=1.0, beta=0.0, transA=1,
+                       transB=0)
         flags.append(grads.node("InPlaceAccumulatorV2", [buffer, g_j, acc.inputs[2]],
                                 [(split.parts[j] + GRAD_OUT_SUFFIX, flag.dtype, None)], domain=acc.domain,
                                 name=unique_name(f"{prefix}_accumulate{j}", taken)).outputs[0])
         flags[-1].shape = flag.shape     # the accumulator's output is its one-element "updated" flag
         if site.dx is not None:
-            p_j = dx_chain.op("Gemm", [dy_j, weight], f"dx{j}", ir.DataType.FLOAT, None, transA=0, transB=0,
-                              alpha=1.0, beta=0.0)
+            p_j = dx_chain.op("Gemm", [dy_j, weight], f"dx{j}", ir.DataType.FLOAT, None, alpha=1.0, beta=0.0,
+                              transA=0, transB=0)
             if running is not None:
                 if j == len(split.parts) - 1:
                     total = site.dx.outputs[0]
