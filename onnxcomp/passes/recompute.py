@@ -281,7 +281,7 @@ class RecomputePass(OnnxcompPass):
                 depth_of[name] = 0
                 return 0
             if self.reuse_clones and name in clones and clones[name] <= consumer:
-                reused[name] = name   # clone name filled in by the builder
+                reused[name] = name   # read from the clone made for an earlier reader
                 depth_of[name] = 0
                 return 0
             t = analysis.tensors.get(name)
@@ -329,55 +329,62 @@ class RecomputePass(OnnxcompPass):
         return _Plan(stash, consumer, grad, nodes, sorted(set(leaves)), reused, alias, enc)
 
     def _encoded(self, analysis: GraphAnalysis) -> list[tuple[StashedTensor, _Encoded | str]]:
-        """The tensors exact encodings hold, as stash records (readers: the decoder's readers)."""
-        graph = analysis.model.graph
+        """The tensors exact encodings hold, as stash records (readers: the decoder's readers), each with
+        the encoding recomputation would replace or why it cannot."""
         out: list[tuple[StashedTensor, _Encoded | str]] = []
-        for d_idx, dec in enumerate(graph.node):
+        for d_idx, dec in enumerate(analysis.model.graph.node):
             op = contract.codec_op(dec.domain, dec.op_type)
             if op is None or op.role != "decode" or len(dec.input) < 2:
                 continue
-            codec = op.codec
             first = analysis.tensors.get(dec.input[0])
             if first is None or first.producer is None:
                 continue
-            e_idx = first.producer
-            enc = graph.node[e_idx]
-            target = enc.input[0]
-            t = analysis.tensors[target]
-            readers = analysis.tensors[dec.output[0]].consumers
-            payload = contract.payload_outputs(enc)
-            fwd = [c for c in t.consumers if not analysis.boundary.is_backward(c)]
-            producer_op = graph.node[t.producer].op_type if t.producer is not None else ""
-            use = StashUse(producer_op, list(graph.node[t.producer].output).index(target) if t.producer is not None
-                           else 0, tuple(graph.node[c].op_type for c in fwd),
-                           tuple((graph.node[c].op_type, list(graph.node[c].input).index(dec.output[0]))
-                                 for c in readers), t.type.dtype.kind == "f")
-            ops = sorted({graph.node[c].op_type for c in readers})
-            stash = StashedTensor(target, t.shape, t.type.dtype.name, t.nbytes, t.producer, producer_op, fwd,
-                                  sorted(readers), [graph.node[c].op_type for c in sorted(readers)],
-                                  f"{codec}-encoded {producer_op or 'input'}-output→{'/'.join(ops)}", (), use)
-            if codec not in EXACT_CODECS:
-                out.append((stash, f"held by {codec}, whose decoder does not return the tensor itself"))
-                continue
-            if contract.payload_inputs(dec) != payload or any(
-                    set(analysis.tensors[p].consumers) != {d_idx} for p in payload):
-                out.append((stash, f"its {codec} payload is read by more than its decoder"))
-                continue
-            if not readers or any(not analysis.boundary.is_backward(c) for c in readers):
-                out.append((stash, f"its {codec} decoder has no backward readers"))
-                continue
-            why = (self._op_problem(graph.node[t.producer]) if t.producer is not None
-                   else "a graph input: nothing to recompute it from")
-            if why:
-                out.append((stash, why))
-                continue
-            if analysis.incoming_gradient(min(readers), dec.output[0]) is None:
-                out.append((stash, "its first backward reader has no incoming gradient to time the recomputation"))
-                continue
-            payload_bytes = sum(analysis.tensors[p].nbytes for p in payload)
-            out.append((stash, _Encoded(codec, e_idx, d_idx, dec.output[0], payload_bytes)))
+            stash = _encoded_stash(analysis, first.producer, dec, op.codec)
+            out.append((stash, self._replaceable(analysis, stash, first.producer, d_idx, op.codec)))
         return out
 
+    def _replaceable(self, analysis: GraphAnalysis, stash: StashedTensor, e_idx: int, d_idx: int,
+                     codec: str) -> _Encoded | str:
+        """The encoding (encoder ``e_idx``, decoder ``d_idx``) of ``stash`` if recomputing the tensor can
+        replace it, else why not."""
+        graph = analysis.model.graph
+        enc, dec = graph.node[e_idx], graph.node[d_idx]
+        payload = contract.payload_outputs(enc)
+        readers = stash.backward_consumers
+        if codec not in EXACT_CODECS:
+            return f"held by {codec}, whose decoder does not return the tensor itself"
+        if contract.payload_inputs(dec) != payload or any(
+                set(analysis.tensors[p].consumers) != {d_idx} for p in payload):
+            return f"its {codec} payload is read by more than its decoder"
+        if not readers or any(not analysis.boundary.is_backward(c) for c in readers):
+            return f"its {codec} decoder has no backward readers"
+        why = (self._op_problem(graph.node[stash.producer]) if stash.producer is not None
+               else "a graph input: nothing to recompute it from")
+        if why:
+            return why
+        if analysis.incoming_gradient(min(readers), dec.output[0]) is None:
+            return "its first backward reader has no incoming gradient to time the recomputation"
+        payload_bytes = sum(analysis.tensors[p].nbytes for p in payload)
+        return _Encoded(codec, e_idx, d_idx, dec.output[0], payload_bytes)
+
+
+def _encoded_stash(analysis: GraphAnalysis, e_idx: int, dec: onnx.NodeProto, codec: str) -> StashedTensor:
+    """The tensor encoder ``e_idx`` reads, as the stash record it would be without the encoding: its
+    backward readers are the decoder's."""
+    graph = analysis.model.graph
+    target = graph.node[e_idx].input[0]
+    t = analysis.tensors[target]
+    readers = sorted(analysis.tensors[dec.output[0]].consumers)
+    fwd = [c for c in t.consumers if not analysis.boundary.is_backward(c)]
+    producer_op = graph.node[t.producer].op_type if t.producer is not None else ""
+    use = StashUse(producer_op, list(graph.node[t.producer].output).index(target) if t.producer is not None
+                   else 0, tuple(graph.node[c].op_type for c in fwd),
+                   tuple((graph.node[c].op_type, list(graph.node[c].input).index(dec.output[0]))
+                         for c in analysis.tensors[dec.output[0]].consumers), t.type.dtype.kind == "f")
+    ops = sorted({graph.node[c].op_type for c in readers})
+    return StashedTensor(target, t.shape, t.type.dtype.name, t.nbytes, t.producer, producer_op, fwd,
+                         readers, [graph.node[c].op_type for c in readers],
+                         f"{codec}-encoded {producer_op or 'input'}-output→{'/'.join(ops)}", (), use)
 
 
 def _is_anchor_view(graph: onnx.GraphProto, analysis: GraphAnalysis, node: onnx.NodeProto) -> bool:

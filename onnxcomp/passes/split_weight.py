@@ -157,8 +157,8 @@ def split_forward_gemm(graph: ir.Graph, split: WeightSplit, taken: set[str] | No
             inputs.append(_slice(editor, bias, split.bounds[j], split.bounds[j + 1], 0, f"bias{j}"))
         outs.append(editor.op("Gemm", inputs, f"y{j}", ir.DataType.FLOAT, None, **keep))
     y = gemm.outputs[0]
-    concat = editor.node("Concat", outs, [(y.name, ir.DataType.FLOAT, None)], name=unique_name(f"{editor.prefix}_concat",
-                                                                                               editor.taken), axis=1)
+    concat = editor.node("Concat", outs, [(y.name, ir.DataType.FLOAT, None)], axis=1,
+                         name=unique_name(f"{editor.prefix}_concat", editor.taken))
     _take_over(y, concat.outputs[0])
     graph.insert_before(gemm, editor.nodes)
     graph.remove(gemm, safe=True)
