@@ -72,7 +72,7 @@ _BN_RUNNING_INPUTS = {"BatchNormInternal": (3, 4), "BatchNormalization": (3, 4)}
 class _Encoded:
     """An exact encoding (encoder in forward, decoder in backward) that recomputation would replace."""
     codec: str
-    encoder: int                        # node indices (original graph)
+    encoder: int                        # node indices (the analysis' node order)
     decoder: int
     decoded: str                        # what the backward readers read now
     payload_bytes: int
@@ -82,17 +82,13 @@ class _Encoded:
 class _Plan:
     """How one stash is rebuilt at its first backward reader."""
     stash: StashedTensor
-    consumer: int                       # node index (original graph) of the first backward reader
+    consumer: int                       # node index (analysis' order) of the first backward reader
     grad: str                           # the reader's incoming gradient, the trigger source
     nodes: list[int]                    # producer node indices to clone, topological
     leaves: list[str]                   # tensors read as they are (persistent or alive until consumer)
     reused: dict[str, str] = field(default_factory=dict)   # original tensor -> clone from an earlier reader
     alias: dict[str, str] = field(default_factory=dict)    # anchored view -> the tensor it views
     replaces: _Encoded | None = None
-
-    @property
-    def read_as(self) -> str:
-        return self.replaces.decoded if self.replaces else self.stash.name
 
 
 class RecomputePass(OnnxcompPass):
