@@ -1,6 +1,6 @@
 """RecomputePass, AttentionDropoutRecomputePass and SplitWeightPass on onnx-ir, on small hand-written training
 graphs (tests/graphs.py): what they clone, how the clones wait for backward, what they remove. Fast: onnx.parser
-graphs, no torch export; ORT's reference evaluator only for the eval-model split."""
+graphs, no torch export; onnx's reference evaluator only for the eval-model split."""
 from __future__ import annotations
 
 import numpy as np
