@@ -251,16 +251,19 @@ class IrGraphEditor:
              zero: ir.Value | None = None) -> ir.Value:
         """A zero-copy view of ``value`` that no node can read before ``after`` exists:
         ``Reshape(value, shape + zero_after(after))``. ``shape``/``elem``/``after_elem`` default to what the
-        values declare (the analysis knows them when the graph does not); ``zero``: one already made for
-        ``after``; ``name``: the view's name (default ``<prefix>_gated``)."""
-        if shape is None:
-            if value.shape is None or not value.shape.is_static():
-                raise ValueError(f"gate: {value.name!r} needs a static shape")
+        values declare (the analysis knows them when the graph does not; a shape known to neither is read
+        at run time, ``Shape(value)``); ``zero``: one already made for ``after``; ``name``: the view's name
+        (default ``<prefix>_gated``)."""
+        if shape is None and value.shape is not None and value.shape.is_static():
             shape = [int(d) for d in value.shape]
         elem = elem if elem is not None else value.dtype
         zero = zero or self.zero_after(after, after_elem)
-        dims = self.shared_const(f"onnxcomp_shape_{'x'.join(map(str, shape)) or 'scalar'}", shape, [len(shape)])
-        view_shape = self.op("Add", [dims, zero], "gate_shape", ir.DataType.INT64, [len(shape)])
+        if shape is None:   # unknown statically: the view reads Shape(value) (not folded when dynamic)
+            dims = self.op("Shape", [value], "shape_of", ir.DataType.INT64, None)
+        else:
+            dims = self.shared_const(f"onnxcomp_shape_{'x'.join(map(str, shape)) or 'scalar'}", shape, [len(shape)])
+        view_shape = self.op("Add", [dims, zero], "gate_shape", ir.DataType.INT64,
+                             [len(shape)] if shape is not None else None)
         return self.op("Reshape", [value, view_shape], "gated", elem, shape, out=name)
 
     def initializer(self, name: str, array: np.ndarray) -> ir.Value:
@@ -286,6 +289,24 @@ class IrGraphEditor:
         for z in zeros[1:]:
             total = self.op("Add", [total, z], "gate_sum", ir.DataType.INT64, [1])
         return total
+
+    # -- copies --------------------------------------------------------------------------------------------
+    def clone(self, node: ir.Node, inputs: list[ir.Value | None],
+              outputs: list[tuple[str, ir.DataType, list[int] | None] | None], *, name: str) -> ir.Node:
+        """A copy of ``node`` (domain, op type, attributes) reading ``inputs``, its outputs named and typed as
+        given: (name, element type, shape or None), or None for an optional output left out."""
+        attrs = [ir.Attr(a.name, a.type, a.value) for a in node.attributes.values()]
+        copy = ir.Node(node.domain, node.op_type, inputs, attrs, overload=node.overload, num_outputs=len(outputs),
+                       name=name, doc_string=node.doc_string)
+        for value, spec in zip(copy.outputs, outputs):
+            if spec is None:
+                value.name = ""      # an absent optional output (onnx-ir leaves trailing ones out)
+                continue
+            value.name, value.type = spec[0], ir.TensorType(spec[1])
+            if spec[2] is not None:
+                value.shape = ir.Shape(spec[2])
+        self.nodes.append(copy)
+        return copy
 
 
 # -- node order ------------------------------------------------------------------------------------------

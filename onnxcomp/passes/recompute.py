@@ -12,6 +12,8 @@ clone of its group reads its first input through ``Reshape(x, shape + Cast(Less(
 ``t`` is one element of the reader's incoming gradient dY: ``Less(t, t)`` is false for every value (NaN
 and ±Inf included), so the shape is always exact and the Reshape is a zero-copy view, but ORT can neither
 constant-fold it nor run it before dY exists (profiling traces in tests/test_recompute.py check both).
+The view is the graph editor's one gate (``IrGraphEditor.gate``); the pass edits the onnx-ir graph through
+use/def links, choosing what to rebuild from the cached analysis.
 
 Training-mode BatchNorm writes its running statistics into its running-statistics inputs (ORT aliases
 them), so a clone reads dY-gated scratch copies of those instead: the state is updated once, as before.
@@ -26,15 +28,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import onnx
-from onnx import TensorProto, helper
+import onnx_ir as ir
+from onnx import helper
 
-from ..analysis import GraphAnalysis, StashedTensor, analysis_of
+from ..analysis import GraphAnalysis, StashedTensor, TensorClass, analysis_of
 from ..analysis.patterns import StashUse
 from ..custom_ops import contract
 from ..errors import OnnxcompError
-from .base import (TRIGGER_CONSTANTS, GraphPass, PassResult, Skipped, check_model, require_training_graph,
-                   taken_names, unique_name, zero_after)
-from .editor import GraphEditor
+from .base import OnnxcompPass, PassOutcome, Skipped
+from .editor import IrGraphEditor, ir_taken_names, unique_name
 from .encode_stash import already_encoded
 from .records import PassRecord
 
@@ -70,7 +72,7 @@ _BN_RUNNING_INPUTS = {"BatchNormInternal": (3, 4), "BatchNormalization": (3, 4)}
 class _Encoded:
     """An exact encoding (encoder in forward, decoder in backward) that recomputation would replace."""
     codec: str
-    encoder: int                        # node indices (original graph)
+    encoder: int                        # node indices (the analysis' node order)
     decoder: int
     decoded: str                        # what the backward readers read now
     payload_bytes: int
@@ -80,7 +82,7 @@ class _Encoded:
 class _Plan:
     """How one stash is rebuilt at its first backward reader."""
     stash: StashedTensor
-    consumer: int                       # node index (original graph) of the first backward reader
+    consumer: int                       # node index (analysis' order) of the first backward reader
     grad: str                           # the reader's incoming gradient, the trigger source
     nodes: list[int]                    # producer node indices to clone, topological
     leaves: list[str]                   # tensors read as they are (persistent or alive until consumer)
@@ -88,12 +90,8 @@ class _Plan:
     alias: dict[str, str] = field(default_factory=dict)    # anchored view -> the tensor it views
     replaces: _Encoded | None = None
 
-    @property
-    def read_as(self) -> str:
-        return self.replaces.decoded if self.replaces else self.stash.name
 
-
-class RecomputePass(GraphPass):
+class RecomputePass(OnnxcompPass):
     """Recompute chosen stashes in backward instead of holding them.
 
     tensors: explicit stash names (each must be a stashed tensor of the graph); None applies the default
@@ -130,12 +128,21 @@ class RecomputePass(GraphPass):
         self.reuse_clones = reuse_clones
         self.replace_encoded = replace_encoded
 
-    # -- selection -------------------------------------------------------------------------------------
-    def run(self, model: onnx.ModelProto) -> PassResult:
-        require_training_graph(model)
+    def call(self, model: ir.Model) -> PassOutcome:
         analysis = analysis_of(model)
-        result = PassResult(self.copy(model))
-        graph = analysis.model.graph
+        outcome = PassOutcome(model, False)
+        candidates, replacing = self._candidates(analysis, outcome.skipped)
+        plans, wanted = self._plans(analysis, candidates, replacing, outcome.skipped)
+        if plans:
+            outcome.records = _rewrite(model.graph, analysis, plans, wanted)
+            outcome.modified = True
+        return outcome
+
+    # -- selection -------------------------------------------------------------------------------------
+    def _candidates(self, analysis: GraphAnalysis,
+                    skipped: list[Skipped]) -> tuple[list[StashedTensor], dict[str, _Encoded]]:
+        """The stashes worth rebuilding (asked for, or by the default rule), and which of them an exact
+        encoding holds now (by stash name)."""
         by_name = {s.name: s for s in analysis.stashed}
         encoded = self._encoded(analysis) if self.replace_encoded else []
         if self.tensors is not None:
@@ -147,13 +154,11 @@ class RecomputePass(GraphPass):
             chosen = [by_name[t] for t in self.tensors if t in by_name]
         else:
             chosen = list(analysis.stashed)
-
-        persistent = {i.name for i in graph.input} | {i.name for i in graph.initializer}
         candidates: list[StashedTensor] = []
         for stash in chosen:
             reason = self._reject(analysis, stash)
             if reason:
-                result.skipped.append(Skipped(stash.name, stash.pattern, reason))
+                skipped.append(Skipped(stash.name, stash.pattern, reason))
             else:
                 candidates.append(stash)
         replacing: dict[str, _Encoded] = {}
@@ -161,12 +166,20 @@ class RecomputePass(GraphPass):
             if self.tensors is not None and stash.name not in self.tensors:
                 continue
             if isinstance(enc, str):
-                result.skipped.append(Skipped(stash.name, stash.pattern, enc))
+                skipped.append(Skipped(stash.name, stash.pattern, enc))
             else:
                 candidates.append(stash)
                 replacing[stash.name] = enc
         # Deepest layers first (earliest backward reader): later readers can then reuse their clones.
         candidates.sort(key=lambda s: (min(s.backward_consumers), s.producer or 0, s.name))
+        return candidates, replacing
+
+    def _plans(self, analysis: GraphAnalysis, candidates: list[StashedTensor], replacing: dict[str, _Encoded],
+               skipped: list[Skipped]) -> tuple[list[_Plan], set[str]]:
+        """How each candidate is rebuilt (in order), and the tensors a plan may read from a clone."""
+        graph = analysis.model.graph
+        by_name = {s.name: s for s in analysis.stashed}
+        persistent = {i.name for i in graph.input} | {i.name for i in graph.initializer}
         wanted = {s.name for s in candidates}   # optional outputs worth cloning (see _optional_indices)
         undecided = set(wanted)
         recomputed: set[str] = set()
@@ -176,8 +189,8 @@ class RecomputePass(GraphPass):
         for stash in candidates:
             undecided.discard(stash.name)
             if stash.name in pinned:
-                result.skipped.append(Skipped(stash.name, stash.pattern, "kept: another recomputed tensor is "
-                                              "rebuilt from it"))
+                skipped.append(Skipped(stash.name, stash.pattern, "kept: another recomputed tensor is "
+                                       "rebuilt from it"))
                 continue
             # First try to rebuild through the still undecided candidates (so they can be dropped too);
             # failing that, read them as they are (which keeps them).
@@ -192,7 +205,7 @@ class RecomputePass(GraphPass):
                         plan = (f"rebuilding it would keep {', '.join(held)} (more bytes than it saves); "
                                 f"a chain through them needs more than max_depth={self.max_depth} ops")
             if isinstance(plan, str):
-                result.skipped.append(Skipped(stash.name, stash.pattern, plan))
+                skipped.append(Skipped(stash.name, stash.pattern, plan))
                 continue
             recomputed.add(stash.name)
             pinned.update(leaf for leaf in plan.leaves if leaf in by_name)
@@ -202,11 +215,7 @@ class RecomputePass(GraphPass):
                     if out and (not _optional_indices(node, k) or out in wanted):
                         clones.setdefault(out, plan.consumer)
             plans.append(plan)
-        if plans:
-            _Builder(result.model, analysis, wanted).apply(plans, result)
-            _drop_unread_optional_outputs(result.model.graph)
-            check_model(result.model, "recompute pass")
-        return result
+        return plans, wanted
 
     def _reject(self, analysis: GraphAnalysis, stash: StashedTensor) -> str | None:
         graph = analysis.model.graph
@@ -268,7 +277,7 @@ class RecomputePass(GraphPass):
                 depth_of[name] = 0
                 return 0
             if self.reuse_clones and name in clones and clones[name] <= consumer:
-                reused[name] = name   # clone name filled in by the builder
+                reused[name] = name   # read from the clone made for an earlier reader
                 depth_of[name] = 0
                 return 0
             t = analysis.tensors.get(name)
@@ -316,54 +325,62 @@ class RecomputePass(GraphPass):
         return _Plan(stash, consumer, grad, nodes, sorted(set(leaves)), reused, alias, enc)
 
     def _encoded(self, analysis: GraphAnalysis) -> list[tuple[StashedTensor, _Encoded | str]]:
-        """The tensors exact encodings hold, as stash records (readers: the decoder's readers)."""
-        graph = analysis.model.graph
+        """The tensors exact encodings hold, as stash records (readers: the decoder's readers), each with
+        the encoding recomputation would replace or why it cannot."""
         out: list[tuple[StashedTensor, _Encoded | str]] = []
-        for d_idx, dec in enumerate(graph.node):
+        for d_idx, dec in enumerate(analysis.model.graph.node):
             op = contract.codec_op(dec.domain, dec.op_type)
             if op is None or op.role != "decode" or len(dec.input) < 2:
                 continue
-            codec = op.codec
             first = analysis.tensors.get(dec.input[0])
             if first is None or first.producer is None:
                 continue
-            e_idx = first.producer
-            enc = graph.node[e_idx]
-            target = enc.input[0]
-            t = analysis.tensors[target]
-            readers = analysis.tensors[dec.output[0]].consumers
-            payload = contract.payload_outputs(enc)
-            fwd = [c for c in t.consumers if not analysis.boundary.is_backward(c)]
-            producer_op = graph.node[t.producer].op_type if t.producer is not None else ""
-            use = StashUse(producer_op, list(graph.node[t.producer].output).index(target) if t.producer is not None
-                           else 0, tuple(graph.node[c].op_type for c in fwd),
-                           tuple((graph.node[c].op_type, list(graph.node[c].input).index(dec.output[0]))
-                                 for c in readers), t.type.dtype.kind == "f")
-            ops = sorted({graph.node[c].op_type for c in readers})
-            stash = StashedTensor(target, t.shape, t.type.dtype.name, t.nbytes, t.producer, producer_op, fwd,
-                                  sorted(readers), [graph.node[c].op_type for c in sorted(readers)],
-                                  f"{codec}-encoded {producer_op or 'input'}-output→{'/'.join(ops)}", (), use)
-            if codec not in EXACT_CODECS:
-                out.append((stash, f"held by {codec}, whose decoder does not return the tensor itself"))
-                continue
-            if contract.payload_inputs(dec) != payload or any(
-                    set(analysis.tensors[p].consumers) != {d_idx} for p in payload):
-                out.append((stash, f"its {codec} payload is read by more than its decoder"))
-                continue
-            if not readers or any(not analysis.boundary.is_backward(c) for c in readers):
-                out.append((stash, f"its {codec} decoder has no backward readers"))
-                continue
-            why = (self._op_problem(graph.node[t.producer]) if t.producer is not None
-                   else "a graph input: nothing to recompute it from")
-            if why:
-                out.append((stash, why))
-                continue
-            if analysis.incoming_gradient(min(readers), dec.output[0]) is None:
-                out.append((stash, "its first backward reader has no incoming gradient to time the recomputation"))
-                continue
-            payload_bytes = sum(analysis.tensors[p].nbytes for p in payload)
-            out.append((stash, _Encoded(codec, e_idx, d_idx, dec.output[0], payload_bytes)))
+            stash = _encoded_stash(analysis, first.producer, dec, op.codec)
+            out.append((stash, self._replaceable(analysis, stash, first.producer, d_idx, op.codec)))
         return out
+
+    def _replaceable(self, analysis: GraphAnalysis, stash: StashedTensor, e_idx: int, d_idx: int,
+                     codec: str) -> _Encoded | str:
+        """The encoding (encoder ``e_idx``, decoder ``d_idx``) of ``stash`` if recomputing the tensor can
+        replace it, else why not."""
+        graph = analysis.model.graph
+        enc, dec = graph.node[e_idx], graph.node[d_idx]
+        payload = contract.payload_outputs(enc)
+        readers = stash.backward_consumers
+        if codec not in EXACT_CODECS:
+            return f"held by {codec}, whose decoder does not return the tensor itself"
+        if contract.payload_inputs(dec) != payload or any(
+                set(analysis.tensors[p].consumers) != {d_idx} for p in payload):
+            return f"its {codec} payload is read by more than its decoder"
+        if not readers or any(not analysis.boundary.is_backward(c) for c in readers):
+            return f"its {codec} decoder has no backward readers"
+        why = (self._op_problem(graph.node[stash.producer]) if stash.producer is not None
+               else "a graph input: nothing to recompute it from")
+        if why:
+            return why
+        if analysis.incoming_gradient(min(readers), dec.output[0]) is None:
+            return "its first backward reader has no incoming gradient to time the recomputation"
+        payload_bytes = sum(analysis.tensors[p].nbytes for p in payload)
+        return _Encoded(codec, e_idx, d_idx, dec.output[0], payload_bytes)
+
+
+def _encoded_stash(analysis: GraphAnalysis, e_idx: int, dec: onnx.NodeProto, codec: str) -> StashedTensor:
+    """The tensor encoder ``e_idx`` reads, as the stash record it would be without the encoding: its
+    backward readers are the decoder's."""
+    graph = analysis.model.graph
+    target = graph.node[e_idx].input[0]
+    t = analysis.tensors[target]
+    readers = sorted(analysis.tensors[dec.output[0]].consumers)
+    fwd = [c for c in t.consumers if not analysis.boundary.is_backward(c)]
+    producer_op = graph.node[t.producer].op_type if t.producer is not None else ""
+    use = StashUse(producer_op, list(graph.node[t.producer].output).index(target) if t.producer is not None
+                   else 0, tuple(graph.node[c].op_type for c in fwd),
+                   tuple((graph.node[c].op_type, list(graph.node[c].input).index(dec.output[0]))
+                         for c in analysis.tensors[dec.output[0]].consumers), t.type.dtype.kind == "f")
+    ops = sorted({graph.node[c].op_type for c in readers})
+    return StashedTensor(target, t.shape, t.type.dtype.name, t.nbytes, t.producer, producer_op, fwd,
+                         readers, [graph.node[c].op_type for c in readers],
+                         f"{codec}-encoded {producer_op or 'input'}-output→{'/'.join(ops)}", (), use)
 
 
 def _is_anchor_view(graph: onnx.GraphProto, analysis: GraphAnalysis, node: onnx.NodeProto) -> bool:
@@ -374,245 +391,227 @@ def _is_anchor_view(graph: onnx.GraphProto, analysis: GraphAnalysis, node: onnx.
             and contract.is_encoder(graph.node[shape.producer].domain, graph.node[shape.producer].op_type))
 
 
-def _optional_indices(node: onnx.NodeProto, k: int) -> bool:
+def _optional_indices(node: onnx.NodeProto | ir.Node, k: int) -> bool:
     """Outputs a clone leaves out unless they are themselves recomputed: MaxPool's int64 indices are
     twice the size of its values."""
     return node.op_type == "MaxPool" and k == 1
 
 
-def _drop_unread_optional_outputs(graph: onnx.GraphProto) -> list[str]:
+def _training_mode(node: ir.Node) -> bool:
+    if node.op_type == "BatchNormInternal":
+        return True   # ORT's training-mode BatchNorm; training_mode attribute absent means training
+    mode = node.attributes.get("training_mode")
+    return (mode is not None and bool(mode.value)) or len(node.outputs) > 1
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The rewrite, on the onnx-ir graph. Plans name tensors and index nodes as the analysis does (the analysis
+# snapshot lists the graph's nodes in the same order); everything else goes by use/def links.
+
+@dataclass
+class _Rewrite:
+    """What rebuilding one plan needs from the others: the graph, its nodes by analysis index, the names in
+    use, each original tensor's first recomputed copy, and per reader the zero its gates wait on."""
+    graph: ir.Graph
+    nodes: list[ir.Node]
+    analysis: GraphAnalysis
+    wanted: set[str]                    # tensors some plan may read from a clone (optional outputs kept)
+    taken: set[str]
+    clone_of: dict[ir.Value, ir.Value] = field(default_factory=dict)
+    zero: dict[int, ir.Value] = field(default_factory=dict)       # consumer -> int64 [1] zero made from dY
+    zero_like: dict[tuple[int, ir.DataType], ir.Value] = field(default_factory=dict)   # ... cast to a type
+
+    def editor(self, prefix: str = "onnxcomp") -> IrGraphEditor:
+        return IrGraphEditor(self.graph, self.taken, prefix)
+
+    def type_of(self, name: str) -> tuple[ir.DataType, list[int] | None]:
+        """Element type and shape of an original tensor (the analysis knows them where the graph does not)."""
+        t = self.analysis.tensors[name].type
+        return ir.DataType(helper.np_dtype_to_tensor_dtype(t.dtype)), (list(t.shape) if t.shape is not None else None)
+
+
+def _rewrite(graph: ir.Graph, analysis: GraphAnalysis, plans: list[_Plan], wanted: set[str]) -> list[PassRecord]:
+    """Every plan's clones inserted just before its reader, the readers rewired; one record per plan."""
+    rw = _Rewrite(graph, list(graph), analysis, wanted, ir_taken_names(graph))
+    records = [PassRecord("recomputed", RecomputePass.name, plan.stash.name, _rebuild(rw, plan)) for plan in plans]
+    _drop_unread_optional_outputs(graph)
+    return records
+
+
+def _rebuild(rw: _Rewrite, plan: _Plan) -> dict[str, Any]:
+    """One plan: clone its chain (gated on the reader's dY) before the reader, rewire the backward readers,
+    and drop the encoding it replaces. Returns the record's detail."""
+    reader = rw.nodes[plan.consumer]
+    grad = _input_named(reader, plan.grad)
+    out: list[ir.Node] = []
+    local: dict[ir.Value, ir.Value] = {}       # original tensor -> its clone made for this reader
+    gated: dict[ir.Value, ir.Value] = {}
+    for idx in plan.nodes:
+        _clone(rw, plan, rw.nodes[idx], grad, local, gated, out)
+    for original, copy in local.items():
+        rw.clone_of.setdefault(original, copy)
+    stash = _output_named(rw.nodes[plan.stash.producer], plan.stash.name)
+    source = local[stash] if stash in local else rw.clone_of[stash]
+    read_as = rw.nodes[plan.replaces.decoder].outputs[0] if plan.replaces is not None else stash
+    for c in plan.stash.backward_consumers:
+        replace_input(rw.nodes[c], read_as, source)
+    rw.graph.insert_before(reader, out)
+    if plan.replaces is not None:
+        _drop_encoding(rw, plan.replaces)
+    return _detail(rw, plan, source, [rw.nodes[idx].op_type for idx in plan.nodes])
+
+
+def _clone(rw: _Rewrite, plan: _Plan, node: ir.Node, grad: ir.Value, local: dict[ir.Value, ir.Value],
+           gated: dict[ir.Value, ir.Value], out: list[ir.Node]) -> None:
+    """The clone of ``node`` for ``plan``'s reader (appended to ``out``), reading earlier clones of its group,
+    reused clones of earlier readers, or the kept tensors themselves."""
+    resolved = [_viewed(v, plan.alias) for v in node.inputs]
+    inputs: list[ir.Value | None] = []
+    for v in resolved:
+        if v is None:
+            inputs.append(None)
+        elif v in local:
+            inputs.append(local[v])
+        elif v.name in plan.reused:
+            inputs.append(rw.clone_of[v])
+        else:
+            inputs.append(v)
+    if node.op_type in _BN_RUNNING_INPUTS and _training_mode(node):
+        for k in _BN_RUNNING_INPUTS[node.op_type]:
+            if k < len(inputs) and inputs[k] is not None:
+                inputs[k] = _scratch(rw, plan, grad, inputs[k], resolved[k].name, out)
+    # A clone that reads no clone of this group could run as soon as its inputs exist (in forward):
+    # its first input goes through a view that waits for dY.
+    # (Input-less nodes, i.e. Constant, are folded by ORT and need no gate.)
+    present = [k for k, v in enumerate(resolved) if v is not None]
+    if present and not any(resolved[k] in local for k in present):
+        first = present[0]
+        inputs[first] = _gate(rw, plan, grad, inputs[first], resolved[first].name, out, gated)
+    outputs: list[tuple[str, ir.DataType, list[int] | None] | None] = []
+    originals: list[ir.Value | None] = []
+    for k, o in enumerate(node.outputs):
+        if not o.name:
+            outputs.append(None)
+            originals.append(None)
+        elif not _optional_indices(node, k) or o.name in rw.wanted:
+            outputs.append((unique_name(f"{o.name}__recomputed", rw.taken), *rw.type_of(o.name)))
+            originals.append(o)
+    editor = rw.editor()
+    copy = editor.clone(node, inputs, outputs, name=unique_name(f"{node.name or node.op_type}__recompute", rw.taken))
+    out += editor.nodes
+    local.update((o, c) for o, c in zip(originals, copy.outputs) if o is not None)
+
+
+def _zero_for(rw: _Rewrite, plan: _Plan, grad: ir.Value, out: list[ir.Node]) -> ir.Value:
+    """The int64 [1] zero computed from one element of the reader's dY (one per reader): always 0, never
+    foldable."""
+    if plan.consumer not in rw.zero:
+        editor = rw.editor()
+        base = plan.grad.replace("/", "_").strip("_") + "__recompute"
+        rw.zero[plan.consumer] = editor.zero_after(grad, rw.type_of(plan.grad)[0], base=base)
+        out += editor.nodes
+    return rw.zero[plan.consumer]
+
+
+def _gate(rw: _Rewrite, plan: _Plan, grad: ir.Value, value: ir.Value, like: str, out: list[ir.Node],
+          gated: dict[ir.Value, ir.Value]) -> ir.Value:
+    """A view of ``value`` (typed like the original tensor ``like``) that cannot exist before the reader's
+    dY: the editor's gate on the reader's zero."""
+    if value not in gated:
+        zero = _zero_for(rw, plan, grad, out)
+        base = like.replace("/", "_").strip("_")
+        elem, shape = rw.type_of(like)
+        editor = rw.editor(prefix=f"{base}__recompute")
+        gated[value] = editor.gate(value, after=grad, shape=shape, elem=elem, zero=zero,
+                                   name=f"{base}__recompute_gated")
+        out += editor.nodes
+    return gated[value]
+
+
+def _scratch(rw: _Rewrite, plan: _Plan, grad: ir.Value, value: ir.Value, like: str, out: list[ir.Node]) -> ir.Value:
+    """A fresh buffer with ``value``'s values (+0.0), for a kernel that writes into that input."""
+    zero = _zero_for(rw, plan, grad, out)
+    elem, shape = rw.type_of(like)
+    editor = rw.editor()
+    key = (plan.consumer, elem)
+    if key not in rw.zero_like:
+        dtype = rw.analysis.tensors[like].type.dtype.name
+        rw.zero_like[key] = editor.op("Cast", [zero], "", elem, [1], out=f"{zero.name}_{dtype}", to=elem)
+    copy = editor.op("Add", [value, rw.zero_like[key]], "", elem, shape,
+                     out=f"{like.replace('/', '_').strip('_')}__recompute_scratch")
+    out += editor.nodes
+    return copy
+
+
+def _detail(rw: _Rewrite, plan: _Plan, source: ir.Value, cloned_ops: list[str]) -> dict[str, Any]:
+    reader = rw.nodes[plan.consumer]
+    kept = [leaf for leaf in plan.leaves if rw.analysis.tensors[leaf].cls is TensorClass.STASHED]
+    parts = [f"rebuilt from {', '.join(kept) or 'weights and inputs'}"] if plan.nodes else []
+    if plan.reused:
+        parts.append(f"reuses {', '.join(sorted(plan.reused))} recomputed for an earlier reader")
+    note = "; ".join(parts) + f" (for {reader.op_type} {reader.name!r})"
+    extra: dict[str, Any] = {}
+    if plan.replaces is not None:
+        note += (f"; replaces its {plan.replaces.codec} encoding (payload ~{plan.replaces.payload_bytes} "
+                 "bytes no longer held)")
+        extra = {"replaced_encoding": plan.replaces.codec, "replaced_payload_bytes": plan.replaces.payload_bytes}
+    return {
+        "tensor": plan.stash.name, "pattern": plan.stash.pattern, "encoding": "recompute", "codec": None,
+        "shape": list(plan.stash.shape) if plan.stash.shape else None,
+        "original_bytes": plan.stash.nbytes, "predicted_bytes": 0, "cloned_ops": cloned_ops,
+        "inputs_kept": kept, "reused": sorted(plan.reused), "recomputed_as": source.name,
+        "consumer": reader.name, "note": note, **extra,
+    }
+
+
+def _drop_encoding(rw: _Rewrite, enc: _Encoded) -> None:
+    """Remove an encoder, its forward anchor views (their readers read the tensor itself again), its
+    decoder and the decoder's trigger chain."""
+    encoder, decoder = rw.nodes[enc.encoder], rw.nodes[enc.decoder]
+    views = [u.node for u in encoder.outputs[contract.ENCODER_ANCHOR].uses()
+             if u.node.op_type == "Reshape" and u.idx == 1]
+    for view in views:
+        view.outputs[0].replace_all_uses_with(view.inputs[0])
+    trigger = decoder.inputs[contract.DECODER_TRIGGER]
+    rw.graph.remove([encoder, decoder, *views], safe=True)
+    # The trigger chain (Slice(Reshape(dY))) feeding only this decoder.
+    stack = [trigger]
+    while stack:
+        value = stack.pop()
+        node = value.producer() if value is not None else None
+        if node is None or node.graph is not rw.graph or node.op_type not in ("Slice", "Reshape") or value.uses():
+            continue
+        stack.append(node.inputs[0])
+        rw.graph.remove(node, safe=True)
+
+
+def _drop_unread_optional_outputs(graph: ir.Graph) -> None:
     """Leave out optional outputs nothing reads any more (a forward MaxPool's indices once MaxPoolGrad
     reads its clone's). ORT holds an output nobody consumes until the step ends: VGG-16's five MaxPools'
     indices kept 31 MiB alive that the planner, rightly, counted as free."""
-    read = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
-    dropped = []
-    for node in graph.node:
-        for k in range(len(node.output) - 1, -1, -1):
-            name = node.output[k]
-            if name and _optional_indices(node, k) and name not in read:
-                dropped.append(name)
-                if k == len(node.output) - 1:
-                    del node.output[k]
-                else:
-                    node.output[k] = ""
-    if dropped:
-        gone = set(dropped)
-        kept = [vi for vi in graph.value_info if vi.name not in gone]
-        del graph.value_info[:]
-        graph.value_info.extend(kept)
-    return dropped
+    for node in graph:
+        for k, value in enumerate(node.outputs):
+            if value.name and _optional_indices(node, k) and not value.uses() and not value.is_graph_output():
+                value.name = ""      # an unnamed output is not written (trailing) or written as absent
 
 
-def _resolve(name: str, alias: dict[str, str]) -> str:
-    while name in alias:
-        name = alias[name]
-    return name
+def _viewed(value: ir.Value | None, alias: dict[str, str]) -> ir.Value | None:
+    """``value``, or the tensor an encoding's anchored view of it views (``alias``: view -> tensor)."""
+    while value is not None and value.name in alias:
+        value = value.producer().inputs[0]
+    return value
 
 
-def _training_mode(node: onnx.NodeProto) -> bool:
-    if node.op_type == "BatchNormInternal":
-        return True   # ORT's training-mode BatchNorm; training_mode attribute absent means training
-    return any(a.name == "training_mode" and a.i for a in node.attribute) or len(node.output) > 1
+def _input_named(node: ir.Node, name: str) -> ir.Value:
+    return next(v for v in node.inputs if v is not None and v.name == name)
 
 
-class _Builder:
-    """Inserts the clones, their gating and trigger, and rewires the backward readers."""
+def _output_named(node: ir.Node, name: str) -> ir.Value:
+    return next(v for v in node.outputs if v.name == name)
 
-    def __init__(self, model: onnx.ModelProto, analysis: GraphAnalysis, wanted: set[str]) -> None:
-        self.model = model
-        self.wanted = wanted     # tensors some plan may read from a clone (optional outputs kept for them)
-        self.graph = model.graph
-        self.analysis = analysis
-        self.orig = list(self.graph.node)     # same objects as the copy's nodes; index = original index
-        self.before: dict[int, list[onnx.NodeProto]] = {}   # original index -> new nodes to put before it
-        self.taken = taken_names(self.graph)
-        self.inits = {i.name for i in self.graph.initializer}
-        self.value_info: list[onnx.ValueInfoProto] = []
-        self.clone_of: dict[str, str] = {}    # original tensor -> its recomputed copy
-        self.zero: dict[int, str] = {}        # consumer -> int64 [1] zero that depends on its dY
-        self.removed: set[int] = set()        # original indices of nodes to drop (replaced encodings)
-        self.zero_like: dict[tuple[int, int], str] = {}   # (consumer, elem type) -> that zero, cast
 
-    def apply(self, plans: list[_Plan], result: PassResult) -> None:
-        for plan in plans:
-            result.records.append(PassRecord("recomputed", RecomputePass.name, plan.stash.name, self._build(plan)))
-        nodes: list[onnx.NodeProto] = []
-        for idx, node in enumerate(self.orig):
-            nodes.extend(self.before.get(idx, []))
-            if idx not in self.removed:
-                nodes.append(node)
-        del self.graph.node[:]
-        self.graph.node.extend(nodes)
-        self.graph.value_info.extend(self.value_info)
-        if self.removed:   # type entries of tensors that no longer exist
-            alive = {o for n in nodes for o in n.output if o}
-            keep = [vi for vi in self.graph.value_info if vi.name in alive]
-            del self.graph.value_info[:]
-            self.graph.value_info.extend(keep)
-
-    def _type(self, name: str) -> tuple[int, list[int] | None]:
-        t = self.analysis.tensors[name].type
-        return helper.np_dtype_to_tensor_dtype(t.dtype), (list(t.shape) if t.shape is not None else None)
-
-    def _vi(self, name: str, like: str) -> None:
-        elem, shape = self._type(like)
-        self.value_info.append(helper.make_tensor_value_info(name, elem, shape))
-
-    def _const(self, name: str, values: list[int]) -> str:
-        if name not in self.inits:
-            self.graph.initializer.append(helper.make_tensor(name, TensorProto.INT64, [len(values)], values))
-            self.inits.add(name)
-            self.taken.add(name)
-        return name
-
-    def _zero_for(self, plan: _Plan, out: list[onnx.NodeProto]) -> str:
-        """int64 [1] zero computed from one element of the reader's dY: always 0, never foldable."""
-        if plan.consumer in self.zero:
-            return self.zero[plan.consumer]
-        base = plan.grad.replace("/", "_").strip("_") + "__recompute"
-        elem, _ = self._type(plan.grad)
-        nodes, infos, zero = zero_after(self.graph, plan.grad, elem, base, self.taken)
-        names = {n for n, _ in TRIGGER_CONSTANTS}
-        self.inits |= names
-        self.taken |= names
-        out += nodes
-        self.value_info += infos
-        self.zero[plan.consumer] = zero
-        return zero
-
-    def _scratch(self, plan: _Plan, name: str, like: str, out: list[onnx.NodeProto]) -> str:
-        """A fresh buffer with ``name``'s values (+0.0), for a kernel that writes into that input."""
-        zero = self._zero_for(plan, out)
-        elem, shape = self._type(like)
-        key = (plan.consumer, elem)
-        if key not in self.zero_like:
-            z = unique_name(f"{zero}_{helper.tensor_dtype_to_np_dtype(elem).name}", self.taken)
-            out.append(helper.make_node("Cast", [zero], [z], to=elem, name=unique_name(f"{z}__cast", self.taken)))
-            self.value_info.append(helper.make_tensor_value_info(z, elem, [1]))
-            self.zero_like[key] = z
-        copy = unique_name(f"{like.replace('/', '_').strip('_')}__recompute_scratch", self.taken)
-        out.append(helper.make_node("Add", [name, self.zero_like[key]], [copy],
-                                    name=unique_name(f"{copy}__add", self.taken)))
-        self.value_info.append(helper.make_tensor_value_info(copy, elem, shape))
-        return copy
-
-    def _gate(self, plan: _Plan, name: str, like: str, out: list[onnx.NodeProto], gated: dict[str, str]) -> str:
-        """A view of ``name`` (typed like original tensor ``like``) that cannot exist before the reader's dY."""
-        if name in gated:
-            return gated[name]
-        zero = self._zero_for(plan, out)
-        base = like.replace("/", "_").strip("_")
-        shape_t = self.analysis.tensors[like].shape
-        editor = GraphEditor(self.graph, self.taken, prefix=f"{base}__recompute")
-        elem, _ = self._type(like)
-        view = editor.gate(name, after=plan.grad, shape=list(shape_t) if shape_t is not None else None, elem=elem,
-                           zero=zero, name=f"{base}__recompute_gated")
-        out += editor.nodes
-        self.value_info += editor.infos
-        gated[name] = view
-        return view
-
-    def _build(self, plan: _Plan) -> dict[str, Any]:
-        out: list[onnx.NodeProto] = []
-        gated: dict[str, str] = {}
-        local: dict[str, str] = {}       # original tensor -> clone made for this reader
-        cloned_ops: list[str] = []
-        for idx in plan.nodes:
-            node = self.orig[idx]
-            resolved = [_resolve(i, plan.alias) for i in node.input]
-            inputs = []
-            for i in resolved:
-                if not i:
-                    inputs.append(i)
-                elif i in local:
-                    inputs.append(local[i])
-                elif i in plan.reused:
-                    inputs.append(self.clone_of[i])
-                else:
-                    inputs.append(i)
-            if node.op_type in _BN_RUNNING_INPUTS and _training_mode(node):
-                for k in _BN_RUNNING_INPUTS[node.op_type]:
-                    if k < len(inputs) and inputs[k]:
-                        inputs[k] = self._scratch(plan, inputs[k], resolved[k], out)
-            # A clone that reads no clone of this group could run as soon as its inputs exist (in forward):
-            # its first input goes through a view that waits for dY.
-            # (Input-less nodes, i.e. Constant, are folded by ORT and need no gate.)
-            present = [k for k, i in enumerate(resolved) if i]
-            if present and not any(resolved[k] in local for k in present):
-                first = present[0]
-                inputs[first] = self._gate(plan, inputs[first], resolved[first], out, gated)
-            outputs = []
-            for k, o in enumerate(node.output):
-                if not o:
-                    outputs.append("")
-                    continue
-                if _optional_indices(node, k) and o not in self.wanted:
-                    continue
-                c = unique_name(f"{o}__recomputed", self.taken)
-                local[o] = c
-                outputs.append(c)
-                self._vi(c, o)
-            clone = onnx.NodeProto()
-            clone.CopyFrom(node)
-            clone.name = unique_name(f"{node.name or node.op_type}__recompute", self.taken)
-            del clone.input[:]
-            clone.input.extend(inputs)
-            del clone.output[:]
-            clone.output.extend(outputs)
-            out.append(clone)
-            cloned_ops.append(node.op_type)
-        for o, c in local.items():
-            self.clone_of.setdefault(o, c)
-        source = local.get(plan.stash.name) or self.clone_of[plan.stash.name]
-        for c in plan.stash.backward_consumers:
-            reader = self.orig[c]
-            for k, i in enumerate(reader.input):
-                if i == plan.read_as:
-                    reader.input[k] = source
-        self.before.setdefault(plan.consumer, []).extend(out)
-        if plan.replaces is not None:
-            self._drop_encoding(plan.replaces)
-        reader = self.orig[plan.consumer]
-        from ..analysis import TensorClass
-
-        kept = [leaf for leaf in plan.leaves if self.analysis.tensors[leaf].cls is TensorClass.STASHED]
-        parts = [f"rebuilt from {', '.join(kept) or 'weights and inputs'}"] if plan.nodes else []
-        if plan.reused:
-            parts.append(f"reuses {', '.join(sorted(plan.reused))} recomputed for an earlier reader")
-        note = "; ".join(parts) + f" (for {reader.op_type} {reader.name!r})"
-        extra: dict[str, Any] = {}
-        if plan.replaces is not None:
-            note += (f"; replaces its {plan.replaces.codec} encoding (payload ~{plan.replaces.payload_bytes} "
-                     "bytes no longer held)")
-            extra = {"replaced_encoding": plan.replaces.codec, "replaced_payload_bytes": plan.replaces.payload_bytes}
-        return {
-            "tensor": plan.stash.name, "pattern": plan.stash.pattern, "encoding": "recompute", "codec": None,
-            "shape": list(plan.stash.shape) if plan.stash.shape else None,
-            "original_bytes": plan.stash.nbytes, "predicted_bytes": 0, "cloned_ops": cloned_ops,
-            "inputs_kept": kept, "reused": sorted(plan.reused), "recomputed_as": source,
-            "consumer": reader.name, "note": note, **extra,
-        }
-
-    def _drop_encoding(self, enc: _Encoded) -> None:
-        """Remove an encoder, its forward anchor views, its decoder and the decoder's trigger."""
-        encoder, decoder = self.orig[enc.encoder], self.orig[enc.decoder]
-        anchor = encoder.output[-1]
-        self.removed.update({enc.encoder, enc.decoder})
-        for idx, node in enumerate(self.orig):
-            if node.op_type == "Reshape" and len(node.input) > 1 and node.input[1] == anchor:
-                self.removed.add(idx)
-                for other in self.orig:   # readers of the view read the tensor itself again
-                    for k, i in enumerate(other.input):
-                        if i == node.output[0]:
-                            other.input[k] = node.input[0]
-        # The trigger chain (Slice(Reshape(dY))) feeding only this decoder.
-        stack = [decoder.input[-1]]
-        while stack:
-            name = stack.pop()
-            idx = next((k for k, n in enumerate(self.orig) if name in n.output), None)
-            if idx is None or idx in self.removed or self.orig[idx].op_type not in ("Slice", "Reshape"):
-                continue
-            readers = [k for k, n in enumerate(self.orig) if k not in self.removed and name in n.input]
-            if not readers:
-                self.removed.add(idx)
-                stack.append(self.orig[idx].input[0])
+def replace_input(node: ir.Node, old: ir.Value, new: ir.Value) -> None:
+    """Make ``node`` read ``new`` wherever it reads ``old``."""
+    for k, v in enumerate(node.inputs):
+        if v is old:
+            node.replace_input_with(k, new)

@@ -29,14 +29,14 @@ from typing import Any, Iterable
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+import onnx_ir as ir
 
+from ..analysis.shapes import numel
 from ..analysis.training_graph import GRAD_BUFFER_SUFFIX, GRAD_OUT_SUFFIX
 from ..errors import OnnxcompError
+from .base import OnnxcompPass, PassOutcome, PassResult, Skipped
+from .editor import IrGraphEditor, ir_taken_names, unique_name
 from .records import PassRecord
-from .editor import GraphEditor
-from .base import (GraphPass, PassResult, Skipped, check_model, node_attr, require_training_graph,
-                   taken_names, unique_name)
 
 PART_INFIX = ".part"
 # Metadata key of a training / eval model whose weights were split: JSON list of WeightSplit.to_dict().
@@ -61,11 +61,10 @@ class WeightSplit:
         return cls(data["parameter"], tuple(data["parts"]), tuple(data["bounds"]), tuple(data["shape"]))
 
 
-def _static_shape(vi: onnx.ValueInfoProto) -> tuple[int, ...] | None:
-    t = vi.type.tensor_type
-    if not t.HasField("shape") or any(not d.HasField("dim_value") for d in t.shape.dim):
+def _static_shape(value: ir.Value) -> tuple[int, ...] | None:
+    if value.shape is None or not value.shape.is_static():
         return None
-    return tuple(d.dim_value for d in t.shape.dim)
+    return tuple(int(d) for d in value.shape)
 
 
 def _row_bounds(rows: int, parts: int) -> tuple[int, ...]:
@@ -77,77 +76,102 @@ def _row_bounds(rows: int, parts: int) -> tuple[int, ...]:
     return tuple(bounds)
 
 
-def record_splits(model: onnx.ModelProto, splits: Iterable[WeightSplit]) -> None:
+def _metadata(model: onnx.ModelProto | ir.Model) -> dict[str, str]:
+    if isinstance(model, ir.Model):
+        return model.metadata_props
+    return {p.key: p.value for p in model.metadata_props}
+
+
+def record_splits(model: onnx.ModelProto | ir.Model, splits: Iterable[WeightSplit]) -> None:
     """Write the splits into ``model``'s metadata (merged with any an earlier transform recorded)."""
     known = splits_of(model)
     known += [s for s in splits if s.parameter not in {k.parameter for k in known}]
     if known:
-        props = {p.key: p.value for p in model.metadata_props}
-        onnx.helper.set_model_props(model, props | {SPLIT_METADATA_KEY: json.dumps([s.to_dict() for s in known])})
+        value = json.dumps([s.to_dict() for s in known])
+        if isinstance(model, ir.Model):
+            model.metadata_props[SPLIT_METADATA_KEY] = value
+        else:
+            onnx.helper.set_model_props(model, _metadata(model) | {SPLIT_METADATA_KEY: value})
 
 
-def splits_made(result: PassResult) -> list[WeightSplit]:
+def splits_made(result: PassResult | PassOutcome) -> list[WeightSplit]:
     """The splits a SplitWeightPass run made, from its records."""
     return [WeightSplit.from_dict(r.detail) for r in result.records if r.kind == "split_weight"]
 
 
-def splits_of(model: onnx.ModelProto) -> list[WeightSplit]:
-    for p in model.metadata_props:
-        if p.key == SPLIT_METADATA_KEY:
-            return [WeightSplit.from_dict(d) for d in json.loads(p.value)]
-    return []
+def splits_of(model: onnx.ModelProto | ir.Model) -> list[WeightSplit]:
+    value = _metadata(model).get(SPLIT_METADATA_KEY)
+    return [WeightSplit.from_dict(d) for d in json.loads(value)] if value else []
 
 
 def _prefix(param: str) -> str:
     return f"onnxcomp_split_{param.replace('/', '_').strip('_')}"
 
 
-def _slice(b: GraphEditor, tensor: str, lo: int, hi: int, axis: int, base: str) -> str:
-    start, end, axes = (b.const(f"{base}_{k}", TensorProto.INT64, [v]) for k, v in (("start", lo), ("end", hi),
-                                                                                      ("axis", axis)))
-    return b.op("Slice", [tensor, start, end, axes], base, TensorProto.FLOAT, None)
+def _slice(editor: IrGraphEditor, tensor: ir.Value, lo: int, hi: int, axis: int, base: str) -> ir.Value:
+    start, end, axes = (editor.shared_const(editor.name(f"{base}_{k}"), [v])
+                        for k, v in (("start", lo), ("end", hi), ("axis", axis)))
+    return editor.op("Slice", [tensor, start, end, axes], base, ir.DataType.FLOAT, None)
 
 
-def split_forward_gemm(graph: onnx.GraphProto, split: WeightSplit, taken: set[str] | None = None) -> bool:
+def _graph_input(graph: ir.Graph, name: str) -> ir.Value | None:
+    return next((v for v in graph.inputs if v.name == name), None)
+
+
+def _block_inputs(graph: ir.Graph, whole: ir.Value, split: WeightSplit, suffix: str = "") -> list[ir.Value]:
+    """Graph input ``whole`` (``parameter+suffix``) → one input per block, in its place. ``whole`` leaves the
+    inputs; its readers must be rewritten by the caller."""
+    cols = split.shape[1]
+    parts = [ir.Value(name=p + suffix, type=ir.TensorType(whole.dtype),
+                      shape=ir.Shape([split.bounds[j + 1] - split.bounds[j], cols]))
+             for j, p in enumerate(split.parts)]
+    k = graph.inputs.index(whole)
+    graph.inputs[k:k + 1] = parts
+    return parts
+
+
+def _is_weight_gemm(node: ir.Node, weight: ir.Value, *, trans_b: int) -> bool:
+    """``node`` is ``Gemm(., weight)`` with transA=0, alpha=1 and the given transB."""
+    a = node.attributes
+    return (node.op_type == "Gemm" and len(node.inputs) > 1 and node.inputs[1] is weight
+            and a.get_int("transB", 0) == trans_b and a.get_int("transA", 0) == 0 and a.get_float("alpha", 1.0) == 1.0)
+
+
+def split_forward_gemm(graph: ir.Graph, split: WeightSplit, taken: set[str] | None = None) -> bool:
     """Replace the forward ``Gemm(X, W, b, transB=1)`` reading ``split.parameter`` by per-block Gemms and a
-    Concat (the eval model's whole rewrite; the training graph's forward half). False if there is none."""
-    nodes = list(graph.node)
-    idx = next((i for i, n in enumerate(nodes) if n.op_type == "Gemm" and len(n.input) > 1
-                and n.input[1] == split.parameter and node_attr(n, "transB", 0) == 1), None)
-    if idx is None:
+    Concat (the eval model's whole rewrite; the training graph's forward half), the graph input ``W`` by its
+    blocks. False if there is none."""
+    weight = _graph_input(graph, split.parameter)
+    gemm = next((u.node for u in (weight.uses() if weight is not None else ()) if u.idx == 1
+                 and u.node.op_type == "Gemm" and u.node.attributes.get_int("transB", 0) == 1), None)
+    if gemm is None:
         return False
-    b = GraphEditor(graph, taken if taken is not None else taken_names(graph), _prefix(split.parameter))
-    gemm = nodes[idx]
-    x, bias = gemm.input[0], (gemm.input[2] if len(gemm.input) > 2 and gemm.input[2] else None)
-    keep = {a.name: helper.get_attribute_value(a) for a in gemm.attribute}
+    editor = IrGraphEditor(graph, taken if taken is not None else ir_taken_names(graph), _prefix(split.parameter))
+    parts = _block_inputs(graph, weight, split)
+    x, bias = gemm.inputs[0], (gemm.inputs[2] if len(gemm.inputs) > 2 else None)
+    keep = {name: attr.value for name, attr in sorted(gemm.attributes.items())}   # helper.make_node's order
     outs = []
-    for j, part in enumerate(split.parts):
+    for j, part in enumerate(parts):
         inputs = [x, part]
         if bias is not None:
-            inputs.append(_slice(b, bias, split.bounds[j], split.bounds[j + 1], 0, f"bias{j}"))
-        outs.append(b.op("Gemm", inputs, f"y{j}", TensorProto.FLOAT, None, **keep))
-    b.nodes.append(helper.make_node("Concat", outs, [gemm.output[0]], axis=1,
-                                    name=unique_name(f"{b.prefix}_concat", b.taken)))
-    del graph.node[:]
-    graph.node.extend(nodes[:idx] + b.nodes + nodes[idx + 1:])
-    graph.value_info.extend(b.infos)
-    _replace_input(graph, split)
+            inputs.append(_slice(editor, bias, split.bounds[j], split.bounds[j + 1], 0, f"bias{j}"))
+        outs.append(editor.op("Gemm", inputs, f"y{j}", ir.DataType.FLOAT, None, **keep))
+    y = gemm.outputs[0]
+    concat = editor.node("Concat", outs, [(y.name, ir.DataType.FLOAT, None)], axis=1,
+                         name=unique_name(f"{editor.prefix}_concat", editor.taken))
+    _take_over(y, concat.outputs[0])
+    graph.insert_before(gemm, editor.nodes)
+    graph.remove(gemm, safe=True)
     return True
 
 
-def _replace_input(graph: onnx.GraphProto, split: WeightSplit, suffix: str = "") -> None:
-    """Graph input ``parameter+suffix`` → one input per block, in its place."""
-    inputs = list(graph.input)
-    k = next(i for i, vi in enumerate(inputs) if vi.name == split.parameter + suffix)
-    elem = inputs[k].type.tensor_type.elem_type
-    cols = split.shape[1]
-    parts = [helper.make_tensor_value_info(p + suffix, elem, [split.bounds[j + 1] - split.bounds[j], cols])
-             for j, p in enumerate(split.parts)]
-    del graph.input[:]
-    graph.input.extend(inputs[:k] + parts + inputs[k + 1:])
+def _take_over(old: ir.Value, new: ir.Value) -> None:
+    """``new`` (named as ``old``) replaces ``old`` everywhere, graph outputs included, with its declared type."""
+    new.type, new.shape = old.type, old.shape
+    old.replace_all_uses_with(new, replace_graph_outputs=True)
 
 
-class SplitWeightPass(GraphPass):
+class SplitWeightPass(OnnxcompPass):
     """split_weight_bytes: largest weight block kept in one piece (None: the pass does nothing, the default —
     the split renames the user's parameter, so it is asked for, never implied)."""
 
@@ -158,147 +182,123 @@ class SplitWeightPass(GraphPass):
             raise OnnxcompError(f"split_weight_bytes must be > 0 (got {split_weight_bytes})")
         self.max_part_bytes = split_weight_bytes
 
-    def run(self, model: onnx.ModelProto) -> PassResult:
-        require_training_graph(model)
-        result = PassResult(self.copy(model))
+    def call(self, model: ir.Model) -> PassOutcome:
+        outcome = PassOutcome(model, False)
         if self.max_part_bytes is None:
-            return result
-        graph = result.model.graph
-        for vi in list(graph.input):
-            if not vi.name.endswith(GRAD_BUFFER_SUFFIX):
+            return outcome
+        graph = model.graph
+        for buffer in list(graph.inputs):
+            if not buffer.name.endswith(GRAD_BUFFER_SUFFIX):
                 continue
-            param = vi.name[: -len(GRAD_BUFFER_SUFFIX)]
-            shape = _static_shape(vi)
-            if shape is None or len(shape) != 2 or vi.type.tensor_type.elem_type != TensorProto.FLOAT:
+            param = buffer.name[: -len(GRAD_BUFFER_SUFFIX)]
+            shape = _static_shape(buffer)
+            if shape is None or len(shape) != 2 or buffer.dtype != ir.DataType.FLOAT:
                 continue
-            nbytes = 4 * shape[0] * shape[1]
+            nbytes = 4 * numel(shape)
             if nbytes <= self.max_part_bytes:
                 continue
             parts = min(shape[0], math.ceil(nbytes / self.max_part_bytes))
             if parts < 2:
                 continue   # a single row cannot be split by rows
-            site = _match(graph, param, shape)
+            site = _match(graph, param, (shape[0], shape[1]), buffer)
             if isinstance(site, str):
-                result.skipped.append(Skipped(param, "fully connected weight", site))
+                outcome.skipped.append(Skipped(param, "fully connected weight", site))
                 continue
             split = _rewrite(graph, site, parts)
-            result.records.append(PassRecord("split_weight", self.name, split.parameter, split.to_dict()))
-        if result.records:
-            record_splits(result.model, splits_made(result))
-            check_model(result.model, "split_weight pass")
-        return result
+            outcome.records.append(PassRecord("split_weight", self.name, split.parameter, split.to_dict()))
+        if outcome.records:
+            record_splits(model, splits_made(outcome))
+            outcome.modified = True
+        return outcome
 
 
 @dataclass(frozen=True)
 class _Site:
-    """A weight split can handle: its forward input X, output gradient dY and backward nodes (by name)."""
+    """A weight split can handle: its forward input X, output gradient dY and backward nodes."""
 
     param: str
     shape: tuple[int, int]
-    x: str
-    dy: str
-    dw: str
-    dx: str | None
-    acc: str
+    x: ir.Value
+    dy: ir.Value
+    dw: ir.Node
+    dx: ir.Node | None
+    acc: ir.Node
 
 
-def _match(graph: onnx.GraphProto, param: str, shape: tuple[int, ...]) -> _Site | str:
+def _match(graph: ir.Graph, param: str, shape: tuple[int, int], buffer: ir.Value) -> _Site | str:
     """The weight's site, or why it cannot be split."""
-    nodes = list(graph.node)
-    consumers = [n for n in nodes if param in n.input]
-    fwd = [n for n in consumers if n.op_type == "Gemm" and n.input[1] == param and node_attr(n, "transB", 0) == 1
-           and node_attr(n, "transA", 0) == 0 and node_attr(n, "alpha", 1.0) == 1.0]
-    dx = [n for n in consumers if n.op_type == "Gemm" and n.input[1] == param and node_attr(n, "transA", 0) == 0
-          and node_attr(n, "transB", 0) == 0 and node_attr(n, "alpha", 1.0) == 1.0 and node_attr(n, "beta", 0.0) == 0.0
-          and len(n.input) == 2]
+    weight = _graph_input(graph, param)
+    consumers = list(dict.fromkeys(u.node for u in weight.uses())) if weight is not None else []
+    fwd = [n for n in consumers if _is_weight_gemm(n, weight, trans_b=1)]
+    dx = [n for n in consumers if _is_weight_gemm(n, weight, trans_b=0)
+          and n.attributes.get_float("beta", 0.0) == 0.0 and len(n.inputs) == 2]
     if len(fwd) != 1 or len(dx) > 1 or len(consumers) != len(fwd) + len(dx):
         return "read by something other than one forward Gemm(X, W, transB=1) and its dX Gemm"
-    x = fwd[0].input[0]
-    bias = fwd[0].input[2] if len(fwd[0].input) > 2 and fwd[0].input[2] else None
-    if bias is not None:
-        b = next((vi for vi in list(graph.input) + list(graph.value_info) if vi.name == bias), None)
-        init = next((t for t in graph.initializer if t.name == bias), None)
-        b_shape = _static_shape(b) if b is not None else (tuple(init.dims) if init is not None else None)
-        if b_shape != (shape[0],):
-            return f"bias {bias} is not a vector of {shape[0]} (broadcast biases are not split)"
-    buffer = param + GRAD_BUFFER_SUFFIX
-    accs = [n for n in nodes if n.op_type == "InPlaceAccumulatorV2" and n.input[0] == buffer]
+    x = fwd[0].inputs[0]
+    bias = fwd[0].inputs[2] if len(fwd[0].inputs) > 2 else None
+    if bias is not None and _static_shape(bias) != (shape[0],):
+        return f"bias {bias.name} is not a vector of {shape[0]} (broadcast biases are not split)"
+    accs = [u.node for u in buffer.uses() if u.node.op_type == "InPlaceAccumulatorV2" and u.idx == 0]
     if len(accs) != 1:
         return "its gradient buffer is not read by exactly one InPlaceAccumulatorV2"
     acc = accs[0]
-    grad = acc.input[1]
-    dw = [n for n in nodes if grad in n.output]
-    if len(dw) != 1 or dw[0].op_type != "Gemm" or node_attr(dw[0], "transA", 0) != 1 or node_attr(dw[0], "transB", 0) \
-            or len(dw[0].input) != 2 or dw[0].input[1] != x or sum(grad in n.input for n in nodes) != 1:
+    grad = acc.inputs[1]
+    dw = grad.producer() if grad is not None else None
+    if dw is None or dw.op_type != "Gemm" or dw.attributes.get_int("transA", 0) != 1 \
+            or dw.attributes.get_int("transB", 0) or len(dw.inputs) != 2 or dw.inputs[1] is not x \
+            or len(grad.uses()) != 1:
         return "its gradient is not a lone Gemm(dY, X, transA=1) read only by its accumulator"
-    dy = dw[0].input[0]
-    if dx and dx[0].input[0] != dy:
+    dy = dw.inputs[0]
+    if dx and dx[0].inputs[0] is not dy:
         return "its dX Gemm reads another output gradient than its dW Gemm"
-    if len(acc.output) != 1 or acc.output[0] != param + GRAD_OUT_SUFFIX:
+    if len(acc.outputs) != 1 or acc.outputs[0].name != param + GRAD_OUT_SUFFIX:
         return "its accumulator has no single graph output named after the parameter"
-    names = [n.name for n in (dw[0], acc, *dx)]
-    if not all(names) or any(sum(n.name == name for n in nodes) != 1 for name in names):
-        return "its backward nodes have no unique names to find them by"
-    return _Site(param, (shape[0], shape[1]), x, dy, dw[0].name, dx[0].name if dx else None, acc.name)
+    return _Site(param, shape, x, dy, dw, dx[0] if dx else None, acc)
 
 
-def _rewrite(graph: onnx.GraphProto, site: _Site, parts: int) -> WeightSplit:
+def _rewrite(graph: ir.Graph, site: _Site, parts: int) -> WeightSplit:
     """Replace ``site``'s forward Gemm, dW Gemm, accumulator and dX Gemm by their per-block versions."""
-    param, shape, x, dy = site.param, site.shape, site.x, site.dy
-    taken = taken_names(graph)
+    param, shape, x, dy, acc = site.param, site.shape, site.x, site.dy, site.acc
+    taken = ir_taken_names(graph)
     split = WeightSplit(param, tuple(unique_name(f"{param}{PART_INFIX}{j}", taken) for j in range(parts)),
                         _row_bounds(shape[0], parts), (shape[0], shape[1]))
     for p in split.parts:
         taken.update({p + GRAD_BUFFER_SUFFIX, p + GRAD_OUT_SUFFIX})
     split_forward_gemm(graph, split, taken)
-    nodes = list(graph.node)   # protobuf copied the nodes: find the backward ones again, by name
-    by_name = {n.name: n for n in nodes}
-    dw, acc, dx = [by_name[site.dw]], by_name[site.acc], ([by_name[site.dx]] if site.dx else [])
-    grad = acc.input[1]
+    weights = [_graph_input(graph, p) for p in split.parts]
+    buffers = _block_inputs(graph, acc.inputs[0], split, GRAD_BUFFER_SUFFIX)
+    flag = acc.outputs[0]
     # Backward, per block: dY's columns, dX's partial product (added to a running sum at once, so two
     # partials are alive, not p), and dW_j with its accumulator right behind it.
     prefix = _prefix(param)
-    slices, dx_chain, grads = (GraphEditor(graph, taken, prefix) for _ in range(3))
-    running = None
-    for j, part in enumerate(split.parts):
+    slices, dx_chain, grads = (IrGraphEditor(graph, taken, prefix) for _ in range(3))
+    flags, running = [], None
+    for j, (weight, buffer) in enumerate(zip(weights, buffers)):
         dy_j = _slice(slices, dy, split.bounds[j], split.bounds[j + 1], 1, f"dy{j}")
-        g_j = grads.op("Gemm", [dy_j, x], f"grad{j}", TensorProto.FLOAT, None, transA=1, transB=0, alpha=1.0,
-                       beta=0.0)
-        grads.nodes.append(helper.make_node("InPlaceAccumulatorV2", [part + GRAD_BUFFER_SUFFIX, g_j, acc.input[2]],
-                                            [part + GRAD_OUT_SUFFIX], domain=acc.domain,
-                                            name=unique_name(f"{prefix}_accumulate{j}", taken)))
-        if dx:
-            p_j = dx_chain.op("Gemm", [dy_j, part], f"dx{j}", TensorProto.FLOAT, None, transA=0, transB=0,
-                              alpha=1.0, beta=0.0)
+        g_j = grads.op("Gemm", [dy_j, x], f"grad{j}", ir.DataType.FLOAT, None, alpha=1.0, beta=0.0, transA=1,
+                       transB=0)
+        flags.append(grads.node("InPlaceAccumulatorV2", [buffer, g_j, acc.inputs[2]],
+                                [(split.parts[j] + GRAD_OUT_SUFFIX, flag.dtype, None)], domain=acc.domain,
+                                name=unique_name(f"{prefix}_accumulate{j}", taken)).outputs[0])
+        flags[-1].shape = flag.shape     # the accumulator's output is its one-element "updated" flag
+        if site.dx is not None:
+            p_j = dx_chain.op("Gemm", [dy_j, weight], f"dx{j}", ir.DataType.FLOAT, None, alpha=1.0, beta=0.0,
+                              transA=0, transB=0)
             if running is not None:
                 if j == len(split.parts) - 1:
-                    dx_chain.nodes.append(helper.make_node("Add", [running, p_j], [dx[0].output[0]],
-                                                           name=unique_name(f"{prefix}_dx_sum", taken)))
+                    total = site.dx.outputs[0]
+                    p_j = dx_chain.node("Add", [running, p_j], [(total.name, ir.DataType.FLOAT, None)],
+                                        name=unique_name(f"{prefix}_dx_sum", taken)).outputs[0]
+                    _take_over(total, p_j)
                 else:
-                    p_j = dx_chain.op("Add", [running, p_j], f"dx_sum{j}", TensorProto.FLOAT, None)
+                    p_j = dx_chain.op("Add", [running, p_j], f"dx_sum{j}", ir.DataType.FLOAT, None)
             running = p_j
     # In the old nodes' place: the slices, the dX chain (backward goes on with it), the weight gradients.
-    at = next(i for i, n in enumerate(nodes) if n is dw[0] or (dx and n is dx[0]))
-    old = {id(dw[0]), id(acc)} | ({id(dx[0])} if dx else set())
-    rest = [n for n in nodes if id(n) not in old]
-    ordered = rest[:at] + slices.nodes + dx_chain.nodes + grads.nodes + rest[at:]
-    del graph.node[:]
-    graph.node.extend(ordered)
-    _replace_input(graph, split, GRAD_BUFFER_SUFFIX)
-    outputs = list(graph.output)
-    k = next(i for i, o in enumerate(outputs) if o.name == param + GRAD_OUT_SUFFIX)
-    new_outs = []
-    for p in split.parts:   # the accumulator's output is its one-element "updated" flag
-        vi = onnx.ValueInfoProto()
-        vi.CopyFrom(outputs[k])
-        vi.name = p + GRAD_OUT_SUFFIX
-        new_outs.append(vi)
-    del graph.output[:]
-    graph.output.extend(outputs[:k] + new_outs + outputs[k + 1:])
-    stale = {grad, param + GRAD_OUT_SUFFIX}
-    kept = [vi for vi in graph.value_info if vi.name not in stale]
-    del graph.value_info[:]
-    graph.value_info.extend(kept + slices.infos + dx_chain.infos + grads.infos)
+    first = next(n for n in graph if n is site.dw or n is site.dx)
+    graph.insert_before(first, slices.nodes + dx_chain.nodes + grads.nodes)
+    k = graph.outputs.index(flag)
+    graph.outputs[k:k + 1] = flags
+    graph.remove([site.dw, acc] + ([site.dx] if site.dx is not None else []), safe=True)
     return split
 
 

@@ -24,15 +24,15 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import TensorProto
+import onnx_ir as ir
 
 from ..analysis import GraphAnalysis, StashedTensor, analysis_of
 from ..analysis.patterns import BITMASK, RECOMPUTE
-from .base import GraphPass, PassResult, Skipped, ensure_opset, require_training_graph
+from .base import GraphPass, OnnxcompPass, PassOutcome, Skipped
 from .early_weight_grad import EarlyWeightGradientPass
-from .editor import GraphEditor, taken_names
+from .editor import IrGraphEditor, ir_taken_names
 from .encode_stash import EncodeStashPass, Encoding, already_encoded
-from .recompute import CHEAP_OPS, RecomputePass
+from .recompute import CHEAP_OPS, RecomputePass, replace_input
 from .records import PassRecord
 
 MS_DOMAIN = "com.microsoft"
@@ -98,7 +98,7 @@ class AttentionProbsRecomputePass(RecomputePass):
         return super()._reject(analysis, stash)
 
 
-class AttentionDropoutRecomputePass(GraphPass):
+class AttentionDropoutRecomputePass(OnnxcompPass):
     """Attention probabilities after dropout, rebuilt as DropoutGrad(softmax output, mask, ratio)."""
 
     name = "recompute_attention_dropout"
@@ -106,54 +106,34 @@ class AttentionDropoutRecomputePass(GraphPass):
     def __init__(self, min_bytes: int = 64 * 1024) -> None:
         self.min_bytes = min_bytes
 
-    def run(self, model: onnx.ModelProto) -> PassResult:
-        require_training_graph(model)
+    def call(self, model: ir.Model) -> PassOutcome:
         analysis = analysis_of(model)
-        result = PassResult(self.copy(model))
-        graph = result.model.graph
+        outcome = PassOutcome(model, False)
+        graph = model.graph
+        nodes = list(graph)     # index = the analysis' node index
         stashes = {s.name: s for s in analysis.stashed}
-        taken = taken_names(graph)
-        inserts: list[tuple[int, GraphEditor]] = []
+        taken = ir_taken_names(graph)
+        inserts: list[tuple[ir.Node, list[ir.Node]]] = []
         for stash in analysis.stashed:
             if stash.pattern.split("→")[0] != "Dropout-output" or RECOMPUTE not in stash.encodings:
                 continue
             why = self._problem(analysis, stash, stashes)
             if why:
-                result.skipped.append(Skipped(stash.name, stash.pattern, why))
+                outcome.skipped.append(Skipped(stash.name, stash.pattern, why))
                 continue
-            dropout = graph.node[stash.producer]
-            first = min(stash.backward_consumers)
-            reader = graph.node[first]
-            d_y = next(i for i in reader.input if i and i != stash.name and _is_backward_float(analysis, i))
-            b = GraphEditor(graph, taken, f"{stash.name.replace('/', '_').strip('_')}__recomputed")
-            shape = list(stash.shape)
-            # The clone reads the ratio through the editor's gate on the reader's dY (a zero-copy view that
-            # exists only once dY does): exact, and ORT cannot run it before dY exists, under either order.
-            # The gated ratio is a float the clone reads, so later passes (bits for the mask, DPR for the
-            # softmax output) see a reader with a gradient input and time their decoders by it. Viewed as
-            # [1], not as a scalar: the gate's shape + zero of a scalar would be the shape [0].
-            # DropoutGrad reads any one-element ratio.
-            ratio = b.gate(dropout.input[1], after=d_y, after_elem=TensorProto.FLOAT, shape=[1],
-                           elem=TensorProto.FLOAT)
-            rebuilt = b.op("DropoutGrad", [dropout.input[0], dropout.output[1], ratio, dropout.input[2]], "value",
-                           TensorProto.FLOAT, shape, domain=MS_DOMAIN)
-            for c in stash.backward_consumers:
-                node = graph.node[c]
-                node.input[:] = [rebuilt if i == stash.name else i for i in node.input]
-            inserts.append((first, b))
-            result.records.append(PassRecord("recomputed", self.name, stash.name, {
+            reader = nodes[min(stash.backward_consumers)]
+            inserts.append((reader, _rebuild_dropout(graph, nodes, analysis, stash, taken)))
+            outcome.records.append(PassRecord("recomputed", self.name, stash.name, {
                 "tensor": stash.name, "pattern": stash.pattern, "encoding": RECOMPUTE, "codec": None,
-                "original_bytes": stash.nbytes, "predicted_bytes": 0, "payload": {}, "shape": shape,
+                "original_bytes": stash.nbytes, "predicted_bytes": 0, "payload": {}, "shape": list(stash.shape),
                 "note": "DropoutGrad(softmax output, mask, ratio) just before its reader"}))
+        # Just before each reader (two rebuilt for one reader: the later stash's nodes first, as before).
+        for reader, new_nodes in reversed(inserts):
+            graph.insert_before(reader, new_nodes)
         if inserts:
-            nodes = list(graph.node)
-            for at, b in sorted(inserts, key=lambda t: -t[0]):
-                nodes[at:at] = b.nodes
-            del graph.node[:]
-            graph.node.extend(nodes)
-            graph.value_info.extend(v for _, b in inserts for v in b.infos)
-            ensure_opset(result.model, MS_DOMAIN, 1)
-        return result
+            model.opset_imports.setdefault(MS_DOMAIN, 1)
+            outcome.modified = True
+        return outcome
 
     def _problem(self, analysis: GraphAnalysis, stash: StashedTensor,
                  stashes: dict[str, StashedTensor]) -> str | None:
@@ -174,20 +154,39 @@ class AttentionDropoutRecomputePass(GraphPass):
         # Both must still be alive at the reader: read again at or after it.
         if max(probs.backward_consumers) < first or max(mask.backward_consumers) < first:
             return "the softmax output or the mask is freed before the reader"
-        if not any(_is_backward_float(analysis, i) for i in graph.node[first].input if i != stash.name):
+        if analysis.incoming_gradient(first, stash.name) is None:
             return "its first backward reader has no incoming gradient to time the recomputation by"
         return None
 
 
-def _is_backward_float(analysis: GraphAnalysis, name: str) -> bool:
-    t = analysis.tensors.get(name)
-    return (t is not None and t.producer is not None and analysis.boundary.is_backward(t.producer)
-            and t.type.dtype is not None and np.dtype(t.type.dtype).kind == "f")
+def _rebuild_dropout(graph: ir.Graph, nodes: list[ir.Node], analysis: GraphAnalysis, stash: StashedTensor,
+                     taken: set[str]) -> list[ir.Node]:
+    """DropoutGrad(softmax output, mask, gated ratio) for ``stash`` (a Dropout's output), its backward
+    readers rewired to it; returns the new nodes, which go just before the first reader."""
+    dropout = nodes[stash.producer]
+    first = min(stash.backward_consumers)
+    d_y_name = analysis.incoming_gradient(first, stash.name)
+    d_y = next(v for v in nodes[first].inputs if v is not None and v.name == d_y_name)
+    editor = IrGraphEditor(graph, taken, f"{stash.name.replace('/', '_').strip('_')}__recomputed")
+    # The clone reads the ratio through the editor's gate on the reader's dY (a zero-copy view that
+    # exists only once dY does): exact, and ORT cannot run it before dY exists, under either order.
+    # The gated ratio is a float the clone reads, so later passes (bits for the mask, DPR for the
+    # softmax output) see a reader with a gradient input and time their decoders by it. Viewed as
+    # [1], not as a scalar: the gate's shape + zero of a scalar would be the shape [0].
+    # DropoutGrad reads any one-element ratio.
+    ratio = editor.gate(dropout.inputs[1], after=d_y, after_elem=ir.DataType.FLOAT, shape=[1],
+                        elem=ir.DataType.FLOAT)
+    rebuilt = editor.op("DropoutGrad", [dropout.inputs[0], dropout.outputs[1], ratio, dropout.inputs[2]], "value",
+                        ir.DataType.FLOAT, list(stash.shape), domain=MS_DOMAIN)
+    original = next(v for v in dropout.outputs if v.name == stash.name)
+    for c in stash.backward_consumers:
+        replace_input(nodes[c], original, rebuilt)
+    return editor.nodes
 
 
 # Exact transformer passes, in order: weight gradients moved early (their inputs then die early and the
 # LayerNorm inputs are still alive to rebuild LayerNorm outputs from), the recomputations (the mask's first backward reader is then
 # the rebuilt dropout, gated on dY), then the masks as bits.
-TRANSFORMER_RECOMPUTE: tuple[type[GraphPass], ...] = (EarlyWeightGradientPass, TransformerRecomputePass,
-                                                      AttentionDropoutRecomputePass, AttentionProbsRecomputePass)
+TRANSFORMER_RECOMPUTE: tuple[type[GraphPass | OnnxcompPass], ...] = (
+    EarlyWeightGradientPass, TransformerRecomputePass, AttentionDropoutRecomputePass, AttentionProbsRecomputePass)
 TRANSFORMER_EXACT: tuple[type[GraphPass], ...] = (*TRANSFORMER_RECOMPUTE, DropoutMaskPass)

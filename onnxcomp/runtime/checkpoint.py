@@ -53,13 +53,15 @@ def write_split_checkpoint(src: Path, dst: Path, splits: list[WeightSplit]) -> N
 
 def write_split_eval_model(src: Path, dst: Path, splits: list[WeightSplit]) -> None:
     """The eval model with each split weight's forward Gemm read from the blocks (atomically)."""
-    model = onnx.load(str(src))
+    import onnx_ir as ir
+
+    model = ir.serde.deserialize_model(onnx.load(str(src)))
     for split in splits:
         if not split_forward_gemm(model.graph, split):
             raise OnnxcompError(f"{src}: no Gemm(X, {split.parameter}, transB=1) to split in the eval model")
     record_splits(model, splits)
     with atomic_output(dst) as tmp:
-        onnx.save(model, tmp)
+        onnx.save(ir.serde.serialize_model(model), tmp)
 
 
 def write_split_artifacts(src_dir: Path, out_dir: Path, splits: list[WeightSplit], *, force: bool = False) -> None:
