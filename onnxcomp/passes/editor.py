@@ -256,3 +256,28 @@ class IrGraphEditor:
         dims = self.shared_const(f"onnxcomp_shape_{'x'.join(map(str, shape)) or 'scalar'}", shape, [len(shape)])
         view_shape = self.op("Add", [dims, zero], "gate_shape", ir.DataType.INT64, [len(shape)])
         return self.op("Reshape", [value, view_shape], "gated", elem, shape, out=name)
+
+    # -- added for the encoding passes (encode_stash) -----------------------------------------------------
+    def shared_tensor(self, name: str, array: np.ndarray) -> ir.Value:
+        """An initializer called exactly ``name`` holding ``array`` (any dtype and shape, a scalar too), added
+        once however often it is asked for (``shared_const`` is the int64 case)."""
+        existing = self.graph.initializers.get(name)
+        if existing is not None:
+            return existing
+        value = ir.Value(name=name, type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
+                         shape=ir.Shape(array.shape), const_value=ir.tensor(array, name=name))
+        self.graph.register_initializer(value)
+        self.taken.add(name)
+        return value
+
+    def untyped(self, op: str, inputs: list[ir.Value | None], outputs: list[str], *, name: str, domain: str = "",
+                **attrs: Any) -> ir.Node:
+        """A node whose outputs are named but declare no type (the graph states nothing about them; ORT
+        infers them), e.g. a flattening Reshape whose length nothing needs, or a custom op whose outputs the
+        caller types one by one."""
+        node = ir.Node(domain, op, inputs, ir.convenience.convert_attributes(attrs), num_outputs=len(outputs),
+                       name=name)
+        for value, out in zip(node.outputs, outputs):
+            value.name = out
+        self.nodes.append(node)
+        return node
