@@ -110,10 +110,14 @@ def _clip_gradient_reads_mask(graph: ir.Graph) -> None:
             if not (u.node.op_type == "Cast" and u.node.inputs[0] in masks):
                 u.node.replace_input_with(u.idx, cast.outputs[0])
         graph.insert_after(decoder, cast)
-    # Dead-chain removal: nodes of the gradient chain whose outputs nobody reads any more.
-    while True:
-        dead = [n for n in graph if n.op_type in _CHAIN_OPS and n.domain in ("", "ai.onnx")
-                and not any(v.uses() or v.is_graph_output() for v in n.outputs if v.name)]
-        if not dead:
-            break
-        graph.remove(dead, safe=True)
+    # Dead-chain removal: nodes of the gradient chain whose outputs nobody reads any more (one scan of the
+    # graph, then the producers of what the removed nodes read).
+    def dead(node: ir.Node) -> bool:
+        return node.op_type in _CHAIN_OPS and node.domain in ("", "ai.onnx") and node.graph is graph \
+            and not any(v.uses() or v.is_graph_output() for v in node.outputs if v.name)
+
+    todo = [n for n in graph if dead(n)]
+    while todo:
+        upstream = dict.fromkeys(v.producer() for n in todo for v in n.inputs if v is not None and v.producer())
+        graph.remove(todo, safe=True)     # (detaches the removed nodes' inputs)
+        todo = [n for n in upstream if dead(n)]
