@@ -13,6 +13,7 @@ from .fixed_rate import FIXED_RATES, FixedRatePass
 from .interval_mask import IntervalMaskPass
 from .maxpool_index import MaxPoolIndexPass
 from .policy import OPTIONS, Policy, Step, policy, step
+from .q8 import Q8Pass
 from .recompute import RecomputePass
 from .row_split import RowSplitPass, row_split_candidates
 from .signbits import SignBitsPass
@@ -92,6 +93,9 @@ _POLICIES = [
              *LOSSY_FIRST, CHUNKS_BEFORE_ENCODERS, step(FixedRatePass, rate=rate),
              options=("min_bytes", "overrides", "split_weight_bytes"))
       for rate in FIXED_RATES),
+    # Mesa: the float stashes DPR would take as 8-bit affine codes with a min and scale per channel (row).
+    policy("q8", "Mesa-style 8-bit per-channel affine quantisation of the float stashes DPR would take",
+           *LOSSY_FIRST, CHUNKS_BEFORE_ENCODERS, Q8Pass, options=("min_bytes", "overrides", "split_weight_bytes")),
 ]
 # Per stash and backward region, the cheapest technique that makes the predicted step peak fit a budget
 # (onnxcomp/planner/auto.py; docs/auto-planner.md).
@@ -114,5 +118,5 @@ __all__ = ["AttentionDropoutRecomputePass", "AttentionProbsRecomputePass", "Drop
            "EarlyWeightGradientPass", "TransformerRecomputePass", "ChunkedBackwardPass", "ChunkedStemBackwardPass",
            "DeferWeightGradientPass", "DprPass", "RecomputePass", "RowSplitPass", "EagerAccumulationPass",
            "ErrorBoundedPass", "FixedRatePass", "GraphPass", "IntervalMaskPass", "MaxPoolIndexPass", "OnnxcompPass",
-           "PassOutcome", "POLICIES", "AutoPass", "OPTIONS", "PassResult", "Policy", "SignBitsPass", "Step",
+           "PassOutcome", "Q8Pass", "POLICIES", "AutoPass", "OPTIONS", "PassResult", "Policy", "SignBitsPass", "Step",
            "get_policy", "Skipped", "SparsePass", "SplitWeightPass", "chunkable_regions", "row_split_candidates"]

@@ -219,15 +219,8 @@ class IrGraphEditor:
     # -- constants ---------------------------------------------------------------------------------------
     def shared_const(self, name: str, values: list[int], dims: list[int] | None = None) -> ir.Value:
         """An int64 initializer called exactly ``name``, added once however often it is asked for."""
-        existing = self.graph.initializers.get(name)
-        if existing is not None:
-            return existing
-        array = np.array(values, dtype=np.int64).reshape(dims if dims is not None else [len(values)])
-        value = ir.Value(name=name, type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape(array.shape),
-                         const_value=ir.tensor(array, name=name))
-        self.graph.register_initializer(value)
-        self.taken.add(name)
-        return value
+        return self.shared_tensor(name, np.array(values, dtype=np.int64).reshape(dims if dims is not None
+                                                                                   else [len(values)]))
 
     # -- ordering ----------------------------------------------------------------------------------------
     def zero_after(self, after: ir.Value, elem: ir.DataType | None = None, base: str | None = None) -> ir.Value:
@@ -307,6 +300,30 @@ class IrGraphEditor:
                 value.shape = ir.Shape(spec[2])
         self.nodes.append(copy)
         return copy
+
+    def shared_tensor(self, name: str, array: np.ndarray) -> ir.Value:
+        """An initializer called exactly ``name`` holding ``array`` (any dtype and shape, a scalar too), added
+        once however often it is asked for (``shared_const`` is the int64 case)."""
+        existing = self.graph.initializers.get(name)
+        if existing is not None:
+            return existing
+        value = ir.Value(name=name, type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
+                         shape=ir.Shape(array.shape), const_value=ir.tensor(array, name=name))
+        self.graph.register_initializer(value)
+        self.taken.add(name)
+        return value
+
+    def untyped(self, op: str, inputs: list[ir.Value | None], outputs: list[str], *, name: str, domain: str = "",
+                **attrs: Any) -> ir.Node:
+        """A node whose outputs are named but declare no type (the graph states nothing about them; ORT
+        infers them), e.g. a flattening Reshape whose length nothing needs, or a custom op whose outputs the
+        caller types one by one."""
+        node = ir.Node(domain, op, inputs, ir.convenience.convert_attributes(attrs), num_outputs=len(outputs),
+                       name=name)
+        for value, out in zip(node.outputs, outputs):
+            value.name = out
+        self.nodes.append(node)
+        return node
 
 
 # -- node order ------------------------------------------------------------------------------------------

@@ -6,24 +6,28 @@ So every encoder also emits its input's shape (``anchor``) and the forward consu
 ``Reshape(gate, anchor)`` (a zero-copy view) — they cannot run before the encoder, under either order.
 A decoder takes one element of its backward consumer's incoming gradient dY as an extra input, so it cannot
 run before that gradient exists, i.e. just before the consumer; it sits right before it in node order too.
+
+The pass edits the onnx-ir graph in place: the encoder goes right after the target's producer
+(``graph.insert_after``), the decoder right before the stash's first backward reader (``insert_before``),
+and readers are rewired through use/def links (``Value.uses()``, ``replace_input_with``). Nodes are made
+with the ``IrGraphEditor``; op types, slots and params follow ``custom_ops.contract``.
 """
 from __future__ import annotations
 
 import json
 from abc import abstractmethod
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper
+import onnx_ir as ir
 
 from ..analysis import GraphAnalysis, StashedTensor, analysis_of, numel
-from ..custom_ops import checked_params, contract
-from ..custom_ops.contract import decode_op as decode_op_type, encode_op as encode_op_type  # noqa: F401
+from ..custom_ops import checked_params, contract, get_codec
+from .base import PLAN_METADATA_KEY, OnnxcompPass, PassOutcome, Skipped
+from .editor import TRIGGER_CONSTANTS, IrGraphEditor, ir_taken_names, unique_name
 from .records import PassRecord
-from .base import (PLAN_METADATA_KEY, GraphPass, PassResult, Skipped, declare_custom_ops,
-                   taken_names, trigger_constants, unique_name, zero_after)
 
 
 @dataclass
@@ -53,8 +57,9 @@ NATIVE_ENCODER_SUFFIX = "__native_encode"
 _FP16_MAX = 65504.0
 
 
-class EncodeStashPass(GraphPass):
-    """Base of the one-encoding-per-module passes: subclasses only choose tensors and codec params."""
+class EncodeStashPass(OnnxcompPass):
+    """Base of the one-encoding-per-module passes: subclasses only choose tensors and codec params
+    (``select``), and may finish the rewrite where their gradient op reads the decoded form (``finish``)."""
 
     encoding: str  # analysis encoding name this pass implements, e.g. "signbits"
     # Per-pattern choices from a policy config file: pattern → encoding name (or "none").
@@ -69,6 +74,9 @@ class EncodeStashPass(GraphPass):
     def select(self, analysis: GraphAnalysis, stash: StashedTensor) -> Encoding | str:
         """An Encoding for this stash, or the reason it is left alone."""
 
+    def finish(self, model: ir.Model) -> None:
+        """Called once after this pass encoded at least one stash (default: nothing to finish)."""
+
     def float_stash_problem(self, stash: StashedTensor, min_bytes: int) -> str | None:
         """Why a float32 codec cannot take this stash (dtype, unresolved shape, too small), or None."""
         if stash.dtype != "float32":
@@ -82,14 +90,12 @@ class EncodeStashPass(GraphPass):
     def applies(self, stash: StashedTensor) -> bool:
         return self.encoding in stash.encodings
 
-    def payload_types(self, codec: str) -> list[int]:
-        from ..custom_ops import get_codec
+    def payload_types(self, codec: str) -> list[ir.DataType]:
+        return [ir.DataType.from_numpy(np.dtype(d)) for d in get_codec(codec).payload_dtypes]
 
-        return [helper.np_dtype_to_tensor_dtype(np.dtype(d)) for d in get_codec(codec).payload_dtypes]
-
-    def run(self, model: onnx.ModelProto) -> PassResult:
+    def call(self, model: ir.Model) -> PassOutcome:
         analysis = analysis_of(model)
-        result = PassResult(self.copy(model))
+        outcome = PassOutcome(model, False)
         choices: list[tuple[StashedTensor, Encoding]] = []
         for stash in analysis.stashed:
             if not self.applies(stash) or (self.only is not None and stash.name not in self.only):
@@ -98,20 +104,28 @@ class EncodeStashPass(GraphPass):
                 continue
             chosen = self.overrides.get(stash.pattern)
             if chosen is not None and chosen != self.encoding:
-                result.skipped.append(Skipped(stash.name, stash.pattern, f"config assigns this pattern to {chosen!r}"))
+                outcome.skipped.append(Skipped(stash.name, stash.pattern, f"config assigns this pattern to {chosen!r}"))
                 continue
             if analysis.incoming_gradient(min(stash.backward_consumers), stash.name) is None:
-                result.skipped.append(Skipped(stash.name, stash.pattern, "its first backward reader has no "
-                                              "incoming gradient to time a decoder by"))
+                outcome.skipped.append(Skipped(stash.name, stash.pattern, "its first backward reader has no "
+                                               "incoming gradient to time a decoder by"))
                 continue
             choice = self.select(analysis, stash)
             if isinstance(choice, str):
-                result.skipped.append(Skipped(stash.name, stash.pattern, choice))
+                outcome.skipped.append(Skipped(stash.name, stash.pattern, choice))
             else:
                 choices.append((stash, choice))
-        if choices:
-            _Rewriter(result.model, analysis).apply(choices, self, result)
-        return result
+        if not choices:
+            return outcome
+        site = _Site.of(model, analysis)
+        declare_custom_ops(model)
+        for stash, enc in choices:
+            detail = (_encode_native if enc.native is not None else _encode_codec)(site, stash, enc, self)
+            outcome.records.append(PassRecord("encoded", self.name, enc.source, detail))
+        _merge_plan_metadata(model, outcome.records)
+        self.finish(model)
+        outcome.modified = True
+        return outcome
 
 
 def already_encoded(analysis: GraphAnalysis, name: str) -> bool:
@@ -121,240 +135,256 @@ def already_encoded(analysis: GraphAnalysis, name: str) -> bool:
                or nodes[c].name.endswith(NATIVE_ENCODER_SUFFIX) for c in t.consumers)
 
 
-class _Rewriter:
-    def __init__(self, model: onnx.ModelProto, analysis: GraphAnalysis) -> None:
-        self.model = model
-        self.graph = model.graph
-        self.analysis = analysis
-        self.nodes = list(self.graph.node)           # same objects as in the graph, order editable
-        self.backward_ids = {id(self.nodes[i]) for i in analysis.boundary.backward}
-        self.encoder_ids: set[int] = set()
-        self.taken = taken_names(self.graph)
-        self.value_info: list[onnx.ValueInfoProto] = []
+def declare_custom_ops(model: ir.Model) -> None:
+    """Import onnxcomp's custom-op domain and record the op-set version the inserted ops follow."""
+    model.opset_imports.setdefault(contract.DOMAIN, contract.DOMAIN_VERSION)
+    model.metadata_props[contract.OPSET_METADATA_KEY] = str(contract.OPSET_VERSION)
 
-    def _index(self, node: onnx.NodeProto) -> int:
-        for i, n in enumerate(self.nodes):
-            if n is node:
-                return i
-        raise KeyError(node.name)
 
-    def _producer(self, tensor: str) -> onnx.NodeProto:
-        for n in self.nodes:
-            if tensor in n.output:
-                return n
-        raise KeyError(tensor)
+@dataclass
+class _Site:
+    """What one pass run's insertions share: the graph, its analysis (of the graph before the run), the
+    editor, the graph's values by name, and which nodes count as backward (the analysis's, plus the
+    decoders made so far) or as this run's encoders (never rewired to read an anchored view)."""
+    graph: ir.Graph
+    analysis: GraphAnalysis
+    editor: IrGraphEditor
+    values: dict[str, ir.Value]
+    order: dict[ir.Node, int]          # node-list index in the analysed graph (insertions keep it relative)
+    backward: set[ir.Node]
+    encoders: set[ir.Node] = field(default_factory=set)
 
-    def _type(self, name: str) -> tuple[int, list[int] | None]:
+    @classmethod
+    def of(cls, model: ir.Model, analysis: GraphAnalysis) -> _Site:
+        graph = model.graph
+        nodes = list(graph)
+        values = {v.name: v for v in graph.inputs} | dict(graph.initializers)
+        values.update((v.name, v) for n in nodes for v in n.outputs if v.name)
+        return cls(graph, analysis, IrGraphEditor(graph, ir_taken_names(graph), prefix=""), values,
+                   {n: i for i, n in enumerate(nodes)}, {nodes[i] for i in analysis.boundary.backward})
+
+    def name(self, base: str) -> str:
+        return unique_name(base, self.editor.taken)
+
+    def made(self, since: int) -> list[ir.Node]:
+        """The editor's nodes made since ``since`` (its length then)."""
+        return self.editor.nodes[since:]
+
+    def type_of(self, name: str) -> tuple[ir.DataType, list[int] | None]:
         t = self.analysis.tensors[name].type
-        return helper.np_dtype_to_tensor_dtype(t.dtype), (list(t.shape) if t.shape is not None else None)
+        return ir.DataType.from_numpy(np.dtype(t.dtype)), (list(t.shape) if t.shape is not None else None)
 
-    def apply(self, choices: list[tuple[StashedTensor, Encoding]], pass_: EncodeStashPass,
-              result: PassResult) -> None:
-        declare_custom_ops(self.model)
-        for stash, enc in choices:
-            result.records.append(PassRecord("encoded", pass_.name, enc.source, self._encode_one(stash, enc, pass_)))
-        del self.graph.node[:]
-        self.graph.node.extend(self.nodes)
-        self.graph.value_info.extend(self.value_info)
-        _merge_plan_metadata(self.model, result.records)
+    def producer(self, name: str) -> ir.Node:
+        node = self.values[name].producer()
+        if node is None:
+            raise ValueError(f"{name}: a graph input or initializer has no producer to encode after")
+        return node
 
-    def _encode_one(self, stash: StashedTensor, enc: Encoding, pass_: EncodeStashPass) -> dict[str, Any]:
-        if enc.native is not None:
-            return self._encode_native(stash, enc, pass_)
-        base = enc.source.replace("/", "_").strip("_")
-        payload_types = pass_.payload_types(enc.codec)
-        payload = [unique_name(f"{base}__{enc.codec}_p{k}", self.taken) for k in range(len(payload_types))]
-        anchor = unique_name(f"{base}__{enc.codec}_anchor", self.taken)
-        enc.params = checked_params(enc.codec, enc.params, enc.source)
+    def forward_readers(self, gate: ir.Value) -> list[ir.Node]:
+        return list(dict.fromkeys(u.node for u in gate.uses()
+                                  if u.node not in self.backward and u.node not in self.encoders))
+
+    def backward_readers(self, source: ir.Value, ops: tuple[str, ...] | None) -> list[ir.Node]:
+        return list(dict.fromkeys(u.node for u in source.uses() if u.node in self.backward
+                                  and (ops is None or u.node.op_type in ops)))
+
+    def first(self, nodes: list[ir.Node]) -> ir.Node:
+        if any(n not in self.order for n in nodes):      # a node made in this run: index the graph afresh
+            self.order = {n: i for i, n in enumerate(self.graph)}
+        return min(nodes, key=self.order.__getitem__)
+
+    def incoming_gradient(self, node: ir.Node, exclude: str) -> str:
+        """The analysis's dY of ``node`` as wired now (readers rewired earlier in this run read decoded
+        copies, which are no gradients)."""
+        found = self.analysis.incoming_gradient(SimpleNamespace(input=[v.name if v is not None else ""
+                                                                       for v in node.inputs]), exclude)
+        assert found is not None, "call() checks the first backward reader has an incoming gradient"
+        return found
+
+
+def _rewire(nodes: list[ir.Node], old: ir.Value, new: ir.Value) -> None:
+    """Every input slot of ``nodes`` that reads ``old`` reads ``new`` instead."""
+    chosen = set(nodes)
+    for use in list(old.uses()):
+        if use.node in chosen:
+            use.node.replace_input_with(use.idx, new)
+
+
+def _typed(value: ir.Value, elem: ir.DataType, shape: list[int | str | None] | None) -> None:
+    value.type = ir.TensorType(elem)
+    if shape is not None:
+        value.shape = ir.Shape(shape)
+
+
+def _trigger_constants(site: _Site) -> tuple[ir.Value, ir.Value, ir.Value]:
+    start, end, flat = (site.editor.shared_const(n, v) for n, v in TRIGGER_CONSTANTS)
+    return start, end, flat
+
+
+def _encode_codec(site: _Site, stash: StashedTensor, enc: Encoding, pass_: EncodeStashPass) -> dict[str, Any]:
+    """A codec's PyOp pair: encoder after the target's producer, decoder before the first backward reader."""
+    ed, values = site.editor, site.values
+    base = enc.source.replace("/", "_").strip("_")
+    payload_types = pass_.payload_types(enc.codec)
+    payload = [site.name(f"{base}__{enc.codec}_p{k}") for k in range(len(payload_types))]
+    anchor_name = site.name(f"{base}__{enc.codec}_anchor")
+    enc.params = checked_params(enc.codec, enc.params, enc.source)
+    params = contract.params_value(enc.params)
+
+    # Encoder right after the target's producer; then the gate's forward readers wait on it.
+    encoder = ed.untyped(contract.encode_op(enc.codec), [values[enc.target]], [*payload, anchor_name],
+                         name=site.name(f"{base}__encode_{enc.codec}"), domain=contract.DOMAIN,
+                         **{contract.PARAMS_ATTR: params})
+    site.encoders.add(encoder)
+    site.graph.insert_after(site.producer(enc.target), encoder)
+    anchor = encoder.outputs[contract.ENCODER_ANCHOR]
+    gate = values[enc.gate]
+    gated_name = site.name(f"{enc.gate.replace('/', '_').strip('_')}__anchored")
+    readers = site.forward_readers(gate)
+    if readers:
+        elem, shape = site.type_of(enc.gate)
+        gated = ed.node("Reshape", [gate, anchor], [(gated_name, elem, shape)],
+                        name=site.name(f"{gated_name}__reshape")).outputs[0]
+        site.graph.insert_after(encoder, gated.producer())
+        _rewire(readers, gate, gated)
+
+    # Decoder just before the first backward reader, triggered by one element of that reader's dY.
+    # (Shape(dY) would not do: ORT folds the Shape of a statically shaped tensor into a constant, and
+    # the decoder then runs in the forward pass.)
+    source = values[enc.source]
+    bwd_readers = site.backward_readers(source, enc.readers)
+    first = site.first(bwd_readers)
+    d_y = values[site.incoming_gradient(first, enc.source)]
+    decoded_name = site.name(f"{base}__decoded")
+    trigger_name = site.name(f"{base}__{enc.codec}_trigger")
+    flat_name = site.name(f"{trigger_name}_flat")
+    start, end, minus_one = _trigger_constants(site)
+    since = len(ed.nodes)
+    if enc.trigger == "l2":
+        flat = ed.untyped("ReduceL2", [d_y], [flat_name], name=site.name(f"{flat_name}__reducel2"),
+                          keepdims=1).outputs[0]
+        trigger = ed.node("Reshape", [flat, minus_one], [(trigger_name, ir.DataType.FLOAT, [None])],
+                          name=site.name(f"{trigger_name}__reshape")).outputs[0]
+        enc.params = {**enc.params, "dy_numel": _static_numel(site, d_y.name)}
         params = contract.params_value(enc.params)
+    elif enc.trigger == "element":
+        flat = ed.untyped("Reshape", [d_y, minus_one], [flat_name], name=site.name(f"{flat_name}__reshape")).outputs[0]
+        trigger = ed.node("Slice", [flat, start, end], [(trigger_name, ir.DataType.FLOAT, [None])],
+                          name=site.name(f"{trigger_name}__slice")).outputs[0]
+    else:
+        raise ValueError(f"unknown decoder trigger {enc.trigger!r}")
+    out_elem = ir.DataType.from_numpy(np.dtype(get_codec(enc.codec).output_dtype))
+    src_elem, src_shape = site.type_of(enc.source)
+    decoder = ed.node(contract.decode_op(enc.codec), [*encoder.outputs[:contract.ENCODER_ANCHOR], trigger],
+                      [(decoded_name, out_elem, src_shape)], name=site.name(f"{base}__decode_{enc.codec}"),
+                      domain=contract.DOMAIN, **{contract.PARAMS_ATTR: params})
+    new_nodes = site.made(since)
+    site.graph.insert_before(first, new_nodes)
+    site.backward.update(new_nodes)
+    _rewire(bwd_readers, source, decoder.outputs[contract.DECODER_OUTPUT])
 
-        # Encoder right after the target's producer; then the gate's forward readers wait on it.
-        encoder = helper.make_node(encode_op_type(enc.codec), [enc.target], [*payload, anchor],
-                                   name=unique_name(f"{base}__encode_{enc.codec}", self.taken),
-                                   domain=contract.DOMAIN, **{contract.PARAMS_ATTR: params})
-        self.encoder_ids.add(id(encoder))
-        producer = self._producer(enc.target)
-        pos = self._index(producer) + 1
-        self.nodes.insert(pos, encoder)
-        gated = unique_name(f"{enc.gate.replace('/', '_').strip('_')}__anchored", self.taken)
-        readers = [n for n in self.nodes if id(n) not in self.backward_ids and id(n) not in self.encoder_ids
-                   and enc.gate in n.input]
-        if readers:
-            reshape = helper.make_node("Reshape", [enc.gate, anchor], [gated],
-                                       name=unique_name(f"{gated}__reshape", self.taken))
-            self.nodes.insert(pos + 1, reshape)
-            for n in readers:
-                for k, i in enumerate(n.input):
-                    if i == enc.gate:
-                        n.input[k] = gated
-            elem, shape = self._type(enc.gate)
-            self.value_info.append(helper.make_tensor_value_info(gated, elem, shape))
-        # Decoder just before the first backward reader, triggered by one element of that reader's dY.
-        # (Shape(dY) would not do: ORT folds the Shape of a statically shaped tensor into a constant, and
-        # the decoder then runs in the forward pass.)
-        bwd_readers = [n for n in self.nodes if id(n) in self.backward_ids and enc.source in n.input
-                       and (enc.readers is None or n.op_type in enc.readers)]
-        first = min(bwd_readers, key=self._index)
-        d_y = self.analysis.incoming_gradient(first, enc.source)
-        decoded = unique_name(f"{base}__decoded", self.taken)
-        trigger = unique_name(f"{base}__{enc.codec}_trigger", self.taken)
-        flat = unique_name(f"{trigger}_flat", self.taken)
-        start, end, minus_one = self._trigger_constants()
-        if enc.trigger == "l2":
-            new_nodes = [
-                helper.make_node("ReduceL2", [d_y], [flat], keepdims=1,
-                                 name=unique_name(f"{flat}__reducel2", self.taken)),
-                helper.make_node("Reshape", [flat, minus_one], [trigger],
-                                 name=unique_name(f"{trigger}__reshape", self.taken)),
-            ]
-            enc.params = {**enc.params, "dy_numel": self._numel(d_y)}
-            params = contract.params_value(enc.params)
-        elif enc.trigger == "element":
-            new_nodes = [
-                helper.make_node("Reshape", [d_y, minus_one], [flat], name=unique_name(f"{flat}__reshape", self.taken)),
-                helper.make_node("Slice", [flat, start, end], [trigger], name=unique_name(f"{trigger}__slice", self.taken)),
-            ]
-        else:
-            raise ValueError(f"unknown decoder trigger {enc.trigger!r}")
-        decoder = helper.make_node(decode_op_type(enc.codec), [*payload, trigger], [decoded],
-                                   name=unique_name(f"{base}__decode_{enc.codec}", self.taken),
-                                   domain=contract.DOMAIN, **{contract.PARAMS_ATTR: params})
-        new_nodes.append(decoder)
-        at = self._index(first)
-        for k, n in enumerate(new_nodes):
-            self.nodes.insert(at + k, n)
-            self.backward_ids.add(id(n))
-        self.value_info.append(helper.make_tensor_value_info(trigger, TensorProto.FLOAT, [None]))
-        for n in bwd_readers:
-            for k, i in enumerate(n.input):
-                if i == enc.source:
-                    n.input[k] = decoded
-
-        # Types: payload (shape known when the codec's size is), anchor, decoded.
-        from ..custom_ops import get_codec as _codec
-
-        framed = [n == "shape" for n in _codec(enc.codec).payload_names]  # runtime/framing.py appends words
-        for name, elem, shp, fr in zip(payload, payload_types, enc.payload_shapes or [None] * len(payload), framed):
-            shp = None if fr else shp  # a declared [ndim] breaks ORT's buffer reuse (mem pattern/reuse on)
-            self.value_info.append(helper.make_tensor_value_info(name, elem, shp if shp is not None else
-                                                                 [f"{name}_len"]))
-        src_elem, src_shape = self._type(enc.source)
-        tgt_elem, tgt_shape = self._type(enc.target)
-        self.value_info.append(helper.make_tensor_value_info(anchor, TensorProto.INT64,
-                                                             [len(tgt_shape)] if tgt_shape else None))
-        from ..custom_ops import get_codec
-
-        out_elem = helper.np_dtype_to_tensor_dtype(np.dtype(get_codec(enc.codec).output_dtype))
-        self.value_info.append(helper.make_tensor_value_info(decoded, out_elem, src_shape))
-        predicted = sum(b for b in enc.payload_bytes if b is not None) if enc.payload_bytes else None
-        return {
-            "tensor": enc.source, "encoded_tensor": enc.target, "pattern": stash.pattern,
-            "encoding": pass_.encoding, "codec": enc.codec, "params": enc.params,
-            "shape": list(stash.shape) if stash.shape else None, "original_bytes": stash.nbytes,
-            "predicted_bytes": predicted, "payload": dict(zip(payload, enc.payload_bytes)),
-            "encoder": encoder.name, "decoder": decoder.name, "note": enc.note,
-        }
-
-    def _zero_from(self, tensor: str, elem: int, base: str, to_float: bool) -> tuple[list[onnx.NodeProto], str]:
-        nodes, infos, zero = zero_after(self.graph, tensor, elem, base, self.taken, to_float=to_float)
-        self.value_info += infos
-        return nodes, zero
-
-    def _const(self, name: str, elem: int, dims: list[int], values: list[float | int]) -> str:
-        if not any(i.name == name for i in self.graph.initializer):
-            self.graph.initializer.append(helper.make_tensor(name, elem, dims, values))
-            self.taken.add(name)
-        return name
-
-    def _encode_native(self, stash: StashedTensor, enc: Encoding, pass_: EncodeStashPass) -> dict[str, Any]:
-        """Clip + Cast to float16 after the producer; Cast back just before the first backward reader.
-
-        Same timing guarantees as the PyOp path, with standard ops: the gate's forward readers read
-        ``Reshape(gate, shape + zero(payload))`` and the decoding Cast reads ``Reshape(payload, shape +
-        zero(dY))`` (zero-copy views; see _zero_from)."""
-        if enc.native != "fp16":
-            raise ValueError(f"unknown native encoding {enc.native!r}")
-        base = enc.source.replace("/", "_").strip("_")
-        shape = list(stash.shape)
-        shape_c = self._const(f"onnxcomp_shape_{'x'.join(map(str, shape)) or 'scalar'}", TensorProto.INT64,
-                              [len(shape)], shape)
-        lo = self._const("onnxcomp_fp16_min", TensorProto.FLOAT, [], [-_FP16_MAX])
-        hi = self._const("onnxcomp_fp16_max", TensorProto.FLOAT, [], [_FP16_MAX])
-        clipped, payload = (unique_name(f"{base}__fp16_{s}", self.taken) for s in ("clipped", "p0"))
-        encoder = [helper.make_node("Clip", [enc.target, lo, hi], [clipped],
-                                    name=unique_name(f"{base}{NATIVE_ENCODER_SUFFIX}", self.taken)),
-                   helper.make_node("Cast", [clipped], [payload], to=TensorProto.FLOAT16,
-                                    name=unique_name(f"{base}__encode_fp16_cast", self.taken))]
-        gate_nodes, zero = self._zero_from(payload, TensorProto.FLOAT16, f"{base}__fp16_anchor", to_float=True)
-        anchor = unique_name(f"{base}__fp16_anchor", self.taken)
-        gate_nodes.append(helper.make_node("Add", [shape_c, zero], [anchor], name=unique_name(f"{anchor}__add", self.taken)))
-        self.encoder_ids.update(id(n) for n in encoder + gate_nodes)
-        pos = self._index(self._producer(enc.target)) + 1
-        readers = [n for n in self.nodes if id(n) not in self.backward_ids and id(n) not in self.encoder_ids
-                   and enc.gate in n.input]
-        new_fwd = encoder + (gate_nodes if readers else [])
-        if readers:
-            gated = unique_name(f"{enc.gate.replace('/', '_').strip('_')}__anchored", self.taken)
-            new_fwd.append(helper.make_node("Reshape", [enc.gate, anchor], [gated],
-                                            name=unique_name(f"{gated}__reshape", self.taken)))
-            for n in readers:
-                n.input[:] = [gated if i == enc.gate else i for i in n.input]
-            elem, gshape = self._type(enc.gate)
-            self.value_info.append(helper.make_tensor_value_info(gated, elem, gshape))
-            self.value_info.append(helper.make_tensor_value_info(anchor, TensorProto.INT64, [len(shape)]))
-        for k, n in enumerate(new_fwd):
-            self.nodes.insert(pos + k, n)
-            self.encoder_ids.add(id(n))
-
-        bwd_readers = [n for n in self.nodes if id(n) in self.backward_ids and enc.source in n.input
-                       and (enc.readers is None or n.op_type in enc.readers)]
-        first = min(bwd_readers, key=self._index)
-        d_y = self.analysis.incoming_gradient(first, enc.source)
-        dec_nodes, dzero = self._zero_from(d_y, self._type(d_y)[0], f"{base}__fp16_trigger", to_float=False)
-        dshape, view, decoded = (unique_name(f"{base}__{s}", self.taken) for s in ("fp16_shape", "fp16_gated", "decoded"))
-        decoder = helper.make_node("Cast", [view], [decoded], to=TensorProto.FLOAT,
-                                   name=unique_name(f"{base}__decode_fp16_cast", self.taken))
-        dec_nodes += [helper.make_node("Add", [shape_c, dzero], [dshape], name=unique_name(f"{dshape}__add", self.taken)),
-                      helper.make_node("Reshape", [payload, dshape], [view], name=unique_name(f"{view}__reshape", self.taken)),
-                      decoder]
-        at = self._index(first)
-        for k, n in enumerate(dec_nodes):
-            self.nodes.insert(at + k, n)
-            self.backward_ids.add(id(n))
-        for n in bwd_readers:
-            n.input[:] = [decoded if i == enc.source else i for i in n.input]
-        self.value_info += [helper.make_tensor_value_info(clipped, TensorProto.FLOAT, shape),
-                            helper.make_tensor_value_info(payload, TensorProto.FLOAT16, shape),
-                            helper.make_tensor_value_info(dshape, TensorProto.INT64, [len(shape)]),
-                            helper.make_tensor_value_info(view, TensorProto.FLOAT16, shape),
-                            helper.make_tensor_value_info(decoded, TensorProto.FLOAT, shape)]
-        nbytes = 2 * numel(shape)
-        return {
-            "tensor": enc.source, "encoded_tensor": enc.target, "pattern": stash.pattern,
-            "encoding": pass_.encoding, "codec": enc.codec, "native": enc.native, "params": enc.params,
-            "shape": shape, "original_bytes": stash.nbytes, "predicted_bytes": nbytes,
-            "payload": {payload: nbytes}, "encoder": encoder[0].name, "decoder": decoder.name, "note": enc.note,
-        }
-
-    def _numel(self, name: str) -> int:
-        _, shape = self._type(name)
-        if shape is None or any(not isinstance(d, int) for d in shape):
-            raise ValueError(f"{name}: static shape needed for an l2 trigger")
-        return numel(shape)
-
-    def _trigger_constants(self) -> tuple[str, str, str]:
-        return trigger_constants(self.graph)
+    # Types: payload (shape known when the codec's size is), anchor.
+    framed = [n == "shape" for n in get_codec(enc.codec).payload_names]  # runtime/framing.py appends words
+    for value, elem, shp, fr in zip(encoder.outputs[:contract.ENCODER_ANCHOR], payload_types,
+                                    enc.payload_shapes or [None] * len(payload), framed):
+        shp = None if fr else shp  # a declared [ndim] breaks ORT's buffer reuse (mem pattern/reuse on)
+        _typed(value, elem, shp if shp is not None else [f"{value.name}_len"])
+    _, tgt_shape = site.type_of(enc.target)
+    _typed(anchor, ir.DataType.INT64, [len(tgt_shape)] if tgt_shape else None)
+    predicted = sum(b for b in enc.payload_bytes if b is not None) if enc.payload_bytes else None
+    return {
+        "tensor": enc.source, "encoded_tensor": enc.target, "pattern": stash.pattern,
+        "encoding": pass_.encoding, "codec": enc.codec, "params": enc.params,
+        "shape": list(stash.shape) if stash.shape else None, "original_bytes": stash.nbytes,
+        "predicted_bytes": predicted, "payload": dict(zip(payload, enc.payload_bytes)),
+        "encoder": encoder.name, "decoder": decoder.name, "note": enc.note,
+    }
 
 
-def _merge_plan_metadata(model: onnx.ModelProto, records: list[PassRecord]) -> None:
+def _encode_native(site: _Site, stash: StashedTensor, enc: Encoding, pass_: EncodeStashPass) -> dict[str, Any]:
+    """Clip + Cast to float16 after the producer; Cast back just before the first backward reader.
+
+    Same timing guarantees as the PyOp path, with standard ops: the gate's forward readers read
+    ``Reshape(gate, shape + zero(payload))`` and the decoding Cast reads ``Reshape(payload, shape +
+    zero(dY))`` (zero-copy views; the editor's ``zero_after``)."""
+    if enc.native != "fp16":
+        raise ValueError(f"unknown native encoding {enc.native!r}")
+    ed, values = site.editor, site.values
+    f32, f16, i64 = ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.INT64
+    base = enc.source.replace("/", "_").strip("_")
+    shape = list(stash.shape)
+    shape_c = ed.shared_const(f"onnxcomp_shape_{'x'.join(map(str, shape)) or 'scalar'}", shape, [len(shape)])
+    lo = ed.shared_tensor("onnxcomp_fp16_min", np.array(-_FP16_MAX, dtype=np.float32))
+    hi = ed.shared_tensor("onnxcomp_fp16_max", np.array(_FP16_MAX, dtype=np.float32))
+    clipped_name, payload_name = (site.name(f"{base}__fp16_{s}") for s in ("clipped", "p0"))
+    gate = values[enc.gate]
+    readers = site.forward_readers(gate)     # before the encoder exists (it may read the gate itself)
+    since = len(ed.nodes)
+    clip = ed.node("Clip", [values[enc.target], lo, hi], [(clipped_name, f32, shape)],
+                   name=site.name(f"{base}{NATIVE_ENCODER_SUFFIX}"))
+    payload = ed.node("Cast", [clip.outputs[0]], [(payload_name, f16, shape)], to=ir.DataType.FLOAT16,
+                      name=site.name(f"{base}__encode_fp16_cast")).outputs[0]
+    zero = ed.zero_after(payload, f16, base=f"{base}__fp16_anchor")
+    anchor_name = site.name(f"{base}__fp16_anchor")
+    anchor = ed.node("Add", [shape_c, zero], [(anchor_name, i64, [len(shape)])],
+                     name=site.name(f"{anchor_name}__add")).outputs[0]
+    new_fwd = site.made(since)
+    site.encoders.update(new_fwd)
+    if readers:
+        elem, gshape = site.type_of(enc.gate)
+        gated_name = site.name(f"{enc.gate.replace('/', '_').strip('_')}__anchored")
+        gated = ed.node("Reshape", [gate, anchor], [(gated_name, elem, gshape)],
+                        name=site.name(f"{gated_name}__reshape")).outputs[0]
+        new_fwd.append(gated.producer())
+        site.encoders.add(gated.producer())
+        _rewire(readers, gate, gated)
+    else:                      # nothing forward to hold back: the anchor is not needed
+        for node in reversed(new_fwd[2:]):
+            for k in range(len(node.inputs)):
+                node.replace_input_with(k, None)
+        anchor.type = None     # as before the port: declared only where the anchor exists
+        new_fwd = new_fwd[:2]
+    site.graph.insert_after(site.producer(enc.target), new_fwd)
+
+    source = values[enc.source]
+    bwd_readers = site.backward_readers(source, enc.readers)
+    first = site.first(bwd_readers)
+    d_y_name = site.incoming_gradient(first, enc.source)
+    since = len(ed.nodes)
+    dzero = ed.zero_after(values[d_y_name], site.type_of(d_y_name)[0], base=f"{base}__fp16_trigger")
+    dshape_name, view_name, decoded_name = (site.name(f"{base}__{s}") for s in ("fp16_shape", "fp16_gated", "decoded"))
+    decoder_name = site.name(f"{base}__decode_fp16_cast")
+    dshape = ed.node("Add", [shape_c, dzero], [(dshape_name, i64, [len(shape)])],
+                     name=site.name(f"{dshape_name}__add")).outputs[0]
+    view = ed.node("Reshape", [payload, dshape], [(view_name, f16, shape)],
+                   name=site.name(f"{view_name}__reshape")).outputs[0]
+    decoder = ed.node("Cast", [view], [(decoded_name, f32, shape)], to=ir.DataType.FLOAT, name=decoder_name)
+    dec_nodes = site.made(since)
+    site.graph.insert_before(first, dec_nodes)
+    site.backward.update(dec_nodes)
+    _rewire(bwd_readers, source, decoder.outputs[0])
+    nbytes = 2 * numel(shape)
+    return {
+        "tensor": enc.source, "encoded_tensor": enc.target, "pattern": stash.pattern,
+        "encoding": pass_.encoding, "codec": enc.codec, "native": enc.native, "params": enc.params,
+        "shape": shape, "original_bytes": stash.nbytes, "predicted_bytes": nbytes,
+        "payload": {payload_name: nbytes}, "encoder": clip.name, "decoder": decoder.name, "note": enc.note,
+    }
+
+
+def _static_numel(site: _Site, name: str) -> int:
+    _, shape = site.type_of(name)
+    if shape is None or any(not isinstance(d, int) for d in shape):
+        raise ValueError(f"{name}: static shape needed for an l2 trigger")
+    return numel(shape)
+
+
+def _merge_plan_metadata(model: ir.Model, records: list[PassRecord]) -> None:
     """Predicted payload sizes ride along in the model so later analysis can size data-dependent payloads."""
-    existing = next((p for p in model.metadata_props if p.key == PLAN_METADATA_KEY), None)
-    hints = json.loads(existing.value) if existing else {}
+    existing = model.metadata_props.get(PLAN_METADATA_KEY)
+    hints = json.loads(existing) if existing else {}
     for r in records:
         for name, nbytes in r["payload"].items():
             if nbytes is not None:
                 hints[name] = nbytes
-    if existing is None:
-        existing = model.metadata_props.add()
-        existing.key = PLAN_METADATA_KEY
-    existing.value = json.dumps(hints, sort_keys=True)
+    model.metadata_props[PLAN_METADATA_KEY] = json.dumps(hints, sort_keys=True)

@@ -8,9 +8,7 @@ squeeze) are left alone.
 """
 from __future__ import annotations
 
-import numpy as np
-
-from ..analysis import GraphAnalysis, StashedTensor
+from ..analysis import GraphAnalysis, StashedTensor, numel
 from ..analysis.patterns import DPR
 from .encode_stash import EncodeStashPass, Encoding
 
@@ -22,7 +20,7 @@ def payload_share(shape: tuple[int, ...], rate: int) -> float:
     """zfp payload bytes (no NaN/Inf) over the float32 tensor's bytes: rate / 32 plus the padding's cost."""
     from ..custom_ops import zfp
 
-    n = int(np.prod(shape, dtype=np.int64))
+    n = numel(shape)
     return zfp.ZFP().predicted_nbytes(shape, rate=rate) / max(4 * n, 1)
 
 
@@ -56,5 +54,5 @@ class FixedRatePass(EncodeStashPass):
         return Encoding(stash.name, stash.name, stash.name, "zfp", {"rate": self.rate},
                         [zfp.HEADER_BYTES, 4 * words, 0, 0, 8 * len(shape)],
                         [[zfp.HEADER_BYTES], [words], None, None, [len(shape)]],
-                        f"zfp rate {self.rate}: {8 * payload / max(int(np.prod(shape)), 1):.3g} bits/value "
+                        f"zfp rate {self.rate}: {8 * payload / max(numel(shape), 1):.3g} bits/value "
                         f"with padding")

@@ -17,13 +17,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
+import onnx_ir as ir
+from onnx import numpy_helper
 
 from ..analysis import GraphAnalysis, StashedTensor, numel
 from ..analysis.patterns import INTERVAL_MASK
-from .base import PassResult
-from .encode_stash import EncodeStashPass, Encoding, decode_op_type
+from ..custom_ops import contract
+from .editor import IrGraphEditor
+from .encode_stash import EncodeStashPass, Encoding
 
 _COMPARISONS = {"GreaterOrEqual": "lo", "LessOrEqual": "hi"}
 # The gradient chain this pass makes dead (the Cast of the mask, the And, the comparisons).
@@ -68,11 +69,8 @@ class IntervalMaskPass(EncodeStashPass):
                         [[nbytes], None],  # shape payload symbolic: see signbits._payload_shapes
                         f"Clip gradient mask: 1 bit/element of {x} in [{bounds['lo']:g}, {bounds['hi']:g}] (exact)")
 
-    def run(self, model: onnx.ModelProto) -> PassResult:
-        result = super().run(model)
-        if result.modified:
-            _clip_gradient_reads_mask(result.model)
-        return result
+    def finish(self, model: ir.Model) -> None:
+        _clip_gradient_reads_mask(model.graph)
 
 
 def _scalar_constant(analysis: GraphAnalysis, name: str) -> float | None:
@@ -97,42 +95,29 @@ def _scalar_constant(analysis: GraphAnalysis, name: str) -> float | None:
     return None if math.isnan(value) else value
 
 
-def _clip_gradient_reads_mask(model: onnx.ModelProto) -> None:
+def _clip_gradient_reads_mask(graph: ir.Graph) -> None:
     """Each intervalmask decoder's readers (the Clip gradient's Mul) read Cast(mask, float), and the
     comparison chain that made the float mask, now unread, is removed (else X would live until it ran)."""
-    graph = model.graph
-    decoder_op = decode_op_type("intervalmask")
-    nodes = list(graph.node)
-    shapes = {v.name: v.type.tensor_type.shape for v in graph.value_info}
-    out: list[onnx.NodeProto] = []
-    floats: dict[str, str] = {}
-    for node in nodes:
-        out.append(node)
-        if node.op_type == decoder_op:
-            mask = node.output[0]
-            floats[mask] = f"{mask}__as_float"
-            out.append(helper.make_node("Cast", [mask], [floats[mask]], to=TensorProto.FLOAT,
-                                        name=f"{mask}__as_float__cast"))
-            info = helper.make_tensor_value_info(floats[mask], TensorProto.FLOAT, None)
-            if mask in shapes:
-                info.type.tensor_type.shape.CopyFrom(shapes[mask])
-            graph.value_info.append(info)
-    for node in out:
-        if node.op_type != "Cast" or node.input[0] not in floats:
-            node.input[:] = [floats.get(i, i) for i in node.input]
-    # Dead-chain removal: nodes of the gradient chain whose outputs nobody reads any more.
-    outputs = {o.name for o in graph.output}
-    while True:
-        read = {i for n in out for i in n.input if i} | outputs
-        dead = [n for n in out if n.op_type in _CHAIN_OPS and n.domain in ("", "ai.onnx")
-                and not any(o in read for o in n.output if o)]
-        if not dead:
-            break
-        gone = {id(n) for n in dead}
-        out = [n for n in out if id(n) not in gone]
-    del graph.node[:]
-    graph.node.extend(out)
-    produced = {o for n in out for o in n.output} | {i.name for i in graph.input} | {i.name for i in graph.initializer}
-    keep = [v for v in graph.value_info if v.name in produced]
-    del graph.value_info[:]
-    graph.value_info.extend(keep)
+    editor = IrGraphEditor(graph, taken=set(), prefix="")
+    decoders = [n for n in graph if n.op_type == contract.decode_op("intervalmask")]
+    masks = {d.outputs[contract.DECODER_OUTPUT] for d in decoders}
+    for decoder in decoders:
+        mask = decoder.outputs[contract.DECODER_OUTPUT]
+        shape = list(mask.shape) if mask.shape is not None else None
+        cast = editor.node("Cast", [mask], [(f"{mask.name}__as_float", ir.DataType.FLOAT, shape)],
+                           name=f"{mask.name}__as_float__cast", to=ir.DataType.FLOAT)
+        for u in list(mask.uses()):
+            if not (u.node.op_type == "Cast" and u.node.inputs[0] in masks):
+                u.node.replace_input_with(u.idx, cast.outputs[0])
+        graph.insert_after(decoder, cast)
+    # Dead-chain removal: nodes of the gradient chain whose outputs nobody reads any more (one scan of the
+    # graph, then the producers of what the removed nodes read).
+    def dead(node: ir.Node) -> bool:
+        return node.op_type in _CHAIN_OPS and node.domain in ("", "ai.onnx") and node.graph is graph \
+            and not any(v.uses() or v.is_graph_output() for v in node.outputs if v.name)
+
+    todo = [n for n in graph if dead(n)]
+    while todo:
+        upstream = dict.fromkeys(v.producer() for n in todo for v in n.inputs if v is not None and v.producer())
+        graph.remove(todo, safe=True)     # (detaches the removed nodes' inputs)
+        todo = [n for n in upstream if dead(n)]

@@ -9,13 +9,13 @@ tools/memory_timeline.py); the native Cast and ReluGrad allocate only their outp
 """
 from __future__ import annotations
 
-import onnx
-from onnx import TensorProto, helper
+import onnx_ir as ir
 
 from ..analysis import GraphAnalysis, StashedTensor, numel
 from ..analysis.patterns import SIGNBITS, sign_readers
-from .base import PassResult
-from .encode_stash import EncodeStashPass, Encoding, decode_op_type
+from ..custom_ops import contract
+from .editor import IrGraphEditor
+from .encode_stash import EncodeStashPass, Encoding
 
 
 class SignBitsPass(EncodeStashPass):
@@ -31,11 +31,9 @@ class SignBitsPass(EncodeStashPass):
         self.split_readers = split_readers
         self.codec = "relumask" if mask else "signbits"
 
-    def run(self, model: onnx.ModelProto) -> PassResult:
-        result = super().run(model)
-        if self.codec == "relumask" and result.modified:
-            _relugrad_reads_float_mask(result.model)
-        return result
+    def finish(self, model: ir.Model) -> None:
+        if self.codec == "relumask":
+            _relugrad_reads_float_mask(model.graph)
 
     def applies(self, stash: StashedTensor) -> bool:
         if self.encoding in stash.encodings:
@@ -91,23 +89,21 @@ def _payload_shapes(shape: tuple[int, ...]) -> list[list[int] | None]:
     return [[(numel(shape) + 7) // 8], None]
 
 
-def _relugrad_reads_float_mask(model: onnx.ModelProto) -> None:
+def _relugrad_reads_float_mask(graph: ir.Graph) -> None:
     """ReluGrad(dY, mask) → ReluGrad(dY, Cast(mask, float)) for every ReluGrad (or LeakyReluGrad) fed by a
-    relumask decoder."""
-    masks = {n.output[0] for n in model.graph.node if n.op_type == decode_op_type("relumask")}
-    nodes: list[onnx.NodeProto] = []
-    cast: dict[str, str] = {}
-    for node in model.graph.node:
-        if node.op_type in _SIGN_GRADS and node.input[1] in masks:
-            mask = node.input[1]
-            if mask not in cast:
-                cast[mask] = f"{mask}__as_float"
-                nodes.append(helper.make_node("Cast", [mask], [cast[mask]], to=TensorProto.FLOAT,
-                                              name=f"{mask}__as_float__cast"))
-                shape = next((list(d.dim_value for d in v.type.tensor_type.shape.dim)
-                              for v in model.graph.value_info if v.name == mask), None)
-                model.graph.value_info.append(helper.make_tensor_value_info(cast[mask], TensorProto.FLOAT, shape))
-            node.input[1] = cast[mask]
-        nodes.append(node)
-    del model.graph.node[:]
-    model.graph.node.extend(nodes)
+    relumask decoder; one Cast per mask, just before its first such reader."""
+    editor = IrGraphEditor(graph, taken=set(), prefix="")
+    order: dict[ir.Node, int] | None = None
+    for decoder in [n for n in graph if n.op_type == contract.decode_op("relumask")]:
+        mask = decoder.outputs[contract.DECODER_OUTPUT]
+        uses = [u for u in mask.uses() if u.node.op_type in _SIGN_GRADS and u.idx == 1]
+        if not uses:
+            continue
+        order = order or {n: i for i, n in enumerate(graph)}
+        first = min((u.node for u in uses), key=order.__getitem__)
+        shape = list(mask.shape) if mask.shape is not None else None
+        cast = editor.node("Cast", [mask], [(f"{mask.name}__as_float", ir.DataType.FLOAT, shape)],
+                           name=f"{mask.name}__as_float__cast", to=ir.DataType.FLOAT)
+        graph.insert_before(first, cast)
+        for u in uses:
+            u.node.replace_input_with(u.idx, cast.outputs[0])

@@ -26,7 +26,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from ..analysis import GraphAnalysis, StashedTensor, analysis_of
+from ..analysis import GraphAnalysis, StashedTensor, analysis_of, numel
 from ..analysis.patterns import BITMASK, RECOMPUTE
 from .base import GraphPass, OnnxcompPass, PassOutcome, Skipped
 from .early_weight_grad import EarlyWeightGradientPass
@@ -53,7 +53,7 @@ class DropoutMaskPass(EncodeStashPass):
             return f"dtype {stash.dtype}: a Dropout mask is bool"
         if stash.shape is None:
             return "shape unresolved"
-        n = int(np.prod(stash.shape, dtype=np.int64))
+        n = numel(stash.shape)
         dropout = analysis.model.graph.node[stash.producer]
         # Forward readers of the Dropout's output wait on the encoder (the mask itself has none), so it
         # runs in the forward pass under either execution order.
