@@ -17,7 +17,7 @@ from .errors import OnnxcompError, OutputExistsError
 from .fileio import atomic_output, check_output_path, output_lock, staged_directory
 from .load import (EXTERNAL_DATA_THRESHOLD, TRAINING_MODEL, external_data_files, has_external_data, load_model,
                    save_model)
-from .passes import OPTIONS, GraphPass, get_policy
+from .passes import OPTIONS, get_policy
 from .passes.base import OnnxcompPass, run_passes
 from .passes.records import PassRecord, by_section
 from .passes.split_weight import WeightSplit
@@ -118,13 +118,13 @@ def load_policy_config(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def make_passes(policy: str, **options: Any) -> list[GraphPass | OnnxcompPass]:
+def make_passes(policy: str, **options: Any) -> list[OnnxcompPass]:
     """The passes of ``policy`` built with ``options``; an option the policy does not take is an error."""
     return get_policy(policy).build(**options)
 
 
 def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str = "model", *,
-                    passes: list[GraphPass | OnnxcompPass] | None = None, base_dir: str | Path | None = None,
+                    passes: list[OnnxcompPass] | None = None, base_dir: str | Path | None = None,
                     **options: Any) -> TransformResult:
     """Run a policy's passes on ``model`` (not mutated): loaded into onnx-ir once, the passes composed with
     onnx-ir's PassManager, one analysis per graph state (analysis.cached), serialised once at the end.

@@ -12,8 +12,8 @@ from onnxcomp.analysis import analysis_of
 from onnxcomp.analysis.training_graph import GRAD_BUFFER_SUFFIX
 from onnxcomp.errors import OnnxcompError
 from onnxcomp.passes import DeferWeightGradientPass, EagerAccumulationPass, SignBitsPass, SplitWeightPass
-from onnxcomp.passes.base import (GraphPass, OnnxcompPass, PassOutcome, PassPostconditionError,
-                                  PassPreconditionError, PassResult, ProtoPassAdapter, check_model, run_passes)
+from onnxcomp.passes.base import (OnnxcompPass, PassOutcome, PassPostconditionError, PassPreconditionError,
+                                  check_model, run_passes)
 from onnxcomp.passes.defer_weight_grad import GATE_SUFFIX
 from onnxcomp.passes.records import PassRecord
 from onnxcomp.passes.split_weight import splits_made
@@ -49,36 +49,34 @@ class _Touch(OnnxcompPass):
         return PassOutcome(model, self.modified)
 
 
-class _NewProtoPass(GraphPass):
-    """A pass written against the old protobuf API: renames the first node and records it."""
-    name = "new_proto_pass"
+class _NewPass(OnnxcompPass):
+    """A brand-new pass written outside onnxcomp: renames the first node and records it."""
+    name = "new_pass"
 
-    def run(self, model: onnx.ModelProto) -> PassResult:
-        out = self.copy(model)
-        out.graph.node[0].name = "renamed_by_proto_pass"
-        return PassResult(out, [PassRecord("moved", self.name, "x", {"tensor": "x"})])
+    def call(self, model: ir.Model) -> PassOutcome:
+        next(iter(model.graph)).name = "renamed_by_new_pass"
+        return PassOutcome(model, True, [PassRecord("moved", self.name, "x", {"tensor": "x"})])
 
 
-def test_pass_manager_composes_ir_and_protobuf_passes_and_collects_every_record() -> None:
+def test_pass_manager_composes_passes_and_collects_every_record() -> None:
     model = _ir(two_conv())
-    log = run_passes(model, [EagerAccumulationPass(), SignBitsPass(), _NewProtoPass()])
-    order = ["eager_accumulation", "signbits", "new_proto_pass"]
+    log = run_passes(model, [EagerAccumulationPass(), SignBitsPass(), _NewPass()])
+    order = ["eager_accumulation", "signbits", "new_pass"]
     names = [r.pass_name for r in log.records]
     assert set(names) == set(order) and names == sorted(names, key=order.index)   # in pass order
-    assert log.modified_by == ["eager_accumulation", "signbits", "new_proto_pass"]
+    assert log.modified_by == ["eager_accumulation", "signbits", "new_pass"]
     out = cached.snapshot_of(model)
     check_model(out, "composed")
-    assert out.graph.node[0].name == "renamed_by_proto_pass"
+    assert out.graph.node[0].name == "renamed_by_new_pass"
     assert any(n.op_type.startswith("OnnxcompEncode") for n in out.graph.node)
     assert "onnxcomp.run_log" not in model.meta          # the sink lives for the run only
 
 
-def test_a_new_protobuf_pass_works_in_a_transform_unchanged() -> None:
-    result = transform_model(two_conv(), "reorder", passes=[_NewProtoPass(), EagerAccumulationPass()])
-    assert result.modified_by == ["new_proto_pass", "eager_accumulation"]
-    assert result.model.graph.node[0].name == "renamed_by_proto_pass"
+def test_a_new_pass_works_in_a_transform_unchanged() -> None:
+    result = transform_model(two_conv(), "reorder", passes=[_NewPass(), EagerAccumulationPass()])
+    assert result.modified_by == ["new_pass", "eager_accumulation"]
+    assert result.model.graph.node[0].name == "renamed_by_new_pass"
     assert result.section("moved")[0] == {"tensor": "x"}
-    assert repr(ProtoPassAdapter(_NewProtoPass())) == "ProtoPassAdapter(new_proto_pass)"
 
 
 def test_requires_refuses_an_inference_graph_in_one_line() -> None:
@@ -143,17 +141,17 @@ def test_the_analysis_is_cached_and_dropped_only_on_modified(analyses: list[int]
     assert analysis_of(model) is first and len(analyses) == 1          # unmodified: the same analysis
     _Touch(modified=True)(model)
     assert analysis_of(model) is not first and len(analyses) == 2      # modified: analysed again
-    # A protobuf pass reading analysis_of(snapshot) gets the model's cached analysis, not a new one.
+    # A pass reading analysis_of(snapshot) of the model's own snapshot gets the cached analysis, not a new one.
     seen = []
 
-    class Reader(GraphPass):
+    class Reader(OnnxcompPass):
         name = "reader"
 
-        def run(self, proto: onnx.ModelProto) -> PassResult:
-            seen.append(analysis_of(proto))
-            return PassResult(proto)
+        def call(self, model: ir.Model) -> PassOutcome:
+            seen.append(analysis_of(cached.snapshot_of(model)))
+            return PassOutcome(model, False)
 
-    ProtoPassAdapter(Reader())(model)
+    Reader()(model)
     assert seen == [analysis_of(model)] and len(analyses) == 2
 
 

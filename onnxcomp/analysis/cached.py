@@ -89,13 +89,3 @@ def invalidate(model: ir.Model, unless_replaced_since: ModelState | None = None)
     state = model.meta.get(_STATE_KEY)
     if state is not None and (unless_replaced_since is None or state is unless_replaced_since):
         del model.meta[_STATE_KEY]
-
-
-def replace_contents(model: ir.Model, proto: onnx.ModelProto) -> None:
-    """Make ``model`` (the same object: passes are in place) hold the graph of ``proto``; ``proto`` becomes
-    its snapshot."""
-    new = ir.serde.deserialize_model(proto)
-    for slot in ir.Model.__slots__:
-        if slot != "_metadata":
-            setattr(model, slot, getattr(new, slot))
-    adopt_snapshot(model, proto)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..errors import OnnxcompError
-from .base import GraphPass, OnnxcompPass, PassOutcome, PassResult, Skipped
+from .base import OnnxcompPass, PassOutcome, PassResult, Skipped
 from .chunk_backward import ChunkedBackwardPass, chunkable_regions
 from .chunk_stem_backward import ChunkedStemBackwardPass
 from .defer_weight_grad import DeferWeightGradientPass
@@ -117,6 +117,6 @@ def get_policy(name: str) -> Policy:
 __all__ = ["AttentionDropoutRecomputePass", "AttentionProbsRecomputePass", "DropoutMaskPass",
            "EarlyWeightGradientPass", "TransformerRecomputePass", "ChunkedBackwardPass", "ChunkedStemBackwardPass",
            "DeferWeightGradientPass", "DprPass", "RecomputePass", "RowSplitPass", "EagerAccumulationPass",
-           "ErrorBoundedPass", "FixedRatePass", "GraphPass", "IntervalMaskPass", "MaxPoolIndexPass", "OnnxcompPass",
+           "ErrorBoundedPass", "FixedRatePass", "IntervalMaskPass", "MaxPoolIndexPass", "OnnxcompPass",
            "PassOutcome", "Q8Pass", "POLICIES", "AutoPass", "OPTIONS", "PassResult", "Policy", "SignBitsPass", "Step",
            "get_policy", "Skipped", "SparsePass", "SplitWeightPass", "chunkable_regions", "row_split_candidates"]

@@ -1,7 +1,7 @@
 """What every graph pass shares: the result type, and graph-editing helpers that keep ORT's order right."""
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,8 +13,7 @@ from ..errors import OnnxcompError
 
 from ..custom_ops import contract
 from ..metadata import PLAN_METADATA_KEY  # noqa: F401  (re-export)
-from .editor import (TRIGGER_CONSTANTS, taken_names, trigger_constants,  # noqa: F401  (re-export)
-                     unique_name, zero_after)
+from .editor import TRIGGER_CONSTANTS, unique_name  # noqa: F401  (re-export)
 from .records import PassRecord
 
 CUSTOM_DOMAIN = contract.DOMAIN  # re-export
@@ -44,35 +43,6 @@ class PassResult:
     @property
     def modified(self) -> bool:
         return self.changed or bool(self.records)
-
-
-class GraphPass(ABC):
-    """A rewrite of a training graph on protobuf: ``run(model) -> PassResult``; the input model is never
-    mutated. Transitional: passes are moving to ``OnnxcompPass`` (onnx-ir); a ``GraphPass`` still runs inside
-    a transform through ``ProtoPassAdapter``."""
-
-    name: str
-
-    @abstractmethod
-    def run(self, model: onnx.ModelProto) -> PassResult: ...
-
-    @staticmethod
-    def copy(model: onnx.ModelProto) -> onnx.ModelProto:
-        out = onnx.ModelProto()
-        out.CopyFrom(model)
-        return out
-
-
-def ensure_opset(model: onnx.ModelProto, domain: str, version: int = 1) -> None:
-    if not any(o.domain == domain for o in model.opset_import):
-        model.opset_import.append(onnx.helper.make_opsetid(domain, version))
-
-
-def declare_custom_ops(model: onnx.ModelProto) -> None:
-    """Import onnxcomp's custom-op domain and record the op-set version the inserted ops follow."""
-    ensure_opset(model, contract.DOMAIN, contract.DOMAIN_VERSION)
-    onnx.helper.set_model_props(model, {**{p.key: p.value for p in model.metadata_props},
-                                        contract.OPSET_METADATA_KEY: str(contract.OPSET_VERSION)})
 
 
 def require_training_graph(model: onnx.ModelProto) -> None:
@@ -252,7 +222,7 @@ class OnnxcompPass(ir_passes.InPlacePass):
         adopt_snapshot(ir_model, model, checked=True)
         outcome = self(ir_model)
         out = snapshot_of(ir_model)
-        if out is model:          # unchanged: still a model of the caller's own, as protobuf passes return
+        if out is model:          # unchanged: still a model of the caller's own (the input is never mutated)
             out = self.copy_proto(model)
         return PassResult(out, outcome.records, outcome.skipped, changed=outcome.modified)
 
@@ -263,45 +233,14 @@ class OnnxcompPass(ir_passes.InPlacePass):
         return out
 
 
-class ProtoPassAdapter(OnnxcompPass):
-    """TRANSITIONAL: runs a protobuf ``GraphPass`` (``run(ModelProto) -> PassResult``) unchanged inside the
-    onnx-ir pass manager, until it is ported to ``OnnxcompPass``. It hands the pass the model's cached
-    snapshot (so ``analysis_of(snapshot)`` inside it is the cached analysis) and, when the pass modified the
-    graph, loads the pass's output back into the same ``ir.Model`` — one deserialisation per modifying run.
-    Delete it once no ``GraphPass`` is left."""
-
-    def __init__(self, inner: GraphPass) -> None:
-        self.inner = inner
-        self.name = inner.name
-
-    def requires(self, model: ir.Model) -> None:
-        pass   # the protobuf pass checks its own preconditions (require_training_graph), as before
-
-    def call(self, model: ir.Model) -> PassOutcome:
-        from ..analysis.cached import replace_contents, snapshot_of
-
-        result = self.inner.run(snapshot_of(model))
-        if result.modified:
-            replace_contents(model, result.model)
-        return PassOutcome(model, result.modified, list(result.records), list(result.skipped))
-
-    def __repr__(self) -> str:
-        return f"ProtoPassAdapter({self.inner.name})"
-
-
-def as_ir_pass(p: OnnxcompPass | GraphPass) -> OnnxcompPass:
-    """``p`` as an onnx-ir pass (a protobuf ``GraphPass`` behind the transitional adapter)."""
-    return p if isinstance(p, OnnxcompPass) else ProtoPassAdapter(p)
-
-
-def run_passes(model: ir.Model, passes: list[OnnxcompPass | GraphPass]) -> RunLog:
+def run_passes(model: ir.Model, passes: list[OnnxcompPass]) -> RunLog:
     """Run ``passes`` in order on ``model`` (in place) with onnx-ir's PassManager; returns the run's records.
     An onnxcomp error inside a pass comes out as itself (one line), not wrapped in PassManager's errors."""
     outer = model.meta.get(_RUN_LOG_KEY)     # a run inside a pass (auto) keeps the enclosing run's log
     log = model.meta[_RUN_LOG_KEY] = RunLog()
     try:
         if passes:
-            ir_passes.PassManager([as_ir_pass(p) for p in passes], steps=1)(model)
+            ir_passes.PassManager(list(passes), steps=1)(model)
     except ir_passes.PassError as exc:
         cause: BaseException | None = exc
         while isinstance(cause, ir_passes.PassError) and cause.__cause__ is not None:

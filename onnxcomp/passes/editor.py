@@ -18,9 +18,9 @@ import heapq
 from typing import Any
 
 import numpy as np
-import onnx
+
 import onnx_ir as ir
-from onnx import TensorProto, helper
+
 
 from ..errors import OnnxcompError
 
@@ -37,151 +37,17 @@ def unique_name(base: str, taken: set[str]) -> str:
     return name
 
 
-def taken_names(graph: onnx.GraphProto) -> set[str]:
-    """Every tensor and node name in use in ``graph`` (what unique_name must avoid)."""
-    return {o for n in graph.node for o in n.output} | {n.name for n in graph.node} | \
-        {i.name for i in graph.input} | {i.name for i in graph.initializer} | {o.name for o in graph.output}
-
-
 def ir_taken_names(graph: ir.Graph) -> set[str]:
     """Every value and node name in use in the onnx-ir ``graph`` (what unique_name must avoid)."""
     names = {n.name for n in graph if n.name} | {v.name for n in graph for v in n.outputs if v.name}
     return names | {v.name for v in graph.inputs if v.name} | set(graph.initializers)
 
 
-def trigger_constants(graph: onnx.GraphProto) -> tuple[str, str, str]:
-    """Names of the start/end/flat-shape initializers, added to ``graph`` once."""
-    have = {i.name for i in graph.initializer}
-    for name, value in TRIGGER_CONSTANTS:
-        if name not in have:
-            graph.initializer.append(helper.make_tensor(name, TensorProto.INT64, [1], value))
-    start, end, flat = (n for n, _ in TRIGGER_CONSTANTS)
-    return start, end, flat
-
-
-def zero_after(graph: onnx.GraphProto, tensor: str, elem: int, base: str, taken: set[str], *,
-               to_float: bool = False) -> tuple[list[onnx.NodeProto], list[onnx.ValueInfoProto], str]:
-    """The gate's zero for one tensor: nodes computing an int64 [1] zero from one element of ``tensor``
-    (element type ``elem``). ``to_float``: Cast the element to float first (ORT's CPU Less has no float16
-    kernel). Returns (nodes, value_infos, zero)."""
-    start, end, minus_one = trigger_constants(graph)
-    flat, one, f32, less, zero = (unique_name(f"{base}_{s}", taken) for s in ("flat", "trigger", "f32", "less", "zero"))
-    nodes = [helper.make_node("Reshape", [tensor, minus_one], [flat], name=unique_name(f"{flat}__reshape", taken)),
-             helper.make_node("Slice", [flat, start, end], [one], name=unique_name(f"{one}__slice", taken))]
-    infos = [helper.make_tensor_value_info(flat, elem, None), helper.make_tensor_value_info(one, elem, [1])]
-    if to_float:
-        nodes.append(helper.make_node("Cast", [one], [f32], to=TensorProto.FLOAT, name=unique_name(f"{f32}__cast", taken)))
-        infos.append(helper.make_tensor_value_info(f32, TensorProto.FLOAT, [1]))
-        one = f32
-    nodes += [helper.make_node("Less", [one, one], [less], name=unique_name(f"{less}__less", taken)),
-              helper.make_node("Cast", [less], [zero], to=TensorProto.INT64, name=unique_name(f"{zero}__cast", taken))]
-    infos += [helper.make_tensor_value_info(less, TensorProto.BOOL, [1]),
-              helper.make_tensor_value_info(zero, TensorProto.INT64, [1])]
-    return nodes, infos, zero
-
-
-class GraphEditor:
-    """Collects new nodes (``.nodes``) and their typed value_infos (``.infos``) under one name prefix; the
-    pass decides where in the node list they go.
-
-    ``sep`` joins prefix and base name ("_" by default; the row-split pass nests its names with "/").
-    """
-
-    def __init__(self, graph: onnx.GraphProto, taken: set[str] | None = None, prefix: str = "onnxcomp",
-                 sep: str = "_") -> None:
-        self.graph = graph
-        self.taken = taken if taken is not None else taken_names(graph)
-        self.prefix, self.sep = prefix, sep
-        self.nodes: list[onnx.NodeProto] = []
-        self.infos: list[onnx.ValueInfoProto] = []
-        self._shared: dict[tuple, str] = {}
-
-    # -- names and types ---------------------------------------------------------------------------------
-    def name(self, base: str) -> str:
-        return unique_name(f"{self.prefix}{self.sep}{base}", self.taken)
-
-    def typed(self, name: str, elem: int, shape: list[int | str | None] | None) -> str:
-        self.infos.append(helper.make_tensor_value_info(name, elem, shape))
-        return name
-
-    def tensor(self, base: str, elem: int, shape: list[int] | None) -> str:
-        """A new tensor name with its type recorded."""
-        return self.typed(self.name(base), elem, shape)
-
-    # -- nodes -------------------------------------------------------------------------------------------
-    def node(self, op: str, inputs: list[str], outputs: list[str], *, name: str | None = None, domain: str = "",
-             **attrs: Any) -> onnx.NodeProto:
-        n = helper.make_node(op, inputs, outputs, name=name or self.name(op), domain=domain, **attrs)
-        self.nodes.append(n)
-        return n
-
-    def op(self, op: str, inputs: list[str], base: str, elem: int, shape: list[int] | None,
-           domain: str = "", **attrs: Any) -> str:
-        """One node with one typed output; returns the output."""
-        out = self.tensor(base, elem, shape)
-        self.node(op, inputs, [out], name=unique_name(f"{out}__{op.lower()}", self.taken), domain=domain, **attrs)
-        return out
-
-    # -- constants ---------------------------------------------------------------------------------------
-    def const(self, base: str, elem: int, values: list[int] | list[float], dims: list[int] | None = None) -> str:
-        """A new initializer (1-D unless ``dims``)."""
-        name = self.name(base)
-        self.graph.initializer.append(helper.make_tensor(name, elem, [len(values)] if dims is None else dims, values))
-        return name
-
-    def shared_const(self, name: str, elem: int, values: list[int] | list[float], dims: list[int] | None = None) -> str:
-        """An initializer called exactly ``name``, added once however often it is asked for."""
-        key = (name, elem, tuple(values))
-        if key not in self._shared:
-            if not any(i.name == name for i in self.graph.initializer):
-                self.graph.initializer.append(helper.make_tensor(name, elem, [len(values)] if dims is None else dims,
-                                                                 values))
-            self.taken.add(name)
-            self._shared[key] = name
-        return self._shared[key]
-
-    # -- ordering ----------------------------------------------------------------------------------------
-    def zero_after(self, after: str | list[tuple[str, int]], elem: int | None = None, base: str | None = None) -> str:
-        """An int64 [1] zero that exists only once every tensor in ``after`` does.
-
-        ``after``: one tensor (with ``elem``, its element type) or a list of (tensor, element type)."""
-        sources = [(after, elem)] if isinstance(after, str) else list(after)
-        zeros = []
-        for tensor, t_elem in sources:
-            nodes, infos, zero = zero_after(self.graph, tensor, t_elem, base or f"{self.prefix}{self.sep}gate",
-                                            self.taken, to_float=t_elem == TensorProto.FLOAT16)
-            self.nodes += nodes
-            self.infos += infos
-            zeros.append(zero)
-        total = zeros[0]
-        for z in zeros[1:]:
-            total = self.op("Add", [total, z], "gate_sum", TensorProto.INT64, [1])
-        return total
-
-    def gate(self, value: str, after: str | list[tuple[str, int]], shape: list[int] | None, elem: int, *,
-             after_elem: int | None = None, zero: str | None = None, name: str | None = None) -> str:
-        """A zero-copy view of ``value`` (element type ``elem``) that no node can read before every tensor in
-        ``after`` exists. ``zero``: a zero_after already made for ``after`` (several views waiting for the
-        same tensor share one). ``shape`` None: the view reads ``Shape(value)`` (not folded when dynamic).
-        ``name``: the view's name (default ``<prefix>_gated``)."""
-        zero = zero or self.zero_after(after, after_elem)
-        if shape is not None:
-            dims = self.shared_const(f"onnxcomp_shape_{'x'.join(map(str, shape)) or 'scalar'}", TensorProto.INT64,
-                                     shape, [len(shape)])
-        else:
-            dims = self.op("Shape", [value], "shape_of", TensorProto.INT64, None)
-        view_shape = self.op("Add", [dims, zero], "gate_shape", TensorProto.INT64,
-                             [len(shape)] if shape is not None else None)
-        view = self.typed(unique_name(name, self.taken), elem, shape) if name else self.tensor("gated", elem, shape)
-        self.node("Reshape", [value, view_shape], [view], name=unique_name(f"{view}__reshape", self.taken))
-        return view
-
-
 class IrGraphEditor:
     """The graph editor on onnx-ir: names new values and nodes, types outputs, adds constants and builds the
     one ordering gate, ``gate(value, after=...)``. Nodes are collected in ``.nodes`` (the pass places them
     with ``graph.insert_after``/``insert_before``); constants go straight into the graph's initializers.
-    The protobuf ``GraphEditor`` above serves the passes not yet ported to onnx-ir (transitional)."""
+"""
 
     def __init__(self, graph: ir.Graph, taken: set[str] | None = None, prefix: str = "onnxcomp",
                  sep: str = "_") -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import OnnxcompError
-from .base import GraphPass
+from .base import OnnxcompPass
 
 # Every option a policy can take: name → (type, what it does). The CLI maps these names to its flags.
 OPTIONS: dict[str, tuple[type | tuple[type, ...], str]] = {
@@ -34,10 +34,10 @@ OPTIONS: dict[str, tuple[type | tuple[type, ...], str]] = {
 @dataclass(frozen=True)
 class Step:
     """One pass of a policy: its class and the keywords the policy fixes for it."""
-    make: type[GraphPass]
+    make: type[OnnxcompPass]
     fixed: dict[str, Any] = field(default_factory=dict)
 
-    def __call__(self, **kwargs: Any) -> GraphPass:
+    def __call__(self, **kwargs: Any) -> OnnxcompPass:
         return self.make(**{**kwargs, **self.fixed})
 
     def takes(self) -> set[str]:
@@ -45,7 +45,7 @@ class Step:
         return (set(inspect.signature(self.make).parameters) & set(OPTIONS)) - set(self.fixed)
 
 
-def step(make: type[GraphPass], **fixed: Any) -> Step:
+def step(make: type[OnnxcompPass], **fixed: Any) -> Step:
     return Step(make, fixed)
 
 
@@ -93,7 +93,7 @@ class Policy(Sequence[Step]):
                                     options=(key,))
         return given
 
-    def build(self, **options: Any) -> list[GraphPass]:
+    def build(self, **options: Any) -> list[OnnxcompPass]:
         """Instantiate the steps with the options they take."""
         from .encode_stash import EncodeStashPass
 
@@ -112,7 +112,7 @@ class Policy(Sequence[Step]):
         return passes
 
 
-def policy(name: str, description: str, *steps: Step | type[GraphPass], options: Sequence[str] = ()) -> Policy:
+def policy(name: str, description: str, *steps: Step | type[OnnxcompPass], options: Sequence[str] = ()) -> Policy:
     return Policy(name, description, tuple(s if isinstance(s, Step) else Step(s) for s in steps),
                   frozenset(options))
 

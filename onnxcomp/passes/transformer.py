@@ -28,7 +28,7 @@ import onnx_ir as ir
 
 from ..analysis import GraphAnalysis, StashedTensor, analysis_of, numel
 from ..analysis.patterns import BITMASK, RECOMPUTE
-from .base import GraphPass, OnnxcompPass, PassOutcome, Skipped
+from .base import OnnxcompPass, PassOutcome, Skipped
 from .early_weight_grad import EarlyWeightGradientPass
 from .editor import IrGraphEditor, ir_taken_names
 from .encode_stash import EncodeStashPass, Encoding, already_encoded
@@ -187,6 +187,6 @@ def _rebuild_dropout(graph: ir.Graph, nodes: list[ir.Node], analysis: GraphAnaly
 # Exact transformer passes, in order: weight gradients moved early (their inputs then die early and the
 # LayerNorm inputs are still alive to rebuild LayerNorm outputs from), the recomputations (the mask's first backward reader is then
 # the rebuilt dropout, gated on dY), then the masks as bits.
-TRANSFORMER_RECOMPUTE: tuple[type[GraphPass | OnnxcompPass], ...] = (
+TRANSFORMER_RECOMPUTE: tuple[type[OnnxcompPass], ...] = (
     EarlyWeightGradientPass, TransformerRecomputePass, AttentionDropoutRecomputePass, AttentionProbsRecomputePass)
-TRANSFORMER_EXACT: tuple[type[GraphPass], ...] = (*TRANSFORMER_RECOMPUTE, DropoutMaskPass)
+TRANSFORMER_EXACT: tuple[type[OnnxcompPass], ...] = (*TRANSFORMER_RECOMPUTE, DropoutMaskPass)

@@ -37,7 +37,7 @@ import onnx
 from ..analysis import GraphAnalysis, StashedTensor, analyze_model
 from ..analysis.patterns import LOSSLESS
 from ..errors import OnnxcompError
-from ..passes.base import GraphPass, OnnxcompPass, RunLog, run_passes
+from ..passes.base import OnnxcompPass, RunLog, run_passes
 from ..passes.records import PassRecord
 
 MiB = 1 << 20
@@ -406,7 +406,7 @@ class Regions:
 
 
 def build_passes(chosen: dict[str, Option], regions: Regions, techniques: list[Technique],
-                 min_bytes: int) -> list[OnnxcompPass | GraphPass]:
+                 min_bytes: int) -> list[OnnxcompPass]:
     """One pipeline for the whole choice, in the order the fixed policies use: split weights, scheduling,
     recomputation, exact encodings, error-bounded, the chunked first-layer backward, then the other lossy
     formats (the chunked region slices their decodes)."""
@@ -416,7 +416,7 @@ def build_passes(chosen: dict[str, Option], regions: Regions, techniques: list[T
     by_tech: dict[str, set[str]] = {}
     for o in chosen.values():
         by_tech.setdefault(o.technique, set()).add(o.stash)
-    passes: list[OnnxcompPass | GraphPass] = []
+    passes: list[OnnxcompPass] = []
     if regions.split_weight_bytes:
         passes.append(SplitWeightPass(regions.split_weight_bytes))
     passes += [DeferWeightGradientPass(), EagerAccumulationPass()]
@@ -459,7 +459,7 @@ class Applied:
     log: RunLog
 
 
-def apply(model: onnx.ModelProto, passes: list[OnnxcompPass | GraphPass]) -> Applied:
+def apply(model: onnx.ModelProto, passes: list[OnnxcompPass]) -> Applied:
     """``passes`` run on a copy of ``model``, loaded into onnx-ir once and composed by ``run_passes`` (whether
     a pass is ported to onnx-ir or still behind the adapter). ``model`` is untouched."""
     import onnx_ir as ir
