@@ -85,7 +85,7 @@ def current_state(model: ir.Model) -> ModelState | None:
 
 def invalidate(model: ir.Model, unless_replaced_since: ModelState | None = None) -> None:
     """Forget the snapshot and analysis of ``model`` (its graph has changed). With ``unless_replaced_since``
-    (the state before the change): keep a state that the change itself adopted (``replace_contents``)."""
+    (the state before the change): keep a state that the change itself adopted (``adopt_snapshot``)."""
     state = model.meta.get(_STATE_KEY)
     if state is not None and (unless_replaced_since is None or state is unless_replaced_since):
         del model.meta[_STATE_KEY]
