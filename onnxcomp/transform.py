@@ -17,6 +17,7 @@ from .fileio import atomic_output, check_output_path, output_lock, staged_direct
 from .load import TRAINING_MODEL, load_model, save_model
 from .passes import OPTIONS, GraphPass, get_policy
 from .passes.base import OnnxcompPass, run_passes
+from .passes.default_order import DefaultOrderPass
 from .passes.records import PassRecord, by_section
 from .passes.split_weight import WeightSplit
 from .planner import plan_all
@@ -130,6 +131,10 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
     original = analysis_of(ir_model)
     before = _footprint(original)
     log = run_passes(ir_model, passes if passes is not None else make_passes(policy, **options))
+    if log.modified_by:   # a rewritten graph: ORT's DEFAULT order made to follow its node list (passes/default_order.py)
+        last = run_passes(ir_model, [DefaultOrderPass()])
+        log.records += last.records
+        log.modified_by += last.modified_by
     current = snapshot_of(ir_model)
     if current is model:            # nothing modified it: still hand back a model of its own, as before
         current = onnx.ModelProto()
