@@ -97,3 +97,20 @@ def test_auto_plan_predicts_the_higher_of_both_orders() -> None:
     _, default = predicted_live(in_run_order(DefaultOrderPass().run(plan.model).model, "default"),
                                 eager_accumulation=False)
     assert plan.predicted_peak == int(live.max()) >= int(np.max(default))
+
+
+def test_measure_loads_the_graphs_codec_kernels_at_set_up(small_artifacts, tmp_path) -> None:
+    """numba's runtime (~120 MiB RSS, once per process) is library set-up, as in `onnxcomp train`, not the
+    first step's growth: the measure worker loads the kernels of exactly the codecs the graph uses."""
+    pytest.importorskip("numba")
+    from onnxcomp.custom_ops import cpu
+    from onnxcomp.runtime._measure_worker import _load_codec_kernels
+    from onnxcomp.transform import transform
+
+    with cpu.use_backend("numba"):
+        cpu._modules.clear()
+        _load_codec_kernels(small_artifacts / "training_model.onnx")
+        assert not cpu._modules                   # no codec ops: nothing loaded
+        transform(small_artifacts, tmp_path / "enc.onnx", "lossless-encode")
+        _load_codec_kernels(tmp_path / "enc.onnx")
+        assert "bits" in cpu._modules             # sign bits / MaxPool offsets: the bit kernels
