@@ -75,7 +75,7 @@ def test_pass_manager_composes_ir_and_protobuf_passes_and_collects_every_record(
 
 def test_a_new_protobuf_pass_works_in_a_transform_unchanged() -> None:
     result = transform_model(two_conv(), "reorder", passes=[_NewProtoPass(), EagerAccumulationPass()])
-    assert result.modified_by == ["new_proto_pass", "eager_accumulation"]
+    assert result.modified_by[:2] == ["new_proto_pass", "eager_accumulation"]   # then transform's default_order
     assert result.model.graph.node[0].name == "renamed_by_proto_pass"
     assert result.section("moved")[0] == {"tensor": "x"}
     assert repr(ProtoPassAdapter(_NewProtoPass())) == "ProtoPassAdapter(new_proto_pass)"
