@@ -74,7 +74,7 @@ def test_pass_manager_composes_passes_and_collects_every_record() -> None:
 
 def test_a_new_pass_works_in_a_transform_unchanged() -> None:
     result = transform_model(two_conv(), "reorder", passes=[_NewPass(), EagerAccumulationPass()])
-    assert result.modified_by == ["new_pass", "eager_accumulation"]
+    assert result.modified_by[:2] == ["new_pass", "eager_accumulation"]   # then transform's default_order
     assert result.model.graph.node[0].name == "renamed_by_new_pass"
     assert result.section("moved")[0] == {"tensor": "x"}
 

@@ -124,8 +124,9 @@ def kernels(name: str) -> SimpleNamespace | None:
     return ns
 
 
-def warm_up() -> None:
-    """Compile (or load from the cache) every kernel now, e.g. before a session's first step."""
+def warm_up(codecs: list[str] | None = None) -> None:
+    """Compile (or load from the cache) the kernels of ``codecs`` (default: every codec) now, e.g. before a
+    session's first step."""
     if backend() != "numba":
         return
     import numpy as np
@@ -133,6 +134,6 @@ def warm_up() -> None:
     from .. import REGISTRY
 
     rng = np.random.default_rng(0)
-    for codec in REGISTRY.values():
+    for codec in (REGISTRY.values() if codecs is None else [REGISTRY[c] for c in codecs]):
         for x, params in codec.sample_inputs(rng)[:2]:
             codec.decode_cpu(codec.encode_cpu(x, **params), **params)

@@ -88,12 +88,22 @@ def in_run_order(model: onnx.ModelProto, order: str) -> onnx.ModelProto:
     g = model.graph
     seq = ort_order(model, order)
     kept = set(seq)
+    folded: set[int] = set()
     for i in range(len(g.node)):
         if i not in kept:
             made = {o: k for k, j in enumerate(seq) for o in g.node[j].output}
-            seq.insert(max((made[x] + 1 for x in g.node[i].input if x in made), default=0), i)
+            at = max((made[x] + 1 for x in g.node[i].input if x in made), default=0)
+            outs = set(g.node[i].output)
+            first_read = min((k for k, j in enumerate(seq) if outs & set(g.node[j].input)), default=len(seq))
+            if first_read < at:   # a folded Shape read before its input exists: a constant, reading nothing
+                at = first_read
+                folded.add(i)
+            seq.insert(at, i)
     out = onnx.ModelProto()
     out.CopyFrom(model)
     del out.graph.node[:]
     out.graph.node.extend(g.node[i] for i in seq)
+    for k, i in enumerate(seq):
+        if i in folded:
+            del out.graph.node[k].input[:]
     return out

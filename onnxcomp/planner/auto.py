@@ -539,6 +539,21 @@ def predicted_live(model: onnx.ModelProto, eager_accumulation: bool = True) -> t
     return seen, live
 
 
+def predicted_live_both_orders(model: onnx.ModelProto) -> tuple[onnx.ModelProto, np.ndarray]:
+    """``predicted_live`` of ``model`` as ``transform`` will write it (``DefaultOrderPass`` last), in whichever
+    of ORT's two execution orders peaks higher: node-list order (PRIORITY_BASED) or DEFAULT, ORT's own
+    default (analysis/execution_order.py). A budget then holds under either setting."""
+    from ..analysis.execution_order import in_run_order
+    from ..passes.default_order import DefaultOrderPass
+
+    final = DefaultOrderPass().run(model).model
+    seen, live = predicted_live(final)
+    seen_d, live_d = predicted_live(in_run_order(final, "default"), eager_accumulation=False)
+    if len(live_d) and (not len(live) or live_d.max() > live.max()):
+        return seen_d, live_d
+    return seen, live
+
+
 def conv_workspace(analysis: GraphAnalysis, node: onnx.NodeProto) -> int:
     """Bytes of ORT's CPU Conv im2col buffer for one image (0 where it needs none or a shape is unknown)."""
     from ..passes.base import node_attr
@@ -690,7 +705,7 @@ def plan_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_b
         passes = build_passes(chosen, regions, techniques, min_bytes)
         applied = apply(model, passes)
         out = applied.model
-        seen_out, live_out = predicted_live(out)
+        seen_out, live_out = predicted_live_both_orders(out)
         peak = int(live_out.max()) if len(live_out) else 0
         at = int(np.argmax(live_out)) if len(live_out) else 0
         bufs = sorted((b for b in analyze_model(seen_out).buffers() if b.start <= at <= b.end and b.size > 0),
