@@ -219,4 +219,4 @@ def test_auto_reports_modified_only_when_its_plan_changes_the_graph() -> None:
     assert calm.modified_by == [] and calm.section("auto")[0]["decisions"] == []
     assert [n.name for n in calm.model.graph.node] == [n.name for n in ordered.graph.node]
     moved = transform_model(model, "auto", budget_bytes=10 * _peak(model))
-    assert moved.modified_by == ["auto"] and moved.section("moved")
+    assert moved.modified_by[:1] == ["auto"] and moved.section("moved")   # then default_order may drop dead nodes
