@@ -20,20 +20,14 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto, helper
 
+from onnxcomp.passes.editor import unique_name
+
 _ONNX_DOMAINS = ("", "ai.onnx")
 
 
 def _taken(graph: onnx.GraphProto) -> set[str]:
     return {o for n in graph.node for o in n.output} | {i.name for i in graph.input} | \
         {i.name for i in graph.initializer} | {n.name for n in graph.node}
-
-
-def _fresh(base: str, taken: set[str]) -> str:
-    name, k = base, 1
-    while name in taken:
-        name, k = f"{base}_{k}", k + 1
-    taken.add(name)
-    return name
 
 
 def repair_model_for_training(model: onnx.ModelProto) -> dict[str, int]:
@@ -48,10 +42,10 @@ def repair_model_for_training(model: onnx.ModelProto) -> dict[str, int]:
         if node.op_type == "LayerNormalization" and len(node.output) < 3:
             missing = [("mean", 1), ("inv_std_dev", 2)][len(node.output) - 1:]
             for suffix, _ in missing:
-                node.output.append(_fresh(f"{base}_{suffix}", taken))
+                node.output.append(unique_name(f"{base}_{suffix}", taken))
             fixed["LayerNormalization"] += 1
         elif node.op_type == "Dropout" and len(node.output) < 2:
-            mask = _fresh(f"{base}_mask", taken)
+            mask = unique_name(f"{base}_mask", taken)
             node.output.append(mask)
             graph.value_info.append(helper.make_tensor_value_info(mask, TensorProto.BOOL, None))
             fixed["Dropout"] += 1
