@@ -250,79 +250,14 @@ class RecomputePass(OnnxcompPass):
     def _plan(self, analysis: GraphAnalysis, stash: StashedTensor, persistent: set[str],
               by_name: dict[str, StashedTensor], recomputed: set[str], clones: dict[str, int],
               avoid: set[str], enc: _Encoded | None = None) -> _Plan | str:
-        graph = analysis.model.graph
         consumer = min(stash.backward_consumers)
         grad = analysis.incoming_gradient(consumer, enc.decoded if enc else stash.name)
         assert grad is not None  # checked in _reject
-        nodes: list[int] = []
-        leaves: list[str] = []
-        reused: dict[str, str] = {}
-        alias: dict[str, str] = {}
-        depth_of: dict[str, int] = {}   # tensor -> longest cloned chain below it (0 for a leaf)
-        problem: list[str] = []
-
-        def usable_as_is(name: str) -> bool:
-            if name in persistent:
-                return True
-            s = by_name.get(name)
-            # Another stash: fine if it outlives the reader anyway and is not itself dropped.
-            return (s is not None and name not in recomputed and name not in avoid and name != stash.name
-                    and max(s.backward_consumers) >= consumer)
-
-        def visit(name: str, root: bool) -> int | None:
-            if name in depth_of:
-                return depth_of[name]
-            if not root and usable_as_is(name):
-                leaves.append(name)
-                depth_of[name] = 0
-                return 0
-            if self.reuse_clones and name in clones and clones[name] <= consumer:
-                reused[name] = name   # read from the clone made for an earlier reader
-                depth_of[name] = 0
-                return 0
-            t = analysis.tensors.get(name)
-            if t is None or t.producer is None:
-                problem.append(f"needs {name!r}, which is not kept until the reader")
-                return None
-            if analysis.boundary.is_backward(t.producer):
-                problem.append(f"needs backward tensor {name!r}")
-                return None
-            node = graph.node[t.producer]
-            if _is_anchor_view(graph, analysis, node):
-                # Reshape(x, anchor) made by an encoding pass: a zero-copy view of x; rebuild x instead.
-                d = visit(node.input[0], False)
-                if d is None:
-                    return None
-                alias[name] = node.input[0]
-                depth_of[name] = d
-                return d
-            why = self._op_problem(node)
-            if why:
-                kept = "" if name not in by_name else " (a recomputed or short-lived stash)"
-                problem.append(f"needs {name!r}{kept}, {why}")
-                return None
-            deepest = 0
-            for i in node.input:
-                if not i:
-                    continue
-                d = visit(i, False)
-                if d is None:
-                    return None
-                deepest = max(deepest, d)
-            depth = deepest + 1
-            if depth > self.max_depth:
-                problem.append(f"rebuilding it needs a chain of more than max_depth={self.max_depth} ops")
-                return None
-            for out in node.output:
-                if out:
-                    depth_of[out] = depth
-            if t.producer not in nodes:
-                nodes.append(t.producer)   # post-order: inputs' producers first
-            return depth
-
-        if visit(stash.name, True) is None:
-            return problem[0] if problem else "cannot be rebuilt from kept tensors"
-        return _Plan(stash, consumer, grad, nodes, sorted(set(leaves)), reused, alias, enc)
+        search = _PlanSearch(self, analysis, stash, consumer, persistent, by_name, recomputed, clones, avoid)
+        if search.visit(stash.name, True) is None:
+            return search.problem[0] if search.problem else "cannot be rebuilt from kept tensors"
+        return _Plan(stash, consumer, grad, search.nodes, sorted(set(search.leaves)), search.reused, search.alias,
+                     enc)
 
     def _encoded(self, analysis: GraphAnalysis) -> list[tuple[StashedTensor, _Encoded | str]]:
         """The tensors exact encodings hold, as stash records (readers: the decoder's readers), each with
@@ -362,6 +297,98 @@ class RecomputePass(OnnxcompPass):
             return "its first backward reader has no incoming gradient to time the recomputation"
         payload_bytes = sum(analysis.tensors[p].nbytes for p in payload)
         return _Encoded(codec, e_idx, d_idx, dec.output[0], payload_bytes)
+
+
+@dataclass
+class _PlanSearch:
+    """The forward subgraph that rebuilds one stash for its first backward reader: a depth-first walk from
+    the stash down to tensors kept until that reader anyway (leaves), clones made for earlier readers
+    (reused) or an encoder's anchor view (seen through). ``nodes`` in post-order (producers first); the
+    first reason the stash cannot be rebuilt goes to ``problem``."""
+    recompute: "RecomputePass"
+    analysis: GraphAnalysis
+    stash: StashedTensor
+    consumer: int
+    persistent: set[str]
+    by_name: dict[str, StashedTensor]
+    recomputed: set[str]
+    clones: dict[str, int]
+    avoid: set[str]
+    nodes: list[int] = field(default_factory=list)
+    leaves: list[str] = field(default_factory=list)
+    reused: dict[str, str] = field(default_factory=dict)
+    alias: dict[str, str] = field(default_factory=dict)
+    depth_of: dict[str, int] = field(default_factory=dict)   # tensor -> longest cloned chain below it (0: leaf)
+    problem: list[str] = field(default_factory=list)
+
+    def usable_as_is(self, name: str) -> bool:
+        if name in self.persistent:
+            return True
+        s = self.by_name.get(name)
+        # Another stash: fine if it outlives the reader anyway and is not itself dropped.
+        return (s is not None and name not in self.recomputed and name not in self.avoid
+                and name != self.stash.name and max(s.backward_consumers) >= self.consumer)
+
+    def visit(self, name: str, root: bool) -> int | None:
+        """Depth of the cloned chain that makes ``name`` (0: read as it is), or None if it cannot be made."""
+        if name in self.depth_of:
+            return self.depth_of[name]
+        if not root and self.usable_as_is(name):
+            self.leaves.append(name)
+            return self._at(name, 0)
+        if self.recompute.reuse_clones and name in self.clones and self.clones[name] <= self.consumer:
+            self.reused[name] = name   # read from the clone made for an earlier reader
+            return self._at(name, 0)
+        t = self.analysis.tensors.get(name)
+        if t is None or t.producer is None:
+            return self._fail(f"needs {name!r}, which is not kept until the reader")
+        if self.analysis.boundary.is_backward(t.producer):
+            return self._fail(f"needs backward tensor {name!r}")
+        graph = self.analysis.model.graph
+        node = graph.node[t.producer]
+        if _is_anchor_view(graph, self.analysis, node):
+            return self._through_view(name, node)
+        why = self.recompute._op_problem(node)
+        if why:
+            kept = "" if name not in self.by_name else " (a recomputed or short-lived stash)"
+            return self._fail(f"needs {name!r}{kept}, {why}")
+        return self._clone(t.producer, node)
+
+    def _through_view(self, name: str, node: onnx.NodeProto) -> int | None:
+        """Reshape(x, anchor) made by an encoding pass: a zero-copy view of x; rebuild x instead."""
+        d = self.visit(node.input[0], False)
+        if d is None:
+            return None
+        self.alias[name] = node.input[0]
+        return self._at(name, d)
+
+    def _clone(self, index: int, node: onnx.NodeProto) -> int | None:
+        """``node`` cloned once all its inputs can be had: one deeper than its deepest input."""
+        deepest = 0
+        for i in node.input:
+            if not i:
+                continue
+            d = self.visit(i, False)
+            if d is None:
+                return None
+            deepest = max(deepest, d)
+        depth = deepest + 1
+        if depth > self.recompute.max_depth:
+            return self._fail(f"rebuilding it needs a chain of more than max_depth={self.recompute.max_depth} ops")
+        for out in node.output:
+            if out:
+                self.depth_of[out] = depth
+        if index not in self.nodes:
+            self.nodes.append(index)   # post-order: inputs' producers first
+        return depth
+
+    def _at(self, name: str, depth: int) -> int:
+        self.depth_of[name] = depth
+        return depth
+
+    def _fail(self, why: str) -> None:
+        self.problem.append(why)
+        return None
 
 
 def _encoded_stash(analysis: GraphAnalysis, e_idx: int, dec: onnx.NodeProto, codec: str) -> StashedTensor:
