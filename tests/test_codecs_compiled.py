@@ -111,7 +111,7 @@ _LOSSLESS_ONLY = """
 import sys
 import numpy as np
 from onnxcomp.custom_ops import cpu, get_codec
-cpu.warm_up(["signbits", "maxpool_index", "sparse", "zvc", "csr", "relumask", "intervalmask"])
+cpu.warm_up(["signbits", "maxpool_index", "sparse", "zvc", "csr", "relumask", "bitmask", "intervalmask"])
 rng = np.random.default_rng(0)
 x = rng.standard_normal((2, 4, 8, 8)).astype(np.float32)
 for name in ("signbits", "sparse", "zvc", "csr"):

@@ -1,17 +1,19 @@
 """Compiled multi-core CPU kernels (numba) for the codecs, and the switch between them and NumPy.
 
 Each codec keeps its NumPy implementation as the reference; ``encode_cpu`` / ``decode_cpu`` call the
-compiled kernel when the backend is ``"numba"`` and produce the same bytes (tests run both backends).
+compiled kernel when their module runs with numba and produce the same bytes (tests run both backends).
 
 The default backend, ``"auto"``, picks per kernel module: numba only for the modules in ``NUMBA_BY_DEFAULT``
-(dpr, sz, zfp: their compiled kernels are 2-4x faster than NumPy at 1-16 MiB stashes on 2 cores), NumPy for
-the others (bits, sparse, intervalmask: NumPy was as fast or faster, docs/cpu-codecs.md has the table), so a
-graph whose codecs are all NumPy-default never imports numba and does not pay its ~125 MiB RSS. Without numba
+(dpr, sz, zfp: their compiled kernels encode 2-9x faster than NumPy at 1-16 MiB stashes on 2 cores), NumPy
+for the others (bits, sparse, intervalmask: NumPy was as fast or faster; docs/cpu-codecs.md has the table), so
+a graph whose codecs are all NumPy-default never imports numba nor pays its ~125 MiB of RSS. Without numba
 installed everything is NumPy. ``ONNXCOMP_CODEC_BACKEND=numpy|numba|auto`` or ``set_backend`` /
-``use_backend`` choose explicitly (``numba`` / ``numpy`` for every codec). Kernels are compiled on first use and cached on disk
-(``cache=True``): numba writes the cache into ``__pycache__`` next to this package, and where that is not
-writable (an installed, read-only site-packages) into ``NUMBA_CACHE_DIR`` or the user cache directory
-(numba's own fallback locator), so a new process loads machine code instead of compiling it.
+``use_backend`` choose explicitly (``numba`` / ``numpy``: for every codec).
+
+Kernels are compiled on first use and cached on disk (``cache=True``): numba writes the cache into
+``__pycache__`` next to this package, and where that is not writable (an installed, read-only site-packages)
+into ``NUMBA_CACHE_DIR`` or the user cache directory (numba's own fallback locator), so a new process loads
+machine code instead of compiling it.
 
 Every kernel is ``nogil``: an encoder may run on a Python thread while ORT computes on others.
 
