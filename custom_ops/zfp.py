@@ -78,9 +78,15 @@ _BITLEN16 = np.frexp(np.arange(1 << 16, dtype=np.float64))[1].astype(np.int64)
 # The compiled block coder (same words) when numba is installed, else the vectorised NumPy coder below.
 # Imported on first use, not with the package: numba + LLVM add ~70 MiB of RSS on import and ~60 MiB more
 # when the cached kernels load (measured), which processes that never encode with zfp should not pay.
-# ONNXCOMP_ZFP_NUMBA=0 keeps the NumPy coder (no fixed cost, ~10x slower).
+# ONNXCOMP_ZFP_NUMBA=0 keeps the NumPy coder (no fixed cost, ~10x slower), as does ONNXCOMP_CODEC_BACKEND=numpy.
 USE_NUMBA = importlib.util.find_spec("numba") is not None and os.environ.get("ONNXCOMP_ZFP_NUMBA", "1") != "0"
 _zfp_numba: Any = None
+
+
+def _use_compiled() -> bool:
+    from .cpu import backend_for
+
+    return USE_NUMBA and backend_for("zfp") == "numba"
 
 
 def _compiled() -> Any:
@@ -465,7 +471,7 @@ class ZFP(Codec):
         if idx.size:
             flat = np.where(special, np.float32(0), flat)
         layout = layout_of(x.shape)
-        if USE_NUMBA:
+        if _use_compiled():
             words = np.zeros(data_words(layout, rate), dtype=np.uint32)
             _compiled().encode(flat, flat.size, layout.height, layout.width, layout.nblocks, layout.two_d, rate,
                               PRECISION, EXP_BITS, EXP_BIAS, words)
@@ -498,7 +504,7 @@ class ZFP(Codec):
         obits = np.asarray(obits, dtype=np.uint32).reshape(-1)
         _check_outliers(idx, obits, n)
         y = np.empty(n, dtype=np.float32)
-        if USE_NUMBA:
+        if _use_compiled():
             if not _compiled().decode(data, n, layout.height, layout.width, layout.nblocks, layout.two_d, rate,
                                      PRECISION, EXP_BITS, EXP_BIAS, y):
                 raise ValueError("zfp: block exponent field out of range")

@@ -5,6 +5,9 @@ The codecs' property tests (test_codecs_*.py) already run against both backends;
 tests never reach (chunk and task boundaries of the parallel kernels)."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +94,51 @@ def test_backend_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match=cpu.ENV_VAR):
         cpu._default_backend()
     monkeypatch.delenv(cpu.ENV_VAR)
-    assert cpu._default_backend() == ("numba" if cpu.numba_available() else "numpy")
+    assert cpu._default_backend() == ("auto" if cpu.numba_available() else "numpy")
+
+
+@numba_only
+def test_auto_backend_picks_numba_only_where_it_is_faster() -> None:
+    with cpu.use_backend("auto"):
+        assert cpu.kernels("bits") is None and cpu.kernels("sparse") is None
+        assert cpu.kernels("intervalmask") is None
+        assert cpu.kernels("sz") is not None and cpu.backend_for("zfp") == "numba"
+    with cpu.use_backend("numba"):
+        assert cpu.kernels("bits") is not None
+
+
+_LOSSLESS_ONLY = """
+import sys
+import numpy as np
+from onnxcomp.custom_ops import cpu, get_codec
+cpu.warm_up(["signbits", "maxpool_index", "sparse", "zvc", "csr", "relumask", "bitmask", "intervalmask"])
+rng = np.random.default_rng(0)
+x = rng.standard_normal((2, 4, 8, 8)).astype(np.float32)
+for name in ("signbits", "sparse", "zvc", "csr"):
+    c = get_codec(name)
+    y = np.maximum(x, 0) if name != "signbits" else x
+    c.decode_cpu(c.encode_cpu(y))
+import torch
+_, ind = torch.nn.functional.max_pool2d(torch.from_numpy(x), 2, 2, return_indices=True)
+idx = ind.numpy() + (np.arange(8, dtype=np.int64) * 64).reshape(2, 4, 1, 1)
+p = dict(input_shape=[2, 4, 8, 8], kernel_shape=[2, 2], strides=[2, 2], pads=[0, 0, 0, 0])
+mp = get_codec("maxpool_index")
+assert (mp.decode_cpu(mp.encode_cpu(idx, **p), **p) == idx).all()
+print("numba" in sys.modules, cpu.backend())
+"""
+
+
+@numba_only
+@pytest.mark.parametrize(("setting", "imported"), [("", False), ("numba", True)])
+def test_lossless_codecs_do_not_import_numba_by_default(setting: str, imported: bool) -> None:
+    """The default ("auto") runs the lossless codecs with NumPy, so their process never pays numba's RSS;
+    ONNXCOMP_CODEC_BACKEND=numba still overrides it."""
+    env = {k: v for k, v in os.environ.items() if k != cpu.ENV_VAR}
+    if setting:
+        env[cpu.ENV_VAR] = setting
+    out = subprocess.run([sys.executable, "-c", _LOSSLESS_ONLY], env=env, capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == [str(imported), setting or "auto"]
 
 
 @numba_only

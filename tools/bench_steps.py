@@ -35,8 +35,8 @@ def _config(spec: str) -> tuple[str, str, str]:
         raise SystemExit(f"bench_steps: configuration {spec!r} is not LABEL[@BACKEND]=FILE")
     label, file = spec.split("=", 1)
     backend = label.split("@", 1)[1] if "@" in label else cpu.backend()
-    if backend not in cpu.BACKENDS:
-        raise SystemExit(f"bench_steps: unknown backend {backend!r} in {spec!r}; use one of {cpu.BACKENDS}")
+    if backend not in cpu.CHOICES:
+        raise SystemExit(f"bench_steps: unknown backend {backend!r} in {spec!r}; use one of {cpu.CHOICES}")
     return label, file, backend
 
 

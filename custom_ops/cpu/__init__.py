@@ -1,13 +1,19 @@
 """Compiled multi-core CPU kernels (numba) for the codecs, and the switch between them and NumPy.
 
 Each codec keeps its NumPy implementation as the reference; ``encode_cpu`` / ``decode_cpu`` call the
-compiled kernel when the backend is ``"numba"`` and produce the same bytes (tests run both backends).
+compiled kernel when their module runs with numba and produce the same bytes (tests run both backends).
 
-The backend is ``"numba"`` when numba imports, else ``"numpy"``; ``ONNXCOMP_CODEC_BACKEND=numpy|numba``
-or ``set_backend`` / ``use_backend`` choose explicitly. Kernels are compiled on first use and cached on disk
-(``cache=True``): numba writes the cache into ``__pycache__`` next to this package, and where that is not
-writable (an installed, read-only site-packages) into ``NUMBA_CACHE_DIR`` or the user cache directory
-(numba's own fallback locator), so a new process loads machine code instead of compiling it.
+The default backend, ``"auto"``, picks per kernel module: numba only for the modules in ``NUMBA_BY_DEFAULT``
+(dpr, sz, zfp: their compiled kernels encode 2-9x faster than NumPy at 1-16 MiB stashes on 2 cores), NumPy
+for the others (bits, sparse, intervalmask: NumPy was as fast or faster; docs/cpu-codecs.md has the table), so
+a graph whose codecs are all NumPy-default never imports numba nor pays its ~125 MiB of RSS. Without numba
+installed everything is NumPy. ``ONNXCOMP_CODEC_BACKEND=numpy|numba|auto`` or ``set_backend`` /
+``use_backend`` choose explicitly (``numba`` / ``numpy``: for every codec).
+
+Kernels are compiled on first use and cached on disk (``cache=True``): numba writes the cache into
+``__pycache__`` next to this package, and where that is not writable (an installed, read-only site-packages)
+into ``NUMBA_CACHE_DIR`` or the user cache directory (numba's own fallback locator), so a new process loads
+machine code instead of compiling it.
 
 Every kernel is ``nogil``: an encoder may run on a Python thread while ORT computes on others.
 
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -28,7 +35,11 @@ from contextlib import contextmanager
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
-BACKENDS = ("numpy", "numba")
+BACKENDS = ("numpy", "numba")  # the concrete implementations
+CHOICES = (*BACKENDS, "auto")  # what ONNXCOMP_CODEC_BACKEND / set_backend accept
+# Kernel modules (and zfp's coder) whose numba kernels beat NumPy by more than ~10 % at 1-16 MiB float32
+# activations on this project's 2-core reference machine (docs/cpu-codecs.md, "Default backend per codec").
+NUMBA_BY_DEFAULT = frozenset({"dpr", "sz", "zfp"})
 ENV_VAR = "ONNXCOMP_CODEC_BACKEND"
 
 _lock = threading.Lock()
@@ -38,11 +49,8 @@ _kernel_lock = threading.Lock()  # one parallel launch at a time (workqueue is n
 
 
 def numba_available() -> bool:
-    try:
-        import numba  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether numba is installed (found, not imported: importing it costs ~60 MiB of RSS)."""
+    return importlib.util.find_spec("numba") is not None
 
 
 def _default_backend() -> str:
@@ -50,20 +58,20 @@ def _default_backend() -> str:
     if name:
         _check(name)
         return name
-    return "numba" if numba_available() else "numpy"
+    return "auto" if numba_available() else "numpy"
 
 
 def _check(name: str) -> None:
-    if name not in BACKENDS:
+    if name not in CHOICES:
         raise ValueError(f"unknown codec backend {name!r} (from {ENV_VAR} or set_backend); "
-                         f"choose one of {', '.join(BACKENDS)}")
+                         f"choose one of {', '.join(CHOICES)}")
     if name == "numba" and not numba_available():
         raise ValueError(f"codec backend 'numba' asked for but numba is not installed; "
                          f"pip install numba, or set {ENV_VAR}=numpy")
 
 
 def backend() -> str:
-    """The active CPU codec backend: "numba" or "numpy"."""
+    """The active CPU codec backend setting: "numba", "numpy" or "auto" (per module, see ``backend_for``)."""
     global _backend
     if _backend is None:
         with _lock:
@@ -76,6 +84,15 @@ def set_backend(name: str) -> None:
     global _backend
     _check(name)
     _backend = name
+
+
+def backend_for(module: str) -> str:
+    """The implementation ("numba" or "numpy") that kernel module ``module`` (``custom_ops/cpu/<module>.py``,
+    or "zfp") runs with under the active setting."""
+    name = backend()
+    if name == "auto":
+        return "numba" if module in NUMBA_BY_DEFAULT else "numpy"
+    return name
 
 
 @contextmanager
@@ -111,9 +128,9 @@ def _load(name: str) -> SimpleNamespace:
 
 
 def kernels(name: str) -> SimpleNamespace | None:
-    """The public functions of ``custom_ops/cpu/<name>.py`` (behind the launch lock) if the numba backend
-    is active, else None."""
-    if backend() != "numba":
+    """The public functions of ``custom_ops/cpu/<name>.py`` (behind the launch lock) if that module runs
+    with numba (``backend_for``), else None: numba is imported only here, on first use."""
+    if backend_for(name) != "numba":
         return None
     ns = _modules.get(name)
     if ns is None:
@@ -126,8 +143,8 @@ def kernels(name: str) -> SimpleNamespace | None:
 
 def warm_up(codecs: list[str] | None = None) -> None:
     """Compile (or load from the cache) the kernels of ``codecs`` (default: every codec) now, e.g. before a
-    session's first step."""
-    if backend() != "numba":
+    session's first step. Codecs that run with NumPy only run their (tiny) samples: nothing is loaded."""
+    if backend() == "numpy":
         return
     import numpy as np
 

@@ -116,7 +116,7 @@ def machine_info() -> dict[str, Any]:
 
 
 def current_codec_backend() -> str:
-    """The CPU codec backend this process uses (``ONNXCOMP_CODEC_BACKEND`` or numba when it imports)."""
+    """The CPU codec backend setting of this process (``ONNXCOMP_CODEC_BACKEND``, else "auto" with numba)."""
     from onnxcomp.custom_ops import cpu
 
     return cpu.backend()

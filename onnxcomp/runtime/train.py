@@ -111,6 +111,7 @@ def train(
         batches, test, evaluation = _data(data, spec, seed, evaluation)
         for _ in range(done):  # resuming: continue the batch stream where the saved run stopped
             next(batches)
+        _warm_up_codecs(model_path)
         loop = _run_steps(session, batches, test, evaluation, first=done + 1, last=done + steps,
                           eval_every=eval_every, progress=progress)
         params = session.parameters() if return_parameters else None
@@ -203,6 +204,14 @@ def _data(data: str, spec: GraphData, seed: int, evaluation: _Evaluation
     return dataset.train_batches(seed), test, evaluation
 
 
+def _warm_up_codecs(model_path: Path) -> None:
+    """Load (or, without a cache, compile) the kernels of the codecs the graph uses now, not in the first
+    step; only those: a graph of NumPy-default codecs then never imports numba (custom_ops/cpu)."""
+    from onnxcomp.runtime._measure_worker import _load_codec_kernels
+
+    _load_codec_kernels(model_path)
+
+
 def _run_steps(session: TrainingSession, batches: Batches, test: list[tuple[np.ndarray, np.ndarray]],
                evaluation: _Evaluation, *, first: int, last: int, eval_every: int | None,
                progress: bool) -> _Loop:
@@ -210,9 +219,6 @@ def _run_steps(session: TrainingSession, batches: Batches, test: list[tuple[np.n
     ``test`` every ``eval_every`` steps and after the last one, when there is an eval model."""
     from tqdm.auto import tqdm
 
-    from onnxcomp.custom_ops import cpu
-
-    cpu.warm_up()  # load (or, without a cache, compile) the codec kernels now, not in the first step
     loop = _Loop([], [], [], 0.0)
     start = time.perf_counter()
     bar = tqdm(range(first, last + 1), disable=not progress, desc="train", unit="step")
