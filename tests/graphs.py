@@ -2,6 +2,8 @@
 fast unit tests of single passes — no torch export, no artifact generation."""
 from __future__ import annotations
 
+from string import Template
+
 import onnx
 import onnx.parser
 
@@ -56,25 +58,32 @@ train (float[2,3,8,8] input, float[4,3,3,3] w1, float[4,3,3,3] w1_buf, bool lazy
 # Gemm -> Relu -> Gemm (fully connected, no bias) -> ReduceSum and its backward, as ORT builds it: the second
 # layer's dW = dZᵀ·R is a Gemm read only by its accumulator (what DeferWeightGradientPass and
 # SplitWeightPass rewrite); the accumulators output "<param>_grad.accumulation.out" as graph outputs.
-TWO_FC = """
+_FC = """
 <ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
 train (float[2,16] input, float[64,16] w1, float[32,64] w2, float[64,16] w1_buf, float[32,64] w2_buf,
        bool lazy_reset_grad, float loss_grad) => (bool w1_out, bool w2_out)
-{
+$constants{
   h = Gemm <transB=1> (input, w1)
-  r = Relu (h)
+  $activation
   z = Gemm <transB=1> (r, w2)
   loss = ReduceSum <keepdims=0> (z)
   z_shape = Shape (z)
   dz = Expand (loss_grad, z_shape)
   w2_grad = Gemm <transA=1> (dz, r)
   dr = Gemm (dz, w2)
-  dh = com.microsoft.ReluGrad (dr, h)
+  $activation_grad
   w1_grad = Gemm <transA=1> (dh, input)
   w2_out = com.microsoft.InPlaceAccumulatorV2 (w2_buf, w2_grad, lazy_reset_grad)
   w1_out = com.microsoft.InPlaceAccumulatorV2 (w1_buf, w1_grad, lazy_reset_grad)
 }
 """
+TWO_FC = Template(_FC).substitute(constants="", activation="r = Relu (h)",
+                                  activation_grad="dh = com.microsoft.ReluGrad (dr, h)")
+
+# Gemm -> Dropout -> Gemm: the bool keep-mask is stashed for DropoutGrad.
+FC_DROPOUT = Template(_FC).substitute(constants="<float ratio = {0.5}, bool mode = {1}>\n",
+                                      activation="r, mask = Dropout (h, ratio, mode)",
+                                      activation_grad="dh = com.microsoft.DropoutGrad (dr, mask, ratio, mode)")
 
 
 def parse(text: str) -> onnx.ModelProto:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnx_ir as ir
-from graphs import _CONV, parse, two_conv
+from graphs import _CONV, FC_DROPOUT, parse, two_conv
 
 from onnxcomp.analysis import analyze_model
 from onnxcomp.custom_ops import contract, zfp
@@ -39,29 +39,6 @@ train (float[2,3,8,8] input, float[4,3,3,3] w1, float[4,4,3,3] w2, float[4,3,3,3
   w1_flag = com.microsoft.InPlaceAccumulatorV2 (w1_buf, w1_grad, lazy_reset_grad)
 }}
 """
-
-# Gemm -> Dropout -> Gemm: the bool keep-mask is stashed for DropoutGrad.
-FC_DROPOUT = """
-<ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
-train (float[2,16] input, float[64,16] w1, float[32,64] w2, float[64,16] w1_buf, float[32,64] w2_buf,
-       bool lazy_reset_grad, float loss_grad) => (bool w1_out, bool w2_out)
-<float ratio = {0.5}, bool mode = {1}>
-{
-  h = Gemm <transB=1> (input, w1)
-  r, mask = Dropout (h, ratio, mode)
-  z = Gemm <transB=1> (r, w2)
-  loss = ReduceSum <keepdims=0> (z)
-  z_shape = Shape (z)
-  dz = Expand (loss_grad, z_shape)
-  w2_grad = Gemm <transA=1> (dz, r)
-  dr = Gemm (dz, w2)
-  dh = com.microsoft.DropoutGrad (dr, mask, ratio, mode)
-  w1_grad = Gemm <transA=1> (dh, input)
-  w2_out = com.microsoft.InPlaceAccumulatorV2 (w2_buf, w2_grad, lazy_reset_grad)
-  w1_out = com.microsoft.InPlaceAccumulatorV2 (w1_buf, w1_grad, lazy_reset_grad)
-}
-"""
-
 
 def _ours(model: onnx.ModelProto, role: str) -> list[onnx.NodeProto]:
     return [n for n in model.graph.node if (op := contract.codec_op(n.domain, n.op_type)) and op.role == role]
