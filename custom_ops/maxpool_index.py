@@ -131,6 +131,49 @@ def cached_geometry(params: dict[str, Any]) -> PoolGeometry:
     return _geometry_of(tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in params.items())))
 
 
+@dataclass(frozen=True)
+class _Tables:
+    """Per-geometry lookup tables of the NumPy fast path (``fast_tables``)."""
+
+    rows: int                 # planes per chunk
+    base: np.ndarray          # int64 (rows, OH*OW): r*H*W + window origin, the index of tap 0 of plane r
+    lut: np.ndarray           # uint8: offset k of flat distance t - 1 from the window origin, INVALID elsewhere
+    taps: np.ndarray          # int64 (kh*kw,): flat distance of tap k from the window origin
+    edge: np.ndarray          # intp: positions whose window is not wholly inside the input (checked tap by tap)
+    edge_taps: np.ndarray     # uint64 (edge.size,): bit k set iff tap k of that window lies inside the input
+    empty: np.ndarray         # intp: positions whose window has no tap inside the input (ORT's sentinel)
+
+
+_INVALID = 255  # lut entry of a distance that is no tap of the window
+
+
+@functools.lru_cache(maxsize=256)
+def fast_tables(g: PoolGeometry) -> _Tables | None:
+    """Tables for the NumPy path that maps each index to its offset by one table lookup (no division), or None
+    where that path does not apply: a dilated window wider than the input row (then a flat distance does not
+    determine the tap) or windows of more than 64 taps (bit masks of ``edge_taps``)."""
+    window = g.kh * g.kw
+    span_h, span_w = (g.kh - 1) * g.dh + 1, (g.kw - 1) * g.dw + 1
+    if window > 64 or span_w > g.W:
+        return None
+    hs = np.arange(g.OH, dtype=np.int64) * g.sh - g.pt
+    ws = np.arange(g.OW, dtype=np.int64) * g.sw - g.pl
+    origin = (hs[:, None] * g.W + ws[None, :]).reshape(-1)
+    ohw, hw = g.OH * g.OW, g.H * g.W
+    rows = max(1, _CHUNK // max(ohw, 1))
+    base = (np.arange(rows, dtype=np.int64) * hw)[:, None] + origin[None, :]
+    k = np.arange(window, dtype=np.int64)
+    taps = (k // g.kw) * g.dh * g.W + (k % g.kw) * g.dw
+    lut = np.full((span_h - 1) * g.W + span_w + 2, _INVALID, dtype=np.uint8)
+    lut[taps + 1] = k  # entry 0 and the last one stay INVALID: out-of-range distances are clipped onto them
+    ih = (hs[:, None] + (k // g.kw)[None, :] * g.dh)  # (OH, window) tap rows
+    iw = (ws[:, None] + (k % g.kw)[None, :] * g.dw)   # (OW, window) tap columns
+    inside = (((ih >= 0) & (ih < g.H))[:, None, :] & ((iw >= 0) & (iw < g.W))[None, :, :]).reshape(ohw, window)
+    edge = np.flatnonzero(~inside.all(axis=1))
+    edge_taps = (inside[edge].astype(np.uint64) << k.astype(np.uint64)).sum(axis=1, dtype=np.uint64)
+    return _Tables(rows, base, lut, taps, edge, edge_taps, np.flatnonzero(empty_windows(g)))
+
+
 # -- b-bit packing (NumPy) --------------------------------------------------------------------------------
 # All paths do whole-word shifts on little-endian views ('<u2'/'<u4'/'<u8' of the byte array), so the
 # layout is the same on any host; column-wise uint8 ops were 5x slower.
@@ -200,6 +243,73 @@ def unpack_bits(packed: np.ndarray, bits: int, n: int) -> np.ndarray:
     for j in range(1, 8):
         acc |= (v << np.uint64(j * (8 - bits))) & np.uint64(mask << (8 * j))
     return acc.astype("<u8").view(np.uint8)[:n]
+
+
+def _encode_lut(idx: np.ndarray, g: PoolGeometry, t: _Tables) -> np.ndarray:
+    """Packed offsets of int64 indices ``idx`` (planes, OH*OW) through ``t.lut``: per chunk of planes one
+    subtraction of the tap-0 index, one table lookup; then checks that need no pass over the int64 data
+    except on the (few) windows that overhang the input."""
+    P, ohw = idx.shape
+    hw = g.H * g.W
+    per = 8 // g.bits if g.bits in _WORD else 8
+    n = P * ohw
+    kbuf = np.empty(-(-n // per) * per, dtype=np.uint8)  # padded as pack_bits wants it: no copy there
+    kbuf[n:] = 0
+    k = kbuf[:n].reshape(P, ohw)
+    d = np.empty((min(t.rows, P), ohw), dtype=np.int64)
+    for p0 in range(0, P, t.rows):
+        p1 = min(P, p0 + t.rows)
+        dd = d[:p1 - p0]
+        np.subtract(idx[p0:p1], t.base[:p1 - p0], out=dd)
+        dd -= p0 * hw - 1  # distance from the window origin, + 1: lut[0] is INVALID for negative ones
+        np.take(t.lut, dd, out=k[p0:p1], mode="clip")
+    window = g.kh * g.kw
+    bad = k >= window if n and int(k.max()) >= window else None  # some distance is no tap of its window
+    if t.edge.size:  # overhanging windows: the tap must also lie inside the input
+        ke = k[:, t.edge]
+        ke[ke >= window] = 0  # flagged in ``bad`` already
+        off = (t.edge_taps[None, :] >> ke.astype(np.uint64)) & np.uint64(1) == 0
+        empty_cols = np.isin(t.edge, t.empty)
+        if t.empty.size:  # no tap inside: ORT stores its sentinel, the payload offset 0
+            sentinel = (np.arange(P, dtype=np.int64) * hw - g.W - 1)[:, None]
+            off[:, empty_cols] = idx[:, t.edge[empty_cols]] != sentinel
+            k[:, t.empty] = 0
+        if bad is not None:
+            bad[:, t.edge] = off | (bad[:, t.edge] & ~empty_cols[None, :])
+        elif off.any():
+            bad = np.zeros(k.shape, dtype=bool)
+            bad[:, t.edge] = off
+    if bad is not None and bad.any():
+        e = int(np.flatnonzero(bad.reshape(-1))[0])
+        raise ValueError(f"maxpool_index: index {int(idx.reshape(-1)[e])} at flat position {e} is not "
+                         f"inside its pooling window (wrong params or not MaxPool indices)")
+    return pack_bits(kbuf, g.bits)[:(n * g.bits + 7) // 8]
+
+
+def _decode_lut(packed: np.ndarray, g: PoolGeometry, t: _Tables) -> np.ndarray:
+    """int64 indices (planes, OH*OW) from a payload whose offsets ``unpack_bits`` has checked. Offsets of b
+    bits, b | 8: one lookup per payload byte gives the tap distances of its 8/b offsets (a (256, 8/b) table),
+    then the tap-0 index is added; other widths look offsets up one by one."""
+    P, ohw = g.N * g.C, g.OH * g.OW
+    hw, n = g.H * g.W, P * ohw
+    per = 8 // g.bits if 8 % g.bits == 0 else 1
+    packed = np.asarray(packed, dtype=np.uint8).reshape(-1)
+    out = np.empty(packed.size * per if per > 1 else n, dtype=np.int64)
+    if per > 1:
+        mask = (1 << g.bits) - 1
+        code = np.arange(256, dtype=np.int64)
+        fields = np.minimum((code[:, None] >> (np.arange(per) * g.bits)[None, :]) & mask, g.kh * g.kw - 1)
+        np.take(t.taps[fields], packed, axis=0, out=out.reshape(-1, per), mode="clip")  # clip: no buffered out
+    else:
+        np.take(t.taps, unpack_bits(packed, g.bits, n), out=out, mode="clip")
+    grid = out[:n].reshape(P, ohw)
+    for p0 in range(0, P, t.rows):
+        blk = grid[p0:p0 + t.rows]
+        blk += t.base[:blk.shape[0]]
+        blk += p0 * hw
+    if t.empty.size:
+        grid[:, t.empty] = (np.arange(P, dtype=np.int64) * hw - g.W - 1)[:, None]
+    return grid
 
 
 def reference_indices(x: np.ndarray, **params: Any) -> np.ndarray:
@@ -295,6 +405,8 @@ class MaxPoolIndex(Codec):
             return packed, np.asarray(g.out_shape, dtype=np.int64)
         P, hw, ohw = g.N * g.C, g.H * g.W, g.OH * g.OW
         idx = np.ascontiguousarray(idx).reshape(P, ohw)
+        if (t := fast_tables(g)) is not None:
+            return _encode_lut(idx, g, t), np.asarray(g.out_shape, dtype=np.int64)
         # int32 arithmetic halves the work of every step below; int64 only for planes of >= 2**30 elements.
         it, ut = (np.int32, np.uint32) if hw + (g.OH * g.sh + g.OW * g.sw) < 1 << 30 else (np.int64, np.uint64)
         # Window origin of every output position, shape (OH*OW,).
@@ -357,6 +469,8 @@ class MaxPoolIndex(Codec):
         k = unpack_bits(packed, g.bits, P * ohw).reshape(P, ohw)
         if k.size and int(k.max()) >= g.kh * g.kw:
             raise ValueError("maxpool_index: corrupt payload (offset outside the window)")
+        if (t := fast_tables(g)) is not None:
+            return _decode_lut(packed, g, t).reshape(shape)
         # idx = plane*H*W + origin + (k // kw)*dh*W + (k % kw)*dw
         #     = plane*H*W + origin + k*dw + (k // kw)*(dh*W - kw*dw): int32 arithmetic on in-cache blocks
         # (a gather through an offset table was 2x slower: np.take widens the uint8 indices first).

@@ -69,9 +69,10 @@ def copy_bandwidth(nbytes: int = 64 << 20, repeat: int = 15) -> dict[str, float]
                           range(cores)))
 
         bn, mn, _ = timed(all_cores, repeat)
+        cn = _cpu_seconds[-1]
     return {"bytes": nbytes, "cores": cores, "one_best": nbytes / b1 / MB, "one_median": nbytes / m1 / MB,
             "all_best": nbytes / bn / MB, "all_median": nbytes / mn / MB,
-            "one_per_cpu_second": nbytes / c1 / MB}
+            "one_per_cpu_second": nbytes / c1 / MB, "all_per_cpu_second": nbytes / cn / MB}
 
 
 def maxpool_indices(x: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
@@ -174,24 +175,35 @@ def inputs(directory: Path, largest: int) -> dict[str, list[tuple[str, np.ndarra
     return kinds
 
 
-def run(directory: Path, repeat: int, largest: int, rel: float) -> dict[str, Any]:
-    cpu.warm_up()  # compile / load every kernel before timing
+RELU_IN_CODECS = ("signbits", "relumask", "dpr_fp16", "dpr_bf16", "dpr_fp10", "dpr_fp8")
+RELU_OUT_CODECS = ("zvc", "csr", "sparse", "sz", "zfp", "maxpool_index")
+BASELINES = ("SZ3", "zstd", "lz4")
+
+
+def run(directory: Path, repeat: int, largest: int, rel: float, rate: int,
+        only: frozenset[str] | None = None) -> dict[str, Any]:
+    want = lambda name: only is None or name in only  # noqa: E731
+    with cpu.use_backend("numba"):
+        cpu.warm_up()  # compile / load every kernel before timing
     copy = copy_bandwidth()
     kinds = inputs(directory, largest)
     rows: list[dict[str, Any]] = []
     for tname, x in kinds["relu_in"]:
-        for name in ("signbits", "relumask", "dpr_fp16", "dpr_bf16", "dpr_fp10", "dpr_fp8"):
+        for name in filter(want, RELU_IN_CODECS):
             rows.append({"tensor": tname, **bench_codec(name, x, {}, repeat)})
     for tname, x in kinds["relu_out"]:
-        for name in ("zvc", "csr", "sparse"):
+        for name in filter(want, ("zvc", "csr", "sparse")):
             rows.append({"tensor": tname, **bench_codec(name, x, {}, repeat)})
         eb_abs = rel * float(x.max() - x.min())
-        rows.append({"tensor": tname, "eb": eb_abs, **bench_codec("sz", x, {"eb": eb_abs}, repeat)})
-        sz3 = bench_sz3(x, eb_abs, repeat)
-        if sz3 is not None:
+        if want("sz"):
+            rows.append({"tensor": tname, "eb": eb_abs, **bench_codec("sz", x, {"eb": eb_abs}, repeat)})
+        if want("zfp"):
+            rows.append({"tensor": tname, "rate": rate, **bench_codec("zfp", x, {"rate": rate}, repeat)})
+        if want("SZ3") and (sz3 := bench_sz3(x, eb_abs, repeat)) is not None:
             rows.append({"tensor": tname, "eb": eb_abs, **sz3})
-        rows += [{"tensor": tname, **r} for r in bench_lossless_baselines(x, repeat)]
-        if x.ndim == 4 and x.shape[2] >= 4:
+        if want("zstd") or want("lz4"):
+            rows += [{"tensor": tname, **r} for r in bench_lossless_baselines(x, repeat)]
+        if want("maxpool_index") and x.ndim == 4 and x.shape[2] >= 4:
             idx, params = maxpool_indices(x)
             rows.append({"tensor": tname + "_maxpool3s2", **bench_codec("maxpool_index", idx, params, repeat)})
     import numba
@@ -199,40 +211,50 @@ def run(directory: Path, repeat: int, largest: int, rel: float) -> dict[str, Any
     env = {"python": platform.python_version(), "numpy": np.__version__, "numba": numba.__version__,
            "threading_layer": numba.threading_layer(), "numba_threads": numba.config.NUMBA_NUM_THREADS,
            "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-           "load_avg": os.getloadavg(), "repeat": repeat, "rel_eb": rel}
+           "load_avg": os.getloadavg(), "repeat": repeat, "rel_eb": rel, "zfp_rate": rate,
+           "default_backend": {r["codec"]: cpu.backend_for(_kernel_module(r["codec"])) for r in rows if "numpy" in r}}
     return {"env": env, "copy": copy, "rows": rows}
 
 
+def _kernel_module(codec: str) -> str:
+    """The ``custom_ops/cpu`` module (or "zfp") whose backend setting a codec follows under ``auto``."""
+    if codec.startswith("dpr_"):
+        return "dpr"
+    return {"signbits": "bits", "relumask": "bits", "bitmask": "bits", "maxpool_index": "bits", "zvc": "sparse",
+            "csr": "sparse", "sparse": "sparse"}.get(codec, codec)
+
+
 def table(result: dict[str, Any]) -> str:
-    """Markdown: one line per (codec, tensor) with both directions, both backends, fraction of copy."""
-    copy = result["copy"]["all_best"]
-    copy_cpu = result["copy"]["one_per_cpu_second"]
-    lines = [f"copy bandwidth (np.copyto, 64 MiB): one thread {result['copy']['one_best']:.0f} MB/s best / "
-             f"{result['copy']['one_median']:.0f} median; {result['copy']['cores']} cores "
-             f"{copy:.0f} best / {result['copy']['all_median']:.0f} median; {copy_cpu:.0f} MB per CPU second. "
-             f"Wall fractions (× copy) are of {copy:.0f} MB/s; CPU columns: MB per CPU second (all threads) "
-             f"as a fraction of the copy's {copy_cpu:.0f}, i.e. the fraction of copy bandwidth per core.",
+    """Markdown: one line per (codec, tensor): ratio, then per direction MB/s wall (best) and MB per CPU second
+    (all threads) for NumPy and compiled, each with its fraction of the copy measured the same way."""
+    c = result["copy"]
+    copy, copy_cpu = c["all_best"], c.get("all_per_cpu_second", c["one_per_cpu_second"])
+    defaults = result["env"].get("default_backend", {})
+    lines = [f"copy (np.copyto, 64 MiB, {c['cores']} threads): {copy:.0f} MB/s wall (best; median "
+             f"{c['all_median']:.0f}), {copy_cpu:.0f} MB per CPU second; one thread {c['one_best']:.0f} MB/s, "
+             f"{c['one_per_cpu_second']:.0f} MB per CPU second. (×) = fraction of the copy's figure of the same kind. "
+             f"Load average {', '.join(f'{v:.1f}' for v in result['env']['load_avg'])}.",
              "",
-             "| codec | tensor | ratio | encode MB/s numpy → compiled (× copy) | decode MB/s numpy → compiled (× copy) "
-             "| encode / decode per CPU s, compiled (× copy) | same bytes |",
-             "|---|---|---:|---:|---:|---:|:-:|"]
+             "| codec | tensor | ratio | default | encode wall MB/s: numpy → compiled (×) | encode per CPU s: numpy → compiled (×) "
+             "| decode wall MB/s: numpy → compiled (×) | decode per CPU s: numpy → compiled (×) | same bytes |",
+             "|---|---|---:|:-:|---:|---:|---:|---:|:-:|"]
+
+    def cell(a: dict[str, Any] | None, b: dict[str, Any], key: str, ref: float) -> str:
+        left = f"{a[key]:.0f} ({a[key] / ref:.2f}) → " if a is not None else ""
+        return f"{left}**{b[key]:.0f}** ({b[key] / ref:.2f})"
+
     for r in result["rows"]:
         if "numpy" in r:
-            np_, nb = r["numpy"], r.get("numba", r["numpy"])
-            enc = f"{np_['encode_best']:.0f} → **{nb['encode_best']:.0f}** ({nb['encode_best'] / copy:.2f})"
-            dec = f"{np_['decode_best']:.0f} → **{nb['decode_best']:.0f}** ({nb['decode_best'] / copy:.2f})"
+            a, b = r["numpy"], r.get("numba", r["numpy"])
             same = {True: "yes", False: "**NO**"}.get(r.get("same_bytes"), "—")
-            c = nb
+            default = defaults.get(r["codec"], "")
         else:
-            s = c = r["single"]
-            enc = f"{s['encode_best']:.0f} ({s['encode_best'] / copy:.2f}), 1 thread"
-            dec = f"{s['decode_best']:.0f} ({s['decode_best'] / copy:.2f}), 1 thread"
-            same = "—"
-        per_cpu = (f"{c['encode_per_cpu_second']:.0f} ({c['encode_per_cpu_second'] / copy_cpu:.2f}) / "
-                   f"{c['decode_per_cpu_second']:.0f} ({c['decode_per_cpu_second'] / copy_cpu:.2f})")
-        eb = f" eb {r['eb']:.3g}" if "eb" in r else ""
-        lines.append(f"| {r['codec']}{eb} | {r['tensor']} {tuple(r['shape'])} | {r['ratio']:.2f} | {enc} | {dec} "
-                     f"| {per_cpu} | {same} |")
+            a, b, same, default = None, r["single"], "—", "1 thread"
+        extra = f" eb {r['eb']:.3g}" if "eb" in r else (f" rate {r['rate']}" if "rate" in r else "")
+        lines.append(f"| {r['codec']}{extra} | {r['tensor']} {tuple(r['shape'])} | {r['ratio']:.2f} | {default} "
+                     f"| {cell(a, b, 'encode_best', copy)} | {cell(a, b, 'encode_per_cpu_second', copy_cpu)} "
+                     f"| {cell(a, b, 'decode_best', copy)} | {cell(a, b, 'decode_per_cpu_second', copy_cpu)} "
+                     f"| {same} |")
     return "\n".join(lines)
 
 
@@ -242,11 +264,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=9, help="timed runs per measurement (best and median kept)")
     ap.add_argument("--largest", type=int, default=2, help="tensors per kind, largest first")
     ap.add_argument("--rel", type=float, default=1e-2, help="sz / SZ3 error bound relative to the value range")
+    ap.add_argument("--rate", type=int, default=8, help="zfp's fixed rate (bits per value)")
+    ap.add_argument("--codecs", nargs="+", help=f"only these codecs / baselines (default: all of "
+                    f"{', '.join(RELU_IN_CODECS + RELU_OUT_CODECS + BASELINES)})")
     ap.add_argument("--out", type=Path, help="write every figure as JSON here (and the table beside it, .md)")
     args = ap.parse_args(argv)
     if not args.dir.is_dir():
         ap.error(f"--dir {args.dir} is not a directory")
-    result = run(args.dir, args.repeat, args.largest, args.rel)
+    result = run(args.dir, args.repeat, args.largest, args.rel, args.rate,
+                 frozenset(args.codecs) if args.codecs else None)
     text = table(result)
     print(text)
     if args.out is not None:
