@@ -92,9 +92,15 @@ def _use_compiled() -> bool:
 def _compiled() -> Any:
     global _zfp_numba
     if _zfp_numba is None:
+        from types import SimpleNamespace
+
+        from . import cpu
+
+        cpu.threading_layer()  # workqueue unless NUMBA_THREADING_LAYER says otherwise (see custom_ops/cpu)
         from . import _zfp_numba as mod
 
-        _zfp_numba = mod
+        # behind the codec kernels' launch lock: workqueue allows one parallel launch at a time
+        _zfp_numba = SimpleNamespace(encode=cpu._locked(mod.encode), decode=cpu._locked(mod.decode))
     return _zfp_numba
 
 if sys.byteorder != "little":  # the uint32 stream words are little-endian

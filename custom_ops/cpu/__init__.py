@@ -115,11 +115,17 @@ def _locked(fn: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-def _load(name: str) -> SimpleNamespace:
+def threading_layer() -> None:
+    """Select numba's workqueue layer (read at the first parallel launch; see the module doc) unless
+    NUMBA_THREADING_LAYER says otherwise. Imports numba."""
     if "NUMBA_THREADING_LAYER" not in os.environ:
         import numba
 
-        numba.config.THREADING_LAYER = "workqueue"  # read at the first parallel launch; see module doc
+        numba.config.THREADING_LAYER = "workqueue"
+
+
+def _load(name: str) -> SimpleNamespace:
+    threading_layer()
     mod: ModuleType = importlib.import_module(f"{__name__}.{name}")
     public = getattr(mod, "__all__", None) or [k for k, v in vars(mod).items()
                                                  if callable(v) and not k.startswith("_")
