@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from onnxcomp.custom_ops import REGISTRY, get_codec
+from onnxcomp.custom_ops import cpu
 from onnxcomp.custom_ops import maxpool_index as mpi
 
 # Every test here runs against both CPU backends: the NumPy reference and the compiled kernels.
@@ -109,6 +110,31 @@ def test_maxpool_round_trip_hypothesis(cfg: tuple, seed: int, kind: str) -> None
          "const": lambda: np.full(shape, 1.5)}[kind]().astype(np.float32)
     idx = mpi.reference_indices(x, **params)
     _roundtrip_maxpool(idx, dict(input_shape=list(shape), **params))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pool_configs(), st.integers(0, 2**32 - 1), st.integers(-40, 40))
+def test_maxpool_table_path_matches_arithmetic_path(cfg: tuple, seed: int, delta: int) -> None:
+    """The NumPy table-lookup path (``fast_tables``) and the arithmetic path accept and reject the same index
+    tensors (one index moved by ``delta``) and write the same bytes."""
+    shape, params = cfg
+    rng = np.random.default_rng(seed)
+    idx = mpi.reference_indices(rng.integers(-2, 3, size=shape).astype(np.float32), **params)
+    if idx.size and delta:
+        idx.reshape(-1)[int(rng.integers(idx.size))] += delta
+    p = dict(input_shape=list(shape), **params)
+    results = []
+    for tables in (mpi.fast_tables, lambda g: None):
+        saved, mpi.fast_tables = mpi.fast_tables, tables
+        try:
+            with cpu.use_backend("numpy"):
+                payload = MAXPOOL.encode(idx, **p)
+            results.append((payload[0].tobytes(), MAXPOOL.decode(payload, **p).tobytes()))
+        except ValueError as exc:
+            results.append(("error", "window" in str(exc)))
+        finally:
+            mpi.fast_tables = saved
+    assert results[0] == results[1]
 
 
 def test_maxpool_sample_inputs_round_trip() -> None:
