@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from . import cpu
 from .base import Codec, Payload, get_codec, is_cupy_array, register
 from .sparse_select import choose_sparse_codec, count_nonzero, predicted_sizes
 
@@ -70,6 +71,14 @@ class SparseAdaptive(Codec):
             mode = choose_sparse_codec(shape=tuple(x.shape), nnz=counted[-1])
             if mode == "zvc":
                 return mode, zvc.gpu_finish(counted)
+            return mode, (None if mode == "dense" else get_codec(mode).encode(x))
+        if (k := cpu.kernels("sparse")) is not None:  # the compiled ZVC counting pass is the count
+            words = np.ascontiguousarray(x, dtype=np.float32).reshape(-1).view(np.uint32)
+            bitmap, starts = k.zvc_count(words)
+            mode = choose_sparse_codec(shape=tuple(x.shape), nnz=int(starts[-1]))
+            if mode == "zvc":
+                values = k.zvc_finish(words, starts).view(np.float32)
+                return mode, (bitmap, values, np.asarray(x.shape, dtype=np.int64).reshape(x.ndim))
             return mode, (None if mode == "dense" else get_codec(mode).encode(x))
         nnz = count_nonzero(x)
         mode = choose_sparse_codec(shape=tuple(x.shape), nnz=nnz)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["zvc_encode", "zvc_decode", "csr_encode", "csr_decode"]
+__all__ = ["zvc_count", "zvc_finish", "zvc_encode", "zvc_decode", "csr_encode", "csr_decode"]
 
 CHUNK = 1 << 16   # elements per ZVC task (a multiple of 8 and of 256)
 ROW = 256
@@ -143,16 +143,27 @@ def _starts(counts: np.ndarray) -> np.ndarray:
     return starts
 
 
-def zvc_encode(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(bitmap uint8, values uint32) of flat uint32 words."""
+def zvc_count(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Encode pass 1: (bitmap uint8, chunk starts int64; starts[-1] is the nonzero count) of flat uint32 words.
+    ``sparse`` picks its mode from that count, so choosing ZVC costs no separate counting pass."""
     n = words.size
     bitmap = np.empty((n + 7) // 8, dtype=np.uint8)
     counts = np.empty(-(-n // CHUNK), dtype=np.int64)
     _zvc_count(words, bitmap, counts)
-    starts = _starts(counts)
+    return bitmap, _starts(counts)
+
+
+def zvc_finish(words: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Encode pass 2 after ``zvc_count``: the nonzero values (uint32)."""
     values = np.empty(int(starts[-1]), dtype=np.uint32)
     _compact(words, starts, values, CHUNK)
-    return bitmap, values
+    return values
+
+
+def zvc_encode(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(bitmap uint8, values uint32) of flat uint32 words."""
+    bitmap, starts = zvc_count(words)
+    return bitmap, zvc_finish(words, starts)
 
 
 def zvc_decode(bitmap: np.ndarray, words: np.ndarray, n: int) -> np.ndarray:
