@@ -21,7 +21,8 @@ Pipeline (everything here plans; the rewrites are the existing passes, applied o
    the virtual curve was optimistic, the target is lowered by the difference and the search resumes from
    the current choice; where the peak sits in a backward region no per-stash option reaches (the first
    layer's backward, a large fully connected weight gradient), the region technique for it is enabled
-   (batch-chunked backward regions, split weights; lossy only: exact only up to float rounding).
+   (batch-chunked backward regions: lossy only, exact only up to float rounding; split weights: with --exact
+   on MLAS's reduction grid, bit-identical, passes/exact_gemm.py).
 5. Fail loudly: a budget the best reachable plan misses raises ``BudgetError`` naming that peak and the
    tensors live at it.
 """
@@ -403,6 +404,7 @@ class Regions:
     """Backward-region techniques enabled (lossy: exact up to float rounding)."""
     chunked: bool = False
     split_weight_bytes: int | None = None
+    split_bit_identical: bool = False        # --exact: blocks on MLAS's reduction grid (passes/exact_gemm.py)
 
 
 def build_passes(chosen: dict[str, Option], regions: Regions, techniques: list[Technique],
@@ -418,7 +420,7 @@ def build_passes(chosen: dict[str, Option], regions: Regions, techniques: list[T
         by_tech.setdefault(o.technique, set()).add(o.stash)
     passes: list[OnnxcompPass] = []
     if regions.split_weight_bytes:
-        passes.append(SplitWeightPass(regions.split_weight_bytes))
+        passes.append(SplitWeightPass(regions.split_weight_bytes, bit_identical=regions.split_bit_identical))
     passes += [DeferWeightGradientPass(), EagerAccumulationPass()]
     rebuilt = by_tech.get("recompute", set()) | by_tech.get(RECOMPUTE_CONV, set())
     if rebuilt:
@@ -503,7 +505,8 @@ class AutoPlan:
                         "planner predicts it lowers the peak (passes/chunk_backward.py)"})
         if self.regions.split_weight_bytes:
             out.append({"region": "fully connected weight gradients", "technique": "split_weight",
-                        "exact": False, "split_weight_bytes": self.regions.split_weight_bytes,
+                        "exact": self.regions.split_bit_identical,
+                        "split_weight_bytes": self.regions.split_weight_bytes,
                         "why": "a weight gradient larger than the budget allows was live at the predicted peak"})
         return out
 
@@ -629,7 +632,8 @@ def _make_base(model: onnx.ModelProto, regions: Regions, techniques: list[Techni
                exact: bool, min_bytes: int) -> _Base:
     from ..passes import DeferWeightGradientPass, EagerAccumulationPass, SplitWeightPass
 
-    first = [SplitWeightPass(regions.split_weight_bytes)] if regions.split_weight_bytes else []
+    first = ([SplitWeightPass(regions.split_weight_bytes, bit_identical=regions.split_bit_identical)]
+             if regions.split_weight_bytes else [])
     base = apply(model, [*first, DeferWeightGradientPass(), EagerAccumulationPass()]).model
     seen, live = predicted_live(base)
     analysis = analyze_model(seen)
@@ -715,7 +719,8 @@ def plan_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_b
                        "chunked": regions.chunked, "split_weight_bytes": regions.split_weight_bytes})
         say(f"auto: {len(chosen)} stash option(s), {regions}: virtual {virtual / MiB:.1f} MiB, "
             f"predicted {peak / MiB:.1f} MiB (target {target / MiB:.1f} MiB)")
-        plan = AutoPlan(budget, exact, target, dict(chosen), Regions(regions.chunked, regions.split_weight_bytes),
+        plan = AutoPlan(budget, exact, target, dict(chosen), Regions(regions.chunked, regions.split_weight_bytes,
+                                                                     regions.split_bit_identical),
                         peak, baseline_peak, peak <= target, dominant, [], out, applied,
                         costs.source, sum(o.seconds for o in chosen.values()))
         if best is None or plan.fits or peak < best.predicted_peak:
@@ -739,8 +744,9 @@ def plan_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_b
             options, ignore = _chunked_options(base, costs)
             chosen = {k: o for k, o in chosen.items() if o in options.get(k, [])}
             continue
-        if not exact and where == "fc" and not regions.split_weight_bytes:
+        if where == "fc" and not regions.split_weight_bytes:
             regions.split_weight_bytes = int(max(MiB, min(32 * MiB, budget // 8)))
+            regions.split_bit_identical = exact
             base = _make_base(model, regions, techniques, costs, exact, min_bytes)
             options, ignore = (_chunked_options(base, costs) if regions.chunked else (base.options, None))
             chosen = {k: o for k, o in chosen.items() if o in options.get(k, [])}
@@ -784,7 +790,7 @@ def render_plan(summary: dict[str, Any], console: Any = None) -> None:
             t.add_row(d["tensor"], d["technique"], "yes" if d["exact"] else "no", f"{d['original_bytes'] / MiB:.2f}",
                       f"{d['held_bytes'] / MiB:.2f}", f"{1000 * d['predicted_seconds']:.1f}", d["why"])
         else:
-            t.add_row(d["region"], d["technique"], "no", "", "", "", d["why"])
+            t.add_row(d["region"], d["technique"], "yes" if d.get("exact") else "no", "", "", "", d["why"])
     console.print(t)
     console.print(f"predicted step peak {summary['baseline_predicted_peak_bytes'] / MiB:.1f} → "
                   f"{summary['predicted_peak_bytes'] / MiB:.1f} MiB (planned to {summary['target_bytes'] / MiB:.1f} "
