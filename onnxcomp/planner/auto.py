@@ -355,6 +355,7 @@ def greedy(base_live: np.ndarray, windows: dict[str, _Window], options: dict[str
     stashes it pins (reads whole) are what is left at the peak."""
     chosen = dict(chosen)
     banned = set() if banned is None else banned
+    lowest: tuple[int, dict[str, Option]] | None = None   # giving up pinning recomputations can end higher
     while True:
         live = virtual_live(base_live, windows, chosen)
         if ignore is not None and ignore.any():
@@ -362,6 +363,8 @@ def greedy(base_live: np.ndarray, windows: dict[str, _Window], options: dict[str
         p = int(np.argmax(live))
         if live[p] <= target:
             return chosen, int(live[p])
+        if lowest is None or live[p] < lowest[0]:
+            lowest = (int(live[p]), dict(chosen))
         # A stash some chosen recomputation reads (its leaf) stays whole: no option of its own; choosing a
         # recomputation gives up whatever its leaves' options saved.
         pinned = {leaf for o in chosen.values() for leaf in o.leaves}
@@ -388,7 +391,7 @@ def greedy(base_live: np.ndarray, windows: dict[str, _Window], options: dict[str
         if best is None:
             pinning = [o for o in chosen.values() if set(o.leaves) & pinned_here]
             if not pinning:
-                return chosen, int(live[p])
+                return (lowest[1], lowest[0]) if lowest[0] < live[p] else (chosen, int(live[p]))
             for o in pinning:
                 banned.add((o.stash, o.technique))
                 chosen.pop(o.stash)
