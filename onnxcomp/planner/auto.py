@@ -621,6 +621,10 @@ def _peak_region(model: onnx.ModelProto, live_at: int) -> str | None:
     return None
 
 
+def _has_encoding(options: dict[str, list[Option]], stash: str) -> bool:
+    return any(not o.technique.startswith("recompute") for o in options.get(stash, []))
+
+
 @dataclass
 class _Base:
     """The graph the virtual curve is drawn on (scheduling and split weights applied), with its options."""
@@ -735,6 +739,9 @@ def plan_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_b
         clones = {b.name.split("__recomputed")[0] for b in bufs[:6] if "__recomputed" in b.name}
         backfired = [o for o in chosen.values() if o.technique.startswith("recompute")
                      and (o.stash in clones or clones & set(o.rebuilds))]
+        # Those with another way to be held go first: banning one with none (the stem conv's output) would
+        # only leave its stash raw.
+        backfired = [o for o in backfired if _has_encoding(options, o.stash)] or backfired
         if backfired:
             for o in backfired:
                 banned.add((o.stash, o.technique))
