@@ -594,11 +594,22 @@ def _recomputable(model: onnx.ModelProto) -> dict[str, dict[str, tuple[list[str]
     from ..passes import RecomputePass
     from ..passes.recompute import CHEAP_OPS
 
+    def table(res: Any) -> dict[str, tuple[list[str], list[str]]]:
+        return {r.subject: (list(r.detail.get("cloned_ops", [])), list(r.detail.get("inputs_kept", [])))
+                for r in res.records if r.kind == "recomputed"}
+
     out = {}
     for technique, ops in (("recompute", CHEAP_OPS), (RECOMPUTE_CONV, CHEAP_OPS | {"Conv"})):
-        res = RecomputePass(ops=ops).run(model)
-        out[technique] = {r.subject: (list(r.detail.get("cloned_ops", [])), list(r.detail.get("inputs_kept", [])))
-                          for r in res.records if r.kind == "recomputed"}
+        joint = table(RecomputePass(ops=ops).run(model))
+        for subject in [k for k, (cloned, _) in joint.items() if not cloned]:
+            # Rebuilt as a by-product of another stash's clones (a MaxPool's mask beside its output): chosen
+            # alone it clones that chain itself and reads its inputs; ask for it alone.
+            alone = table(RecomputePass(tensors=[subject], ops=ops).run(model)).get(subject)
+            if alone is None:
+                joint.pop(subject)
+            else:
+                joint[subject] = alone
+        out[technique] = joint
     return out
 
 
