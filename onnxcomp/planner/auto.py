@@ -408,6 +408,7 @@ class Regions:
     chunked: bool = False
     split_weight_bytes: int | None = None
     split_bit_identical: bool = False        # --exact: blocks on MLAS's reduction grid (passes/exact_gemm.py)
+    joint_recompute: bool = False            # size recomputations as one joint rewrite makes them (_recomputable)
 
 
 def build_passes(chosen: dict[str, Option], regions: Regions, techniques: list[Technique],
@@ -587,7 +588,7 @@ def dominant_at_peak(model: onnx.ModelProto, top: int = 3) -> tuple[int, list[tu
     return int(live[p]), [(b.name, int(b.size)) for b in bufs[:top]]
 
 
-def _recomputable(model: onnx.ModelProto) -> dict[str, dict[str, tuple[list[str], list[str]]]]:
+def _recomputable(model: onnx.ModelProto, alone: bool = True) -> dict[str, dict[str, tuple[list[str], list[str]]]]:
     """Stashes RecomputePass can rebuild (→ the op types it clones): from cheap ops ("recompute"), and also
     through convolutions ("recompute-conv": a Conv clone is the same kernel on the same inputs, so exact, but
     it costs a forward conv; the first layer's, reading the image, is the cheap case)."""
@@ -601,7 +602,7 @@ def _recomputable(model: onnx.ModelProto) -> dict[str, dict[str, tuple[list[str]
     out = {}
     for technique, ops in (("recompute", CHEAP_OPS), (RECOMPUTE_CONV, CHEAP_OPS | {"Conv"})):
         joint = table(RecomputePass(ops=ops).run(model))
-        for subject in [k for k, (cloned, _) in joint.items() if not cloned]:
+        for subject in [k for k, (cloned, _) in joint.items() if not cloned and alone]:
             # Rebuilt as a by-product of another stash's clones (a MaxPool's mask beside its output): chosen
             # alone it clones that chain itself and reads its inputs; ask for it alone.
             alone = table(RecomputePass(tensors=[subject], ops=ops).run(model)).get(subject)
@@ -656,7 +657,8 @@ def _make_base(model: onnx.ModelProto, regions: Regions, techniques: list[Techni
     seen, live = predicted_live(base)
     analysis = analyze_model(seen)
     windows = stash_windows(analysis)
-    options = enumerate_options(analysis, techniques, _recomputable(seen), costs, exact, min_bytes, windows)
+    options = enumerate_options(analysis, techniques, _recomputable(seen, alone=not regions.joint_recompute),
+                                costs, exact, min_bytes, windows)
     relieved = {o.relieves for opts in options.values() for o in opts if o.relieves}
     windows.update(stash_windows(analysis, relieved))
     return _Base(live, analysis, windows, options, [] if exact else _longest_regions(seen))
@@ -708,13 +710,25 @@ def plan_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_b
 
     if budget <= 0:
         raise OnnxcompError(f"budget {budget} bytes: must be positive", options=("budget_bytes",))
+    plan = _plan_auto(model, budget, exact, min_bytes, margin, progress, joint_recompute=False)
+    if not plan.fits:
+        # Recomputations sized as one joint rewrite makes them (a MaxPool mask free beside its output) are
+        # optimistic, yet the greedy sometimes ends lower with them: keep the lower plan.
+        other = _plan_auto(model, budget, exact, min_bytes, margin, progress, joint_recompute=True)
+        if other.fits or other.predicted_peak < plan.predicted_peak:
+            plan = other
+    return plan
+
+
+def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int, margin: float, progress: Any,
+               joint_recompute: bool) -> AutoPlan:
     say = progress or (lambda _m: None)
     _, untouched = predicted_live(model, eager_accumulation=False)
     baseline_peak = int(untouched.max()) if len(untouched) else 0
     target = planning_target(budget, margin)
     costs = _Costs()
     techniques = encoding_techniques()
-    regions = Regions()
+    regions = Regions(joint_recompute=joint_recompute)
     base = _make_base(model, regions, techniques, costs, exact, min_bytes)
     options, ignore = base.options, None
     banned: set[tuple[str, str]] = set()     # (stash, technique) the real prediction showed to backfire
