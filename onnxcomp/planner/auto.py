@@ -605,11 +605,11 @@ def _recomputable(model: onnx.ModelProto, alone: bool = True) -> dict[str, dict[
         for subject in [k for k, (cloned, _) in joint.items() if not cloned and alone]:
             # Rebuilt as a by-product of another stash's clones (a MaxPool's mask beside its output): chosen
             # alone it clones that chain itself and reads its inputs; ask for it alone.
-            alone = table(RecomputePass(tensors=[subject], ops=ops).run(model)).get(subject)
-            if alone is None:
+            own = table(RecomputePass(tensors=[subject], ops=ops).run(model)).get(subject)
+            if own is None:
                 joint.pop(subject)
             else:
-                joint[subject] = alone
+                joint[subject] = own
         out[technique] = joint
     return out
 
