@@ -15,8 +15,12 @@ For a forward ``Y = Gemm(X, W, b, transB=1)`` with row bounds r_0 = 0 < … < r_
                dX   = Σ_j Gemm(dY_j, W_j)          (a running sum of Adds)
 
 Every forward output and every weight-gradient element is the same dot product over the same operands as
-before; only dX is summed in p partial products, so it differs from ORT's by rounding. The pass therefore
-belongs to the lossy policies, and it changes the artifact set, not just the training graph: the checkpoint
+before; only dX is summed in p partial products, so it differs from ORT's by rounding. ``bit_identical=True``
+makes it bit-identical (``passes/exact_gemm.py`` has the rule and the evidence): MLAS, ORT's CPU SGEMM, adds the
+reduction into C in fixed chunks of 128 (``MLAS_SGEMM_STRIDEK``), so with block bounds on that grid and dX
+chained as ``Gemm(dY_j, W_j, C=dX_{j-1}, beta=1)`` the split call adds the very same chunk sums in the same
+order; the bounds are kept only where every Gemm involved (whole and per block, at every intra-op thread
+count up to ``max_threads``) keeps the 128 chunk. The pass changes the artifact set, not just the training graph: the checkpoint
 holds the blocks in place of ``W`` and the eval model reads them (``runtime.checkpoint.write_split_artifacts``
 writes both); ``runtime.checkpoint.merged_parameters`` gives the user's original names back.
 """
@@ -36,6 +40,7 @@ from ..analysis.training_graph import GRAD_BUFFER_SUFFIX, GRAD_OUT_SUFFIX
 from ..errors import OnnxcompError
 from .base import OnnxcompPass, PassOutcome, PassResult, Skipped
 from .editor import IrGraphEditor, ir_taken_names, unique_name
+from .exact_gemm import DEFAULT_MAX_THREADS, exact_row_bounds
 from .records import PassRecord
 
 PART_INFIX = ".part"
@@ -173,14 +178,19 @@ def _take_over(old: ir.Value, new: ir.Value) -> None:
 
 class SplitWeightPass(OnnxcompPass):
     """split_weight_bytes: largest weight block kept in one piece (None: the pass does nothing, the default —
-    the split renames the user's parameter, so it is asked for, never implied)."""
+    the split renames the user's parameter, so it is asked for, never implied). bit_identical: bit-identical training
+    (bounds on MLAS's reduction grid, dX as a chain of Gemms; a weight with no such bounds is left whole, and
+    blocks may stay larger than asked) for any intra-op thread count up to max_threads."""
 
     name = "split_weight"
 
-    def __init__(self, split_weight_bytes: int | None = None) -> None:
+    def __init__(self, split_weight_bytes: int | None = None, bit_identical: bool = False,
+                 max_threads: int = DEFAULT_MAX_THREADS) -> None:
         if split_weight_bytes is not None and split_weight_bytes <= 0:
             raise OnnxcompError(f"split_weight_bytes must be > 0 (got {split_weight_bytes})")
         self.max_part_bytes = split_weight_bytes
+        self.bit_identical = bit_identical
+        self.max_threads = max_threads
 
     def call(self, model: ir.Model) -> PassOutcome:
         outcome = PassOutcome(model, False)
@@ -204,7 +214,16 @@ class SplitWeightPass(OnnxcompPass):
             if isinstance(site, str):
                 outcome.skipped.append(Skipped(param, "fully connected weight", site))
                 continue
-            split = _rewrite(graph, site, parts)
+            bounds = _row_bounds(shape[0], parts)
+            if self.bit_identical:
+                batch = _static_shape(site.x)
+                found = exact_row_bounds(shape[0], shape[1], batch[0] if batch and len(batch) == 2 else None,
+                                         parts, self.max_threads)
+                if isinstance(found, str):
+                    outcome.skipped.append(Skipped(param, "fully connected weight", found))
+                    continue
+                bounds = found
+            split = _rewrite(graph, site, bounds, chain=self.bit_identical)
             outcome.records.append(PassRecord("split_weight", self.name, split.parameter, split.to_dict()))
         if outcome.records:
             record_splits(model, splits_made(outcome))
@@ -256,12 +275,14 @@ def _match(graph: ir.Graph, param: str, shape: tuple[int, int], buffer: ir.Value
     return _Site(param, shape, x, dy, dw, dx[0] if dx else None, acc)
 
 
-def _rewrite(graph: ir.Graph, site: _Site, parts: int) -> WeightSplit:
-    """Replace ``site``'s forward Gemm, dW Gemm, accumulator and dX Gemm by their per-block versions."""
+def _rewrite(graph: ir.Graph, site: _Site, bounds: tuple[int, ...], chain: bool = False) -> WeightSplit:
+    """Replace ``site``'s forward Gemm, dW Gemm, accumulator and dX Gemm by their per-block versions. chain:
+    dX_j = Gemm(dY_j, W_j, dX_{j-1}, beta=1) (MLAS's own accumulation order) instead of Adds."""
     param, shape, x, dy, acc = site.param, site.shape, site.x, site.dy, site.acc
     taken = ir_taken_names(graph)
+    parts = len(bounds) - 1
     split = WeightSplit(param, tuple(unique_name(f"{param}{PART_INFIX}{j}", taken) for j in range(parts)),
-                        _row_bounds(shape[0], parts), (shape[0], shape[1]))
+                        bounds, (shape[0], shape[1]))
     for p in split.parts:
         taken.update({p + GRAD_BUFFER_SUFFIX, p + GRAD_OUT_SUFFIX})
     split_forward_gemm(graph, split, taken)
@@ -281,7 +302,16 @@ def _rewrite(graph: ir.Graph, site: _Site, parts: int) -> WeightSplit:
                                 [(split.parts[j] + GRAD_OUT_SUFFIX, flag.dtype, None)], domain=acc.domain,
                                 name=unique_name(f"{prefix}_accumulate{j}", taken)).outputs[0])
         flags[-1].shape = flag.shape     # the accumulator's output is its one-element "updated" flag
-        if site.dx is not None:
+        if site.dx is not None and chain:
+            last = j == len(split.parts) - 1
+            inputs, beta = ([dy_j, weight], 0.0) if running is None else ([dy_j, weight, running], 1.0)
+            total = site.dx.outputs[0]
+            name = total.name if last else unique_name(f"{prefix}_dx{j}", taken)
+            running = dx_chain.node("Gemm", inputs, [(name, ir.DataType.FLOAT, None)], alpha=1.0, beta=beta,
+                                    transA=0, transB=0, name=unique_name(f"{prefix}_dx_gemm{j}", taken)).outputs[0]
+            if last:
+                _take_over(total, running)
+        elif site.dx is not None:
             p_j = dx_chain.op("Gemm", [dy_j, weight], f"dx{j}", ir.DataType.FLOAT, None, alpha=1.0, beta=0.0,
                               transA=0, transB=0)
             if running is not None:

@@ -21,7 +21,8 @@ Pipeline (everything here plans; the rewrites are the existing passes, applied o
    the virtual curve was optimistic, the target is lowered by the difference and the search resumes from
    the current choice; where the peak sits in a backward region no per-stash option reaches (the first
    layer's backward, a large fully connected weight gradient), the region technique for it is enabled
-   (batch-chunked backward regions, split weights; lossy only: exact only up to float rounding).
+   (batch-chunked backward regions: lossy only, exact only up to float rounding; split weights: with --exact
+   on MLAS's reduction grid, bit-identical, passes/exact_gemm.py).
 5. Fail loudly: a budget the best reachable plan misses raises ``BudgetError`` naming that peak and the
    tensors live at it.
 """
@@ -354,6 +355,7 @@ def greedy(base_live: np.ndarray, windows: dict[str, _Window], options: dict[str
     stashes it pins (reads whole) are what is left at the peak."""
     chosen = dict(chosen)
     banned = set() if banned is None else banned
+    lowest: tuple[int, dict[str, Option]] | None = None   # giving up pinning recomputations can end higher
     while True:
         live = virtual_live(base_live, windows, chosen)
         if ignore is not None and ignore.any():
@@ -361,6 +363,8 @@ def greedy(base_live: np.ndarray, windows: dict[str, _Window], options: dict[str
         p = int(np.argmax(live))
         if live[p] <= target:
             return chosen, int(live[p])
+        if lowest is None or live[p] < lowest[0]:
+            lowest = (int(live[p]), dict(chosen))
         # A stash some chosen recomputation reads (its leaf) stays whole: no option of its own; choosing a
         # recomputation gives up whatever its leaves' options saved.
         pinned = {leaf for o in chosen.values() for leaf in o.leaves}
@@ -387,7 +391,7 @@ def greedy(base_live: np.ndarray, windows: dict[str, _Window], options: dict[str
         if best is None:
             pinning = [o for o in chosen.values() if set(o.leaves) & pinned_here]
             if not pinning:
-                return chosen, int(live[p])
+                return (lowest[1], lowest[0]) if lowest[0] < live[p] else (chosen, int(live[p]))
             for o in pinning:
                 banned.add((o.stash, o.technique))
                 chosen.pop(o.stash)
@@ -403,6 +407,8 @@ class Regions:
     """Backward-region techniques enabled (lossy: exact up to float rounding)."""
     chunked: bool = False
     split_weight_bytes: int | None = None
+    split_bit_identical: bool = False        # --exact: blocks on MLAS's reduction grid (passes/exact_gemm.py)
+    joint_recompute: bool = False            # size recomputations as one joint rewrite makes them (_recomputable)
 
 
 def build_passes(chosen: dict[str, Option], regions: Regions, techniques: list[Technique],
@@ -418,7 +424,7 @@ def build_passes(chosen: dict[str, Option], regions: Regions, techniques: list[T
         by_tech.setdefault(o.technique, set()).add(o.stash)
     passes: list[OnnxcompPass] = []
     if regions.split_weight_bytes:
-        passes.append(SplitWeightPass(regions.split_weight_bytes))
+        passes.append(SplitWeightPass(regions.split_weight_bytes, bit_identical=regions.split_bit_identical))
     passes += [DeferWeightGradientPass(), EagerAccumulationPass()]
     rebuilt = by_tech.get("recompute", set()) | by_tech.get(RECOMPUTE_CONV, set())
     if rebuilt:
@@ -503,7 +509,8 @@ class AutoPlan:
                         "planner predicts it lowers the peak (passes/chunk_backward.py)"})
         if self.regions.split_weight_bytes:
             out.append({"region": "fully connected weight gradients", "technique": "split_weight",
-                        "exact": False, "split_weight_bytes": self.regions.split_weight_bytes,
+                        "exact": self.regions.split_bit_identical,
+                        "split_weight_bytes": self.regions.split_weight_bytes,
                         "why": "a weight gradient larger than the budget allows was live at the predicted peak"})
         return out
 
@@ -581,18 +588,29 @@ def dominant_at_peak(model: onnx.ModelProto, top: int = 3) -> tuple[int, list[tu
     return int(live[p]), [(b.name, int(b.size)) for b in bufs[:top]]
 
 
-def _recomputable(model: onnx.ModelProto) -> dict[str, dict[str, tuple[list[str], list[str]]]]:
+def _recomputable(model: onnx.ModelProto, alone: bool = True) -> dict[str, dict[str, tuple[list[str], list[str]]]]:
     """Stashes RecomputePass can rebuild (→ the op types it clones): from cheap ops ("recompute"), and also
     through convolutions ("recompute-conv": a Conv clone is the same kernel on the same inputs, so exact, but
     it costs a forward conv; the first layer's, reading the image, is the cheap case)."""
     from ..passes import RecomputePass
     from ..passes.recompute import CHEAP_OPS
 
+    def table(res: Any) -> dict[str, tuple[list[str], list[str]]]:
+        return {r.subject: (list(r.detail.get("cloned_ops", [])), list(r.detail.get("inputs_kept", [])))
+                for r in res.records if r.kind == "recomputed"}
+
     out = {}
     for technique, ops in (("recompute", CHEAP_OPS), (RECOMPUTE_CONV, CHEAP_OPS | {"Conv"})):
-        res = RecomputePass(ops=ops).run(model)
-        out[technique] = {r.subject: (list(r.detail.get("cloned_ops", [])), list(r.detail.get("inputs_kept", [])))
-                          for r in res.records if r.kind == "recomputed"}
+        joint = table(RecomputePass(ops=ops).run(model))
+        for subject in [k for k, (cloned, _) in joint.items() if not cloned and alone]:
+            # Rebuilt as a by-product of another stash's clones (a MaxPool's mask beside its output): chosen
+            # alone it clones that chain itself and reads its inputs; ask for it alone.
+            own = table(RecomputePass(tensors=[subject], ops=ops).run(model)).get(subject)
+            if own is None:
+                joint.pop(subject)
+            else:
+                joint[subject] = own
+        out[technique] = joint
     return out
 
 
@@ -615,6 +633,10 @@ def _peak_region(model: onnx.ModelProto, live_at: int) -> str | None:
     return None
 
 
+def _has_encoding(options: dict[str, list[Option]], stash: str) -> bool:
+    return any(not o.technique.startswith("recompute") for o in options.get(stash, []))
+
+
 @dataclass
 class _Base:
     """The graph the virtual curve is drawn on (scheduling and split weights applied), with its options."""
@@ -629,12 +651,14 @@ def _make_base(model: onnx.ModelProto, regions: Regions, techniques: list[Techni
                exact: bool, min_bytes: int) -> _Base:
     from ..passes import DeferWeightGradientPass, EagerAccumulationPass, SplitWeightPass
 
-    first = [SplitWeightPass(regions.split_weight_bytes)] if regions.split_weight_bytes else []
+    first = ([SplitWeightPass(regions.split_weight_bytes, bit_identical=regions.split_bit_identical)]
+             if regions.split_weight_bytes else [])
     base = apply(model, [*first, DeferWeightGradientPass(), EagerAccumulationPass()]).model
     seen, live = predicted_live(base)
     analysis = analyze_model(seen)
     windows = stash_windows(analysis)
-    options = enumerate_options(analysis, techniques, _recomputable(seen), costs, exact, min_bytes, windows)
+    options = enumerate_options(analysis, techniques, _recomputable(seen, alone=not regions.joint_recompute),
+                                costs, exact, min_bytes, windows)
     relieved = {o.relieves for opts in options.values() for o in opts if o.relieves}
     windows.update(stash_windows(analysis, relieved))
     return _Base(live, analysis, windows, options, [] if exact else _longest_regions(seen))
@@ -686,13 +710,25 @@ def plan_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_b
 
     if budget <= 0:
         raise OnnxcompError(f"budget {budget} bytes: must be positive", options=("budget_bytes",))
+    plan = _plan_auto(model, budget, exact, min_bytes, margin, progress, joint_recompute=False)
+    if not plan.fits:
+        # Recomputations sized as one joint rewrite makes them (a MaxPool mask free beside its output) are
+        # optimistic, yet the greedy sometimes ends lower with them: keep the lower plan.
+        other = _plan_auto(model, budget, exact, min_bytes, margin, progress, joint_recompute=True)
+        if other.fits or other.predicted_peak < plan.predicted_peak:
+            plan = other
+    return plan
+
+
+def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int, margin: float, progress: Any,
+               joint_recompute: bool) -> AutoPlan:
     say = progress or (lambda _m: None)
     _, untouched = predicted_live(model, eager_accumulation=False)
     baseline_peak = int(untouched.max()) if len(untouched) else 0
     target = planning_target(budget, margin)
     costs = _Costs()
     techniques = encoding_techniques()
-    regions = Regions()
+    regions = Regions(joint_recompute=joint_recompute)
     base = _make_base(model, regions, techniques, costs, exact, min_bytes)
     options, ignore = base.options, None
     banned: set[tuple[str, str]] = set()     # (stash, technique) the real prediction showed to backfire
@@ -715,7 +751,8 @@ def plan_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_b
                        "chunked": regions.chunked, "split_weight_bytes": regions.split_weight_bytes})
         say(f"auto: {len(chosen)} stash option(s), {regions}: virtual {virtual / MiB:.1f} MiB, "
             f"predicted {peak / MiB:.1f} MiB (target {target / MiB:.1f} MiB)")
-        plan = AutoPlan(budget, exact, target, dict(chosen), Regions(regions.chunked, regions.split_weight_bytes),
+        plan = AutoPlan(budget, exact, target, dict(chosen), Regions(regions.chunked, regions.split_weight_bytes,
+                                                                     regions.split_bit_identical),
                         peak, baseline_peak, peak <= target, dominant, [], out, applied,
                         costs.source, sum(o.seconds for o in chosen.values()))
         if best is None or plan.fits or peak < best.predicted_peak:
@@ -727,6 +764,9 @@ def plan_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_b
         clones = {b.name.split("__recomputed")[0] for b in bufs[:6] if "__recomputed" in b.name}
         backfired = [o for o in chosen.values() if o.technique.startswith("recompute")
                      and (o.stash in clones or clones & set(o.rebuilds))]
+        # Those with another way to be held go first: banning one with none (the stem conv's output) would
+        # only leave its stash raw.
+        backfired = [o for o in backfired if _has_encoding(options, o.stash)] or backfired
         if backfired:
             for o in backfired:
                 banned.add((o.stash, o.technique))
@@ -739,8 +779,9 @@ def plan_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_b
             options, ignore = _chunked_options(base, costs)
             chosen = {k: o for k, o in chosen.items() if o in options.get(k, [])}
             continue
-        if not exact and where == "fc" and not regions.split_weight_bytes:
+        if where == "fc" and not regions.split_weight_bytes:
             regions.split_weight_bytes = int(max(MiB, min(32 * MiB, budget // 8)))
+            regions.split_bit_identical = exact
             base = _make_base(model, regions, techniques, costs, exact, min_bytes)
             options, ignore = (_chunked_options(base, costs) if regions.chunked else (base.options, None))
             chosen = {k: o for k, o in chosen.items() if o in options.get(k, [])}
@@ -784,7 +825,7 @@ def render_plan(summary: dict[str, Any], console: Any = None) -> None:
             t.add_row(d["tensor"], d["technique"], "yes" if d["exact"] else "no", f"{d['original_bytes'] / MiB:.2f}",
                       f"{d['held_bytes'] / MiB:.2f}", f"{1000 * d['predicted_seconds']:.1f}", d["why"])
         else:
-            t.add_row(d["region"], d["technique"], "no", "", "", "", d["why"])
+            t.add_row(d["region"], d["technique"], "yes" if d.get("exact") else "no", "", "", "", d["why"])
     console.print(t)
     console.print(f"predicted step peak {summary['baseline_predicted_peak_bytes'] / MiB:.1f} → "
                   f"{summary['predicted_peak_bytes'] / MiB:.1f} MiB (planned to {summary['target_bytes'] / MiB:.1f} "
