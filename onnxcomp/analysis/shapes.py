@@ -6,10 +6,12 @@ few multi-output training ops get per-output rules.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 from onnx import helper
 
 from ..errors import OnnxcompError
@@ -147,24 +149,115 @@ _SAME_AS_INPUT: dict[str, dict[int, int]] = {
 }
 
 
-def _fill_training_op_shapes(graph: onnx.GraphProto, types: dict[str, TensorType]) -> None:
+# A node as the shape rules read it: op type, input names, output names ("" for an empty slot).
+NodeNames = tuple[str, Sequence[str], Sequence[str]]
+
+
+def _fill_training_op_shapes(graph: onnx.GraphProto | Iterable[NodeNames], types: dict[str, TensorType]) -> None:
+    nodes = ([(n.op_type, n.input, n.output) for n in graph.node] if isinstance(graph, onnx.GraphProto)
+             else list(graph))
     # Iterate in node order (topological), repeating once in case a rule needs a later fill.
     for _ in range(2):
-        for node in graph.node:
-            rules = _SAME_AS_INPUT.get(node.op_type, {})
-            for k, out in enumerate(node.output):
+        for op_type, inputs, outputs in nodes:
+            rules = _SAME_AS_INPUT.get(op_type, {})
+            for k, out in enumerate(outputs):
                 if not out or _known(types, out):
                     continue
                 src = None
-                if k in rules and rules[k] < len(node.input):
-                    src = _known(types, node.input[rules[k]])
-                if node.op_type == "ConcatTraining" and k == 1:  # per_input_length: int64 [number of inputs]
-                    src = TensorType((len(node.input),), np.dtype(np.int64))
-                if node.op_type == "ConvGrad" and k == 2:  # bias grad: [C_out]
-                    w = _known(types, node.input[2])
+                if k in rules and rules[k] < len(inputs):
+                    src = _known(types, inputs[rules[k]])
+                if op_type == "ConcatTraining" and k == 1:  # per_input_length: int64 [number of inputs]
+                    src = TensorType((len(inputs),), np.dtype(np.int64))
+                if op_type == "ConvGrad" and k == 2:  # bias grad: [C_out]
+                    w = _known(types, inputs[2])
                     src = TensorType((w.shape[0],), w.dtype) if w else None
                 if src is None and out.endswith("_grad"):
                     src = _known(types, out[: -len("_grad")])
                 if src is not None:
                     dtype = types[out].dtype if out in types else src.dtype
                     types[out] = TensorType(src.shape, dtype)
+
+
+# ---------------------------------------------------------------------------------------------- onnx-ir
+# The analysis reads types and shapes off the ``ir.Value``s. Values the onnx-ir model does not type
+# statically (a training graph's intermediates as exported; not what the editor makes: it types what it
+# creates) are resolved by ONNX shape inference, which needs a ``ModelProto`` (the one at hand, else one
+# serialised for it), once: the result is remembered in the value's ``meta`` (never serialised, carried by
+# ``model.clone()``), keyed by what made the value, so a later graph state infers only for values it has
+# not seen.
+_INFERRED_KEY = "onnxcomp.inferred_type"
+# Domains ONNX shape inference has schemas for: other ops' outputs it cannot type, so they never need it.
+_INFERABLE_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"})
+
+
+def value_type(value: ir.Value) -> TensorType | None:
+    """The value's dtype and static shape as ONNX shape inference would read them from its ValueInfo
+    (shape None unless every dim is a known size); None when the value carries no tensor type."""
+    if not isinstance(value.type, ir.TensorType):
+        return None
+    dtype = _np_dtype(int(value.dtype))
+    shape = value.shape
+    if shape is None or not all(isinstance(d, int) and d >= 0 for d in shape):
+        return TensorType(None, dtype)
+    return TensorType(tuple(int(d) for d in shape), dtype)
+
+
+def _initializer_type(value: ir.Value) -> TensorType | None:
+    tensor = value.const_value
+    return None if tensor is None else TensorType(tuple(int(d) for d in tensor.shape), _np_dtype(int(tensor.dtype)))
+
+
+def _node_names(node: ir.Node) -> NodeNames:
+    return (node.op_type, [v.name or "" if v is not None else "" for v in node.inputs],
+            [v.name or "" for v in node.outputs])
+
+
+def _made_by(node: ir.Node) -> tuple:
+    """What an inferred type depends on: the op and the tensors it reads (names are single-assignment)."""
+    return (node.domain, node.op_type, tuple(v.name if v is not None else "" for v in node.inputs))
+
+
+def ir_static_batch(model: ir.Model, data_inputs: list[str]) -> int | None:
+    """``static_batch`` of an onnx-ir model."""
+    for value in model.graph.inputs:
+        if value.name in data_inputs and value.shape is not None and len(value.shape) \
+                and isinstance(value.shape[0], int):
+            return int(value.shape[0])
+    return None
+
+
+def resolve_ir_shapes(model: ir.Model, nodes: Sequence[ir.Node], data_inputs: list[str],
+                      batch: int | None = None, proto: onnx.ModelProto | None = None) -> dict[str, TensorType]:
+    """``resolve_shapes`` for an onnx-ir model (``nodes``: its graph's nodes in order; ``proto``: the same graph
+    as a ModelProto if at hand): the same table, read off the values. ONNX inference runs only when an ONNX
+    op's output has no static shape and was not inferred before; at another ``batch`` every shape is inferred
+    again (the declared ones are for the exported batch)."""
+    if batch is not None:
+        return resolve_shapes(proto or ir.serde.serialize_model(model), batch, data_inputs)
+    graph = model.graph
+    types: dict[str, TensorType] = {}
+    for value in graph.initializers.values():
+        t = _initializer_type(value)
+        if t is not None and value.name is not None:
+            types.setdefault(value.name, t)
+    unknown: list[ir.Value] = []
+    for value in [*graph.inputs, *(o for n in nodes for o in n.outputs)]:
+        if not value.name:
+            continue
+        t = value_type(value)
+        producer = value.producer()
+        if (t is None or t.shape is None) and producer is not None:
+            seen = value.meta.get(_INFERRED_KEY)
+            if seen is not None and seen[0] == _made_by(producer):
+                t = seen[1] or t
+            elif producer.domain in _INFERABLE_DOMAINS:
+                unknown.append(value)
+        if t is not None and (value.name not in types or types[value.name].shape is None):
+            types[value.name] = t
+    if unknown:     # what ONNX inference may still type: the protobuf path, once, remembered per value
+        types = resolve_shapes(proto or ir.serde.serialize_model(model), None, data_inputs)
+        for value in unknown:
+            value.meta[_INFERRED_KEY] = (_made_by(value.producer()), types.get(value.name))
+        return types
+    _fill_training_op_shapes([_node_names(n) for n in nodes], types)
+    return types
