@@ -6,6 +6,7 @@ few multi-output training ops get per-output rules.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -34,6 +35,7 @@ class TensorType:
         return numel(self.shape) * self.dtype.itemsize
 
 
+@functools.lru_cache(maxsize=None)
 def _np_dtype(elem_type: int) -> np.dtype:
     if elem_type == 0:
         return np.dtype(np.float32)
@@ -202,6 +204,12 @@ def value_type(value: ir.Value) -> TensorType | None:
     return TensorType(tuple(int(d) for d in shape), dtype)
 
 
+def _is_static(value: ir.Value) -> bool:
+    shape = value.shape
+    return isinstance(value.type, ir.TensorType) and shape is not None and \
+        all(isinstance(d, int) and d >= 0 for d in shape)
+
+
 def _initializer_type(value: ir.Value) -> TensorType | None:
     tensor = value.const_value
     return None if tensor is None else TensorType(tuple(int(d) for d in tensor.shape), _np_dtype(int(tensor.dtype)))
@@ -235,29 +243,35 @@ def resolve_ir_shapes(model: ir.Model, nodes: Sequence[ir.Node], data_inputs: li
     if batch is not None:
         return resolve_shapes(proto or ir.serde.serialize_model(model), batch, data_inputs)
     graph = model.graph
+    values = [v for v in [*graph.inputs, *(o for n in nodes for o in n.outputs)] if v.name]
+    # First what ONNX inference may still type: an ONNX op's output without a static shape, never inferred
+    # as made now. If any, the protobuf path, once, remembered per value.
+    remembered: dict[ir.Value, TensorType | None] = {}
+    unknown: list[ir.Value] = []
+    for value in values:
+        producer = value.producer()
+        if producer is None or _is_static(value):
+            continue
+        seen = value.meta.get(_INFERRED_KEY)
+        if seen is not None and seen[0] == _made_by(producer):
+            remembered[value] = seen[1]
+        elif producer.domain in _INFERABLE_DOMAINS:
+            unknown.append(value)
+    if unknown:
+        types = resolve_shapes(proto or ir.serde.serialize_model(model), None, data_inputs)
+        for value in unknown:
+            value.meta[_INFERRED_KEY] = (_made_by(value.producer()), types.get(value.name))
+        return types
     types: dict[str, TensorType] = {}
     for value in graph.initializers.values():
         t = _initializer_type(value)
         if t is not None and value.name is not None:
             types.setdefault(value.name, t)
-    unknown: list[ir.Value] = []
-    for value in [*graph.inputs, *(o for n in nodes for o in n.outputs)]:
-        if not value.name:
-            continue
+    for value in values:
         t = value_type(value)
-        producer = value.producer()
-        if (t is None or t.shape is None) and producer is not None:
-            seen = value.meta.get(_INFERRED_KEY)
-            if seen is not None and seen[0] == _made_by(producer):
-                t = seen[1] or t
-            elif producer.domain in _INFERABLE_DOMAINS:
-                unknown.append(value)
+        if remembered.get(value) is not None:
+            t = remembered[value]
         if t is not None and (value.name not in types or types[value.name].shape is None):
             types[value.name] = t
-    if unknown:     # what ONNX inference may still type: the protobuf path, once, remembered per value
-        types = resolve_shapes(proto or ir.serde.serialize_model(model), None, data_inputs)
-        for value in unknown:
-            value.meta[_INFERRED_KEY] = (_made_by(value.producer()), types.get(value.name))
-        return types
     _fill_training_op_shapes([_node_names(n) for n in nodes], types)
     return types

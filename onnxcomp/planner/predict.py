@@ -60,10 +60,10 @@ def _predicted_live_ir(model: ir.Model, eager_accumulation: bool) -> tuple[ir.Mo
     from ..analysis.cached import analysis_of
 
     if eager_accumulation:
-        from ..passes.eager_accumulation import EagerAccumulationPass
+        from ..passes.eager_accumulation import accumulate_eagerly
 
         seen = model.clone()
-        EagerAccumulationPass().call(seen)
+        accumulate_eagerly(seen.graph)
         analysis = analyze_ir(seen)
     else:
         seen, analysis = model, analysis_of(model)
