@@ -45,7 +45,8 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from ...analysis import GraphAnalysis, analysis_of, analyze_ir
+from ...analysis import GraphAnalysis, analysis_of
+from ...analysis.cached import invalidate
 from ...errors import OnnxcompError
 from ..base import OnnxcompPass, PassOutcome, Skipped, require_training_graph
 from ..records import PassRecord
@@ -110,12 +111,13 @@ class _Current:
     @property
     def analysis(self) -> GraphAnalysis:
         if self._analysis is None:
-            self._analysis = analyze_ir(self.model)
+            self._analysis = analysis_of(self.model)   # a trial's: already made when it was predicted
         return self._analysis
 
     def changed(self) -> None:
         """The graph was edited in place: the analysis is stale."""
         self._analysis = None
+        invalidate(self.model)
 
 
 @dataclass
