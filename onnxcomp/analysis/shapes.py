@@ -225,6 +225,17 @@ def _made_by(node: ir.Node) -> tuple:
     return (node.domain, node.op_type, tuple(v.name if v is not None else "" for v in node.inputs))
 
 
+def share_inferred(source: ir.Model, target: ir.Model) -> None:
+    """Hand ``target`` (e.g. the graph a clone was made from) the types inference found for ``source``'s values
+    of the same name made the same way, so its own analysis does not infer them again."""
+    found = {v.name: v.meta[_INFERRED_KEY] for n in source.graph for v in n.outputs if _INFERRED_KEY in v.meta}
+    for node in target.graph:
+        for value in node.outputs:
+            seen = found.get(value.name)
+            if seen is not None and _INFERRED_KEY not in value.meta and seen[0] == _made_by(node):
+                value.meta[_INFERRED_KEY] = seen
+
+
 def ir_static_batch(model: ir.Model, data_inputs: list[str]) -> int | None:
     """``static_batch`` of an onnx-ir model."""
     for value in model.graph.inputs:

@@ -15,6 +15,7 @@ import onnx
 import onnx_ir as ir
 
 from ..analysis import GraphAnalysis, analyze_ir, analyze_model
+from ..analysis.shapes import share_inferred
 from ..analysis.execution_order import in_run_order
 from .buffers import live_bytes, lower_bound
 
@@ -59,14 +60,15 @@ def _predicted_live_ir(model: ir.Model, eager_accumulation: bool) -> tuple[ir.Mo
     values' inferred types, so its analysis infers nothing again); ``model`` is not changed."""
     from ..analysis.cached import analysis_of
 
-    analysis = analysis_of(model)       # cached on the model; infers what is untyped once, for the clone too
-    seen = model
     if eager_accumulation:
         from ..passes.eager_accumulation import accumulate_eagerly
 
         seen = model.clone()
         accumulate_eagerly(seen.graph)
         analysis = analyze_ir(seen)
+        share_inferred(seen, model)     # what inference typed on the clone: not again for the model itself
+    else:
+        seen, analysis = model, analysis_of(model)
     nodes = analysis.ir_nodes
     live = np.zeros(len(nodes), dtype=np.int64)
     in_place = {n.outputs[1].name for n in nodes
