@@ -254,14 +254,14 @@ def resolve_ir_shapes(model: ir.Model, nodes: Sequence[ir.Node], data_inputs: li
     if batch is not None:
         return resolve_shapes(proto or ir.serde.serialize_model(model), batch, data_inputs)
     graph = model.graph
-    values = [v for v in [*graph.inputs, *(o for n in nodes for o in n.outputs)] if v.name]
+    made = [(o, n) for n in nodes for o in n.outputs if o.name]
+    values = [v for v in graph.inputs if v.name] + [o for o, _ in made]
     # First what ONNX inference may still type: an ONNX op's output without a static shape, never inferred
     # as made now. If any, the protobuf path, once, remembered per value.
     remembered: dict[ir.Value, TensorType | None] = {}
     unknown: list[ir.Value] = []
-    for value in values:
-        producer = value.producer()
-        if producer is None or _is_static(value):
+    for value, producer in made:
+        if _is_static(value):
             continue
         seen = value.meta.get(_INFERRED_KEY)
         if seen is not None and seen[0] == _made_by(producer):

@@ -225,13 +225,12 @@ def analyze_ir(model: ir.Model, batch: int | None = None, where: str = "model", 
     tensors: dict[str, TensorInfo] = {}
     for name, cls in input_classes.items():
         tensors[name] = TensorInfo(name, cls, types.get(name, unknown), None, consumers(values[name]))
-    produced: dict[str, ir.Value] = {}
+    produced: dict[str, tuple[ir.Value, ir.Node, int, int]] = {}     # by walking the nodes: no producer() calls
     for idx, node in enumerate(nodes):
         for k, value in enumerate(node.outputs):
             if value.name:
-                produced[value.name] = value
-    for name, value in produced.items():
-        node, idx, k = value.producer(), index[value.producer()], value.index()
+                produced[value.name] = (value, node, idx, k)
+    for name, (value, node, idx, k) in produced.items():
         in_backward = boundary.is_backward(idx)
         cons = consumers(value)
         if not in_backward:
@@ -252,7 +251,7 @@ def analyze_ir(model: ir.Model, batch: int | None = None, where: str = "model", 
         if name in tensors and tensors[name].shape is None:
             tensors[name].size_hint = int(nbytes)
 
-    stashed = [_stash_record(tensors[n], produced[n], nodes, boundary, index)
+    stashed = [_stash_record(tensors[n], produced[n][0], nodes, boundary, index)
                for n in sorted((n for n, t in tensors.items() if t.cls is TensorClass.STASHED),
                                key=lambda n: (tensors[n].producer, n))]
     unresolved = sorted(n for n, t in tensors.items()
