@@ -28,13 +28,13 @@ def _ir(model: onnx.ModelProto) -> ir.Model:
 def analyses(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the analyses the cache computes."""
     calls: list[int] = []
-    real = cached.analyze_model
+    real = cached.analyze_ir
 
-    def counting(model: onnx.ModelProto, *args: object, **kwargs: object):
+    def counting(model: ir.Model, *args: object, **kwargs: object):
         calls.append(1)
         return real(model, *args, **kwargs)
 
-    monkeypatch.setattr(cached, "analyze_model", counting)
+    monkeypatch.setattr(cached, "analyze_ir", counting)
     return calls
 
 

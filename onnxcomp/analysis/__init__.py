@@ -7,11 +7,11 @@ from ..load import load_model
 from .boundary import Boundary, find_boundary
 from .patterns import LOSSLESS, applicable_encodings, pattern_of
 from .shapes import TensorType, numel, resolve_shapes
-from .training_graph import GraphAnalysis, StashedTensor, TensorClass, TensorInfo, analyze_model
+from .training_graph import GraphAnalysis, StashedTensor, TensorClass, TensorInfo, analyze_ir, analyze_model
 from .cached import analysis_of
 
 __all__ = ["Boundary", "GraphAnalysis", "LOSSLESS", "StashedTensor", "TensorClass", "TensorInfo", "TensorType",
-           "analysis_of", "analyze", "analyze_model", "applicable_encodings", "find_boundary", "numel", "pattern_of",
+           "analysis_of", "analyze", "analyze_ir", "analyze_model", "applicable_encodings", "find_boundary", "numel", "pattern_of",
            "resolve_shapes"]
 
 

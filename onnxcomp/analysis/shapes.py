@@ -6,10 +6,13 @@ few multi-output training ops get per-output rules.
 """
 from __future__ import annotations
 
+import functools
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 from onnx import helper
 
 from ..errors import OnnxcompError
@@ -32,6 +35,7 @@ class TensorType:
         return numel(self.shape) * self.dtype.itemsize
 
 
+@functools.lru_cache(maxsize=None)
 def _np_dtype(elem_type: int) -> np.dtype:
     if elem_type == 0:
         return np.dtype(np.float32)
@@ -147,24 +151,138 @@ _SAME_AS_INPUT: dict[str, dict[int, int]] = {
 }
 
 
-def _fill_training_op_shapes(graph: onnx.GraphProto, types: dict[str, TensorType]) -> None:
+# A node as the shape rules read it: op type, input names, output names ("" for an empty slot).
+NodeNames = tuple[str, Sequence[str], Sequence[str]]
+
+
+def _fill_training_op_shapes(graph: onnx.GraphProto | Iterable[NodeNames], types: dict[str, TensorType]) -> None:
+    nodes = ([(n.op_type, n.input, n.output) for n in graph.node] if isinstance(graph, onnx.GraphProto)
+             else list(graph))
     # Iterate in node order (topological), repeating once in case a rule needs a later fill.
     for _ in range(2):
-        for node in graph.node:
-            rules = _SAME_AS_INPUT.get(node.op_type, {})
-            for k, out in enumerate(node.output):
+        for op_type, inputs, outputs in nodes:
+            rules = _SAME_AS_INPUT.get(op_type, {})
+            for k, out in enumerate(outputs):
                 if not out or _known(types, out):
                     continue
                 src = None
-                if k in rules and rules[k] < len(node.input):
-                    src = _known(types, node.input[rules[k]])
-                if node.op_type == "ConcatTraining" and k == 1:  # per_input_length: int64 [number of inputs]
-                    src = TensorType((len(node.input),), np.dtype(np.int64))
-                if node.op_type == "ConvGrad" and k == 2:  # bias grad: [C_out]
-                    w = _known(types, node.input[2])
+                if k in rules and rules[k] < len(inputs):
+                    src = _known(types, inputs[rules[k]])
+                if op_type == "ConcatTraining" and k == 1:  # per_input_length: int64 [number of inputs]
+                    src = TensorType((len(inputs),), np.dtype(np.int64))
+                if op_type == "ConvGrad" and k == 2:  # bias grad: [C_out]
+                    w = _known(types, inputs[2])
                     src = TensorType((w.shape[0],), w.dtype) if w else None
                 if src is None and out.endswith("_grad"):
                     src = _known(types, out[: -len("_grad")])
                 if src is not None:
                     dtype = types[out].dtype if out in types else src.dtype
                     types[out] = TensorType(src.shape, dtype)
+
+
+# ---------------------------------------------------------------------------------------------- onnx-ir
+# The analysis reads types and shapes off the ``ir.Value``s. Values the onnx-ir model does not type
+# statically (a training graph's intermediates as exported; not what the editor makes: it types what it
+# creates) are resolved by ONNX shape inference, which needs a ``ModelProto`` (the one at hand, else one
+# serialised for it), once: the result is remembered in the value's ``meta`` (never serialised, carried by
+# ``model.clone()``), keyed by what made the value, so a later graph state infers only for values it has
+# not seen.
+_INFERRED_KEY = "onnxcomp.inferred_type"
+# Domains ONNX shape inference has schemas for: other ops' outputs it cannot type, so they never need it.
+_INFERABLE_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"})
+
+
+def value_type(value: ir.Value) -> TensorType | None:
+    """The value's dtype and static shape as ONNX shape inference would read them from its ValueInfo
+    (shape None unless every dim is a known size); None when the value carries no tensor type."""
+    if not isinstance(value.type, ir.TensorType):
+        return None
+    dtype = _np_dtype(int(value.dtype))
+    shape = value.shape
+    if shape is None or not all(isinstance(d, int) and d >= 0 for d in shape):
+        return TensorType(None, dtype)
+    return TensorType(tuple(int(d) for d in shape), dtype)
+
+
+def _is_static(value: ir.Value) -> bool:
+    shape = value.shape
+    return isinstance(value.type, ir.TensorType) and shape is not None and \
+        all(isinstance(d, int) and d >= 0 for d in shape)
+
+
+def _initializer_type(value: ir.Value) -> TensorType | None:
+    tensor = value.const_value
+    return None if tensor is None else TensorType(tuple(int(d) for d in tensor.shape), _np_dtype(int(tensor.dtype)))
+
+
+def _node_names(node: ir.Node) -> NodeNames:
+    return (node.op_type, [v.name or "" if v is not None else "" for v in node.inputs],
+            [v.name or "" for v in node.outputs])
+
+
+def _made_by(node: ir.Node) -> tuple:
+    """What an inferred type depends on: the op and the tensors it reads (names are single-assignment)."""
+    return (node.domain, node.op_type, tuple(v.name if v is not None else "" for v in node.inputs))
+
+
+def share_inferred(source: ir.Model, target: ir.Model) -> None:
+    """Hand ``target`` (e.g. the graph a clone was made from) the types inference found for ``source``'s values
+    of the same name made the same way, so its own analysis does not infer them again."""
+    found = {v.name: v.meta[_INFERRED_KEY] for n in source.graph for v in n.outputs if _INFERRED_KEY in v.meta}
+    for node in target.graph:
+        for value in node.outputs:
+            seen = found.get(value.name)
+            if seen is not None and _INFERRED_KEY not in value.meta and seen[0] == _made_by(node):
+                value.meta[_INFERRED_KEY] = seen
+
+
+def ir_static_batch(model: ir.Model, data_inputs: list[str]) -> int | None:
+    """``static_batch`` of an onnx-ir model."""
+    for value in model.graph.inputs:
+        if value.name in data_inputs and value.shape is not None and len(value.shape) \
+                and isinstance(value.shape[0], int):
+            return int(value.shape[0])
+    return None
+
+
+def resolve_ir_shapes(model: ir.Model, nodes: Sequence[ir.Node], data_inputs: list[str],
+                      batch: int | None = None, proto: onnx.ModelProto | None = None) -> dict[str, TensorType]:
+    """``resolve_shapes`` for an onnx-ir model (``nodes``: its graph's nodes in order; ``proto``: the same graph
+    as a ModelProto if at hand): the same table, read off the values. ONNX inference runs only when an ONNX
+    op's output has no static shape and was not inferred before; at another ``batch`` every shape is inferred
+    again (the declared ones are for the exported batch)."""
+    if batch is not None:
+        return resolve_shapes(proto or ir.serde.serialize_model(model), batch, data_inputs)
+    graph = model.graph
+    made = [(o, n) for n in nodes for o in n.outputs if o.name]
+    values = [v for v in graph.inputs if v.name] + [o for o, _ in made]
+    # First what ONNX inference may still type: an ONNX op's output without a static shape, never inferred
+    # as made now. If any, the protobuf path, once, remembered per value.
+    remembered: dict[ir.Value, TensorType | None] = {}
+    unknown: list[ir.Value] = []
+    for value, producer in made:
+        if _is_static(value):
+            continue
+        seen = value.meta.get(_INFERRED_KEY)
+        if seen is not None and seen[0] == _made_by(producer):
+            remembered[value] = seen[1]
+        elif producer.domain in _INFERABLE_DOMAINS:
+            unknown.append(value)
+    if unknown:
+        types = resolve_shapes(proto or ir.serde.serialize_model(model), None, data_inputs)
+        for value in unknown:
+            value.meta[_INFERRED_KEY] = (_made_by(value.producer()), types.get(value.name))
+        return types
+    types: dict[str, TensorType] = {}
+    for value in graph.initializers.values():
+        t = _initializer_type(value)
+        if t is not None and value.name is not None:
+            types.setdefault(value.name, t)
+    for value in values:
+        t = value_type(value)
+        if remembered.get(value) is not None:
+            t = remembered[value]
+        if t is not None and (value.name not in types or types[value.name].shape is None):
+            types[value.name] = t
+    _fill_training_op_shapes([_node_names(n) for n in nodes], types)
+    return types

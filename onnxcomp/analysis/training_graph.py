@@ -2,18 +2,19 @@
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 
 from ..planner.buffers import Buffer
 from ..metadata import PLAN_METADATA_KEY
 from .boundary import Boundary, find_boundary, known_op_type
 from .patterns import SEE_THROUGH, StashUse, applicable_encodings, pattern_of, sparse_source, view_source
-from .shapes import TensorType, resolve_shapes, static_batch
+from .shapes import TensorType, ir_static_batch, resolve_ir_shapes
 
 
 class TensorClass(str, Enum):
@@ -74,15 +75,33 @@ class StashedTensor:
                 "encodings": list(self.encodings)}
 
 
-@dataclass
+@dataclass(eq=False)
 class GraphAnalysis:
-    model: onnx.ModelProto
+    """What the analysis found in one graph state. Node indices are positions in ``ir_nodes`` (the onnx-ir
+    graph's node list when analysed, the node list of ``model`` too)."""
+    ir_model: ir.Model
     boundary: Boundary
     tensors: dict[str, TensorInfo]
     stashed: list[StashedTensor]
     data_inputs: list[str]
     batch: int | None
     unresolved: list[str] = field(default_factory=list)  # tensors whose shape could not be resolved
+    ir_nodes: list[ir.Node] = field(default_factory=list, repr=False)
+    # The graph as a ModelProto: given (the caller had it) or serialised on first use by ``snapshot``.
+    proto: onnx.ModelProto | None = field(default=None, repr=False)
+    snapshot: Callable[[], onnx.ModelProto] | None = field(default=None, repr=False)
+
+    @property
+    def model(self) -> onnx.ModelProto:
+        """The analysed graph as a ``ModelProto``, for readers still on protobuf (node protos by index, the
+        planner's proto entry points): serialised once, on first use, and only while the onnx-ir graph is
+        still the one analysed (read it before editing)."""
+        if self.proto is None:
+            if list(self.ir_model.graph) != self.ir_nodes:
+                raise RuntimeError("GraphAnalysis.model read after the graph was edited: read it before "
+                                   "changing the graph, or analyse the new graph")
+            self.proto = self.snapshot() if self.snapshot is not None else ir.serde.serialize_model(self.ir_model)
+        return self.proto
 
     @property
     def nodes(self) -> list[onnx.NodeProto]:
@@ -90,7 +109,7 @@ class GraphAnalysis:
 
     @property
     def n_steps(self) -> int:
-        return len(self.model.graph.node)
+        return len(self.ir_nodes)
 
     def breakdown(self) -> dict[str, int]:
         """Bytes per tensor class (aliases counted once, at their buffer)."""
@@ -138,8 +157,9 @@ class GraphAnalysis:
         """The first input of ``node`` (an index, or a node holding this graph's tensor names) that is a
         gradient, ``exclude`` aside: its dY, which exists only once backward reaches it. What passes time a
         node by so it runs just before ``node``, never in the forward pass."""
-        proto = self.model.graph.node[node] if isinstance(node, int) else node
-        return next((i for i in proto.input if i and i != exclude and self.is_gradient(i)), None)
+        names = ([v.name if v is not None else "" for v in self.ir_nodes[node].inputs] if isinstance(node, int)
+                 else node.input)
+        return next((i for i in names if i and i != exclude and self.is_gradient(i)), None)
 
     def _root(self, name: str) -> str:
         seen = set()
@@ -149,7 +169,7 @@ class GraphAnalysis:
         return name
 
     def __post_init__(self) -> None:
-        self._graph_outputs = {o.name for o in self.model.graph.output}
+        self._graph_outputs = {o.name for o in self.ir_model.graph.outputs}
 
 
 # How generate_artifacts names a parameter's gradient buffer input and its accumulator's output.
@@ -157,8 +177,8 @@ GRAD_BUFFER_SUFFIX = "_grad.accumulation.buffer"
 GRAD_OUT_SUFFIX = "_grad.accumulation.out"
 
 
-def _classify_inputs(graph: onnx.GraphProto) -> tuple[dict[str, TensorClass], list[str]]:
-    names = [i.name for i in graph.input]
+def _classify_inputs(graph: ir.Graph) -> tuple[dict[str, TensorClass], list[str]]:
+    names = [v.name for v in graph.inputs]
     nameset = set(names)
     classes: dict[str, TensorClass] = {}
     data: list[str] = []
@@ -170,38 +190,49 @@ def _classify_inputs(graph: onnx.GraphProto) -> tuple[dict[str, TensorClass], li
         else:
             classes[name] = TensorClass.INPUT
             data.append(name)
-    for init in graph.initializer:
-        classes.setdefault(init.name, TensorClass.CONSTANT)
+    for name in graph.initializers:
+        classes.setdefault(name, TensorClass.CONSTANT)
     return classes, data
 
 
 def analyze_model(model: onnx.ModelProto, batch: int | None = None, where: str = "model") -> GraphAnalysis:
-    """Analyse a training graph. ``batch`` overrides the graph's batch size for shapes and bytes."""
+    """Analyse a training graph given as a ``ModelProto`` (loaded into onnx-ir for it; a model already in
+    onnx-ir is analysed by ``analyze_ir``, or ``analysis_of`` for the cached analysis of its graph state).
+    ``batch`` overrides the graph's batch size for shapes and bytes."""
+    return analyze_ir(ir.serde.deserialize_model(model), batch, where, proto=model)
+
+
+def analyze_ir(model: ir.Model, batch: int | None = None, where: str = "model", *,
+               proto: onnx.ModelProto | None = None,
+               snapshot: Callable[[], onnx.ModelProto] | None = None) -> GraphAnalysis:
+    """Analyse the training graph of an onnx-ir model: tensor classes, lifetimes (node indices) and stashes,
+    from the values' types and their use/def links. ``proto``/``snapshot``: the same graph as a
+    ``ModelProto`` or how to get it (``GraphAnalysis.model``)."""
     graph = model.graph
-    boundary = find_boundary(graph, where)
+    nodes = list(graph)
+    boundary = find_boundary(graph, where, nodes)
     input_classes, data_inputs = _classify_inputs(graph)
     parameters = {n for n, c in input_classes.items() if c is TensorClass.PARAMETER}
-    types = resolve_shapes(model, batch, data_inputs)
-    effective_batch = batch or static_batch(model, data_inputs)
+    types = resolve_ir_shapes(model, nodes, data_inputs, batch, proto)
+    effective_batch = batch or ir_static_batch(model, data_inputs)
+    index = {node: k for k, node in enumerate(nodes)}
 
-    producer: dict[str, tuple[int, int]] = {}
-    consumers: dict[str, list[int]] = defaultdict(list)
-    for idx, node in enumerate(graph.node):
-        for k, o in enumerate(node.output):
-            if o:
-                producer[o] = (idx, k)
-        for i in node.input:
-            if i:
-                consumers[i].append(idx)
+    def consumers(value: ir.Value) -> list[int]:
+        return sorted({index[user] for user, _ in value.uses() if user in index})
 
     unknown = TensorType(None, np.dtype(np.float32))
+    values = {v.name: v for v in [*graph.inputs, *graph.initializers.values()]}
     tensors: dict[str, TensorInfo] = {}
     for name, cls in input_classes.items():
-        tensors[name] = TensorInfo(name, cls, types.get(name, unknown), None, sorted(set(consumers[name])))
-    for name, (idx, k) in producer.items():
-        node = graph.node[idx]
+        tensors[name] = TensorInfo(name, cls, types.get(name, unknown), None, consumers(values[name]))
+    produced: dict[str, tuple[ir.Value, ir.Node, int, int]] = {}     # by walking the nodes: no producer() calls
+    for idx, node in enumerate(nodes):
+        for k, value in enumerate(node.outputs):
+            if value.name:
+                produced[value.name] = (value, node, idx, k)
+    for name, (value, node, idx, k) in produced.items():
         in_backward = boundary.is_backward(idx)
-        cons = sorted(set(consumers[name]))
+        cons = consumers(value)
         if not in_backward:
             cls = (TensorClass.STASHED if any(boundary.is_backward(c) for c in cons)
                    else TensorClass.IMMEDIATE)
@@ -210,61 +241,69 @@ def analyze_model(model: onnx.ModelProto, batch: int | None = None, where: str =
         else:
             cls = TensorClass.GRADIENT_MAP
         alias = None
-        if node.op_type in ALIAS_OPS | INPLACE_OPS and k == 0 and node.input and node.input[0]:
-            alias = node.input[0]
+        if node.op_type in ALIAS_OPS | INPLACE_OPS and k == 0 and node.inputs and node.inputs[0] is not None \
+                and node.inputs[0].name:
+            alias = node.inputs[0].name
         tensors[name] = TensorInfo(name, cls, types.get(name, unknown), idx, cons, alias)
 
-    hints = next((p.value for p in model.metadata_props if p.key == PLAN_METADATA_KEY), None)
+    hints = model.metadata_props.get(PLAN_METADATA_KEY)
     for name, nbytes in (json.loads(hints) if hints else {}).items():
         if name in tensors and tensors[name].shape is None:
             tensors[name].size_hint = int(nbytes)
 
-    stashed = [_stash_record(tensors[n], graph, boundary, producer, tensors)
+    stashed = [_stash_record(tensors[n], produced[n][0], nodes, boundary, index)
                for n in sorted((n for n, t in tensors.items() if t.cls is TensorClass.STASHED),
                                key=lambda n: (tensors[n].producer, n))]
     unresolved = sorted(n for n, t in tensors.items()
                         if t.shape is None and t.size_hint is None and t.producer is not None)
-    return GraphAnalysis(model, boundary, tensors, stashed, data_inputs, effective_batch, unresolved)
+    return GraphAnalysis(model, boundary, tensors, stashed, data_inputs, effective_batch, unresolved, nodes,
+                         proto, snapshot)
 
 
-def _stash_record(t: TensorInfo, graph: onnx.GraphProto, boundary: Boundary,
-                  producer: dict[str, tuple[int, int]], tensors: dict[str, TensorInfo]) -> StashedTensor:
-    idx, k = producer[t.name]
-    node = graph.node[idx]
+def _producer_in(value: ir.Value | None, index: dict[ir.Node, int]) -> ir.Node | None:
+    """The node of the analysed graph that makes ``value``, if any."""
+    node = value.producer() if value is not None else None
+    return node if node is not None and node in index else None
+
+
+def _stash_record(t: TensorInfo, value: ir.Value, nodes: list[ir.Node], boundary: Boundary,
+                  index: dict[ir.Node, int]) -> StashedTensor:
+    node = nodes[t.producer]
+    k = value.index()
     fwd = [c for c in t.consumers if not boundary.is_backward(c)]
     bwd = [c for c in t.consumers if boundary.is_backward(c)]
-    uses = tuple((known_op_type(graph.node[c]), list(graph.node[c].input).index(t.name)) for c in bwd)
+    uses = tuple((known_op_type(nodes[c]), next(s for s, v in enumerate(nodes[c].inputs) if v is value))
+                 for c in bwd)
     upstream: list[str] = []
     cur = node
     for _ in range(4):  # walk back through views/pools to find what made it sparse
-        src = cur.input[0] if cur.input else ""
-        if src not in producer:
+        cur = _producer_in(cur.inputs[0] if cur.inputs else None, index)
+        if cur is None:
             break
-        cur = graph.node[producer[src][0]]
         upstream.append(known_op_type(cur))
-    sources = _built_from(graph, producer, t.name)
-    use = StashUse(known_op_type(node), k, tuple(known_op_type(graph.node[c]) for c in fwd), uses,
+    sources = _built_from(value, index)
+    use = StashUse(known_op_type(node), k, tuple(known_op_type(nodes[c]) for c in fwd), uses,
                    t.type.dtype.kind == "f", sparse_source(node.op_type, upstream, sources),
                    view_source(known_op_type(node), upstream), upstream[0] if upstream else None, sources)
-    return StashedTensor(t.name, t.shape, t.type.dtype.name, t.nbytes, idx, node.op_type, fwd, bwd,
+    return StashedTensor(t.name, t.shape, t.type.dtype.name, t.nbytes, t.producer, node.op_type, fwd, bwd,
                          [op for op, _ in uses], pattern_of(use), applicable_encodings(use), use)
 
 
-def _built_from(graph: onnx.GraphProto, producer: dict[str, tuple[int, int]], name: str,
-                limit: int = 64) -> tuple[str, ...]:
-    """Op types of the tensors ``name`` is built from, seen through views, Concat/Split/Slice/Pad (data
+def _built_from(value: ir.Value, index: dict[ir.Node, int], limit: int = 64) -> tuple[str, ...]:
+    """Op types of the tensors ``value`` is built from, seen through views, Concat/Split/Slice/Pad (data
     inputs only: a Pad's pads or a Reshape's shape are not sources)."""
     out: list[str] = []
-    todo, seen = [name], set()
+    todo: list[ir.Value] = [value]
+    seen: set[ir.Value] = set()
     while todo and len(seen) < limit:
         t = todo.pop()
-        if t in seen or t not in producer:
+        node = _producer_in(t, index)
+        if t in seen or node is None:
             continue
         seen.add(t)
-        node = graph.node[producer[t][0]]
         op = known_op_type(node)
         if op in SEE_THROUGH:
-            todo += [i for i in (node.input if op == "Concat" else node.input[:1]) if i]
+            todo += [v for v in (node.inputs if op == "Concat" else node.inputs[:1]) if v is not None and v.name]
         else:
             out.append(op)
     return tuple(out)

@@ -156,7 +156,7 @@ class OnnxcompPass(ir_passes.InPlacePass):
         try:   # a training graph: the boundary finds a backward pass (cheap; the full analysis only if cached)
             analysis = state.analysis
             if analysis is None:
-                find_boundary(state.proto.graph)
+                find_boundary(model.graph)
         except OnnxcompError as exc:
             raise PassPreconditionError(f"{self.name} pass: {exc}") from None
         if self.needs_static_parameters:
@@ -177,6 +177,7 @@ class OnnxcompPass(ir_passes.InPlacePass):
         if state.checked:
             return
         where = f"{self.name} pass"
+        # onnx.checker and the wiring check read protobuf: the one place a pass's graph state is serialised.
         if not self.full_check:
             problems = wiring_problems(state.proto)
             if problems:
@@ -187,7 +188,7 @@ class OnnxcompPass(ir_passes.InPlacePass):
             except OnnxcompError as exc:
                 raise PassPostconditionError(str(exc)) from None
         analysis = state.analysis
-        boundary = analysis.boundary if analysis is not None else find_boundary(state.proto.graph, where)
+        boundary = analysis.boundary if analysis is not None else find_boundary(model.graph, where)
         ungated = ungated_nodes(list(state.proto.graph.node), boundary)
         if ungated:
             raise PassPostconditionError(f"{where}: node {ungated[0]!r} (a decoder or recompute clone) can run "

@@ -64,7 +64,7 @@ class DeferWeightGradientPass(OnnxcompPass):
         from ..planner.predict import predicted_peak
 
         current = model
-        peak = None if self.force else predicted_peak(analysis.model)
+        peak = None if self.force else predicted_peak(model)
         for producer_name, nbytes in candidates:
             # Each candidate is tried on a clone: kept only if the planner predicts a lower peak.
             trial = current.clone()
@@ -72,7 +72,7 @@ class DeferWeightGradientPass(OnnxcompPass):
             record: dict[str, object] = {"producer": producer_name, "gradient_bytes": nbytes,
                                          "after": anchor, "pass": self.name}
             if peak is not None:
-                new_peak = predicted_peak(ir.serde.serialize_model(trial))
+                new_peak = predicted_peak(trial)
                 record.update(predicted_peak_before=peak, predicted_peak_after=new_peak)
                 if new_peak >= peak:
                     outcome.skipped.append(Skipped(producer_name, "weight gradient",

@@ -48,21 +48,28 @@ class EagerAccumulationPass(OnnxcompPass):
     def call(self, model: ir.Model) -> PassOutcome:
         graph = model.graph
         before = [_signature(n) for n in graph]
-        graph.remove([n for n in graph if _is_chain_node(n)], safe=True)
-        nodes = list(graph)
-        index = {n: k for k, n in enumerate(nodes)}
-        deps = [[index[v.producer()] for v in n.inputs if v is not None and v.producer() in index]
-                if n.op_type in ACCUMULATORS else None for n in nodes]
-        order, moves = eager_permutation(deps)
-        if order != list(range(len(nodes))):
-            graph.remove(nodes)                 # not "safe": the nodes keep their inputs, only the order changes
-            graph.extend(nodes[k] for k in order)
-        moved = [_moved_record(self.name, _tensor_of(nodes[a]), nodes[b].name) for a, b in moves]
-        if self.order_chain:
-            graph.extend(_order_chain([n for n in graph if n.op_type in ACCUMULATORS], graph))
+        moves = accumulate_eagerly(graph, self.order_chain)
+        moved = [_moved_record(self.name, _tensor_of(acc), anchor.name) for acc, anchor in moves]
         # Honest: a graph already in this order (a re-run) is unmodified, whatever the records say.
         modified = [_signature(n) for n in graph] != before
         return PassOutcome(model, modified, moved if modified else [])
+
+
+def accumulate_eagerly(graph: ir.Graph, order_chain: bool = True) -> list[tuple[ir.Node, ir.Node]]:
+    """The pass's rewrite of ``graph`` in place (also what the planner predicts on, on a clone): accumulators
+    moved behind their inputs' producers, the order chain rebuilt. Returns the (accumulator, anchor) moves."""
+    graph.remove([n for n in graph if _is_chain_node(n)], safe=True)
+    nodes = list(graph)
+    index = {n: k for k, n in enumerate(nodes)}
+    deps = [[index[v.producer()] for v in n.inputs if v is not None and v.producer() in index]
+            if n.op_type in ACCUMULATORS else None for n in nodes]
+    order, moves = eager_permutation(deps)
+    if order != list(range(len(nodes))):
+        graph.remove(nodes)                 # not "safe": the nodes keep their inputs, only the order changes
+        graph.extend(nodes[k] for k in order)
+    if order_chain:
+        graph.extend(_order_chain([n for n in graph if n.op_type in ACCUMULATORS], graph))
+    return [(nodes[a], nodes[b]) for a, b in moves]
 
 
 def eager_permutation(deps: list[list[int] | None]) -> tuple[list[int], list[tuple[int, int]]]:

@@ -12,13 +12,15 @@ from collections.abc import Callable
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 
-from ..analysis import GraphAnalysis, analyze_model
+from ..analysis import GraphAnalysis, analyze_ir, analyze_model
+from ..analysis.shapes import share_inferred
 from ..analysis.execution_order import in_run_order
 from .buffers import live_bytes, lower_bound
 
 
-def predicted_peak(model: onnx.ModelProto, eager_accumulation: bool = True) -> int:
+def predicted_peak(model: onnx.ModelProto | ir.Model, eager_accumulation: bool = True) -> int:
     """Training-step peak predicted for ``model`` in node order: the planner's lower bound on transient
     buffers plus ConvGrad's im2col workspace ((C_in/group)*kh*kw x H_out*W_out floats, allocated inside the
     kernel, invisible to the graph; at 512x512 it is VGG-16's largest single allocation).
@@ -30,9 +32,12 @@ def predicted_peak(model: onnx.ModelProto, eager_accumulation: bool = True) -> i
     return int(live.max()) if len(live) else 0
 
 
-def predicted_live(model: onnx.ModelProto, eager_accumulation: bool = True) -> tuple[onnx.ModelProto, np.ndarray]:
-    """The graph the prediction was made on (accumulators moved, see predicted_peak) and the bytes
-    predicted live at each of its nodes."""
+def predicted_live(model: onnx.ModelProto | ir.Model,
+                   eager_accumulation: bool = True) -> tuple[onnx.ModelProto | ir.Model, np.ndarray]:
+    """The graph the prediction was made on (accumulators moved, see predicted_peak; of the kind given: an
+    onnx-ir model or a ModelProto) and the bytes predicted live at each of its nodes."""
+    if isinstance(model, ir.Model):
+        return _predicted_live_ir(model, eager_accumulation)
     if eager_accumulation:
         from ..passes.eager_accumulation import eager_order  # the order "rows" leaves behind
 
@@ -50,23 +55,57 @@ def predicted_live(model: onnx.ModelProto, eager_accumulation: bool = True) -> t
     return model, live
 
 
-def live_at(seen: onnx.ModelProto, live: np.ndarray, nodes: Callable[[onnx.NodeProto], bool]) -> int:
+def _predicted_live_ir(model: ir.Model, eager_accumulation: bool) -> tuple[ir.Model, np.ndarray]:
+    """``predicted_live`` on onnx-ir: the accumulators moved on a clone by the pass itself (the clone keeps the
+    values' inferred types, so its analysis infers nothing again); ``model`` is not changed."""
+    from ..analysis.cached import analysis_of
+
+    if eager_accumulation:
+        from ..passes.eager_accumulation import accumulate_eagerly
+
+        seen = model.clone()
+        accumulate_eagerly(seen.graph)
+        analysis = analyze_ir(seen)
+        share_inferred(seen, model)     # what inference typed on the clone: not again for the model itself
+    else:
+        seen, analysis = model, analysis_of(model)
+    nodes = analysis.ir_nodes
+    live = np.zeros(len(nodes), dtype=np.int64)
+    in_place = {n.outputs[1].name for n in nodes
+                if n.op_type == "InPlaceAccumulatorV2" and len(n.outputs) > 1 and n.outputs[1].name}
+    lb = live_bytes([b for b in analysis.buffers() if b.name not in in_place])
+    live[: len(lb)] += lb[:len(nodes)]
+    for i, node in enumerate(nodes):
+        live[i] += conv_grad_workspace(analysis, node) + codec_workspace(analysis, node)
+    return seen, live
+
+
+def _io_names(node: onnx.NodeProto | ir.Node) -> tuple[list[str], list[str]]:
+    if isinstance(node, ir.Node):
+        return ([v.name or "" if v is not None else "" for v in node.inputs], [v.name or "" for v in node.outputs])
+    return list(node.input), list(node.output)
+
+
+def live_at(seen: onnx.ModelProto | ir.Model, live: np.ndarray,
+            nodes: Callable[[onnx.NodeProto | ir.Node], bool]) -> int:
     """The most bytes predicted live at the nodes of ``seen`` that ``nodes`` selects (0 if none): the bytes
     "at a region" that chunk_backward compares before and after a rewrite (``seen, live = predicted_live(m)``)."""
-    return int(max((live[i] for i, nd in enumerate(seen.graph.node) if nodes(nd)), default=0))
+    listed = seen.graph if isinstance(seen, ir.Model) else seen.graph.node
+    return int(max((live[i] for i, nd in enumerate(listed) if nodes(nd)), default=0))
 
 
-def conv_grad_workspace(analysis: GraphAnalysis, node: onnx.NodeProto) -> int:
+def conv_grad_workspace(analysis: GraphAnalysis, node: onnx.NodeProto | ir.Node) -> int:
     """Bytes of the im2col buffer ORT's CPU ConvGrad allocates for one image (0 for other ops)."""
     if node.op_type != "ConvGrad":
         return 0
-    dy, w = analysis.tensors.get(node.input[0]), analysis.tensors.get(node.input[2])
+    inputs, _ = _io_names(node)
+    dy, w = analysis.tensors.get(inputs[0]), analysis.tensors.get(inputs[2])
     if dy is None or w is None or dy.shape is None or w.shape is None:
         return 0
     return int(np.prod(w.shape[1:], dtype=np.int64) * np.prod(dy.shape[2:], dtype=np.int64)) * 4
 
 
-def codec_workspace(analysis: GraphAnalysis, node: onnx.NodeProto) -> int:
+def codec_workspace(analysis: GraphAnalysis, node: onnx.NodeProto | ir.Node) -> int:
     """Bytes an ``OnnxcompEncode_/Decode_<codec>`` op holds beyond its graph inputs and outputs while it runs
     (0 for other ops): the PyOp bridge's NumPy copy of every input, and the codec's own NumPy arrays (temporaries
     and the payload or decoded tensor, which the bridge then copies into ORT's output). Measured, not modelled:
@@ -75,13 +114,18 @@ def codec_workspace(analysis: GraphAnalysis, node: onnx.NodeProto) -> int:
     graph shows, which the step's measured peak (not the prediction) contained."""
     from ..custom_ops.contract import DECODE_PREFIX, ENCODE_PREFIX, PARAMS_ATTR, parse_params
 
-    if node.op_type.startswith(ENCODE_PREFIX):
-        direction, name, full = "encode", node.op_type[len(ENCODE_PREFIX):], node.input[0] if node.input else ""
-    elif node.op_type.startswith(DECODE_PREFIX):
-        direction, name, full = "decode", node.op_type[len(DECODE_PREFIX):], node.output[0] if node.output else ""
-    else:
+    if not node.op_type.startswith((ENCODE_PREFIX, DECODE_PREFIX)):
         return 0
-    params = next((a.s.decode() for a in node.attribute if a.name == PARAMS_ATTR), "{}")
+    inputs, outputs = _io_names(node)
+    if node.op_type.startswith(ENCODE_PREFIX):
+        direction, name, full = "encode", node.op_type[len(ENCODE_PREFIX):], inputs[0] if inputs else ""
+    else:
+        direction, name, full = "decode", node.op_type[len(DECODE_PREFIX):], outputs[0] if outputs else ""
+    if isinstance(node, ir.Node):
+        attr = node.attributes.get(PARAMS_ATTR)
+        params = attr.value if attr is not None else "{}"
+    else:
+        params = next((a.s.decode() for a in node.attribute if a.name == PARAMS_ATTR), "{}")
     info = analysis.tensors.get(full)
     if info is None or info.shape is None:   # a decoded output without shape: the stash it stands for
         info = analysis.tensors.get(str(parse_params(params).get("tensor", "")))
@@ -130,7 +174,11 @@ def _codec_workspace(direction: str, name: str, params: str, shape: tuple[int, .
     return int(bridge_in + max(held, 0))
 
 
-def planned_peak(model: onnx.ModelProto, order: str) -> int:
+def planned_peak(model: onnx.ModelProto | ir.Model, order: str) -> int:
     """The planner's lower bound on the step's transient bytes in the order ORT runs ``model``'s nodes
     (``order``: "priority" or "default", analysis.execution_order)."""
+    if isinstance(model, ir.Model):    # ORT's run order is modelled on protobuf (a reordered copy)
+        from ..analysis.cached import snapshot_of
+
+        model = snapshot_of(model)
     return lower_bound(analyze_model(in_run_order(model, order)).buffers())

@@ -45,7 +45,8 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from ...analysis import GraphAnalysis, analysis_of, analyze_model
+from ...analysis import GraphAnalysis, analysis_of
+from ...analysis.cached import invalidate
 from ...errors import OnnxcompError
 from ..base import OnnxcompPass, PassOutcome, Skipped, require_training_graph
 from ..records import PassRecord
@@ -77,7 +78,7 @@ def chunkable_regions(model: onnx.ModelProto, chunks: tuple[int, ...] = DEFAULT_
                 if 2 <= k <= r.batch:
                     trial = loaded.clone()
                     rewrite_in_place(trial, analysis, r, k)
-                    r.predicted_peak[k] = predicted_peak(ir.serde.serialize_model(trial))
+                    r.predicted_peak[k] = predicted_peak(trial)
     return regions
 
 
@@ -101,28 +102,22 @@ def rewrite_region(model: onnx.ModelProto, region: str, chunks: int) -> onnx.Mod
 # ------------------------------------------------------------------------------------------ trials
 
 class _Current:
-    """The graph as accepted so far (the pass's model, or an accepted trial's clone), with its snapshot and
-    analysis made when first asked for."""
+    """The graph as accepted so far (the pass's model, or an accepted trial's clone), with its analysis made
+    when first asked for."""
 
-    def __init__(self, model: ir.Model, proto: onnx.ModelProto | None = None,
-                 analysis: GraphAnalysis | None = None) -> None:
-        self.model, self._proto, self._analysis = model, proto, analysis
-
-    @property
-    def proto(self) -> onnx.ModelProto:
-        if self._proto is None:
-            self._proto = ir.serde.serialize_model(self.model)
-        return self._proto
+    def __init__(self, model: ir.Model, analysis: GraphAnalysis | None = None) -> None:
+        self.model, self._analysis = model, analysis
 
     @property
     def analysis(self) -> GraphAnalysis:
         if self._analysis is None:
-            self._analysis = analyze_model(self.proto)
+            self._analysis = analysis_of(self.model)   # a trial's: already made when it was predicted
         return self._analysis
 
     def changed(self) -> None:
-        """The graph was edited in place: snapshot and analysis are stale."""
-        self._proto = self._analysis = None
+        """The graph was edited in place: the analysis is stale."""
+        self._analysis = None
+        invalidate(self.model)
 
 
 @dataclass
@@ -131,7 +126,6 @@ class _Trial:
     region: Region
     chunks: int
     model: ir.Model
-    proto: onnx.ModelProto
     peak: int              # predicted step peak after the rewrite
     at: int                # predicted bytes at the region's new nodes
     before: int            # predicted bytes at the region's nodes before the rewrite
@@ -146,19 +140,18 @@ class _Trial:
         return self.peak, self.at, self.chunks, len(self.region.nodes)
 
 
-def _try(current: _Current, region: Region, chunks: int, max_ops: int | None, seen: onnx.ModelProto,
+def _try(current: _Current, region: Region, chunks: int, max_ops: int | None, seen: ir.Model,
          live: np.ndarray) -> _Trial:
     """Rewrite ``region`` on a clone of the current graph and predict the result."""
     from ...planner.predict import live_at, predicted_live
 
-    before = live_at(seen, live, lambda nd: nd.name in region.nodes)
+    before = live_at(seen, live, lambda nd: (nd.name or "") in region.nodes)
     trial = current.model.clone()
     rewrite_in_place(trial, current.analysis, _refind(current.analysis, region, max_ops), chunks)
-    proto = ir.serde.serialize_model(trial)
-    seen_t, live_t = predicted_live(proto)
+    seen_t, live_t = predicted_live(trial)
     prefix = prefix_of(region)
-    at = live_at(seen_t, live_t, lambda nd: nd.name.startswith(prefix))
-    return _Trial(region, chunks, trial, proto, int(live_t.max()), at, before, int(live.max()))
+    at = live_at(seen_t, live_t, lambda nd: (nd.name or "").startswith(prefix))
+    return _Trial(region, chunks, trial, int(live_t.max()), at, before, int(live.max()))
 
 
 def _best_trial(current: _Current, options: list[Region], counts: list[int],
@@ -168,7 +161,7 @@ def _best_trial(current: _Current, options: list[Region], counts: list[int],
     then the other counts for the best length."""
     from ...planner.predict import predicted_live
 
-    seen, live = predicted_live(current.proto)
+    seen, live = predicted_live(current.model)
     trials = [_try(current, region, max(counts), max_ops, seen, live) for region in options]
     best_region = min([t for t in trials if t.lowers()] or trials, key=_Trial.key).region
     trials += [_try(current, best_region, k, max_ops, seen, live) for k in counts if k != max(counts)]
@@ -232,7 +225,7 @@ class ChunkedBackwardPass(OnnxcompPass):
         analysis = analysis_of(model)
         regions, skipped = self.candidates(analysis)
         outcome.skipped.extend(skipped)
-        current = _Current(model, analysis.model, analysis)
+        current = _Current(model, analysis)
         for term in dict.fromkeys(r.terminal for r in regions):
             options = [r for r in regions if r.terminal == term]
             counts = [k for k in self.chunks if k <= options[0].batch]
@@ -265,7 +258,7 @@ class ChunkedBackwardPass(OnnxcompPass):
         outcome.records.append(self._record(best.region, best.chunks, region_before=best.before,
                                             region_after=best.at, predicted_peak_before=best.peak_before,
                                             predicted_peak_after=best.peak))
-        return _Current(best.model, best.proto)
+        return _Current(best.model)
 
     def _record(self, region: Region, chunks: int, **predicted: int) -> PassRecord:
         dropped = [region.recomputed_input] if region.recomputed_input else []

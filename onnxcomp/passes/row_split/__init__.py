@@ -129,13 +129,13 @@ class RowSplitPass(OnnxcompPass):
             trial = model.clone()
             records, skipped = self.rewrite(trial, analysis, R)
             if not records:
-                peak = predicted_peak(analysis.model)
+                peak = predicted_peak(model)
                 if peak > self.budget_bytes:
                     raise OnnxcompError(f"{{rows}} auto: no conv chain to split, and the predicted step peak "
                                         f"{peak / 2**20:.1f} MiB is over the budget of "
                                         f"{self.budget_bytes / 2**20:.1f} MiB", options=("rows",))
                 return PassOutcome(model, False, [], skipped)
-            peak = predicted_peak(ir.serde.serialize_model(trial))
+            peak = predicted_peak(trial)
             tried.append({"rows": R, "predicted_peak_bytes": peak})
             if best is None or peak < best[1] or peak <= self.budget_bytes:
                 best = (R, peak, trial, records, skipped)
@@ -161,14 +161,14 @@ class RowSplitPass(OnnxcompPass):
         """The chains (of ``self.chains``, or all) whose split lowers the predicted step peak, added greedily."""
         names = [ch.name for ch in find_chains(analysis, model.graph)[0]
                  if self.chains is None or ch.name in self.chains]
-        best = predicted_peak(analysis.model)
+        best = predicted_peak(model)
         chosen: list[str] = []
         kept: tuple[ir.Model, list[PassRecord], list[Skipped]] | None = None
         refused = []
         for name in names:
             trial = model.clone()
             records, skipped = self.rewrite(trial, analysis, R, chosen + [name])
-            peak = predicted_peak(ir.serde.serialize_model(trial))
+            peak = predicted_peak(trial)
             if peak < best:
                 chosen, best, kept = chosen + [name], peak, (trial, records, skipped)
             else:
@@ -315,5 +315,5 @@ def row_split_candidates(model: onnx.ModelProto, rows: tuple[int, ...] = (2, 4, 
                 if r <= c.output_rows:
                     trial = ir_model.clone()
                     split.rewrite(trial, analysis, r)
-                    c.predicted_peak[r] = predicted_peak(ir.serde.serialize_model(trial))
+                    c.predicted_peak[r] = predicted_peak(trial)
     return out
