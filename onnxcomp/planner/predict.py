@@ -18,21 +18,23 @@ from ..analysis.execution_order import in_run_order
 from .buffers import live_bytes, lower_bound
 
 
-def predicted_peak(model: onnx.ModelProto, eager_accumulation: bool = True) -> int:
+def predicted_peak(model: onnx.ModelProto, eager_accumulation: bool = True, payload_store: str = "off") -> int:
     """Training-step peak predicted for ``model`` in node order: the planner's lower bound on transient
     buffers plus ConvGrad's im2col workspace ((C_in/group)*kh*kw x H_out*W_out floats, allocated inside the
     kernel, invisible to the graph; at 512x512 it is VGG-16's largest single allocation).
 
     eager_accumulation: predict for the graph with weight-gradient accumulators moved right after their
     producers (policy "rows" runs EagerAccumulationPass after this pass).
+    payload_store: the run's payload-store mode (runtime.payload_store); "async" adds ``store_workspace``.
     """
-    _, live = predicted_live(model, eager_accumulation)
+    _, live = predicted_live(model, eager_accumulation, payload_store)
     return int(live.max()) if len(live) else 0
 
 
-def predicted_live(model: onnx.ModelProto, eager_accumulation: bool = True) -> tuple[onnx.ModelProto, np.ndarray]:
+def predicted_live(model: onnx.ModelProto, eager_accumulation: bool = True,
+                   payload_store: str = "off") -> tuple[onnx.ModelProto, np.ndarray]:
     """The graph the prediction was made on (accumulators moved, see predicted_peak) and the bytes
-    predicted live at each of its nodes."""
+    predicted live at each of its nodes (with ``payload_store``'s extra holdings, see store_workspace)."""
     if eager_accumulation:
         from ..passes.eager_accumulation import eager_order  # the order "rows" leaves behind
 
@@ -47,7 +49,36 @@ def predicted_live(model: onnx.ModelProto, eager_accumulation: bool = True) -> t
     live[: len(lb)] += lb[:n]
     for i, node in enumerate(model.graph.node):
         live[i] += conv_grad_workspace(analysis, node) + codec_workspace(analysis, node)
+    if payload_store == "async":
+        live += store_workspace(analysis, model)
     return model, live
+
+
+def store_workspace(analysis: GraphAnalysis, model: onnx.ModelProto) -> np.ndarray:
+    """Bytes the asynchronous payload store (runtime.payload_store, mode "async") holds at each node beyond the
+    synchronous ops: an encoder's input copy stays alive until the worker has compressed it -- at the latest
+    until the next encoder (which waits for it) or the next decoder -- and a prefetched decode is held from the
+    decoder before it (in node order) until its own decoder runs. The payloads themselves live in the store
+    instead of ORT's buffers: the same bytes over the same span, already counted by the graph."""
+    from ..custom_ops.contract import DECODE_PREFIX, ENCODE_PREFIX
+
+    nodes = list(model.graph.node)
+    extra = np.zeros(len(nodes), dtype=np.int64)
+    codec_ops = [(i, n) for i, n in enumerate(nodes)
+                 if n.op_type.startswith(ENCODE_PREFIX) or n.op_type.startswith(DECODE_PREFIX)]
+
+    def nbytes(name: str) -> int:
+        info = analysis.tensors.get(name)
+        return info.nbytes if info is not None and info.shape is not None else 0
+
+    for k, (i, node) in enumerate(codec_ops):
+        if node.op_type.startswith(ENCODE_PREFIX) and node.input:
+            until = next((j for j, _ in codec_ops[k + 1:]), len(nodes) - 1)
+            extra[i + 1:until + 1] += nbytes(node.input[0])   # at i itself the bridge copy is codec_workspace's
+    decoders = [i for i, n in codec_ops if n.op_type.startswith(DECODE_PREFIX)]
+    for here, nxt in zip(decoders, decoders[1:]):
+        extra[here:nxt] += nbytes(nodes[nxt].output[0]) if nodes[nxt].output else 0
+    return extra
 
 
 def live_at(seen: onnx.ModelProto, live: np.ndarray, nodes: Callable[[onnx.NodeProto], bool]) -> int:
