@@ -169,26 +169,16 @@ def test_settle_drops_what_no_decoder_took_and_stale_tokens_are_refused() -> Non
 
 
 def test_token_frames_round_trip_and_are_never_unframed_as_payloads() -> None:
-    for name, codec in sorted(REGISTRY.items()):
+    for codec in REGISTRY.values():
         arrays = framing.stored_payload(codec, (2, 3, 4), 12345)
         assert framing.stored_token(codec, arrays) == (12345, (2, 3, 4))
         assert sum(a.nbytes for a in arrays) < 200
         with pytest.raises(framing.PayloadError, match="token"):
             framing.unframe(codec, arrays)
-        x = np.maximum(np.random.default_rng(0).standard_normal((2, 3, 8, 8)), 0).astype(codec.input_dtype)
-        if name.startswith("maxpool"):
-            continue  # its input is MaxPool indices, not activations
-        try:
-            payload = codec.encode_cpu(x, **_params_for(name))
-        except (TypeError, ValueError):
-            continue  # a codec that needs params this generic test does not know
-        framed = framing.frame(codec, tuple(np.ascontiguousarray(p, dtype=d)
-                                            for p, d in zip(payload, codec.payload_dtypes)))
-        assert framing.stored_token(codec, framed) is None
-
-
-def _params_for(name: str) -> dict:
-    return {"eb": 1e-2} if name in ("sz",) else {}
+    codec = get_codec("relumask")   # an ordinary framed payload is no token
+    x = np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    payload = tuple(np.ascontiguousarray(p, dtype=d) for p, d in zip(codec.encode_cpu(x), codec.payload_dtypes))
+    assert framing.stored_token(codec, framing.frame(codec, payload)) is None
 
 
 def test_unknown_modes_are_refused_with_one_line(monkeypatch: pytest.MonkeyPatch) -> None:

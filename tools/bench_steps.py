@@ -49,7 +49,8 @@ def _config(spec: str) -> tuple[str, str, str, str]:
     return label, file, backend, store
 
 
-def run(artifact_dir: Path, specs: list[str], steps: int, warmup: int, seed: int) -> dict[str, Any]:
+def run(artifact_dir: Path, specs: list[str], steps: int, warmup: int, seed: int,
+        threads: int | None = None) -> dict[str, Any]:
     import onnxruntime as ort
 
     from onnxcomp.custom_ops import cpu
@@ -59,7 +60,7 @@ def run(artifact_dir: Path, specs: list[str], steps: int, warmup: int, seed: int
     from onnxcomp.runtime.training_session import open_artifact_session
 
     configs = [_config(s) for s in specs]
-    settings = RuntimeSettings()
+    settings = RuntimeSettings(intra_threads=threads)
     sessions = []
     for label, file, backend, store in configs:
         path = artifact_dir / file
@@ -103,7 +104,7 @@ def run(artifact_dir: Path, specs: list[str], steps: int, warmup: int, seed: int
             "cpu_ratio": statistics.median(np.divide(cpu_t[label], cpu_t[base])),
             "wall_s": wall[label], "cpu_s": cpu_t[label],
         })
-    return {"dir": str(artifact_dir), "steps": steps, "warmup": warmup, "baseline": base,
+    return {"dir": str(artifact_dir), "steps": steps, "warmup": warmup, "baseline": base, "intra_threads": threads,
             "malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_", "glibc default"),
             "load_avg": os.getloadavg(), "rows": rows}
 
@@ -117,8 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, help="write every step time here")
+    ap.add_argument("--threads", type=int, default=None, help="ORT intra-op threads (default: ORT's)")
     args = ap.parse_args(argv)
-    result = run(args.dir, args.configs, args.steps, args.warmup, args.seed)
+    result = run(args.dir, args.configs, args.steps, args.warmup, args.seed, args.threads)
     print(f"malloc mmap threshold: {result['malloc_mmap_threshold']}; load average {result['load_avg']}")
     print("| config | backend | median step (wall) | ratio (wall) | median step (CPU) | ratio (CPU) |")
     print("|---|---|---:|---:|---:|---:|")

@@ -191,7 +191,9 @@ def _make_decode(codec: Codec) -> Callable[..., np.ndarray]:
         if stored is not None:   # the payload store holds the payload (whatever the mode is now)
             token, dims = stored
             raw = attrs.get(PARAMS_ATTR)
-            key = raw.decode() if isinstance(raw, bytes) else str(raw)
+            # A prefetch (made with the decode this stash had in the previous step) is used only for the same
+            # params and dims.
+            key = f"{raw.decode() if isinstance(raw, bytes) else raw}|{dims}"
             y = payload_store.store().take(payload_store.mode(), token, _store_name(codec, attrs), key,
                                            functools.partial(_decoded, dims=dims, codec_params=codec_params))
             return np.zeros(dims, dtype=out_dtype) if y is payload_store.FAILED else y

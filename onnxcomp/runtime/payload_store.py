@@ -222,13 +222,13 @@ class PayloadStore:
             entries = list(self._entries.values())
             self._entries.clear()
             self._by_tensor.clear()
-        for e in entries:
-            for fut in (e.payload, e.prefetch):
-                if fut is not None:
-                    try:
-                        fut.result(timeout)
-                    except BaseException:  # noqa: BLE001  (a timed-out or failed leftover is dropped anyway)
-                        pass
+        if self._worker.thread is not None and self._worker.thread.is_alive():
+            # Tasks run in submission order: once a no-op submitted now has run, so has every earlier task
+            # (unused prefetches included).
+            try:
+                self._worker.submit(lambda: None)[0].result(timeout)
+            except BaseException:  # noqa: BLE001  (a stuck worker: its leftovers are dropped anyway)
+                pass
         self._last_encode = None
         if self._order_now:
             self._order_prev = dict(zip(self._order_now, self._order_now[1:]))
