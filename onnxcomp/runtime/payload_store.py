@@ -40,6 +40,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
 
+from onnxcomp.errors import OnnxcompError
+
 MODES = ("off", "inline", "async")
 ENV_MODE = "ONNXCOMP_PAYLOAD_STORE"
 ENV_TIMEOUT = "ONNXCOMP_PAYLOAD_TIMEOUT_S"
@@ -49,8 +51,8 @@ DEFAULT_TIMEOUT_S = 300.0
 FAILED = object()
 
 
-class StoreError(RuntimeError):
-    """A token the store does not hold, or a wait that timed out."""
+class StoreError(OnnxcompError):
+    """A bad mode or timeout setting, a token the store does not hold, or a wait that timed out."""
 
 
 def _env_mode() -> str:
