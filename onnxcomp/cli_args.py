@@ -44,6 +44,10 @@ def add_runtime_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--threads", type=positive, default=None, help="intra-op threads (default: ORT's)")
     g.add_argument("--verify-payloads", action="store_true",
                    help="checksum every encoded activation (xxh3) and verify it before decoding")
+    g.add_argument("--payload-store", choices=["off", "inline", "async"], default=None,
+                   help="where codec payloads wait for the backward pass: off = ORT tensors; inline = a "
+                        "process-wide store (no PyOp bridge copies of payloads); async = the store plus a codec "
+                        "worker thread and prefetching decodes (default: $ONNXCOMP_PAYLOAD_STORE, else off)")
 
 
 def settings(args: argparse.Namespace):
@@ -51,4 +55,5 @@ def settings(args: argparse.Namespace):
 
     return RuntimeSettings(arena=args.arena, mem_pattern=args.mem_pattern, execution_order=args.order,
                            intra_threads=args.threads, mem_reuse=args.mem_reuse,
-                           verify_payloads=getattr(args, "verify_payloads", False))
+                           verify_payloads=getattr(args, "verify_payloads", False),
+                           payload_store=getattr(args, "payload_store", None))

@@ -12,7 +12,9 @@ sees), and with ``MALLOC_MMAP_THRESHOLD_=131072`` for ``onnxcomp measure``'s pin
 settings are onnxcomp's defaults (arena off, mem pattern off, mem reuse off, priority order), as in both.
 
     .venv/bin/python tools/bench_steps.py DIR baseline=training_model.onnx lossless=lossless.onnx \\
-        comet=comet.onnx comet@numpy=comet.onnx --steps 9 --json out.json
+        comet=comet.onnx comet@numpy=comet.onnx comet+async=comet.onnx --steps 9 --json out.json
+
+``+inline`` / ``+async`` run that configuration with the payload store (runtime.payload_store) in that mode.
 """
 from __future__ import annotations
 
@@ -27,44 +29,54 @@ from typing import Any
 import numpy as np
 
 
-def _config(spec: str) -> tuple[str, str, str]:
-    """LABEL[@BACKEND]=FILE -> (label, file, backend); the backend defaults to the process default."""
+def _config(spec: str) -> tuple[str, str, str, str]:
+    """LABEL[@BACKEND][+STORE]=FILE -> (label, file, backend, payload-store mode); the backend and the store mode
+    default to the process's (``+inline`` / ``+async``: runtime.payload_store)."""
     from onnxcomp.custom_ops import cpu
+    from onnxcomp.runtime import payload_store
 
     if "=" not in spec:
-        raise SystemExit(f"bench_steps: configuration {spec!r} is not LABEL[@BACKEND]=FILE")
+        raise SystemExit(f"bench_steps: configuration {spec!r} is not LABEL[@BACKEND][+STORE]=FILE")
     label, file = spec.split("=", 1)
-    backend = label.split("@", 1)[1] if "@" in label else cpu.backend()
+    head, _, store = label.partition("+")
+    store = store or payload_store.mode()
+    if store not in payload_store.MODES:
+        raise SystemExit(f"bench_steps: unknown payload-store mode {store!r} in {spec!r}; use one of "
+                         f"{payload_store.MODES}")
+    backend = head.split("@", 1)[1] if "@" in head else cpu.backend()
     if backend not in cpu.CHOICES:
         raise SystemExit(f"bench_steps: unknown backend {backend!r} in {spec!r}; use one of {cpu.CHOICES}")
-    return label, file, backend
+    return label, file, backend, store
 
 
-def run(artifact_dir: Path, specs: list[str], steps: int, warmup: int, seed: int) -> dict[str, Any]:
+def run(artifact_dir: Path, specs: list[str], steps: int, warmup: int, seed: int,
+        threads: int | None = None) -> dict[str, Any]:
     import onnxruntime as ort
 
     from onnxcomp.custom_ops import cpu
+    from onnxcomp.runtime import payload_store
     from onnxcomp.runtime.data import graph_data, synthetic_batches
     from onnxcomp.runtime.session import RuntimeSettings
     from onnxcomp.runtime.training_session import open_artifact_session
 
     configs = [_config(s) for s in specs]
-    settings = RuntimeSettings()
+    settings = RuntimeSettings(intra_threads=threads)
     sessions = []
-    for label, file, backend in configs:
+    for label, file, backend, store in configs:
         path = artifact_dir / file
         if not path.is_file():
             raise SystemExit(f"bench_steps: {path} does not exist")
         session = open_artifact_session(artifact_dir, path, settings=settings)
         spec = graph_data(artifact_dir, path, list(session.module.input_names()))
         batches = synthetic_batches(spec.image.shape, spec.classes, seed, spec.image.dtype)
-        sessions.append((label, backend, session, batches))
+        sessions.append((label, backend, session, batches, store))
     ort.set_seed(seed)  # once, after every session exists: they share ORT's generator
 
     def step(i: int) -> tuple[float, float]:
-        _, backend, session, batches = sessions[i]
+        _, backend, session, batches, store = sessions[i]
         x, y = next(batches)
         cpu.set_backend(backend)
+        payload_store.set_mode(store)
         w, c = time.perf_counter(), time.process_time()
         session.step(x, y)
         return time.perf_counter() - w, time.process_time() - c
@@ -83,16 +95,16 @@ def run(artifact_dir: Path, specs: list[str], steps: int, warmup: int, seed: int
             cpu_t[sessions[i][0]].append(c)
     base = sessions[0][0]
     rows = []
-    for label, backend, *_ in sessions:
+    for label, backend, _, _, store in sessions:
         rows.append({
-            "config": label, "backend": backend,
+            "config": label, "backend": backend, "payload_store": store,
             "wall_median_s": statistics.median(wall[label]), "wall_min_s": min(wall[label]),
             "cpu_median_s": statistics.median(cpu_t[label]),
             "wall_ratio": statistics.median(np.divide(wall[label], wall[base])),
             "cpu_ratio": statistics.median(np.divide(cpu_t[label], cpu_t[base])),
             "wall_s": wall[label], "cpu_s": cpu_t[label],
         })
-    return {"dir": str(artifact_dir), "steps": steps, "warmup": warmup, "baseline": base,
+    return {"dir": str(artifact_dir), "steps": steps, "warmup": warmup, "baseline": base, "intra_threads": threads,
             "malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_", "glibc default"),
             "load_avg": os.getloadavg(), "rows": rows}
 
@@ -100,13 +112,15 @@ def run(artifact_dir: Path, specs: list[str], steps: int, warmup: int, seed: int
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dir", type=Path, help="artifact directory (checkpoint, optimizer_model.onnx, graphs)")
-    ap.add_argument("configs", nargs="+", help="LABEL[@numpy|@numba]=GRAPH_FILE; the first is the baseline")
+    ap.add_argument("configs", nargs="+", help="LABEL[@numpy|@numba][+off|+inline|+async]=GRAPH_FILE; the first "
+                                                "is the baseline")
     ap.add_argument("--steps", type=int, default=9)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, help="write every step time here")
+    ap.add_argument("--threads", type=int, default=None, help="ORT intra-op threads (default: ORT's)")
     args = ap.parse_args(argv)
-    result = run(args.dir, args.configs, args.steps, args.warmup, args.seed)
+    result = run(args.dir, args.configs, args.steps, args.warmup, args.seed, args.threads)
     print(f"malloc mmap threshold: {result['malloc_mmap_threshold']}; load average {result['load_avg']}")
     print("| config | backend | median step (wall) | ratio (wall) | median step (CPU) | ratio (CPU) |")
     print("|---|---|---:|---:|---:|---:|")

@@ -20,24 +20,38 @@ from ..analysis.execution_order import in_run_order
 from .buffers import live_bytes, lower_bound
 
 
-def predicted_peak(model: onnx.ModelProto | ir.Model, eager_accumulation: bool = True) -> int:
+def predicted_peak(model: onnx.ModelProto | ir.Model, eager_accumulation: bool = True,
+                   payload_store: str = "off") -> int:
     """Training-step peak predicted for ``model`` in node order: the planner's lower bound on transient
     buffers plus ConvGrad's im2col workspace ((C_in/group)*kh*kw x H_out*W_out floats, allocated inside the
     kernel, invisible to the graph; at 512x512 it is VGG-16's largest single allocation).
 
     eager_accumulation: predict for the graph with weight-gradient accumulators moved right after their
     producers (policy "rows" runs EagerAccumulationPass after this pass).
+    payload_store: the run's payload-store mode (runtime.payload_store); "async" adds ``store_workspace``.
     """
-    _, live = predicted_live(model, eager_accumulation)
+    _, live = predicted_live(model, eager_accumulation, payload_store)
     return int(live.max()) if len(live) else 0
 
 
-def predicted_live(model: onnx.ModelProto | ir.Model,
-                   eager_accumulation: bool = True) -> tuple[onnx.ModelProto | ir.Model, np.ndarray]:
+def predicted_live(model: onnx.ModelProto | ir.Model, eager_accumulation: bool = True,
+                   payload_store: str = "off") -> tuple[onnx.ModelProto | ir.Model, np.ndarray]:
     """The graph the prediction was made on (accumulators moved, see predicted_peak; of the kind given: an
-    onnx-ir model or a ModelProto) and the bytes predicted live at each of its nodes."""
+    onnx-ir model or a ModelProto) and the bytes predicted live at each of its nodes (with ``payload_store``'s
+    extra holdings, see store_workspace)."""
     if isinstance(model, ir.Model):
-        return _predicted_live_ir(model, eager_accumulation)
+        seen, live, analysis = _predicted_live_ir(model, eager_accumulation)
+        nodes = list(analysis.ir_nodes)
+    else:
+        seen, live, analysis = _predicted_live_proto(model, eager_accumulation)
+        nodes = list(seen.graph.node)
+    if payload_store == "async":
+        live += store_workspace(analysis, nodes)
+    return seen, live
+
+
+def _predicted_live_proto(model: onnx.ModelProto,
+                          eager_accumulation: bool) -> tuple[onnx.ModelProto, np.ndarray, GraphAnalysis]:
     if eager_accumulation:
         from ..passes.eager_accumulation import eager_order  # the order "rows" leaves behind
 
@@ -52,10 +66,10 @@ def predicted_live(model: onnx.ModelProto | ir.Model,
     live[: len(lb)] += lb[:n]
     for i, node in enumerate(model.graph.node):
         live[i] += conv_grad_workspace(analysis, node) + codec_workspace(analysis, node)
-    return model, live
+    return model, live, analysis
 
 
-def _predicted_live_ir(model: ir.Model, eager_accumulation: bool) -> tuple[ir.Model, np.ndarray]:
+def _predicted_live_ir(model: ir.Model, eager_accumulation: bool) -> tuple[ir.Model, np.ndarray, GraphAnalysis]:
     """``predicted_live`` on onnx-ir: the accumulators moved on a clone by the pass itself (the clone keeps the
     values' inferred types, so its analysis infers nothing again); ``model`` is not changed."""
     from ..analysis.cached import analysis_of
@@ -77,7 +91,35 @@ def _predicted_live_ir(model: ir.Model, eager_accumulation: bool) -> tuple[ir.Mo
     live[: len(lb)] += lb[:len(nodes)]
     for i, node in enumerate(nodes):
         live[i] += conv_grad_workspace(analysis, node) + codec_workspace(analysis, node)
-    return seen, live
+    return seen, live, analysis
+
+
+def store_workspace(analysis: GraphAnalysis, nodes: list[onnx.NodeProto] | list[ir.Node]) -> np.ndarray:
+    """Bytes the asynchronous payload store (runtime.payload_store, mode "async") holds at each node beyond the
+    synchronous ops: an encoder's input copy stays alive until the worker has compressed it -- at the latest
+    until the next encoder (which waits for it) or the next decoder -- and a prefetched decode is held from the
+    decoder before it (in node order) until its own decoder runs. The payloads themselves live in the store
+    instead of ORT's buffers: the same bytes over the same span, already counted by the graph."""
+    from ..custom_ops.contract import DECODE_PREFIX, ENCODE_PREFIX
+
+    extra = np.zeros(len(nodes), dtype=np.int64)
+    codec_ops = [(i, n) for i, n in enumerate(nodes)
+                 if n.op_type.startswith(ENCODE_PREFIX) or n.op_type.startswith(DECODE_PREFIX)]
+
+    def nbytes(name: str) -> int:
+        info = analysis.tensors.get(name)
+        return info.nbytes if info is not None and info.shape is not None else 0
+
+    for k, (i, node) in enumerate(codec_ops):
+        inputs, _ = _io_names(node)
+        if node.op_type.startswith(ENCODE_PREFIX) and inputs:
+            until = next((j for j, _ in codec_ops[k + 1:]), len(nodes) - 1)
+            extra[i + 1:until + 1] += nbytes(inputs[0])   # at i itself the bridge copy is codec_workspace's
+    decoders = [i for i, n in codec_ops if n.op_type.startswith(DECODE_PREFIX)]
+    for here, nxt in zip(decoders, decoders[1:]):
+        outputs = _io_names(nodes[nxt])[1]
+        extra[here:nxt] += nbytes(outputs[0]) if outputs else 0
+    return extra
 
 
 def _io_names(node: onnx.NodeProto | ir.Node) -> tuple[list[str], list[str]]:

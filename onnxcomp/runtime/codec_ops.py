@@ -14,6 +14,10 @@ a failure is recorded (``op_errors``; the training step raises it, naming the op
 and the op returns placeholders of the right shape -- zeros for a decoder, a "failed" frame for an encoder --
 so the rest of the step runs on well-formed tensors.
 
+With a payload store (``runtime.payload_store``: ``inline`` or ``async``) the encoder hands ORT a token frame
+instead of the payload, and may compress on a worker thread; the decoder takes the payload back by token.
+The results are the same bytes either way.
+
 Importing this module registers the ops with onnxruntime-extensions; it must happen before
 ``SessionOptions.register_custom_ops_library(onnxruntime_extensions.get_library_path())``.
 """
@@ -27,7 +31,7 @@ from onnxruntime_extensions import PyCustomOpDef, onnx_op
 
 from onnxcomp.custom_ops import REGISTRY, Codec, contract
 from onnxcomp.custom_ops.contract import CONTROL_PARAMS, DOMAIN, PARAMS_ATTR  # noqa: F401  (re-export)
-from onnxcomp.runtime import bounds, framing
+from onnxcomp.runtime import bounds, framing, payload_store
 
 _DT = {
     "float32": PyCustomOpDef.dt_float,
@@ -90,6 +94,23 @@ def _tensor_name(attrs: dict[str, Any]) -> str | None:
     return str(name) if name is not None else None
 
 
+# Encoder inputs the payload store had to copy because they did not own their memory (a view into ORT's
+# buffer would be overwritten once the op returns). onnxruntime-extensions 0.15.2 hands owned copies: 0.
+input_copies = 0
+
+
+def _copied(x: np.ndarray) -> np.ndarray:
+    global input_copies
+    input_copies += 1
+    return x.copy()
+
+
+def _store_name(codec: Codec, attrs: dict[str, Any]) -> str:
+    """The payload store's name for an op's stash: codec and tensor (one stash may be held by two codecs, e.g.
+    a ReLU mask for ReluGrad and sz for ConvGrad); the decode order is learned by it."""
+    return f"{codec.name}:{_tensor_name(attrs) or '?'}"
+
+
 def _remember_shape(attr: Any, shape: tuple[int, ...]) -> None:
     key = attr.decode() if isinstance(attr, bytes) else str(attr)
     if _encoded_shapes.get(key, shape) != shape:
@@ -100,6 +121,7 @@ def _remember_shape(attr: Any, shape: tuple[int, ...]) -> None:
 
 def _make_encode(codec: Codec) -> Callable[..., tuple[np.ndarray, ...]]:
     in_dtype = np.dtype(codec.input_dtype)
+    enc_type = contract.encode_op(codec.name)
     out_dtypes = [np.dtype(d) for d in codec.payload_dtypes]
 
     def encode(x: np.ndarray, **attrs: Any) -> tuple[np.ndarray, ...]:
@@ -112,11 +134,38 @@ def _make_encode(codec: Codec) -> Callable[..., tuple[np.ndarray, ...]]:
             codec_params = {**codec_params, eb: bounds.bound(key, float(params[eb]))}
             if bounds.collecting():
                 bounds.record_activation(key, int(np.count_nonzero(x)), int(x.size), codec_params[eb])
-        payload = codec.encode_cpu(x, **codec_params)
-        arrays = tuple(np.ascontiguousarray(p, dtype=d) for p, d in zip(payload, out_dtypes))
+        anchor = np.asarray(x.shape, dtype=np.int64).reshape(x.ndim)
+        mode = payload_store.mode()
+        if mode != "off":
+            # The bridge made x for this call (a fresh array it owns): the store may keep it past the return.
+            held = x if x.flags.owndata else _copied(x)
+            token = payload_store.store().put(mode, _store_name(codec, attrs), held.nbytes,
+                                              _stored_encode(held, codec_params, key if eb in params else None,
+                                                             _tensor_name(attrs)))
+            return (*framing.stored_payload(codec, x.shape, token), anchor)
+        arrays = _encode_arrays(x, codec_params)
         if key is not None and eb in params:
             bounds.record_payload(key, sum(a.nbytes for a in arrays), x.nbytes)
-        return (*framing.frame(codec, arrays, checksum=_verify), np.asarray(x.shape, dtype=np.int64).reshape(x.ndim))
+        return (*framing.frame(codec, arrays, checksum=_verify), anchor)
+
+    def _encode_arrays(x: np.ndarray, codec_params: dict[str, Any]) -> tuple[np.ndarray, ...]:
+        payload = codec.encode_cpu(x, **codec_params)
+        return tuple(np.ascontiguousarray(p, dtype=d) for p, d in zip(payload, out_dtypes))
+
+    def _stored_encode(x: np.ndarray, codec_params: dict[str, Any], bound_key: str | None,
+                       tensor: str | None) -> Callable[[], Any]:
+        def run() -> Any:
+            try:
+                arrays = _encode_arrays(x, codec_params)
+                if bound_key is not None:
+                    bounds.record_payload(bound_key, sum(a.nbytes for a in arrays), x.nbytes)
+                return arrays
+            except BaseException as exc:  # noqa: BLE001  (may run on the worker: no caller to catch it)
+                from onnxcomp.runtime import op_errors
+
+                op_errors.record(enc_type, tensor, exc)
+                return payload_store.FAILED
+        return run
 
     def fallback(feed: Any, attrs: dict[str, Any]) -> tuple[np.ndarray, ...]:
         shape = tuple(np.shape(feed[0]))
@@ -137,9 +186,23 @@ def _make_decode(codec: Codec) -> Callable[..., np.ndarray]:
             # The trigger is ReduceL2(dY): the scale of dY for the controller at the cost of one float input.
             bounds.record_gradient(params["key"], float(np.asarray(inputs[contract.DECODER_TRIGGER]).reshape(-1)[0]),
                                    int(params["dy_numel"]))
-        payload, dims = framing.unframe(codec, tuple(inputs[:contract.DECODER_TRIGGER]))
+        arrays = tuple(inputs[:contract.DECODER_TRIGGER])
+        stored = framing.stored_token(codec, arrays)
+        if stored is not None:   # the payload store holds the payload (whatever the mode is now)
+            token, dims = stored
+            raw = attrs.get(PARAMS_ATTR)
+            # A prefetch (made with the decode this stash had in the previous step) is used only for the same
+            # params and dims.
+            key = f"{raw.decode() if isinstance(raw, bytes) else raw}|{dims}"
+            y = payload_store.store().take(payload_store.mode(), token, _store_name(codec, attrs), key,
+                                           functools.partial(_decoded, dims=dims, codec_params=codec_params))
+            return np.zeros(dims, dtype=out_dtype) if y is payload_store.FAILED else y
+        payload, dims = framing.unframe(codec, arrays)
         if payload is None:  # the encoder failed; its error is already recorded
             return np.zeros(dims, dtype=out_dtype)
+        return _decoded(payload, dims, codec_params)
+
+    def _decoded(payload: tuple[np.ndarray, ...], dims: tuple[int, ...], codec_params: dict[str, Any]) -> np.ndarray:
         y = codec.decode_cpu(payload, **codec_params)
         if tuple(np.shape(y)) != dims:
             raise framing.PayloadError(f"{codec.name}: decoded shape {tuple(np.shape(y))} != framed shape {dims}")

@@ -15,6 +15,8 @@ payload. Layout of the op's ``shape`` output (int64), for a codec with k payload
 
 FLAG_FAILED marks the placeholder payload an encode op hands ORT after failing (its error is already
 recorded); the decode op then emits zeros of ``dims`` without recording a second error.
+FLAG_STORED marks a *token* frame: the payload itself is held by the process's payload store
+(``runtime.payload_store``), the other payload arrays are empty and the checksum word holds the token.
 """
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ FRAME_VERSION = 1
 MAGIC = int.from_bytes(b"ONXCMP" + bytes([FRAME_VERSION, 0]), "little")
 FLAG_CHECKSUM = 1
 FLAG_FAILED = 2
-_KNOWN_FLAGS = FLAG_CHECKSUM | FLAG_FAILED
+FLAG_STORED = 4
+_KNOWN_FLAGS = FLAG_CHECKSUM | FLAG_FAILED | FLAG_STORED
 _MAX_NDIM = 64
 
 
@@ -90,6 +93,30 @@ def failed_payload(codec: Any, shape: tuple[int, ...]) -> tuple[np.ndarray, ...]
     return tuple(framed if i == si else next(it) for i in range(len(codec.payload_names)))
 
 
+def stored_payload(codec: Any, shape: tuple[int, ...], token: int) -> tuple[np.ndarray, ...]:
+    """What an encode op hands ORT when the payload store holds its payload: empty arrays and a frame saying
+    "stored under ``token``, dims = shape" (a few dozen bytes cross the PyOp bridge instead of the payload)."""
+    if not 0 < token < 1 << 63:
+        raise ValueError(f"payload token {token} out of range")
+    si = _shape_index(codec)
+    others = [np.zeros(0, dtype=d) for i, d in enumerate(codec.payload_dtypes) if i != si]
+    framed = _build(codec, tuple(int(d) for d in shape), others, FLAG_STORED, token)
+    it = iter(others)
+    return tuple(framed if i == si else next(it) for i in range(len(codec.payload_names)))
+
+
+def stored_token(codec: Any, arrays: tuple[Any, ...]) -> tuple[int, tuple[int, ...]] | None:
+    """(token, dims) when ``arrays`` (a decode op's payload inputs) are a payload-store token frame, else None
+    (an ordinary payload: ``unframe`` it). Raises PayloadError for a frame that does not check out."""
+    si = _shape_index(codec)
+    if len(arrays) != len(codec.payload_names):
+        raise PayloadError(f"{codec.name}: {len(arrays)} payload arrays, expected {len(codec.payload_names)}")
+    dims, flags, head = _header(codec, arrays[si])
+    if not flags & FLAG_STORED:
+        return None
+    return int(head[-2]), dims
+
+
 def _header(codec: Any, shape_arr: Any) -> tuple[tuple[int, ...], int, np.ndarray]:
     """(dims, flags, frame words) of a framed ``shape`` array; PayloadError unless the header checks out."""
     words = np.asarray(shape_arr)
@@ -135,6 +162,8 @@ def unframe(codec: Any, arrays: tuple[np.ndarray, ...], *, verify: bool = True
     dims, flags, head = _header(codec, arrays[si])
     if flags & FLAG_FAILED:
         return None, dims
+    if flags & FLAG_STORED:
+        raise PayloadError(f"{codec.name}: payload is a payload-store token, not the payload (stored_token reads it)")
     others = [np.asarray(a) for i, a in enumerate(arrays) if i != si]
     for name, a, n in zip((p for i, p in enumerate(codec.payload_names) if i != si), others, head[2:-2]):
         if int(a.nbytes) != int(n):

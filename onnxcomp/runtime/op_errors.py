@@ -75,10 +75,19 @@ def _error(failures: list[OpFailure]) -> OpError:
     return err
 
 
+def _settle_payload_store() -> None:
+    """End the step's use of the payload store (runtime.payload_store), if the ops loaded it: its worker may
+    still record a failure, and nothing it holds may outlive the step. Looked up, not imported: no numpy here."""
+    store = sys.modules.get("onnxcomp.runtime.payload_store")
+    if store is not None:
+        store.settle()
+
+
 def raise_pending() -> None:
     """Raise the first op failure recorded since the last call as an ``onnxcomp.errors.OpError`` (and
     forget them all). Call it after every ``module(...)``/``InferenceSession.run`` in your own loop, or use
-    ``GuardedModule``/``guarded_step`` which do it for you."""
+    ``GuardedModule``/``guarded_step`` which do it for you. It also ends the step's use of the payload store."""
+    _settle_payload_store()
     failures = clear()
     if not failures:
         return
@@ -100,6 +109,7 @@ def guarded_step() -> Iterator[None]:
     try:
         yield
     except Exception as exc:
+        _settle_payload_store()
         failures = clear()
         if failures:
             if any(f.interrupted for f in failures):

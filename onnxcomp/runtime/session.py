@@ -32,12 +32,20 @@ class RuntimeSettings:
     # Checksum every codec payload at encode and verify it at decode (xxh3; framing.py); the header check
     # runs either way.
     verify_payloads: bool = False
+    # Where codec payloads live between encode and decode (runtime.payload_store): "off" (ORT tensors),
+    # "inline" (a process-wide store, no bridge copies of payloads), "async" (plus a codec worker thread and
+    # prefetching decodes). None: leave the process's mode (ONNXCOMP_PAYLOAD_STORE, default "off").
+    payload_store: str | None = None
 
     def __post_init__(self) -> None:
         if self.execution_order not in EXECUTION_ORDERS:
             raise OnnxcompError(
                 f"unknown execution order {self.execution_order!r} in runtime settings; "
                 f"use one of {sorted(EXECUTION_ORDERS)}"
+            )
+        if self.payload_store is not None and self.payload_store not in ("off", "inline", "async"):
+            raise OnnxcompError(
+                f"unknown payload store mode {self.payload_store!r} in runtime settings; use off, inline or async"
             )
         if self.intra_threads is not None and self.intra_threads < 0:
             raise OnnxcompError(
@@ -70,6 +78,7 @@ def session_options(
     profile: str | None = None,
     mem_reuse: bool = False,
     verify_payloads: bool = False,
+    payload_store: str | None = None,
 ) -> ort.SessionOptions:
     """SessionOptions with onnxcomp's PyOps registered.
 
@@ -79,8 +88,10 @@ def session_options(
     ORT profiling (a JSON trace with node execution order). mem_reuse: ORT's buffer-reuse plan (keeps
     freed buffers allocated until a same-sized tensor reuses them; off gives per-tensor frees).
     verify_payloads: checksum codec payloads (process-wide: it applies to every session in the process).
+    payload_store: "off", "inline" or "async" (runtime.payload_store; process-wide), None: unchanged.
     """
-    RuntimeSettings(arena, mem_pattern, execution_order, intra_threads, profile, mem_reuse, verify_payloads)
+    RuntimeSettings(arena, mem_pattern, execution_order, intra_threads, profile, mem_reuse, verify_payloads,
+                    payload_store)
     from onnxcomp.runtime import pyops
     from onnxruntime_extensions import get_library_path
 
@@ -89,6 +100,10 @@ def session_options(
     from onnxcomp.runtime import codec_ops
 
     codec_ops.set_verify_payloads(verify_payloads)
+    if payload_store is not None:
+        from onnxcomp.runtime import payload_store as store
+
+        store.set_mode(payload_store)
     so = ort.SessionOptions()
     so.enable_cpu_mem_arena = arena
     so.enable_mem_pattern = mem_pattern
