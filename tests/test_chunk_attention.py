@@ -1,0 +1,127 @@
+"""Attention backward in head/batch chunks (passes/chunk_attention.py): a hand-written attention block with
+ORT's gradient ops, chunked, gives bit-identical gradients; and the region is found by shapes, not names."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx.parser
+import pytest
+
+from onnxcomp.passes.chunk_attention import ChunkedAttentionBackwardPass
+
+B, H, T, D = 2, 3, 8, 4
+
+# The pattern ORT's gradient builder emits for softmax(QKᵀ·s, causal mask) → dropout → ·V (node names are
+# arbitrary on purpose: the pass must not rely on them). The forward dropout is a product with the kept
+# mask's scale (given, so the graph is deterministic); Y_grad is the gradient seed.
+ATTENTION = f"""
+<ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
+attn (float[{B},{H},{T},{D}] q, float[{B},{H},{D},{T}] kt, float[{B},{H},{T},{D}] v, bool[{B},{H},{T},{T}] keep,
+      float[{B},{H},{T},{T}] keep_scale, bool[1,1,{T},{T}] causal, float[{B},{H},{T},{D}] Y_grad)
+   => (float[{B},{H},{T},{D}] y, float[{B},{H},{T},{D}] dq, float[{B},{H},{D},{T}] dkt, float[{B},{H},{T},{D}] dv) {{
+    scale = Constant <value = float {{0.5}}> ()
+    neg = Constant <value = float {{-1e9}}> ()
+    zero = Constant <value = float {{0.0}}> ()
+    ratio = Constant <value = float {{0.25}}> ()
+    on = Constant <value = bool {{1}}> ()
+    s = MatMul (q, kt)
+    ss = Mul (s, scale)
+    w = Where (causal, ss, neg)
+    p = Softmax <axis = -1> (w)
+    pd = Mul (p, keep_scale)
+    y = MatMul (pd, v)
+    dv = com.microsoft.FusedMatMul <transA = 1> (pd, Y_grad)
+    dpd = com.microsoft.FusedMatMul <transB = 1> (Y_grad, v)
+    dp = com.microsoft.DropoutGrad (dpd, keep, ratio, on)
+    dw = com.microsoft.SoftmaxGrad_13 <axis = -1> (dp, p)
+    dss = Where (causal, dw, zero)
+    ds = Mul (dss, scale)
+    dq = com.microsoft.FusedMatMul <transB = 1> (ds, kt)
+    dkt = com.microsoft.FusedMatMul <transA = 1> (q, ds)
+}}
+"""
+
+
+def _model() -> onnx.ModelProto:
+    return onnx.parser.parse_model(ATTENTION)
+
+
+def _feeds() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    f = {n: rng.standard_normal(s).astype(np.float32) for n, s in
+         (("q", (B, H, T, D)), ("kt", (B, H, D, T)), ("v", (B, H, T, D)), ("Y_grad", (B, H, T, D)))}
+    f["keep"] = rng.random((B, H, T, T)) > 0.25
+    f["keep_scale"] = f["keep"].astype(np.float32) / np.float32(0.75)
+    f["causal"] = np.tril(np.ones((T, T), dtype=bool))[None, None]
+    return f
+
+
+def _run(model: onnx.ModelProto) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(["y", "dq", "dkt", "dv"], _feeds())
+
+
+@pytest.mark.parametrize("chunks,axis", [(2, 1), (3, 1), (8, 1)])
+def test_chunked_attention_backward_is_bit_identical(chunks, axis):
+    model = _model()
+    result = ChunkedAttentionBackwardPass(chunks=chunks, min_bytes=0).run(model)
+    (rec,) = result.records
+    assert rec.kind == "chunked" and rec["exact"] is True
+    assert rec["axis"] == axis and rec["chunks"] == min(chunks, (B, H)[axis])   # the larger leading axis
+    assert sorted(rec["op_types"]) == sorted(["FusedMatMul"] * 4 + ["DropoutGrad", "SoftmaxGrad_13", "Where", "Mul"])
+    names = [n.name for n in result.model.graph.node if n.name]
+    assert sum(n.op_type == "SoftmaxGrad_13" for n in result.model.graph.node) == rec["chunks"]
+    assert sum(n.op_type == "Concat" for n in result.model.graph.node) == 3          # dq, dkt, dv
+    assert len(set(names)) == len(names)
+    assert [o.name for o in result.model.graph.output] == ["y", "dq", "dkt", "dv"]
+    for got, want in zip(_run(result.model), _run(model)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_forward_and_broadcast_inputs_are_left_whole():
+    result = ChunkedAttentionBackwardPass(chunks=2, min_bytes=0).run(_model())
+    g = result.model.graph
+    sliced = {n.input[0] for n in g.node if n.op_type == "Slice"}
+    assert {"Y_grad", "v", "kt", "q", "keep", "p", "pd"} <= sliced        # per-slice inputs, forward ones too
+    assert "causal" not in sliced                                          # broadcasts over batch and heads
+    forward_ops = [n.op_type for n in g.node][:11]
+    assert forward_ops == ["Constant"] * 5 + ["MatMul", "Mul", "Where", "Softmax", "Mul", "MatMul"]  # untouched
+
+
+def test_min_bytes_and_non_attention_graphs_are_left_alone():
+    big = ChunkedAttentionBackwardPass(min_bytes=1 << 30).run(_model())
+    assert not big.records and "min_bytes" in big.skipped[0].reason
+    # A softmax over a rank-2 tensor (a classifier) has no leading axes to chunk.
+    flat = onnx.parser.parse_model("""
+    <ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
+    g (float[4,5] x, float[4,5] y_grad) => (float[4,5] dx) {
+        p = Softmax <axis = -1> (x)
+        dx = com.microsoft.SoftmaxGrad_13 <axis = -1> (y_grad, p)
+    }""")
+    assert not ChunkedAttentionBackwardPass(min_bytes=0).run(flat).records
+
+
+def test_one_chunk_alive_at_a_time_under_default_order():
+    """Chunk c + 1's slices wait on chunk c's outputs: every slice of a later chunk reads a start that
+    depends on the previous chunk's products (so ORT cannot interleave the chunks' T² tensors)."""
+    result = ChunkedAttentionBackwardPass(chunks=3, min_bytes=0).run(_model())
+    g = result.model.graph
+    producer = {o: n for n in g.node for o in n.output}
+
+    def ancestors(name: str) -> set[str]:
+        seen, todo = set(), [name]
+        while todo:
+            t = todo.pop()
+            if t in seen or t not in producer:
+                continue
+            seen.add(t)
+            todo += list(producer[t].input)
+        return seen
+
+    grads = [n for n in g.node if n.op_type == "SoftmaxGrad_13"]
+    for earlier, later in zip(grads, grads[1:]):
+        assert earlier.output[0] in ancestors(later.output[0])
