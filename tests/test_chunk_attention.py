@@ -125,3 +125,65 @@ def test_one_chunk_alive_at_a_time_under_default_order():
     grads = [n for n in g.node if n.op_type == "SoftmaxGrad_13"]
     for earlier, later in zip(grads, grads[1:]):
         assert earlier.output[0] in ancestors(later.output[0])
+
+
+# -- forward: scores to the product with V in chunks; the Dropout's mask drawn as before -------------------
+FORWARD = f"""
+<ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
+attn_fwd (float[{B},{H},{T},{D}] q, float[{B},{H},{D},{T}] kt, float[{B},{H},{T},{D}] v, bool[1,1,{T},{T}] causal,
+          float[{B},{H},{T},{D}] Y_grad) => (float[{B},{H},{T},{D}] y, bool[{B},{H},{T},{T}] keep,
+          float[{B},{H},{T},{D}] g) {{
+    scale = Constant <value = float {{0.5}}> ()
+    neg = Constant <value = float {{-1e9}}> ()
+    ratio = Constant <value = float {{0.25}}> ()
+    on = Constant <value = bool {{1}}> ()
+    s = MatMul (q, kt)
+    ss = Mul (s, scale)
+    w = Where (causal, ss, neg)
+    p = Softmax <axis = -1> (w)
+    pd, keep = Dropout (p, ratio, on)
+    y = MatMul (pd, v)
+    g = Mul (y, Y_grad)
+}}
+"""
+
+
+def _run_seeded(model: onnx.ModelProto, names: list[str]) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    ort.set_seed(7)    # the process-wide generator ORT's Dropout draws from (measure seeds it the same way)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    feeds = {k: v for k, v in _feeds().items() if k in {i.name for i in model.graph.input}}
+    return sess.run(names, feeds)
+
+
+@pytest.mark.parametrize("chunks", [2, 3])
+def test_chunked_attention_forward_is_bit_identical(chunks):
+    from onnxcomp.passes.chunk_attention import ChunkedAttentionForwardPass
+
+    model = onnx.parser.parse_model(FORWARD)
+    result = ChunkedAttentionForwardPass(chunks=chunks, min_bytes=0).run(model)
+    (rec,) = result.records
+    assert rec["exact"] and rec["dropout_mask_from_float16"] and rec["chunks"] == min(chunks, H)
+    g = result.model.graph
+    assert sum(n.op_type == "Softmax" for n in g.node) == rec["chunks"]
+    dropout = next(n for n in g.node if n.op_type == "Dropout")
+    producer = {o: n for n in g.node for o in n.output}
+    assert producer[dropout.input[0]].op_type == "ConstantOfShape"      # the draw reads float16 zeros
+    # Same mask (the generator's draw does not depend on the data or its type), same outputs, bit for bit.
+    for got, want in zip(_run_seeded(result.model, ["y", "keep", "g"]), _run_seeded(model, ["y", "keep", "g"])):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_forward_left_alone_while_the_probabilities_are_stashed():
+    from onnxcomp.passes.chunk_attention import ChunkedAttentionForwardPass
+
+    # P also read in backward (no recompute pass ran): chunking the forward would not free it.
+    stashed = FORWARD.replace("g = Mul (y, Y_grad)", "gy = Mul (y, Y_grad)\n    g = com.microsoft.SoftmaxGrad_13 "
+                              "<axis = -1> (gy, p)").replace(f"float[{B},{H},{T},{D}] g)", f"float[{B},{H},{T},{T}] g)")
+    stashed = stashed.replace("gy = Mul (y, Y_grad)", "gt = MatMul (Y_grad, kt)\n    gy = Mul (gt, gt)")
+    result = ChunkedAttentionForwardPass(chunks=2, min_bytes=0).run(onnx.parser.parse_model(stashed))
+    assert not result.records
+    assert any("read elsewhere" in s.reason for s in result.skipped)

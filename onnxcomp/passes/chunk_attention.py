@@ -267,8 +267,9 @@ def _infer(node: ir.Node, ins: list[tuple[int, ...] | None]) -> tuple[int, ...] 
 
 
 def _emit(graph: ir.Graph, analysis: GraphAnalysis, region: AttentionRegion, axis: int, k: int,
-          taken: set[str]) -> str | None:
-    """Rewrite ``region`` in ``k`` chunks along leading axis ``axis``; returns why not, or None when done."""
+          taken: set[str], first_after: list[ir.Value] = ()) -> str | None:
+    """Rewrite ``region`` in ``k`` chunks along leading axis ``axis``; returns why not, or None when done.
+    ``first_after``: values chunk 0 waits for too (an encoder's anchor, so it runs first)."""
     members = set(region.nodes)
     rank = len(region.leading) + 2
     extent = region.leading[axis]
@@ -318,6 +319,9 @@ def _emit(graph: ir.Graph, analysis: GraphAnalysis, region: AttentionRegion, axi
     bounds = even_bounds(extent, k)
     copies: list[dict[ir.Value, ir.Value]] = []
     zero: ir.Value | None = None
+    for v in first_after:
+        z = editor.zero_after(v, ir.DataType.from_numpy(dtype_of(analysis, v)), base=editor.name("c0_after"))
+        zero = z if zero is None else editor.op("Add", [zero, z], "c0_after_sum", ir.DataType.INT64, [1])
     for c in range(k):
         a, b = bounds[c], bounds[c + 1]
         here: dict[ir.Value, ir.Value] = {}
@@ -377,3 +381,192 @@ def _emit(graph: ir.Graph, analysis: GraphAnalysis, region: AttentionRegion, axi
 
 def _short(name: str) -> str:
     return name.replace("/", "_").strip("_")[-60:]
+
+
+# ------------------------------------------------------------------------------------------ forward
+
+FORWARD_PATTERN = "attention forward (head/batch chunks)"
+
+
+class ChunkedAttentionForwardPass(OnnxcompPass):
+    """Each attention block's forward, from Q·Kᵀ to the product with V, in ``chunks`` chunks of its largest
+    leading axis — exact, bit-identical.
+
+    The forward's T² tensors (scores, scaled, masked, softmax, dropped out) are otherwise alive two or three
+    at a time (at batch 1, T 2048, 4 heads: 64 MiB each). Everything up to the softmax is separable per
+    slice; the dropout is not chunked as such (a Dropout per chunk would draw other random numbers), but
+    its keep-mask does not depend on its input's values: ORT draws the mask from its generator alone. So the
+    original Dropout keeps its place (the same draw, in the same order) on a float16 zero tensor of the same
+    shape (2 bytes/element instead of 4 in and out; the mask is bit-identical, tests check it), and each
+    chunk applies the mask as the Dropout kernel does, ``Where(mask, P / (1 - ratio), 0)`` (bit-identical
+    to ORT's ``mask · P / (1 - ratio)``). Needs the softmax output read by the Dropout alone: run it after
+    the recompute passes (when the probabilities are still stashed for backward, nothing is gained).
+    Attention without dropout (Softmax read by the product directly) is chunked the same way.
+    """
+
+    name = "chunk_attention_forward"
+
+    def __init__(self, chunks: int = 8, min_bytes: int = 64 * 1024) -> None:
+        if chunks < 2:
+            raise ValueError(f"chunks={chunks}: at least 2")
+        self.chunks, self.min_bytes = chunks, min_bytes
+
+    def call(self, model: ir.Model) -> PassOutcome:
+        outcome = PassOutcome(model, False)
+        opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1))
+        graph = model.graph
+        nodes = list(graph)
+        if opset < 13 or not any(n.op_type == "Softmax" and n.domain in ("", "ai.onnx") for n in nodes):
+            return outcome
+        analysis = analysis_of(model)
+        shapes = value_shapes(analysis, nodes)
+        taken = ir_taken_names(graph)
+        index = {n: i for i, n in enumerate(nodes)}
+        for softmax in [n for n in nodes if n.op_type == "Softmax" and n.domain in ("", "ai.onnx")]:
+            if analysis.boundary.is_backward(index[softmax]):
+                continue
+            found = _forward_site(analysis, index, shapes, softmax)
+            if isinstance(found, str):
+                outcome.skipped.append(Skipped(softmax.name, FORWARD_PATTERN, found))
+                continue
+            chain, dropout, anchor_view, product = found
+            leading = shapes[softmax.outputs[0]][:-2]
+            t2 = int(np.prod(shapes[softmax.outputs[0]])) * 4
+            if t2 < self.min_bytes:
+                outcome.skipped.append(Skipped(softmax.name, FORWARD_PATTERN, f"{t2} B (< min_bytes {self.min_bytes})"))
+                continue
+            axis = max(range(len(leading)), key=lambda i: (leading[i], i))
+            k = min(self.chunks, leading[axis])
+            if k < 2:
+                outcome.skipped.append(Skipped(softmax.name, FORWARD_PATTERN, f"leading dimensions {leading}"))
+                continue
+            region, first_after = _prepare_forward(graph, shapes, chain, softmax, dropout, anchor_view, product,
+                                                   taken)
+            problem = _emit(graph, analysis, region, axis, k, taken, first_after)
+            if problem:   # _prepare_forward's nodes stay: the same values, unchunked
+                outcome.skipped.append(Skipped(softmax.name, FORWARD_PATTERN, problem))
+                outcome.modified = True
+                continue
+            outcome.records.append(PassRecord("chunked", self.name, region.name, {
+                "region": region.name, "pattern": FORWARD_PATTERN, "nodes": [n.name for n in region.nodes],
+                "op_types": [n.op_type for n in region.nodes], "leading_dims": list(leading), "axis": axis,
+                "chunks": k, "largest_tensor_bytes": t2, "dropout_mask_from_float16": dropout is not None,
+                "exact": True, "note": "per-slice ops; the Dropout's mask drawn as before (float16 zeros in)"}))
+            outcome.modified = True
+        return outcome
+
+
+def _forward_site(analysis: GraphAnalysis, index: dict[ir.Node, int], shapes: dict[ir.Value, tuple[int, ...]],
+                  softmax: ir.Node) -> tuple[list[ir.Node], ir.Node | None, ir.Node | None, ir.Node] | str:
+    """(chain above the softmax, Dropout or None, the anchor view between Dropout and product or None, the
+    product with V) of a forward attention, or why ``softmax`` is not one."""
+    out = shapes.get(softmax.outputs[0])
+    if out is None or len(out) < 3 or not separable(softmax, len(out)):
+        return "not a softmax over the last axis of a rank ≥ 3 tensor"
+    leading = out[:-2]
+
+    def readers(v: ir.Value) -> list[ir.Node]:
+        return [u.node for u in v.uses()]
+
+    def same_shape_view(n: ir.Node) -> bool:
+        return n.op_type == "Reshape" and shapes.get(n.outputs[0]) == shapes.get(n.inputs[0])
+
+    probs = readers(softmax.outputs[0])
+    if len(probs) != 1:
+        return "the probabilities are read elsewhere too (stashed for backward: run after the recompute passes)"
+    dropout, after = None, softmax.outputs[0]
+    if probs[0].op_type == "Dropout" and probs[0].domain in ("", "ai.onnx"):
+        dropout = probs[0]
+        if len(dropout.inputs) < 3 or len(dropout.outputs) < 2 or not dropout.outputs[1].name:
+            return "Dropout without ratio, training_mode or mask"
+        if _const_value(dropout.inputs[2]) is not True or _const_value(dropout.inputs[1]) is None:
+            return "Dropout's ratio or training_mode is not a constant (training_mode true)"
+        if _attr(dropout, "seed", None) is not None:
+            return "Dropout with a seed attribute"
+        after = dropout.outputs[0]
+    anchor_view = None
+    readers_after = readers(after)
+    if len(readers_after) == 1 and same_shape_view(readers_after[0]):
+        anchor_view = readers_after[0]
+        readers_after = readers(anchor_view.outputs[0])
+    if len(readers_after) != 1 or readers_after[0].op_type != "MatMul":
+        return "the (dropped-out) probabilities are not read by one MatMul alone"
+    product = readers_after[0]
+    if product.inputs[0] is not (anchor_view.outputs[0] if anchor_view else after):
+        return "the probabilities are not the product's left operand"
+    ps = shapes.get(product.outputs[0])
+    if ps is None or ps[:-2] != leading or len(ps) != len(out):
+        return "the product's output does not share the leading dimensions"
+    chain: list[ir.Node] = []
+    v = softmax.inputs[0]
+    while (p := v.producer()) is not None and not analysis.boundary.is_backward(index[p]) \
+            and len(readers(v)) == 1 and separable(p, len(out)) and shapes.get(p.outputs[0]) == out[:-2] + out[-2:]:
+        chain.insert(0, p)
+        data = [i for i in p.inputs if i is not None and (s := shapes.get(i)) is not None and s[:-2] == leading]
+        if p.op_type == "MatMul" or len(data) != 1:
+            break
+        v = data[0]
+    return chain, dropout, anchor_view, product
+
+
+def _const_value(v: ir.Value | None) -> object:
+    """The Python value of a one-element constant (initializer or Constant node), else None."""
+    if v is None:
+        return None
+    tensor = v.const_value
+    p = v.producer()
+    if tensor is None and p is not None and p.op_type == "Constant" and "value" in p.attributes:
+        tensor = p.attributes["value"].value
+    if tensor is None:
+        return None
+    array = tensor.numpy()
+    return array.reshape(-1)[0].item() if array.size == 1 else None
+
+
+def _prepare_forward(graph: ir.Graph, shapes: dict[ir.Value, tuple[int, ...]], chain: list[ir.Node],
+                     softmax: ir.Node, dropout: ir.Node | None, anchor_view: ir.Node | None, product: ir.Node,
+                     taken: set[str]) -> tuple[AttentionRegion, list[ir.Value]]:
+    """Rewire one forward attention so that its T² part is a separable region: the Dropout draws its mask
+    from float16 zeros, the product reads ``Where(mask, P / (1 - ratio), 0)``. Returns the region and the
+    values chunk 0 must wait for: the mask encoder's anchor, when the product was anchored on it, and the
+    Dropout's float16 output (read by chunk 0's gate, so ORT frees it there: an output nobody reads
+    stayed allocated, 8 MiB per layer on GPT-tiny)."""
+    editor = IrGraphEditor(graph, taken, PREFIX)
+    probs = softmax.outputs[0]
+    out = shapes[probs]
+    region = [*chain, softmax]
+    first_after = [anchor_view.inputs[1]] if anchor_view is not None else []
+    if dropout is not None:
+        ratio, mask = dropout.inputs[1], dropout.outputs[1]
+        one = editor.shared_tensor(f"{PREFIX}_one_f32", np.array(1.0, dtype=np.float32))
+        zero = editor.shared_tensor(f"{PREFIX}_zero_f32", np.array(0.0, dtype=np.float32))
+        keep = editor.op("Sub", [one, ratio], "keep", ir.DataType.FLOAT, [])
+        scaled = editor.op("Div", [probs, keep], "scaled", ir.DataType.FLOAT, list(out))
+        dropped = editor.op("Where", [mask, scaled, zero], "dropped", ir.DataType.FLOAT, list(out))
+        apply_nodes = [scaled.producer(), dropped.producer()]
+        # The mask's draw: float16 zeros of the same shape, made at run time (a constant shape would be
+        # folded into a resident initializer), once the chain's first input exists.
+        first_input = next(i for i in (chain[0] if chain else softmax).inputs if i is not None)
+        gated = editor.op("Add", [editor.shared_const(f"onnxcomp_shape_{'x'.join(map(str, out))}", list(out)),
+                                  editor.zero_after(first_input, base=editor.name("zeros_after"))],
+                          "zeros_shape", ir.DataType.INT64, [len(out)])
+        zeros = editor.op("ConstantOfShape", [gated], "zeros_f16", ir.DataType.FLOAT16, list(out),
+                          value=ir.tensor(np.zeros(1, dtype=np.float16)))
+        dropout.replace_input_with(0, zeros)
+        dropout.outputs[0].dtype = ir.DataType.FLOAT16
+        first_after.append(dropout.outputs[0])
+        new_before = [n for n in editor.nodes if n not in apply_nodes]
+        graph.insert_before(dropout, new_before)
+        graph.insert_after(dropout, apply_nodes)
+        for n in new_before:
+            shapes.update({v: tuple(v.shape) for v in n.outputs if v.shape is not None})
+        shapes[scaled], shapes[dropped], shapes[keep] = out, out, ()
+        shapes[zero] = ()
+        region += apply_nodes
+        product.replace_input_with(0, dropped)
+    if anchor_view is not None:
+        if dropout is None:
+            product.replace_input_with(0, probs)
+        graph.remove(anchor_view, safe=True)
+    region.append(product)
+    return AttentionRegion(region, out[:-2], int(np.prod(out)) * 4, 0, shapes), first_after
