@@ -187,3 +187,12 @@ def test_forward_left_alone_while_the_probabilities_are_stashed():
     result = ChunkedAttentionForwardPass(chunks=2, min_bytes=0).run(onnx.parser.parse_model(stashed))
     assert not result.records
     assert any("read elsewhere" in s.reason for s in result.skipped)
+
+
+def test_a_second_run_leaves_the_chunks_alone():
+    from onnxcomp.passes.chunk_attention import ChunkedAttentionForwardPass
+
+    once = ChunkedAttentionBackwardPass(chunks=3, min_bytes=0).run(_model()).model
+    assert not ChunkedAttentionBackwardPass(chunks=3, min_bytes=0).run(once).records
+    fwd = ChunkedAttentionForwardPass(chunks=3, min_bytes=0).run(onnx.parser.parse_model(FORWARD)).model
+    assert not ChunkedAttentionForwardPass(chunks=3, min_bytes=0).run(fwd).records

@@ -162,8 +162,8 @@ def find_attention_regions(analysis: GraphAnalysis, nodes: list[ir.Node],
             and separable(n, len(leading) + 2)
 
     for seed in nodes:
-        if seed.op_type not in _SEEDS or seed.domain != MS_DOMAIN or seed in taken:
-            continue
+        if seed.op_type not in _SEEDS or seed.domain != MS_DOMAIN or seed in taken or seed.name.startswith(PREFIX):
+            continue    # (a chunk of an earlier run is not chunked again)
         out = shape(seed.outputs[0])
         if out is None or len(out) < 3:
             continue
@@ -423,7 +423,7 @@ class ChunkedAttentionForwardPass(OnnxcompPass):
         taken = ir_taken_names(graph)
         index = {n: i for i, n in enumerate(nodes)}
         for softmax in [n for n in nodes if n.op_type == "Softmax" and n.domain in ("", "ai.onnx")]:
-            if analysis.boundary.is_backward(index[softmax]):
+            if analysis.boundary.is_backward(index[softmax]) or softmax.name.startswith(PREFIX):
                 continue
             found = _forward_site(analysis, index, shapes, softmax)
             if isinstance(found, str):
