@@ -23,7 +23,8 @@ sliced along the chunk axis (or read whole where they broadcast over it: the cau
 
 Ordering: chunk c + 1's slices start at an offset that adds ``zero_after`` of chunk c's outputs, so under
 both ORT execution orders the chunks run one after the other. One-element timing reads of a value inside
-the region (another pass's gate trigger) read chunk 0's copy of it (any element times the same).
+the region (another pass's gate trigger, e.g. the mask decoder's) read the region's incoming gradient
+instead, so what they time runs before chunk 0 rather than amid its T² tensors (any element times the same).
 
 Run it after the encoders: its Slices of a stash carry no float gradient, so an encoder that runs later
 would refuse that stash (see docs/chunking.md, "Where it runs in a policy"); decoded tensors are sliced.
@@ -113,6 +114,7 @@ class ChunkedAttentionBackwardPass(OnnxcompPass):
             return outcome
         analysis = analysis_of(model)
         regions = find_attention_regions(analysis, nodes, outcome.skipped)
+        backward = {n for i, n in enumerate(nodes) if analysis.boundary.is_backward(i)}
         taken = ir_taken_names(graph)
         for region in regions:
             if region.largest_bytes < self.min_bytes:
@@ -125,7 +127,7 @@ class ChunkedAttentionBackwardPass(OnnxcompPass):
                 outcome.skipped.append(Skipped(region.name, PATTERN, f"leading dimensions {region.leading}: "
                                                "nothing to chunk"))
                 continue
-            problem = _emit(graph, analysis, region, axis, k, taken)
+            problem = _emit(graph, analysis, region, axis, k, taken, backward=backward)
             if problem:
                 outcome.skipped.append(Skipped(region.name, PATTERN, problem))
                 continue
@@ -267,7 +269,7 @@ def _infer(node: ir.Node, ins: list[tuple[int, ...] | None]) -> tuple[int, ...] 
 
 
 def _emit(graph: ir.Graph, analysis: GraphAnalysis, region: AttentionRegion, axis: int, k: int,
-          taken: set[str], first_after: list[ir.Value] = ()) -> str | None:
+          taken: set[str], first_after: list[ir.Value] = (), backward: set[ir.Node] = frozenset()) -> str | None:
     """Rewrite ``region`` in ``k`` chunks along leading axis ``axis``; returns why not, or None when done.
     ``first_after``: values chunk 0 waits for too (an encoder's anchor, so it runs first)."""
     members = set(region.nodes)
@@ -363,8 +365,15 @@ def _emit(graph: ir.Graph, analysis: GraphAnalysis, region: AttentionRegion, axi
         whole = editor.op("Concat", [cp[v] for cp in copies], "", kind, dims,
                           out=name, axis=axis)
         v.replace_all_uses_with(whole, replace_graph_outputs=True)
+    # Timing reads of a value inside: the latest backward input of the region of the same type (the incoming
+    # gradient), so what they time (a mask decoder) runs before chunk 0, not amid its T² tensors; else chunk
+    # 0's copy of the value.
+    order_of = {n: i for i, n in enumerate(graph)}
     for reader, idx, v in triggers:
-        reader.replace_input_with(idx, copies[0][v])
+        same = [u for u in slice_at if u.producer() in backward and u.producer() in order_of
+                and dtype_of(analysis, u) == dtype_of(analysis, v)]
+        latest = max(same, key=lambda u: order_of[u.producer()], default=None)
+        reader.replace_input_with(idx, latest if latest is not None else copies[0][v])
     # Splice: the new nodes where the region began, the region gone, then a stable topological sort (chunk
     # nodes reading a value made later in the list move down behind it).
     order = list(graph)
@@ -406,10 +415,10 @@ class ChunkedAttentionForwardPass(OnnxcompPass):
 
     name = "chunk_attention_forward"
 
-    def __init__(self, chunks: int = 8, min_bytes: int = 64 * 1024) -> None:
+    def __init__(self, chunks: int = 8, min_bytes: int = 64 * 1024, zeros_dtype: type = np.float32) -> None:
         if chunks < 2:
             raise ValueError(f"chunks={chunks}: at least 2")
-        self.chunks, self.min_bytes = chunks, min_bytes
+        self.chunks, self.min_bytes, self.zeros_dtype = chunks, min_bytes, zeros_dtype
 
     def call(self, model: ir.Model) -> PassOutcome:
         outcome = PassOutcome(model, False)
@@ -441,7 +450,7 @@ class ChunkedAttentionForwardPass(OnnxcompPass):
                 outcome.skipped.append(Skipped(softmax.name, FORWARD_PATTERN, f"leading dimensions {leading}"))
                 continue
             region, first_after = _prepare_forward(graph, shapes, chain, softmax, dropout, anchor_view, product,
-                                                   taken)
+                                                   taken, self.zeros_dtype)
             problem = _emit(graph, analysis, region, axis, k, taken, first_after)
             if problem:   # _prepare_forward's nodes stay: the same values, unchunked
                 outcome.skipped.append(Skipped(softmax.name, FORWARD_PATTERN, problem))
@@ -525,7 +534,7 @@ def _const_value(v: ir.Value | None) -> object:
 
 def _prepare_forward(graph: ir.Graph, shapes: dict[ir.Value, tuple[int, ...]], chain: list[ir.Node],
                      softmax: ir.Node, dropout: ir.Node | None, anchor_view: ir.Node | None, product: ir.Node,
-                     taken: set[str]) -> tuple[AttentionRegion, list[ir.Value]]:
+                     taken: set[str], zeros_dtype: type = np.float32) -> tuple[AttentionRegion, list[ir.Value]]:
     """Rewire one forward attention so that its T² part is a separable region: the Dropout draws its mask
     from float16 zeros, the product reads ``Where(mask, P / (1 - ratio), 0)``. Returns the region and the
     values chunk 0 must wait for: the mask encoder's anchor, when the product was anchored on it, and the
@@ -550,10 +559,11 @@ def _prepare_forward(graph: ir.Graph, shapes: dict[ir.Value, tuple[int, ...]], c
         gated = editor.op("Add", [editor.shared_const(f"onnxcomp_shape_{'x'.join(map(str, out))}", list(out)),
                                   editor.zero_after(first_input, base=editor.name("zeros_after"))],
                           "zeros_shape", ir.DataType.INT64, [len(out)])
-        zeros = editor.op("ConstantOfShape", [gated], "zeros_f16", ir.DataType.FLOAT16, list(out),
-                          value=ir.tensor(np.zeros(1, dtype=np.float16)))
+        zeros = editor.op("ConstantOfShape", [gated], f"zeros_{np.dtype(zeros_dtype).name}",
+                          ir.DataType.from_numpy(np.dtype(zeros_dtype)), list(out),
+                          value=ir.tensor(np.zeros(1, dtype=zeros_dtype)))
         dropout.replace_input_with(0, zeros)
-        dropout.outputs[0].dtype = ir.DataType.FLOAT16
+        dropout.outputs[0].dtype = ir.DataType.from_numpy(np.dtype(zeros_dtype))
         first_after.append(dropout.outputs[0])
         new_before = [n for n in editor.nodes if n not in apply_nodes]
         graph.insert_before(dropout, new_before)
