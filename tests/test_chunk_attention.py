@@ -159,19 +159,20 @@ def _run_seeded(model: onnx.ModelProto, names: list[str]) -> list[np.ndarray]:
     return sess.run(names, feeds)
 
 
-@pytest.mark.parametrize("chunks", [2, 3])
-def test_chunked_attention_forward_is_bit_identical(chunks):
+@pytest.mark.parametrize("chunks,zeros", [(2, np.float32), (3, np.float32), (2, np.float16)])
+def test_chunked_attention_forward_is_bit_identical(chunks, zeros):
     from onnxcomp.passes.chunk_attention import ChunkedAttentionForwardPass
 
     model = onnx.parser.parse_model(FORWARD)
-    result = ChunkedAttentionForwardPass(chunks=chunks, min_bytes=0).run(model)
+    result = ChunkedAttentionForwardPass(chunks=chunks, min_bytes=0, zeros_dtype=zeros).run(model)
     (rec,) = result.records
-    assert rec["exact"] and rec["dropout_mask_from_float16"] and rec["chunks"] == min(chunks, H)
+    assert rec["exact"] and rec["mask_drawn_from"] == f"{np.dtype(zeros).name} zeros"
+    assert rec["chunks"] == min(chunks, H)
     g = result.model.graph
     assert sum(n.op_type == "Softmax" for n in g.node) == rec["chunks"]
     dropout = next(n for n in g.node if n.op_type == "Dropout")
     producer = {o: n for n in g.node for o in n.output}
-    assert producer[dropout.input[0]].op_type == "ConstantOfShape"      # the draw reads float16 zeros
+    assert producer[dropout.input[0]].op_type == "ConstantOfShape"      # the draw reads zeros
     # Same mask (the generator's draw does not depend on the data or its type), same outputs, bit for bit.
     for got, want in zip(_run_seeded(result.model, ["y", "keep", "g"]), _run_seeded(model, ["y", "keep", "g"])):
         np.testing.assert_array_equal(got, want)

@@ -404,13 +404,17 @@ class ChunkedAttentionForwardPass(OnnxcompPass):
     The forward's T² tensors (scores, scaled, masked, softmax, dropped out) are otherwise alive two or three
     at a time (at batch 1, T 2048, 4 heads: 64 MiB each). Everything up to the softmax is separable per
     slice; the dropout is not chunked as such (a Dropout per chunk would draw other random numbers), but
-    its keep-mask does not depend on its input's values: ORT draws the mask from its generator alone. So the
-    original Dropout keeps its place (the same draw, in the same order) on a float16 zero tensor of the same
-    shape (2 bytes/element instead of 4 in and out; the mask is bit-identical, tests check it), and each
-    chunk applies the mask as the Dropout kernel does, ``Where(mask, P / (1 - ratio), 0)`` (bit-identical
-    to ORT's ``mask · P / (1 - ratio)``). Needs the softmax output read by the Dropout alone: run it after
-    the recompute passes (when the probabilities are still stashed for backward, nothing is gained).
-    Attention without dropout (Softmax read by the product directly) is chunked the same way.
+    its keep-mask does not depend on its input's values or type: ORT draws the mask from its generator
+    alone. So the original Dropout keeps its place (the same draw, in the same order) on a zero tensor of the
+    same shape (``ConstantOfShape``, its shape gated on Q so ORT cannot fold it into a resident
+    initializer), and each chunk applies the mask as the Dropout kernel does, ``Where(mask, P / (1 - ratio),
+    0)`` (bit-identical to ORT's ``mask · P / (1 - ratio)``; ``mask · P · (1/(1 - ratio))`` is not).
+    The draw itself still holds a full zero input, its output and the mask (as many bytes as the unchunked
+    Dropout's P, output and mask): what is saved is the scores → softmax chain around it. float16 zeros
+    (``zeros_dtype``) draw the same mask (the tests check it), but ORT's CPU provider inserts casts to run a
+    float16 Dropout in float32, so they save nothing there. Needs the softmax output read by the Dropout
+    alone: run it after the recompute passes. Attention without dropout (Softmax read by the product
+    directly) is chunked the same way.
     """
 
     name = "chunk_attention_forward"
@@ -459,8 +463,9 @@ class ChunkedAttentionForwardPass(OnnxcompPass):
             outcome.records.append(PassRecord("chunked", self.name, region.name, {
                 "region": region.name, "pattern": FORWARD_PATTERN, "nodes": [n.name for n in region.nodes],
                 "op_types": [n.op_type for n in region.nodes], "leading_dims": list(leading), "axis": axis,
-                "chunks": k, "largest_tensor_bytes": t2, "dropout_mask_from_float16": dropout is not None,
-                "exact": True, "note": "per-slice ops; the Dropout's mask drawn as before (float16 zeros in)"}))
+                "chunks": k, "largest_tensor_bytes": t2,
+                "mask_drawn_from": f"{np.dtype(self.zeros_dtype).name} zeros" if dropout is not None else None,
+                "exact": True, "note": "per-slice ops; the Dropout's mask drawn in its place from zeros of the same shape"}))
             outcome.modified = True
         return outcome
 
