@@ -89,10 +89,16 @@ def test_wrong_bn_gradient_is_caught(small_artifacts: Path, tmp_path: Path) -> N
     assert np.abs(new.parameters - base.parameters).max() > 2e-5
 
 
+def _before_chunks(name: str) -> tuple:
+    """The policy's steps before its batch-chunked backward regions (the attention chunking follows DPR)."""
+    steps = POLICIES[name].steps
+    return steps[:next(i for i, s in enumerate(steps) if s.make.__name__ == "ChunkedBackwardPass")]
+
+
 def test_slices_the_encoded_tensors_not_their_decodes(small_artifacts: Path) -> None:
     """After the sign-bit pass, the ReLU mask reaches ReluGrad as Cast(decoded bool): each chunk slices the
     bool mask and casts its slice; no full-size float mask is materialised."""
-    lossy_first = POLICIES["dpr-fp16"][:-2]                          # reorder, sign bits, MaxPool indices
+    lossy_first = _before_chunks("dpr-fp16")                          # reorder, sign bits, MaxPool indices
     encoded = _apply(_model(small_artifacts), lossy_first)
     out = ChunkedStemBackwardPass(chunks=2, force=True).run(encoded).model
     made_by = {o: n for n in out.graph.node for o in n.output}
@@ -111,7 +117,7 @@ def test_slices_the_encoded_tensors_not_their_decodes(small_artifacts: Path) -> 
 
 @pytest.mark.parametrize("order", ORDERS)
 def test_planned_peak_drops_under_both_orders(small_artifacts: Path, order: str) -> None:
-    base = _apply(_model(small_artifacts), POLICIES["dpr-fp16"][:-2])
+    base = _apply(_model(small_artifacts), _before_chunks("dpr-fp16"))
     out = ChunkedStemBackwardPass(chunks=4, force=True).run(base).model
     # The stem's three full-size tensors (4x8x16x16 floats, 32 KiB each) no longer coexist, and the
     # BN input's stash is gone.
@@ -120,7 +126,7 @@ def test_planned_peak_drops_under_both_orders(small_artifacts: Path, order: str)
 
 def test_planner_chooses_and_reports(small_artifacts: Path) -> None:
     p = ChunkedStemBackwardPass()
-    (rec,) = p.run(_apply(_model(small_artifacts), POLICIES["dpr-fp16"][:-2])).records
+    (rec,) = p.run(_apply(_model(small_artifacts), _before_chunks("dpr-fp16"))).records
     assert rec["chunks"] in (2, 4)                     # 8 > batch 4 is not a candidate
     assert rec["region_after"] < rec["region_before"]
     assert rec["predicted_peak_after"] <= rec["predicted_peak_before"]

@@ -171,6 +171,7 @@ def test_lossless_transformer_techniques_bit_identical(tiny_gpt):
     # Reshape view), not on a hand-built Less/Cast/ReduceSum chain.
     assert {r.kind for r in result.records if r["encoding"] == "recompute"} == {"recomputed"}
     assert any(r.pass_name == "recompute_attention_dropout" for r in result.records)
+    assert any(r.pass_name == "chunk_attention" and r["exact"] for r in result.all_records)  # bit-identical below
     original = onnx.load(str(tiny_gpt / "training_model.onnx"))
     count = lambda m, op: sum(n.op_type == op for n in m.graph.node)  # noqa: E731
     assert count(result.model, "ReduceSum") == count(original, "ReduceSum")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..errors import OnnxcompError
 from .base import OnnxcompPass, PassOutcome, PassResult, Skipped
+from .chunk_attention import ChunkedAttentionBackwardPass, ChunkedAttentionForwardPass
 from .chunk_backward import ChunkedBackwardPass, chunkable_regions
 from .chunk_stem_backward import ChunkedStemBackwardPass
 from .defer_weight_grad import DeferWeightGradientPass
@@ -42,18 +43,22 @@ LOSSY_FIRST = (step(SplitWeightPass), *REORDER, step(SignBitsPass, split_readers
 # At most three ops (the stem's ReluGrad, BN, ConvGrad as before): longer regions left a decoder up to 7 nodes
 # ahead of its reader under ORT's DEFAULT order (tests/test_execution_order.py).
 CHUNKS_BEFORE_ENCODERS = step(ChunkedBackwardPass, raw_stashes=False, max_ops=3)
+# Transformers: attention's backward (dP, rebuilt P, DropoutGrad/SoftmaxGrad outputs) and forward (scores to
+# the product with V, the Dropout's mask drawn as before) in head/batch chunks, exact. Last: their Slices of a
+# stash would hide it from an encoder that runs later; the forward one needs P recomputed (chunk_attention.py).
+ATTENTION_CHUNKS = (step(ChunkedAttentionBackwardPass), step(ChunkedAttentionForwardPass))
 
 _POLICIES = [
     # Transformers: weight gradients early, LayerNorm / GELU outputs and attention probabilities (before and
     # after dropout) recomputed, Dropout masks as bits (passes/transformer.py).
     policy("lossless", "exact: cheap layers (BN, ReLU, pooling; LayerNorm, GELU, attention probabilities) "
            "recomputed in backward, then the lossless encodings (Dropout masks as bits)",
-           *REORDER, RecomputePass, *TRANSFORMER_EXACT, *LOSSLESS_ENCODINGS, SparsePass,
+           *REORDER, RecomputePass, *TRANSFORMER_EXACT, *LOSSLESS_ENCODINGS, SparsePass, *ATTENTION_CHUNKS,
            options=("min_bytes", "overrides")),
     policy("lossless-encode", "the lossless encodings alone (Gist's lossless set), without recomputation",
            *REORDER, *LOSSLESS_ENCODINGS, DropoutMaskPass, SparsePass, options=("min_bytes", "overrides")),
     policy("recompute", "cheap layers (and transformer LayerNorm, GELU, attention probabilities) recomputed "
-           "in backward", *REORDER, RecomputePass, *TRANSFORMER_RECOMPUTE, options=("min_bytes",)),
+           "in backward", *REORDER, RecomputePass, *TRANSFORMER_RECOMPUTE, *ATTENTION_CHUNKS, options=("min_bytes",)),
     policy("rows", "LR-CNN: conv chains split into row blocks, recomputed row by row in backward (exact)",
            RowSplitPass, EagerAccumulationPass, options=("rows", "variant", "checkpoints", "budget_bytes")),
     # Row split composed with encodings (docs/chunking.md): the chains first (their finder needs the original
@@ -81,21 +86,22 @@ _POLICIES = [
     # the image, so it needs no stash) before DPR reduces what is left: only regions over stashes already
     # encoded or recomputed (CHUNKS_BEFORE_ENCODERS).
     *(policy(f"dpr-{fmt}", f"Gist: lossless encodings, the rest of the float stashes in {fmt}", *LOSSY_FIRST,
-             CHUNKS_BEFORE_ENCODERS, step(DprPass, dpr_format=fmt),
+             CHUNKS_BEFORE_ENCODERS, step(DprPass, dpr_format=fmt), *ATTENTION_CHUNKS,
              options=("min_bytes", "overrides", "split_weight_bytes", "native"))
       for fmt in DPR_FORMATS),
     # COMET: lossless where it applies, error-bounded conv/fc inputs, reduced precision elsewhere.
     policy("comet", "COMET: lossless where it applies, error-bounded conv/fc inputs, reduced precision "
            "elsewhere", *LOSSY_FIRST, ErrorBoundedPass, CHUNKS_BEFORE_ENCODERS, DprPass, SparsePass,
+           *ATTENTION_CHUNKS,
            options=("min_bytes", "overrides", "split_weight_bytes", "eb", "adaptive", "dpr_format", "native")),
     # CSWAP+/FreeLunch: the float stashes DPR would take held by the fixed-rate zfp codec at N bits/value.
     *(policy(f"zfp-{rate}", f"fixed-rate zfp codec at {rate} bits/value for the float stashes DPR would take",
-             *LOSSY_FIRST, CHUNKS_BEFORE_ENCODERS, step(FixedRatePass, rate=rate),
+             *LOSSY_FIRST, CHUNKS_BEFORE_ENCODERS, step(FixedRatePass, rate=rate), *ATTENTION_CHUNKS,
              options=("min_bytes", "overrides", "split_weight_bytes"))
       for rate in FIXED_RATES),
     # Mesa: the float stashes DPR would take as 8-bit affine codes with a min and scale per channel (row).
     policy("q8", "Mesa-style 8-bit per-channel affine quantisation of the float stashes DPR would take",
-           *LOSSY_FIRST, CHUNKS_BEFORE_ENCODERS, Q8Pass, options=("min_bytes", "overrides", "split_weight_bytes")),
+           *LOSSY_FIRST, CHUNKS_BEFORE_ENCODERS, Q8Pass, *ATTENTION_CHUNKS, options=("min_bytes", "overrides", "split_weight_bytes")),
 ]
 # Per stash and backward region, the cheapest technique that makes the predicted step peak fit a budget
 # (onnxcomp/planner/auto.py; docs/auto-planner.md).
@@ -114,7 +120,7 @@ def get_policy(name: str) -> Policy:
         raise OnnxcompError(f"unknown policy {name!r}; choose one of: {', '.join(sorted(POLICIES))}") from None
 
 
-__all__ = ["AttentionDropoutRecomputePass", "AttentionProbsRecomputePass", "DropoutMaskPass",
+__all__ = ["AttentionDropoutRecomputePass", "ChunkedAttentionBackwardPass", "ChunkedAttentionForwardPass", "AttentionProbsRecomputePass", "DropoutMaskPass",
            "EarlyWeightGradientPass", "TransformerRecomputePass", "ChunkedBackwardPass", "ChunkedStemBackwardPass",
            "DeferWeightGradientPass", "DprPass", "RecomputePass", "RowSplitPass", "EagerAccumulationPass",
            "ErrorBoundedPass", "FixedRatePass", "IntervalMaskPass", "MaxPoolIndexPass", "OnnxcompPass",

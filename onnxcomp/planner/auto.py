@@ -454,7 +454,9 @@ def build_passes(chosen: dict[str, Option], regions: Regions, techniques: list[T
     for t in late:
         if by_tech.get(t.name):
             passes.append(t.build(by_tech[t.name], min_bytes=min_bytes))
-    return passes
+    # Transformers: attention in head/batch chunks, exact; last (passes/chunk_attention.py). No-op elsewhere.
+    from ..passes import ChunkedAttentionBackwardPass, ChunkedAttentionForwardPass
+    return passes + [ChunkedAttentionBackwardPass(min_bytes=min_bytes), ChunkedAttentionForwardPass(min_bytes=min_bytes)]
 
 
 @dataclass
