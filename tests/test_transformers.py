@@ -252,6 +252,7 @@ def test_dpr_takes_stashes_a_recompute_gate_reads_first(tiny_gpt):
                 and s["pattern"].startswith("Add-output")]
 
 
+@pytest.mark.slow
 def test_dpr_fp16_trains_close_to_baseline_with_validation_loss(tiny_gpt):
     from onnxcomp.runtime.train import train
     from onnxcomp.transform import transform
