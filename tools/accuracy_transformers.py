@@ -37,6 +37,7 @@ def _write_json(path: Path, obj: Any) -> None:
     """Atomically: a cut-short run never leaves a half-written record that a later invocation would reuse."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.chmod(tmp, 0o644)   # mkstemp's 0600 would survive the rename
     with os.fdopen(fd, "w") as f:
         json.dump(obj, f, indent=1)
     os.replace(tmp, path)
