@@ -48,6 +48,7 @@ CONTROL_PARAMS = frozenset({
     "adaptive",   # bool: the controller may retune eb
     "dy_numel",   # elements of dY, with an l2 trigger (the trigger is ReduceL2(dY))
     "out_spatial",
+    "summed",     # dY·X products summed into one weight-gradient value (MatMul/Gemm layers; conv: from dY)
     "tensor",     # the stash's name, for op error messages
 })
 # The param the controller overrides at run time (COMET's error bound).

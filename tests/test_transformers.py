@@ -224,3 +224,79 @@ def test_zoo_transformers_build_with_their_input_size():
     gpt = build_model("gpt_tiny", VOCAB_SIZE, seq_len=12, image=99)   # image reaches only image models
     tokens = gpt.example_input(3)
     assert tokens.shape == (3, 12) and gpt(tokens).shape == (36, VOCAB_SIZE)
+
+
+# -- lossy policies on transformers: stashes behind recompute gates, the error-bounded MatMul inputs --------
+def test_dpr_takes_stashes_a_recompute_gate_reads_first(tiny_gpt):
+    """GELU / LayerNorm inputs are first read in backward by a recompute clone's gate, whose only backward
+    input is an int64 shape; the decoder waits on the gradient that gate waits on."""
+    from onnxcomp.analysis import analysis_of
+    from onnxcomp.passes.encode_stash import decoder_trigger
+    from onnxcomp.transform import transform
+
+    transform(tiny_gpt, tiny_gpt / "recompute.onnx", "recompute", min_bytes=0)
+    analysis = analysis_of(onnx.load(str(tiny_gpt / "recompute.onnx")))
+    gated = [s for s in analysis.stashed if s.pattern.split("→")[0] == "Add-output" and s.dtype == "float32"
+             and analysis.incoming_gradient(min(s.backward_consumers), s.name) is None]
+    assert gated, "the recompute policy should leave GELU / LayerNorm inputs read first by a gate"
+    for stash in gated:
+        first = min(stash.backward_consumers)
+        trigger = decoder_trigger(analysis, first, stash.name)
+        assert trigger is not None and analysis.is_gradient(trigger)
+        assert analysis.tensors[trigger].producer < first    # exists before the gate, made in backward
+
+    result = transform(tiny_gpt, tiny_gpt / "dpr-fp16.onnx", "dpr-fp16", min_bytes=0)
+    taken = {r["pattern"].split("→")[1].split("/")[0] for r in result.records
+             if r["encoding"] == "dpr" and r["pattern"].startswith("Add-output")}
+    assert {"GeluGrad", "LayerNormalizationGrad"} <= taken
+    assert not [s for s in result.skipped if s["reason"].startswith("its first backward reader has no")
+                and s["pattern"].startswith("Add-output")]
+
+
+@pytest.mark.slow
+def test_dpr_fp16_trains_close_to_baseline_with_validation_loss(tiny_gpt):
+    from onnxcomp.runtime.train import train
+    from onnxcomp.transform import transform
+
+    if not (tiny_gpt / "dpr-fp16.onnx").exists():
+        transform(tiny_gpt, tiny_gpt / "dpr-fp16.onnx", "dpr-fp16", min_bytes=0)
+    runs = [train(tiny_gpt, model=m, steps=3, data="text", eval_every=3, progress=False)
+            for m in ("training_model.onnx", "dpr-fp16.onnx")]
+    (base_step, base_val), = runs[0].val_loss_history
+    (step, val), = runs[1].val_loss_history
+    assert step == base_step == 3 and np.isfinite(val) and 0 < val < 2 * np.log(VOCAB_SIZE)
+    np.testing.assert_allclose(runs[1].losses, runs[0].losses, rtol=1e-2)
+    assert runs[1].losses != runs[0].losses    # fp16 stashes: lossy, not a no-op
+    np.testing.assert_allclose(val, base_val, rtol=1e-2)
+
+
+def test_error_bounded_pass_takes_matmul_inputs_with_their_sum_length(tiny_gpt):
+    from onnxcomp.runtime.controller import AdaptiveBoundController, bounded_layers
+    from onnxcomp.transform import transform
+
+    result = transform(tiny_gpt, tiny_gpt / "comet.onnx", "comet", min_bytes=0)
+    sz = [r for r in result.records if r["codec"] == "sz"]
+    proj = [r for r in sz if "attn/proj" in r["tensor"]]
+    assert proj, "the attention output projection's input is a MatMul input read only for dW"
+    graph_inputs = {i.name for i in result.model.graph.input}
+    for r in sz:
+        shape = r["shape"]
+        assert r["params"]["weight"] in graph_inputs                       # the parameter behind Transpose
+        assert r["params"]["summed"] == int(np.prod(shape)) // shape[-1]   # batch × positions
+    layers = {layer.key: layer for layer in bounded_layers(result.model)}
+    layer = layers[proj[0]["tensor"]]
+    assert layer.summed == proj[0]["params"]["summed"]
+    ctl = AdaptiveBoundController(list(layers.values()), a=1.0, sigma_frac=1e-3)
+    layer.grad_scale = 2.0
+    # eb = σ / (a · rms(dY) · √(N·R)) with N the recorded sum length, not the batch.
+    assert ctl.bound_for(layer, 0.25, 0.5, 10**6, (32, 32)) == pytest.approx(
+        2e-3 / (0.5 * (layer.summed * 0.25) ** 0.5))
+
+
+def test_summed_products_counts_rows_of_the_contracted_axis():
+    from onnxcomp.passes.error_bounded import summed_products
+
+    assert summed_products((4096, 128), x_first=True) == 4096           # ORT's 2-D view of [B·T, C]
+    assert summed_products((16, 256, 128), x_first=True) == 16 * 256
+    assert summed_products((16, 128, 256), x_first=False) == 16 * 256   # W·X: K is the second last axis
+    assert summed_products((32, 10), x_first=True) == 32                # a classifier's input: the batch

@@ -6,6 +6,8 @@ So every encoder also emits its input's shape (``anchor``) and the forward consu
 ``Reshape(gate, anchor)`` (a zero-copy view) — they cannot run before the encoder, under either order.
 A decoder takes one element of its backward consumer's incoming gradient dY as an extra input, so it cannot
 run before that gradient exists, i.e. just before the consumer; it sits right before it in node order too.
+A consumer with no gradient input of its own (a recompute clone's gate, which waits on the clone's dY
+through an int64 shape) lends the decoder the gradient that gate waits on (``decoder_trigger``).
 
 The pass edits the onnx-ir graph in place: the encoder goes right after the target's producer
 (``graph.insert_after``), the decoder right before the stash's first backward reader (``insert_before``),
@@ -106,13 +108,18 @@ class EncodeStashPass(OnnxcompPass):
             if chosen is not None and chosen != self.encoding:
                 outcome.skipped.append(Skipped(stash.name, stash.pattern, f"config assigns this pattern to {chosen!r}"))
                 continue
-            if analysis.incoming_gradient(min(stash.backward_consumers), stash.name) is None:
+            first = min(stash.backward_consumers)
+            if decoder_trigger(analysis, first, stash.name) is None:
                 outcome.skipped.append(Skipped(stash.name, stash.pattern, "its first backward reader has no "
                                                "incoming gradient to time a decoder by"))
                 continue
             choice = self.select(analysis, stash)
             if isinstance(choice, str):
                 outcome.skipped.append(Skipped(stash.name, stash.pattern, choice))
+            elif choice.trigger == "l2" and analysis.incoming_gradient(first, stash.name) is None:
+                # ReduceL2 of a gate's trigger element would hand the bound controller a wrong dY scale.
+                outcome.skipped.append(Skipped(stash.name, stash.pattern, "its first backward reader is a "
+                                               "recompute gate, not a gradient op: no dY scale for the bound"))
             else:
                 choices.append((stash, choice))
         if not choices:
@@ -126,6 +133,39 @@ class EncodeStashPass(OnnxcompPass):
         self.finish(model)
         outcome.modified = True
         return outcome
+
+
+# How many nodes back from a backward reader the trigger search may look (a recompute gate's chain
+# Reshape ← Add ← Cast ← Less ← Slice is five).
+_GATE_SEARCH_NODES = 8
+
+
+def decoder_trigger(analysis: GraphAnalysis, node: int | Any, exclude: str) -> str | None:
+    """The gradient a decoder placed before ``node`` (an index, or a node with this graph's input names)
+    waits on: the node's own incoming gradient dY; failing that, the nearest gradient its backward-made
+    inputs were computed from. The second case is a recompute clone's gate,
+    ``Reshape(stash, shape + Cast(Less(t, t)))`` with ``t`` one element of the clone's dY (passes/editor.py):
+    its only backward input is an int64 shape, yet it cannot run before that dY exists, so neither can a
+    decoder that waits on ``t``. Forward tensors, weights and constants are never followed."""
+    found = analysis.incoming_gradient(node, exclude)
+    if found is not None:
+        return found
+    proto = analysis.model.graph.node[node] if isinstance(node, int) else node
+    frontier = [i for i in proto.input if i and i != exclude]
+    seen: set[str] = set()
+    visited = 0
+    while frontier and visited < _GATE_SEARCH_NODES:
+        name = frontier.pop(0)
+        tensor = analysis.tensors.get(name)
+        if name in seen or tensor is None or tensor.producer is None \
+                or not analysis.boundary.is_backward(tensor.producer):
+            continue
+        seen.add(name)
+        if analysis.is_gradient(name):
+            return name
+        visited += 1
+        frontier.extend(i for i in analysis.model.graph.node[tensor.producer].input if i and i not in seen)
+    return None
 
 
 def already_encoded(analysis: GraphAnalysis, name: str) -> bool:
@@ -196,9 +236,9 @@ class _Site:
     def incoming_gradient(self, node: ir.Node, exclude: str) -> str:
         """The analysis's dY of ``node`` as wired now (readers rewired earlier in this run read decoded
         copies, which are no gradients)."""
-        found = self.analysis.incoming_gradient(SimpleNamespace(input=[v.name if v is not None else ""
-                                                                       for v in node.inputs]), exclude)
-        assert found is not None, "call() checks the first backward reader has an incoming gradient"
+        found = decoder_trigger(self.analysis, SimpleNamespace(input=[v.name if v is not None else ""
+                                                                      for v in node.inputs]), exclude)
+        assert found is not None, "call() checks the first backward reader has a gradient to wait on"
         return found
 
 

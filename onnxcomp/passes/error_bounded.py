@@ -1,7 +1,11 @@
-"""Pass: hold conv (and fully-connected) inputs with the error-bounded SZ codec (COMET).
+"""Pass: hold conv, fully-connected and MatMul inputs with the error-bounded SZ codec (COMET).
 
 A conv's stashed input X is read in backward only for the weight gradient dW = dY ⋆ X, so an error e in X
-reaches nothing but dW, as Σ dY·e (COMET §4.2). Each encoder gets a ``key`` and starts from ``eb``; with
+reaches nothing but dW, as Σ dY·e (COMET §4.2). A MatMul's (transformer linear's) input X likewise, when
+its backward readers compute only dW = Xᵀ·dY (ORT's MatMul gradient: Gemm(transA) on X viewed 2-D): each
+dW value sums ``summed`` = numel(X) / K products dY·e (every row of every batch and position), which the
+encoder's params carry for the controller. The weight may reach the MatMul through a Transpose (torch's
+Linear exports ``MatMul(x, Transpose(W))``); the controller reads the parameter's gradient. Each encoder gets a ``key`` and starts from ``eb``; with
 ``adaptive`` the run-time controller (onnxcomp.runtime.controller) retunes the bound from the layer's
 nonzero ratio, rms of dY (the decoder is triggered by ReduceL2(dY) to see it) and weight-gradient scale,
 without rebuilding the session.
@@ -18,6 +22,8 @@ from .encode_stash import EncodeStashPass, Encoding
 _WEIGHT_GRAD_READERS = {"ConvGrad", "Gemm", "MatMul"}
 _FORWARD_LAYERS = {"Conv", "Gemm", "MatMul"}
 _PASS_THROUGH = {"Reshape", "Flatten", "Identity", "Squeeze", "Unsqueeze"}
+# Between a parameter and the layer that reads it (torch's Linear: MatMul(x, Transpose(W))).
+_WEIGHT_VIEWS = _PASS_THROUGH | {"Transpose"}
 
 
 class ErrorBoundedPass(EncodeStashPass):
@@ -49,10 +55,16 @@ class ErrorBoundedPass(EncodeStashPass):
         if found is None:
             return "no Conv/Gemm forward reader: not a layer input"
         layer, seen_as = found
-        weight = layer.input[1] if layer.input[0] == seen_as else layer.input[0]
+        other = layer.input[1] if layer.input[0] == seen_as else layer.input[0]
+        weight = _parameter_behind(analysis, other)
+        if weight is None:
+            return (f"the {layer.op_type}'s other operand {other!r} is no parameter (an activation product, "
+                    "e.g. attention): no weight gradient to scale the bound by")
         shape = tuple(stash.shape)
         params = {"eb": self.eb, "key": stash.name, "weight": weight, "batch": int(shape[0]),
                   "adaptive": self.adaptive}
+        if layer.op_type != "Conv":
+            params["summed"] = summed_products(shape, x_first=layer.input[0] == seen_as)
         codec = get_codec("sz")
         sizes = _predicted_payload(codec, shape, self.assumed_bits, self.assumed_density)
         return Encoding(stash.name, stash.name, stash.name, "sz", params, sizes, [],
@@ -69,11 +81,43 @@ def _predicted_payload(codec, shape: tuple[int, ...], bits: float, density: floa
     return [fixed.get(name, data) for name in codec.payload_names]
 
 
+def summed_products(shape: tuple[int, ...], x_first: bool) -> int:
+    """How many dY·X products one weight-gradient value sums, for a MatMul/Gemm input X of ``shape`` read
+    with a shared 2-D weight: every element of X but those along the contracted axis (the last for
+    ``X·W``, the second last for ``W·X``), i.e. rows × batch × positions."""
+    return max(1, numel(shape) // max(1, shape[-1] if x_first or len(shape) < 2 else shape[-2]))
+
+
+def _parameter_behind(analysis: GraphAnalysis, name: str) -> str | None:
+    """The graph input (trainable parameter) ``name`` is a view of, through Transpose/reshapes; None if it
+    is computed from anything else."""
+    graph = analysis.model.graph
+    graph_inputs = {i.name for i in graph.input}
+    for _ in range(8):
+        if name in graph_inputs:
+            return name
+        t = analysis.tensors.get(name)
+        if t is None or t.producer is None:
+            return None
+        node = graph.node[t.producer]
+        if node.op_type not in _WEIGHT_VIEWS:
+            return None
+        name = node.input[0]
+    return None
+
+
 def _forward_layer(analysis: GraphAnalysis, name: str) -> tuple[onnx.NodeProto, str] | None:
-    """The Conv/Gemm that reads ``name`` in forward, looking through reshapes (e.g. earlier passes' anchors,
-    Flatten before a classifier); with the name it reads the tensor under."""
+    """The Conv/Gemm/MatMul that reads ``name`` in forward, looking through reshapes (e.g. earlier passes'
+    anchors, Flatten before a classifier) on either side: ORT's MatMul gradient reads the layer input
+    viewed 2-D (``A_reshape_2d``), a view made from the tensor the MatMul reads. With the name it reads
+    the tensor under."""
     graph = analysis.model.graph
     frontier, seen = [name], set()
+    t = analysis.tensors.get(name)
+    while t is not None and t.producer is not None and graph.node[t.producer].op_type in _PASS_THROUGH:
+        source = graph.node[t.producer].input[0]   # the view's source: its forward readers count too
+        frontier.append(source)
+        t = analysis.tensors.get(source)
     while frontier:
         t = frontier.pop()
         if t in seen or t not in analysis.tensors:

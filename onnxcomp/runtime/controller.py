@@ -10,7 +10,7 @@ momentum is not exposed), and sets
 
 Two departures from the paper's symbols, both measured by tools/error_injection.py (README): N is the
 number of dY·X products summed into one weight-gradient value (batch × output positions for a conv, batch
-for a fully-connected layer) rather than the batch, and L is rms(dY) rather than mean |dY|. With them the
+for a fully-connected layer, batch × sequence positions for a transformer's MatMul: the pass records it) rather than the batch, and L is rms(dY) rather than mean |dY|. With them the
 variance of a sum of uniform errors gives a = 1/√3 (the fitted per-layer a lies at or below it, so the
 bound errs on the safe side); with the paper's literal N and L̄ the fitted a spread over two decades. The window halves when any bound moved by more than 2× and returns
 to its initial value once bounds settle. Bounds reach the encoders through onnxcomp.runtime.bounds, so the
@@ -44,6 +44,7 @@ class BoundedLayer:
     adaptive: bool
     history: list[tuple[int, float]] = field(default_factory=list)   # (step, eb set)
     grad_scale: float | None = None
+    summed: int | None = None   # dY·X products per dW value, when the pass knew it (MatMul/Gemm layers)
 
 
 def bounded_layers(model: onnx.ModelProto | str | Path) -> list[BoundedLayer]:
@@ -59,7 +60,8 @@ def bounded_layers(model: onnx.ModelProto | str | Path) -> list[BoundedLayer]:
         if "key" not in params:
             continue
         layers.append(BoundedLayer(params["key"], params.get("weight", ""), int(params.get("batch", 1)),
-                                   float(params[contract.ERROR_BOUND_PARAM]), bool(params.get("adaptive", True))))
+                                   float(params[contract.ERROR_BOUND_PARAM]), bool(params.get("adaptive", True)),
+                                   summed=int(params["summed"]) if "summed" in params else None))
     return layers
 
 
@@ -133,7 +135,7 @@ class AdaptiveBoundController:
         if layer.grad_scale is None or dy_rms <= 0 or nonzero_ratio <= 0:
             return None
         sigma = self.sigma_frac * layer.grad_scale
-        n = combined_elements(layer.batch, dy_numel, weight_shape)
+        n = layer.summed if layer.summed is not None else combined_elements(layer.batch, dy_numel, weight_shape)
         eb = sigma / (self.a * dy_rms * math.sqrt(n * nonzero_ratio))
         lo, hi = self.eb_limits
         return float(min(max(eb, lo), hi))

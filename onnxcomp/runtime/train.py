@@ -16,7 +16,7 @@ from onnxcomp.runtime.data import GraphData, digits_dataset, graph_data, synthet
 from onnxcomp.runtime.session import RuntimeSettings
 from onnxcomp.runtime.training_session import TrainingSession, loss_value, open_training_session
 
-DATA_SOURCES = ("synthetic", "digits")
+DATA_SOURCES = ("synthetic", "digits", "text")
 
 
 @dataclass
@@ -35,6 +35,8 @@ class TrainResult:
     learning_rate: float | None
     parameters: np.ndarray | None = field(default=None, repr=False)
     bounds: dict[str, Any] | None = None  # the error-bound controller's summary, when the graph has one
+    # Mean cross-entropy of the eval model's logits on the held-out batches, at the same steps as accuracy.
+    val_loss_history: list[tuple[int, float]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (parameters left out: compare them through .parameters)."""
@@ -45,6 +47,7 @@ class TrainResult:
             "accuracy_history": [list(p) for p in self.accuracy_history], "data": self.data,
             "settings": self.settings, "model": self.model, "seed": self.seed,
             "learning_rate": self.learning_rate, "bounds": self.bounds,
+            "val_loss_history": [list(p) for p in self.val_loss_history],
         }
 
 
@@ -67,6 +70,7 @@ class _Loop:
     times: list[float]
     history: list[tuple[int, float]]
     total_s: float
+    val_losses: list[tuple[int, float]] = field(default_factory=list)
 
 
 def train(
@@ -128,7 +132,7 @@ def train(
         accuracy=loop.history[-1][1] if loop.history else None, accuracy_source=evaluation.source,
         accuracy_history=loop.history, data=data, settings=settings.to_dict(), model=str(model_path),
         seed=seed, learning_rate=learning_rate, parameters=params,
-        bounds=summary,
+        bounds=summary, val_loss_history=loop.val_losses,
     )
 
 
@@ -191,6 +195,12 @@ def _data(data: str, spec: GraphData, seed: int, evaluation: _Evaluation
         dataset = digits_dataset(spec.image.shape, spec.classes)
         test = list(dataset.test_batches())
         what = f"digits test split ({len(test) * spec.batch} samples)"
+    elif data == "text":   # the character LM: the stdlib corpus, its last tenth held out
+        from onnxcomp.runtime.text_data import text_dataset
+
+        dataset = text_dataset(spec.image.shape, spec.classes)
+        test = list(dataset.test_batches())
+        what = f"stdlib text validation split ({len(test) * spec.batch} windows)"
     elif is_user_data(data):
         dataset = load_user_dataset(data, spec.image.shape, spec.classes)
         test = list(dataset.test_batches())
@@ -230,18 +240,26 @@ def _run_steps(session: TrainingSession, batches: Batches, test: list[tuple[np.n
         loop.losses.append(loss_value(loss))
         bar.set_postfix(loss=f"{loop.losses[-1]:.4f}")
         if evaluation.path is not None and ((eval_every and step % eval_every == 0) or step == last):
-            loop.history.append((step, _accuracy(session, test)))
+            accuracy, val_loss = _evaluate(session, test)
+            loop.history.append((step, accuracy))
+            loop.val_losses.append((step, val_loss))
             bar.set_postfix(loss=f"{loop.losses[-1]:.4f}", acc=f"{loop.history[-1][1]:.3f}")
     bar.close()
     loop.total_s = time.perf_counter() - start
     return loop
 
 
-def _accuracy(session: TrainingSession, batches: list[tuple[np.ndarray, np.ndarray]]) -> float:
+def _evaluate(session: TrainingSession, batches: list[tuple[np.ndarray, np.ndarray]]) -> tuple[float, float]:
+    """Accuracy and mean cross-entropy of the eval model's logits over ``batches`` (labels: one per row of
+    logits, so an LM's [batch·seq] labels count per character)."""
     correct = total = 0
+    nll = 0.0
     with session.eval_mode() as run:
         for x, y in batches:
-            logits = run(x, y)[-1]
+            logits = np.asarray(run(x, y)[-1], dtype=np.float64).reshape(len(y), -1)
             correct += int((np.argmax(logits, axis=-1) == y).sum())
+            shifted = logits - logits.max(axis=-1, keepdims=True)
+            log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+            nll -= float(log_probs[np.arange(len(y)), y].sum())
             total += len(y)
-    return correct / total
+    return correct / total, nll / total
