@@ -50,7 +50,11 @@ def print_transform_summary(summary: dict[str, Any]) -> None:
                       "in the plan JSON's \"auto\")")
     for d in summary.get("chunked", []):
         how = f", its input {d['dropped_stashes'][0]} recomputed per chunk" if d.get("dropped_stashes") else ""
-        console.print(f"first-layer backward in {d['chunks']} batch chunks: {d['site']}{how}")
+        if "site" in d:
+            console.print(f"backward region in {d['chunks']} batch chunks: {d['site']}{how}")
+        else:   # attention (passes/chunk_attention): per (batch, head) slices
+            console.print(f"attention {d.get('pattern', 'region')} in {d['chunks']} chunks along axis "
+                          f"{d.get('axis')}: {d['region']}")
     if summary["skipped"]:
         shown = summary["skipped"][:10]
         more = len(summary["skipped"]) - len(shown)
