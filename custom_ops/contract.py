@@ -49,6 +49,7 @@ CONTROL_PARAMS = frozenset({
     "dy_numel",   # elements of dY, with an l2 trigger (the trigger is ReduceL2(dY))
     "out_spatial",
     "tensor",     # the stash's name, for op error messages
+    "max_bytes",  # the payload bytes the planner sized the stash to: the encoder loosens eb to stay within
 })
 # The param the controller overrides at run time (COMET's error bound).
 ERROR_BOUND_PARAM = "eb"

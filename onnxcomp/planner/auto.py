@@ -63,6 +63,9 @@ def tightest_budget_for(predicted_peak: int, margin: float = DEFAULT_MARGIN) -> 
 VARIANTS: dict[str, list[dict[str, Any]]] = {
     "DprPass": [{"dpr_format": "fp16"}, {"dpr_format": "fp10"}, {"dpr_format": "fp8"}],
     "FixedRatePass": [{"rate": 12}, {"rate": 8}],
+    # sz's size depends on the data and on the bound the controller sets: a plan holds it to the size the pass
+    # predicts (a sample encoded at the starting bound, with headroom), the encoder loosening eb to stay within.
+    "ErrorBoundedPass": [{"cap_payload": True}],
 }
 # Lossiness tiers of lossy techniques (0 is exact): the greedy search spends a tier before the next.
 # sz runs under the adaptive controller (bounded error on the weight gradient, COMET); fp16 and zfp-12

@@ -112,7 +112,10 @@ def _make_encode(codec: Codec) -> Callable[..., tuple[np.ndarray, ...]]:
             codec_params = {**codec_params, eb: bounds.bound(key, float(params[eb]))}
             if bounds.collecting():
                 bounds.record_activation(key, int(np.count_nonzero(x)), int(x.size), codec_params[eb])
-        payload = codec.encode_cpu(x, **codec_params)
+        if key is not None and eb in params and "max_bytes" in params:   # the planner's payload size, kept
+            payload = bounds.encode_capped(codec, x, codec_params, int(params["max_bytes"]), key)
+        else:
+            payload = codec.encode_cpu(x, **codec_params)
         arrays = tuple(np.ascontiguousarray(p, dtype=d) for p, d in zip(payload, out_dtypes))
         if key is not None and eb in params:
             bounds.record_payload(key, sum(a.nbytes for a in arrays), x.nbytes)
