@@ -7,6 +7,9 @@ and every number (JSON).
 
     python tools/accuracy_experiment.py --model resnet18 --image 32 --batch 32 --steps 300 \
         --policies dpr-fp16 dpr-bf16 dpr-fp10 dpr-fp8 comet comet-static --seeds 0 1 2 --out docs/accuracy
+
+A policy ``auto@SIZE`` is `--policy auto --budget SIZE MiB` (lossy techniques allowed), planned for this
+batch and image size.
 """
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ def _transform(art: Path, policy: str, out: Path, eb: float | None = None) -> di
 
     if policy == "comet-static":
         result = transform(art, out, "comet", force=True, adaptive=False, eb=eb)
+    elif policy.startswith("auto@"):   # the budget planner's lossy plan for a budget in MiB: auto@12.3
+        result = transform(art, out, "auto", force=True, budget_bytes=int(float(policy[5:]) * 2**20))
     else:
         result = transform(art, out, policy, force=True)
     return {"encoded": len(result.records), "codecs": sorted({r["codec"] for r in result.records}),
@@ -42,7 +47,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     runs: dict[str, list[dict[str, Any]]] = {}
     # The static-bound ablation runs last, at the median bound the adaptive controller settled on, so
     # both hold activations at a comparable size and only the adaptivity differs.
-    order = ["baseline", *[p for p in args.policies if p != "comet-static"],
+    order = [*(["baseline"] if not args.no_baseline else []), *[p for p in args.policies if p != "comet-static"],
              *[p for p in args.policies if p == "comet-static"]]
     for label in order:
         model = None
@@ -93,11 +98,11 @@ def write(result: dict[str, Any], out: Path) -> None:
     ax.legend(fontsize=8), ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(out / f"{stem}.png", dpi=120)
-    base_runs = result["table"]["baseline"]["runs"]
+    base_runs = result["table"]["baseline"]["runs"] if "baseline" in result["table"] else []
     lines = ["| policy | test accuracy (mean ± std) | Δ vs baseline, paired by seed (mean ± std) | runs | "
              "error-bounded stashes held (raw / encoded) | step time |", "|---|---|---|---|---|---|"]
     for label, t in result["table"].items():
-        deltas = [a - b for a, b in zip(t["runs"], base_runs)]
+        deltas = [a - b for a, b in zip(t["runs"], base_runs)] or [float("nan")]
         spread = statistics.stdev(deltas) if len(deltas) > 1 else 0.0
         payloads = [r["bounds"]["payload"] for r in result["runs"][label]
                     if (r.get("bounds") or {}).get("payload")]
@@ -119,16 +124,39 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--lr", type=float, default=None)
-    ap.add_argument("--policies", nargs="+", default=["dpr-fp16", "dpr-bf16", "dpr-fp10", "dpr-fp8", "comet",
+    ap.add_argument("--policies", nargs="*", default=["dpr-fp16", "dpr-bf16", "dpr-fp10", "dpr-fp8", "comet",
                                                       "comet-static"])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--static-eb", type=float, default=None,
                     help="bound of the comet-static ablation (default: the median of the adaptive run's final "
                          "bounds; pick one that matches the adaptive run's compression to compare at equal size)")
+    ap.add_argument("--no-baseline", action="store_true",
+                    help="skip the baseline runs (run them in another process; combine with --merge)")
+    ap.add_argument("--merge", nargs="+", type=Path, metavar="JSON",
+                    help="write the table of these runs' JSON files together (same model, image, batch, steps)")
     ap.add_argument("--workdir", default="/tmp/onnxcomp-accuracy")
     ap.add_argument("--out", default="docs/accuracy")
     args = ap.parse_args()
-    write(run(args), Path(args.out))
+    write(merge(args.merge) if args.merge else run(args), Path(args.out))
+
+
+def merge(paths: list[Path]) -> dict[str, Any]:
+    """One result from several runs of this script (e.g. baseline and a policy run in two processes)."""
+    parts = [json.loads(p.read_text()) for p in paths]
+    out = dict(parts[0], transforms={}, table={}, runs={})
+    for part in parts:
+        if any(part[k] != out[k] for k in ("model", "image", "batch", "steps")):
+            raise SystemExit(f"--merge: runs differ in model, image, batch or steps: {paths}")
+        out["transforms"].update(part["transforms"])
+        out["runs"].update(part["runs"])
+        out["table"].update(part["table"])
+    if "baseline" not in out["table"]:
+        raise SystemExit("--merge: no baseline runs among the files")
+    # Baseline first: the table's deltas and the plot read it as the reference.
+    out["table"] = {"baseline": out["table"]["baseline"], **out["table"]}
+    out["runs"] = {"baseline": out["runs"]["baseline"], **out["runs"]}
+    out["seeds"] = sorted({s for part in parts for s in part["seeds"]})
+    return out
 
 
 if __name__ == "__main__":

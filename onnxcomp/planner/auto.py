@@ -39,6 +39,7 @@ from ..analysis.patterns import LOSSLESS
 from ..errors import OnnxcompError
 from ..passes.base import OnnxcompPass, RunLog, run_passes
 from ..passes.records import PassRecord
+from .option_workspace import workspace_bytes
 
 MiB = 1 << 20
 # Planned to a little under the budget: measured peaks came out up to 3.3 % above the prediction (ResNet-18's
@@ -62,15 +63,18 @@ def tightest_budget_for(predicted_peak: int, margin: float = DEFAULT_MARGIN) -> 
 # with no keywords. fp16 beside bf16 would be the same size, less precise: bf16 is not offered.
 VARIANTS: dict[str, list[dict[str, Any]]] = {
     "DprPass": [{"dpr_format": "fp16"}, {"dpr_format": "fp10"}, {"dpr_format": "fp8"}],
-    "FixedRatePass": [{"rate": 12}, {"rate": 8}],
+    # zfp-6 / zfp-4: the last resort where the budget demands it (each is a tier of its own, taken only
+    # where every gentler option at the peak is spent).
+    "FixedRatePass": [{"rate": 12}, {"rate": 8}, {"rate": 6}, {"rate": 4}],
     # sz's size depends on the data and on the bound the controller sets: a plan holds it to the size the pass
     # predicts (a sample encoded at the starting bound, with headroom), the encoder loosening eb to stay within.
     "ErrorBoundedPass": [{"cap_payload": True}],
 }
 # Lossiness tiers of lossy techniques (0 is exact): the greedy search spends a tier before the next.
 # sz runs under the adaptive controller (bounded error on the weight gradient, COMET); fp16 and zfp-12
-# lose less than 1e-4 relative; fp10 / fp8 / zfp-8 are the aggressive ones.
-_TIERS = {"dpr-fp16": 1, "zfp-12": 1, "error_bounded": 1, "dpr-fp10": 2, "zfp-8": 2, "dpr-fp8": 3}
+# lose less than 1e-4 relative; fp10 / fp8 / zfp-8 are the aggressive ones, zfp-6 / zfp-4 the last resort.
+_TIERS = {"dpr-fp16": 1, "zfp-12": 1, "error_bounded": 1, "dpr-fp10": 2, "zfp-8": 2, "dpr-fp8": 3, "zfp-6": 4,
+          "zfp-4": 5}
 DEFAULT_TIER = 2
 MAX_ROUNDS = 8
 RECOMPUTE_CONV = "recompute-conv"
@@ -95,6 +99,7 @@ class Option:
     leaves: tuple[str, ...] = ()     # recomputation: stashes its clones read, held raw from its reader on
     relieves: str = ""               # the tensor whose lifetime it shortens, when not the stash itself (the
                                      # Clip input an interval mask is taken from; "" = the stash)
+    workspace: tuple[int, int] = (0, 0)   # bytes its encoder / decoder hold while they run (option_workspace)
 
     @property
     def saved(self) -> int:
@@ -282,7 +287,8 @@ def enumerate_options(analysis: GraphAnalysis, techniques: list[Technique],
                 continue
             secs = costs.codec(enc.codec, nbytes)
             opts.append(Option(stash.name, tech.name, tech.exact, nbytes, held, secs,
-                               f"{tech.name}: {enc.note or enc.codec}", relieves=relieves))
+                               f"{tech.name}: {enc.note or enc.codec}", relieves=relieves,
+                               workspace=workspace_bytes(enc.codec, enc.params, nbytes, enc.native)))
         if opts:
             out[stash.name] = opts
     return out
@@ -344,7 +350,27 @@ def virtual_live(base_live: np.ndarray, windows: dict[str, _Window], chosen: dic
         live[w.held_from:min(w.held_to, needed_from.get(name, w.held_to))] -= opt.saved
         if opt.held:
             live[w.start + 1:w.held_from] += opt.held
+        # The codec ops' own memory: the encoder runs right after the producer, the decoder right before
+        # the first backward reader.
+        live[w.start] += opt.workspace[0]
+        if w.held_to < len(live):
+            live[w.held_to] += opt.workspace[1]
     return live
+
+
+def _at(o: Option | None, w: _Window, p: int) -> int:
+    """What option ``o`` (None: the stash held raw) adds to the virtual live bytes at node ``p``."""
+    if o is None:
+        return 0
+    c = -o.saved if w.held_from <= p < w.held_to else 0
+    if w.start < p < w.held_from:
+        c += o.held
+    return c + (o.workspace[0] if p == w.start else 0) + (o.workspace[1] if p == w.held_to else 0)
+
+
+def _spike(o: Option | None, w: _Window, p: int) -> bool:
+    """Is node ``p`` where option ``o``'s codec ops hold their workspace?"""
+    return o is not None and ((p == w.start and o.workspace[0] > 0) or (p == w.held_to and o.workspace[1] > 0))
 
 
 def greedy(base_live: np.ndarray, windows: dict[str, _Window], options: dict[str, list[Option]],
@@ -367,26 +393,31 @@ def greedy(base_live: np.ndarray, windows: dict[str, _Window], options: dict[str
         # A stash some chosen recomputation reads (its leaf) stays whole: no option of its own; choosing a
         # recomputation gives up whatever its leaves' options saved.
         pinned = {leaf for o in chosen.values() for leaf in o.leaves}
-        best: tuple[tuple[int, float], Option] | None = None
+        best: tuple[tuple[int, float], Option, bool, bool] | None = None   # key, option, drop it, at a spike
         pinned_here = set()
         for name, opts in options.items():
+            cur = chosen.get(name)
+            # At the workspace spike of the stash's current codec, any other option (or none) may lower it.
+            spike = cur is not None and (cw := windows.get(cur.relieves or name)) is not None and _spike(cur, cw, p)
             opts = [o for o in opts if (name, o.technique) not in banned
-                    and (w := windows.get(o.relieves or name)) is not None and w.held_from <= p < w.held_to]
-            if not opts:
+                    and (w := windows.get(o.relieves or name)) is not None
+                    and (w.held_from <= p < w.held_to or spike)]
+            if not opts and not spike:
                 continue
             if name in pinned:
                 pinned_here.add(name)
                 continue
-            cur = chosen.get(name)
-            cur_saved, cur_secs, cur_tier = (cur.saved, cur.seconds, cur.tier) if cur else (0, 0.0, 0)
-            for o in opts:
-                lost = [chosen[leaf] for leaf in o.leaves if leaf in chosen]
-                gain = o.saved - cur_saved - sum(x.saved for x in lost)
-                if gain <= 0 or o.tier < cur_tier:
+            cur_secs, cur_tier = (cur.seconds, cur.tier) if cur else (0.0, 0)
+            for o in [*opts, *([None] if spike else [])]:
+                lost = [chosen[leaf] for leaf in (o.leaves if o else ()) if leaf in chosen]
+                gain = (_at(cur, windows[(cur or o).relieves or name], p)
+                        - _at(o, windows[(o or cur).relieves or name], p) - sum(x.saved for x in lost))
+                if gain <= 0 or (not spike and o is not None and o.tier < cur_tier):
                     continue
-                key = (o.tier, max(o.seconds - cur_secs - sum(x.seconds for x in lost), 0.0) / gain)
+                key = (o.tier if o else 0, max((o.seconds if o else 0.0) - cur_secs
+                                               - sum(x.seconds for x in lost), 0.0) / gain)
                 if best is None or key < best[0]:
-                    best = (key, o)
+                    best = (key, o if o else cur, o is None, spike)
         if best is None:
             pinning = [o for o in chosen.values() if set(o.leaves) & pinned_here]
             if not pinning:
@@ -395,9 +426,15 @@ def greedy(base_live: np.ndarray, windows: dict[str, _Window], options: dict[str
                 banned.add((o.stash, o.technique))
                 chosen.pop(o.stash)
             continue
-        for leaf in best[1].leaves:
+        _, o, drop, spike = best
+        if spike:   # leaving a codec for its workspace: never back to it
+            banned.add((chosen[o.stash].stash, chosen[o.stash].technique))
+        if drop:
+            chosen.pop(o.stash)
+            continue
+        for leaf in o.leaves:
             chosen.pop(leaf, None)
-        chosen[best[1].stash] = best[1]
+        chosen[o.stash] = o
 
 
 # ------------------------------------------------------------------------------------------- application
