@@ -30,7 +30,7 @@ def _transform(art: Path, policy: str, out: Path, eb: float | None = None) -> di
         result = transform(art, out, "auto", force=True, budget_bytes=int(float(policy[5:]) * 2**20))
     else:
         result = transform(art, out, policy, force=True)
-    return {"encoded": len(result.records), "codecs": sorted({r["codec"] for r in result.records}),
+    return {"encoded": len(result.records), "codecs": sorted({r["codec"] for r in result.records if r.get("codec")}),
             "stashed_before": result.before["stashed_bytes"], "planner_after": result.after["offset_bytes"],
             "planner_before": result.before["offset_bytes"]}
 
@@ -69,13 +69,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             runs.setdefault(label, []).append(d)
             print(f"{label:14s} seed {seed}: acc {100 * d['accuracy']:.2f}%  loss {d['losses'][-1]:.4f}  "
                   f"{d['step_time_s'] * 1000:.0f} ms/step", flush=True)
+    return {"model": args.model, "image": args.image, "batch": args.batch, "steps": args.steps,
+            "seeds": args.seeds, "lr": args.lr, "transforms": transforms, "table": _table(runs), "runs": runs}
+
+
+def _table(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     table = {}
     for label, rs in runs.items():
         accs = [100 * r["accuracy"] for r in rs]
         table[label] = {"mean": statistics.fmean(accs), "std": statistics.stdev(accs) if len(accs) > 1 else 0.0,
                         "runs": accs, "step_time_s": statistics.median(r["step_time_s"] for r in rs)}
-    return {"model": args.model, "image": args.image, "batch": args.batch, "steps": args.steps,
-            "seeds": args.seeds, "lr": args.lr, "transforms": transforms, "table": table, "runs": runs}
+    return table
 
 
 def write(result: dict[str, Any], out: Path) -> None:
@@ -143,19 +147,25 @@ def main() -> None:
 def merge(paths: list[Path]) -> dict[str, Any]:
     """One result from several runs of this script (e.g. baseline and a policy run in two processes)."""
     parts = [json.loads(p.read_text()) for p in paths]
-    out = dict(parts[0], transforms={}, table={}, runs={})
+    out = dict(parts[0], transforms={}, runs={})
+    seeds: dict[str, list[int]] = {}
     for part in parts:
         if any(part[k] != out[k] for k in ("model", "image", "batch", "steps")):
             raise SystemExit(f"--merge: runs differ in model, image, batch or steps: {paths}")
         out["transforms"].update(part["transforms"])
-        out["runs"].update(part["runs"])
-        out["table"].update(part["table"])
-    if "baseline" not in out["table"]:
+        for label, rs in part["runs"].items():
+            out["runs"].setdefault(label, []).extend(rs)
+            seeds.setdefault(label, []).extend(part["seeds"])
+    if "baseline" not in out["runs"]:
         raise SystemExit("--merge: no baseline runs among the files")
-    # Baseline first: the table's deltas and the plot read it as the reference.
-    out["table"] = {"baseline": out["table"]["baseline"], **out["table"]}
-    out["runs"] = {"baseline": out["runs"]["baseline"], **out["runs"]}
-    out["seeds"] = sorted({s for part in parts for s in part["seeds"]})
+    # Baseline first (the table's deltas and the plot read it as the reference); runs in seed order, so the
+    # deltas pair the same seeds.
+    out["runs"] = {label: [r for _, r in sorted(zip(seeds[label], rs), key=lambda t: t[0])]
+                   for label, rs in {"baseline": out["runs"]["baseline"], **out["runs"]}.items()}
+    if len({tuple(sorted(v)) for v in seeds.values()}) > 1:
+        raise SystemExit(f"--merge: policies ran different seeds ({seeds}): the deltas would not pair")
+    out["seeds"] = sorted(seeds["baseline"])
+    out["table"] = _table(out["runs"])
     return out
 
 
