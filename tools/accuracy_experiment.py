@@ -59,7 +59,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 finals = [v for r in runs["comet"] for v in (r["bounds"] or {}).get("bounds", {}).values()]
                 eb = statistics.median(finals) if finals else None
             model = f"{label}.onnx"
-            transforms[label] = _transform(art, label, art / model, eb) | {"eb": eb}
+            if args.reuse_transforms and (art / model).exists():   # another process of this run wrote it
+                transforms[label] = {"reused": str(art / model), "eb": eb}
+            else:
+                transforms[label] = _transform(art, label, art / model, eb) | {"eb": eb}
         for seed in args.seeds:
             t0 = time.perf_counter()
             res = train(art, model=model, steps=args.steps, data="digits", seed=seed, eval_every=args.eval_every,
@@ -136,6 +139,8 @@ def main() -> None:
                          "bounds; pick one that matches the adaptive run's compression to compare at equal size)")
     ap.add_argument("--no-baseline", action="store_true",
                     help="skip the baseline runs (run them in another process; combine with --merge)")
+    ap.add_argument("--reuse-transforms", action="store_true",
+                    help="train a policy's graph already written in the work directory instead of transforming again")
     ap.add_argument("--merge", nargs="+", type=Path, metavar="JSON",
                     help="write the table of these runs' JSON files together (same model, image, batch, steps)")
     ap.add_argument("--workdir", default="/tmp/onnxcomp-accuracy")
