@@ -50,6 +50,7 @@ CONTROL_PARAMS = frozenset({
     "out_spatial",
     "summed",     # dY·X products summed into one weight-gradient value (MatMul/Gemm layers; conv: from dY)
     "tensor",     # the stash's name, for op error messages
+    "max_bytes",  # the payload bytes the planner sized the stash to: the encoder loosens eb to stay within
 })
 # The param the controller overrides at run time (COMET's error bound).
 ERROR_BOUND_PARAM = "eb"

@@ -7,6 +7,9 @@ and every number (JSON).
 
     python tools/accuracy_experiment.py --model resnet18 --image 32 --batch 32 --steps 300 \
         --policies dpr-fp16 dpr-bf16 dpr-fp10 dpr-fp8 comet comet-static --seeds 0 1 2 --out docs/accuracy
+
+A policy ``auto@SIZE`` is `--policy auto --budget SIZE MiB` (lossy techniques allowed), planned for this
+batch and image size.
 """
 from __future__ import annotations
 
@@ -23,9 +26,11 @@ def _transform(art: Path, policy: str, out: Path, eb: float | None = None) -> di
 
     if policy == "comet-static":
         result = transform(art, out, "comet", force=True, adaptive=False, eb=eb)
+    elif policy.startswith("auto@"):   # the budget planner's lossy plan for a budget in MiB: auto@12.3
+        result = transform(art, out, "auto", force=True, budget_bytes=int(float(policy[5:]) * 2**20))
     else:
         result = transform(art, out, policy, force=True)
-    return {"encoded": len(result.records), "codecs": sorted({r["codec"] for r in result.records}),
+    return {"encoded": len(result.records), "codecs": sorted({r["codec"] for r in result.records if r.get("codec")}),
             "stashed_before": result.before["stashed_bytes"], "planner_after": result.after["offset_bytes"],
             "planner_before": result.before["offset_bytes"]}
 
@@ -42,7 +47,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     runs: dict[str, list[dict[str, Any]]] = {}
     # The static-bound ablation runs last, at the median bound the adaptive controller settled on, so
     # both hold activations at a comparable size and only the adaptivity differs.
-    order = ["baseline", *[p for p in args.policies if p != "comet-static"],
+    order = [*(["baseline"] if not args.no_baseline else []), *[p for p in args.policies if p != "comet-static"],
              *[p for p in args.policies if p == "comet-static"]]
     for label in order:
         model = None
@@ -54,7 +59,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 finals = [v for r in runs["comet"] for v in (r["bounds"] or {}).get("bounds", {}).values()]
                 eb = statistics.median(finals) if finals else None
             model = f"{label}.onnx"
-            transforms[label] = _transform(art, label, art / model, eb) | {"eb": eb}
+            if args.reuse_transforms and (art / model).exists():   # another process of this run wrote it
+                transforms[label] = {"reused": str(art / model), "eb": eb}
+            else:
+                transforms[label] = _transform(art, label, art / model, eb) | {"eb": eb}
         for seed in args.seeds:
             t0 = time.perf_counter()
             res = train(art, model=model, steps=args.steps, data="digits", seed=seed, eval_every=args.eval_every,
@@ -64,13 +72,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             runs.setdefault(label, []).append(d)
             print(f"{label:14s} seed {seed}: acc {100 * d['accuracy']:.2f}%  loss {d['losses'][-1]:.4f}  "
                   f"{d['step_time_s'] * 1000:.0f} ms/step", flush=True)
+    return {"model": args.model, "image": args.image, "batch": args.batch, "steps": args.steps,
+            "seeds": args.seeds, "lr": args.lr, "transforms": transforms, "table": _table(runs), "runs": runs}
+
+
+def _table(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     table = {}
     for label, rs in runs.items():
         accs = [100 * r["accuracy"] for r in rs]
         table[label] = {"mean": statistics.fmean(accs), "std": statistics.stdev(accs) if len(accs) > 1 else 0.0,
                         "runs": accs, "step_time_s": statistics.median(r["step_time_s"] for r in rs)}
-    return {"model": args.model, "image": args.image, "batch": args.batch, "steps": args.steps,
-            "seeds": args.seeds, "lr": args.lr, "transforms": transforms, "table": table, "runs": runs}
+    return table
 
 
 def write(result: dict[str, Any], out: Path) -> None:
@@ -93,11 +105,11 @@ def write(result: dict[str, Any], out: Path) -> None:
     ax.legend(fontsize=8), ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(out / f"{stem}.png", dpi=120)
-    base_runs = result["table"]["baseline"]["runs"]
+    base_runs = result["table"]["baseline"]["runs"] if "baseline" in result["table"] else []
     lines = ["| policy | test accuracy (mean ± std) | Δ vs baseline, paired by seed (mean ± std) | runs | "
              "error-bounded stashes held (raw / encoded) | step time |", "|---|---|---|---|---|---|"]
     for label, t in result["table"].items():
-        deltas = [a - b for a, b in zip(t["runs"], base_runs)]
+        deltas = [a - b for a, b in zip(t["runs"], base_runs)] or [float("nan")]
         spread = statistics.stdev(deltas) if len(deltas) > 1 else 0.0
         payloads = [r["bounds"]["payload"] for r in result["runs"][label]
                     if (r.get("bounds") or {}).get("payload")]
@@ -119,16 +131,47 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--lr", type=float, default=None)
-    ap.add_argument("--policies", nargs="+", default=["dpr-fp16", "dpr-bf16", "dpr-fp10", "dpr-fp8", "comet",
+    ap.add_argument("--policies", nargs="*", default=["dpr-fp16", "dpr-bf16", "dpr-fp10", "dpr-fp8", "comet",
                                                       "comet-static"])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--static-eb", type=float, default=None,
                     help="bound of the comet-static ablation (default: the median of the adaptive run's final "
                          "bounds; pick one that matches the adaptive run's compression to compare at equal size)")
+    ap.add_argument("--no-baseline", action="store_true",
+                    help="skip the baseline runs (run them in another process; combine with --merge)")
+    ap.add_argument("--reuse-transforms", action="store_true",
+                    help="train a policy's graph already written in the work directory instead of transforming again")
+    ap.add_argument("--merge", nargs="+", type=Path, metavar="JSON",
+                    help="write the table of these runs' JSON files together (same model, image, batch, steps)")
     ap.add_argument("--workdir", default="/tmp/onnxcomp-accuracy")
     ap.add_argument("--out", default="docs/accuracy")
     args = ap.parse_args()
-    write(run(args), Path(args.out))
+    write(merge(args.merge) if args.merge else run(args), Path(args.out))
+
+
+def merge(paths: list[Path]) -> dict[str, Any]:
+    """One result from several runs of this script (e.g. baseline and a policy run in two processes)."""
+    parts = [json.loads(p.read_text()) for p in paths]
+    out = dict(parts[0], transforms={}, runs={})
+    seeds: dict[str, list[int]] = {}
+    for part in parts:
+        if any(part[k] != out[k] for k in ("model", "image", "batch", "steps")):
+            raise SystemExit(f"--merge: runs differ in model, image, batch or steps: {paths}")
+        out["transforms"].update(part["transforms"])
+        for label, rs in part["runs"].items():
+            out["runs"].setdefault(label, []).extend(rs)
+            seeds.setdefault(label, []).extend(part["seeds"])
+    if "baseline" not in out["runs"]:
+        raise SystemExit("--merge: no baseline runs among the files")
+    # Baseline first (the table's deltas and the plot read it as the reference); runs in seed order, so the
+    # deltas pair the same seeds.
+    out["runs"] = {label: [r for _, r in sorted(zip(seeds[label], rs), key=lambda t: t[0])]
+                   for label, rs in {"baseline": out["runs"]["baseline"], **out["runs"]}.items()}
+    if len({tuple(sorted(v)) for v in seeds.values()}) > 1:
+        raise SystemExit(f"--merge: policies ran different seeds ({seeds}): the deltas would not pair")
+    out["seeds"] = sorted(seeds["baseline"])
+    out["table"] = _table(out["runs"])
+    return out
 
 
 if __name__ == "__main__":

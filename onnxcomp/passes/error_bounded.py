@@ -12,6 +12,10 @@ without rebuilding the session.
 """
 from __future__ import annotations
 
+import functools
+import math
+
+import numpy as np
 import onnx
 
 from ..analysis import GraphAnalysis, StashedTensor, numel
@@ -24,6 +28,12 @@ _FORWARD_LAYERS = {"Conv", "Gemm", "MatMul"}
 _PASS_THROUGH = {"Reshape", "Flatten", "Identity", "Squeeze", "Unsqueeze"}
 # Between a parameter and the layer that reads it (torch's Linear: MatMul(x, Transpose(W))).
 _WEIGHT_VIEWS = _PASS_THROUGH | {"Transpose"}
+HEADER_BYTES = 16
+# Payload planned (and, with a cap, held at most) over the size of the sampled stash at the starting bound:
+# room for the controller to tighten the bound about 1.2x (a halving costs a bit per value) before the cap
+# loosens it.
+SZ_HEADROOM = 1.25
+SAMPLE_ELEMENTS = 1 << 18
 
 
 class ErrorBoundedPass(EncodeStashPass):
@@ -31,16 +41,19 @@ class ErrorBoundedPass(EncodeStashPass):
     encoding = ERROR_BOUNDED
 
     def __init__(self, eb: float = 1e-3, adaptive: bool = True, min_bytes: int = 64 * 1024,
-                 assumed_bits: float = 4.0, assumed_density: float = 0.5) -> None:
+                 cap_payload: bool = False, headroom: float = SZ_HEADROOM) -> None:
         from ..custom_ops import get_codec
 
         get_codec("sz").validate_params(eb=eb)  # the op's own check: refused now, not at the first step
+        if not headroom >= 1.0:
+            raise ValueError(f"headroom must be >= 1 (payload cap over the sampled size), got {headroom!r}")
         self.eb = eb
         self.adaptive = adaptive
         self.min_bytes = min_bytes
-        # Size prediction before any data is seen: mean bit width of nonzero blocks, nonzero density.
-        self.assumed_bits = assumed_bits
-        self.assumed_density = assumed_density
+        # cap_payload (the budget planner's variant): the encoder never holds more than the predicted payload
+        # (it loosens eb instead, runtime/bounds.encode_capped), so a budget that counts it holds.
+        self.cap_payload = cap_payload
+        self.headroom = headroom
 
     def select(self, analysis: GraphAnalysis, stash: StashedTensor) -> Encoding | str:
         from ..custom_ops import get_codec
@@ -65,20 +78,41 @@ class ErrorBoundedPass(EncodeStashPass):
                   "adaptive": self.adaptive}
         if layer.op_type != "Conv":
             params["summed"] = summed_products(shape, x_first=layer.input[0] == seen_as)
-        codec = get_codec("sz")
-        sizes = _predicted_payload(codec, shape, self.assumed_bits, self.assumed_density)
+        sizes = predicted_payload(shape, self.eb, self.headroom)
+        if self.cap_payload:
+            params["max_bytes"] = sum(sizes)
         return Encoding(stash.name, stash.name, stash.name, "sz", params, sizes, [],
-                        f"eb {self.eb:g} {'adaptive' if self.adaptive else 'static'}; layer {layer.name or layer.op_type}",
+                        f"eb {self.eb:g} {'adaptive' if self.adaptive else 'static'}; layer {layer.name or layer.op_type}"
+                        + (f"; payload ≤ {8 * sum(sizes) / max(numel(shape), 1):.3g} bits/value (cap)"
+                           if self.cap_payload else ""),
                         trigger="l2")
 
 
-def _predicted_payload(codec, shape: tuple[int, ...], bits: float, density: float) -> list[int | None]:  # noqa: ANN001
-    """Per-payload-array bytes before any data is seen: assumed mean block bit width and density."""
-    total = int(codec.predicted_nbytes(shape, mean_rate=bits, density=density))
+def predicted_payload(shape: tuple[int, ...], eb: float, headroom: float = SZ_HEADROOM) -> list[int]:
+    """Bytes per payload array (``sz.payload_names``) of a stash of ``shape`` encoded at ``eb``, ``headroom``
+    times the sampled size: sz's size depends on the data, so it is measured by encoding a sample
+    (``sampled_stats``) rather than assumed. With a cap the encoder keeps the total (runtime/bounds.py)."""
+    from ..custom_ops import get_codec
+
+    codec = get_codec("sz")
     n = numel(shape)
-    fixed = {"header": 16, "rates": -(-n // 32), "outlier_idx": 0, "outlier_bits": 0, "shape": 8 * len(shape)}
-    data = total - sum(fixed.values())
-    return [fixed.get(name, data) for name in codec.payload_names]
+    stats = sampled_stats(eb, min(n, SAMPLE_ELEMENTS))
+    fixed = {"header": HEADER_BYTES, "rates": -(-n // 32), "outlier_idx": 0, "outlier_bits": 0,
+             "shape": 8 * len(shape)}
+    data = codec.predicted_nbytes(shape, **stats) - sum(fixed.values())
+    fixed["data"] = int(math.ceil(data * headroom))
+    return [fixed[name] for name in codec.payload_names]
+
+
+@functools.lru_cache(maxsize=256)
+def sampled_stats(eb: float, n: int) -> dict[str, float]:
+    """``sz_stats`` of a synthetic stash of ``n`` elements at ``eb``: ReLU'd unit normals, the distribution of a
+    BatchNorm–ReLU output (the conv inputs sz takes; half zeros). Independent samples have larger neighbour
+    differences than real feature maps, so the Lorenzo deltas, hence the size, err on the large side."""
+    from ..custom_ops.sz import sz_stats
+
+    x = np.maximum(np.random.default_rng(0).standard_normal(n, dtype=np.float32), 0)
+    return sz_stats(x, eb)
 
 
 def summed_products(shape: tuple[int, ...], x_first: bool) -> int:

@@ -15,6 +15,7 @@ import json
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..errors import OnnxcompError
 
@@ -22,6 +23,7 @@ _lock = threading.Lock()
 _bounds: dict[str, float] = {}
 _stats: dict[str, "LayerStats"] = {}
 _payload: dict[str, list[int]] = {}   # key -> [encodes, payload bytes, raw bytes], every step
+_capped: dict[str, list[float]] = {}  # key -> [encodes over their byte cap, largest eb the cap forced]
 _collecting = False
 
 
@@ -64,6 +66,8 @@ def reset() -> None:
         _bounds.clear()
         _stats.clear()
         _payload.clear()
+        _capped.clear()
+        _last_forced.clear()
         _collecting = False
 
 
@@ -107,11 +111,60 @@ def record_payload(key: str, payload_bytes: int, raw_bytes: int) -> None:
 
 def payload_summary() -> dict[str, float]:
     """What the error-bounded encoders held, per step on average: encoded bytes, raw bytes, their ratio (the
-    compression an ablation at other bounds has to be compared at)."""
+    compression an ablation at other bounds has to be compared at); and how many encodes their byte cap
+    forced to a looser bound than the controller's (``encode_capped``)."""
     with _lock:
         held = sum(b / n for n, b, _ in _payload.values() if n)
         raw = sum(r / n for n, _, r in _payload.values() if n)
-    return {"encoded_bytes": held, "raw_bytes": raw, "ratio": raw / held if held else 0.0}
+        capped = int(sum(c for c, _ in _capped.values()))
+        encodes = int(sum(n for n, _, _ in _payload.values()))
+    return {"encoded_bytes": held, "raw_bytes": raw, "ratio": raw / held if held else 0.0,
+            "capped_encodes": capped, "encodes": encodes}
+
+
+def capped() -> dict[str, tuple[int, float]]:
+    """Per key: encodes the byte cap loosened, and the largest bound it forced."""
+    with _lock:
+        return {k: (int(c), float(eb)) for k, (c, eb) in _capped.items()}
+
+
+# The loosest bound the cap search tries: far above any activation's magnitude (every value quantises to 0).
+_MAX_CAP_EB = 1e30
+_last_forced: dict[str, float] = {}
+
+
+def encode_capped(codec: Any, x: Any, params: dict[str, Any], max_bytes: int, key: str) -> tuple[Any, ...]:
+    """``codec.encode_cpu(x, **params)`` with a payload of at most ``max_bytes``: where the bound in ``params``
+    gives more, the bound is doubled until the payload fits (the planner sized this stash's payload to the
+    cap, so the step's peak stays within the budget whatever the controller's bound or the data do).
+
+    A looser bound changes only how far the weight gradient may drift (COMET's σ), never memory; each such
+    encode is counted (``capped``, ``payload_summary``). Non-finite values are outliers at any bound: a
+    tensor with more of them than the cap holds stays over it (the largest bound's payload is returned)."""
+    eb_name = "eb"
+    eb = float(params[eb_name])
+    payload = codec.encode_cpu(x, **params)
+    if _nbytes(payload) <= max_bytes:
+        return payload
+    # Start the doubling at half the bound the cap last forced on this key (training data drift slowly): two
+    # or three encodes per step instead of one per doubling from the controller's bound.
+    last = _last_forced.get(key, 0.0)
+    eb = max(eb, last / 2.0)
+    while _nbytes(payload) > max_bytes and eb < _MAX_CAP_EB:
+        eb = min(eb * 2.0, _MAX_CAP_EB)
+        payload = codec.encode_cpu(x, **{**params, eb_name: eb})
+    with _lock:
+        _last_forced[key] = eb
+        e = _capped.setdefault(key, [0, 0.0])
+        e[0] += 1
+        e[1] = max(e[1], eb)
+    return payload
+
+
+def _nbytes(payload: Any) -> int:
+    import numpy as np
+
+    return int(sum(np.asarray(p).nbytes for p in payload))
 
 
 def stats() -> dict[str, LayerStats]:

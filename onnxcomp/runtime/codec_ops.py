@@ -135,28 +135,34 @@ def _make_encode(codec: Codec) -> Callable[..., tuple[np.ndarray, ...]]:
             if bounds.collecting():
                 bounds.record_activation(key, int(np.count_nonzero(x)), int(x.size), codec_params[eb])
         anchor = np.asarray(x.shape, dtype=np.int64).reshape(x.ndim)
+        # The planner's payload size, kept (auto's sz variant): the bound loosens instead of the payload growing.
+        cap = int(params["max_bytes"]) if key is not None and eb in params and "max_bytes" in params else None
         mode = payload_store.mode()
         if mode != "off":
             # The bridge made x for this call (a fresh array it owns): the store may keep it past the return.
             held = x if x.flags.owndata else _copied(x)
             token = payload_store.store().put(mode, _store_name(codec, attrs), held.nbytes,
                                               _stored_encode(held, codec_params, key if eb in params else None,
-                                                             _tensor_name(attrs)))
+                                                             _tensor_name(attrs), cap))
             return (*framing.stored_payload(codec, x.shape, token), anchor)
-        arrays = _encode_arrays(x, codec_params)
+        arrays = _encode_arrays(x, codec_params, key, cap)
         if key is not None and eb in params:
             bounds.record_payload(key, sum(a.nbytes for a in arrays), x.nbytes)
         return (*framing.frame(codec, arrays, checksum=_verify), anchor)
 
-    def _encode_arrays(x: np.ndarray, codec_params: dict[str, Any]) -> tuple[np.ndarray, ...]:
-        payload = codec.encode_cpu(x, **codec_params)
+    def _encode_arrays(x: np.ndarray, codec_params: dict[str, Any], key: str | None = None,
+                       cap: int | None = None) -> tuple[np.ndarray, ...]:
+        if cap is not None and key is not None:
+            payload = bounds.encode_capped(codec, x, codec_params, cap, key)
+        else:
+            payload = codec.encode_cpu(x, **codec_params)
         return tuple(np.ascontiguousarray(p, dtype=d) for p, d in zip(payload, out_dtypes))
 
     def _stored_encode(x: np.ndarray, codec_params: dict[str, Any], bound_key: str | None,
-                       tensor: str | None) -> Callable[[], Any]:
+                       tensor: str | None, cap: int | None = None) -> Callable[[], Any]:
         def run() -> Any:
             try:
-                arrays = _encode_arrays(x, codec_params)
+                arrays = _encode_arrays(x, codec_params, bound_key, cap)
                 if bound_key is not None:
                     bounds.record_payload(bound_key, sum(a.nbytes for a in arrays), x.nbytes)
                 return arrays
