@@ -268,6 +268,25 @@ def _infer(node: ir.Node, ins: list[tuple[int, ...] | None]) -> tuple[int, ...] 
     return None
 
 
+def _leaves_and_returns(members: set[ir.Node], outputs: list[ir.Value]) -> bool:
+    """Whether a node outside ``members`` that depends on the region's ``outputs`` (the concatenated ones;
+    timing reads are rewired) feeds the region again: the region is then not convex, and chunks that each
+    wait for the one before would form a cycle."""
+    frontier = [use.node for v in outputs for use in v.uses() if use.node not in members]
+    seen: set[ir.Node] = set()
+    while frontier:
+        node = frontier.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        for v in node.outputs:
+            for use in v.uses():
+                if use.node in members:
+                    return True
+                frontier.append(use.node)
+    return False
+
+
 def _emit(graph: ir.Graph, analysis: GraphAnalysis, region: AttentionRegion, axis: int, k: int,
           taken: set[str], first_after: list[ir.Value] = (), backward: set[ir.Node] = frozenset()) -> str | None:
     """Rewrite ``region`` in ``k`` chunks along leading axis ``axis``; returns why not, or None when done.
@@ -316,6 +335,9 @@ def _emit(graph: ir.Graph, analysis: GraphAnalysis, region: AttentionRegion, axi
             triggers += [(u.node, u.idx, v) for u in timing]
     if not concat:
         return "nothing inside it is read after it"
+    if _leaves_and_returns(members, concat):
+        return ("an output of the region comes back into it through other nodes (e.g. a decoded stash a "
+                "recompute gate reads): chunks would form a cycle")
 
     editor = IrGraphEditor(graph, taken, PREFIX)
     bounds = even_bounds(extent, k)
@@ -370,8 +392,11 @@ def _emit(graph: ir.Graph, analysis: GraphAnalysis, region: AttentionRegion, axi
     # 0's copy of the value.
     order_of = {n: i for i, n in enumerate(graph)}
     for reader, idx, v in triggers:
+        # Made before the reader (in the sorted list): never the reader's own output, e.g. a decoded stash
+        # the region reads whose decoder is timed by a value inside the region (a cycle otherwise).
+        before = order_of.get(reader, len(order_of))
         same = [u for u in slice_at if u.producer() in backward and u.producer() in order_of
-                and dtype_of(analysis, u) == dtype_of(analysis, v)]
+                and order_of[u.producer()] < before and dtype_of(analysis, u) == dtype_of(analysis, v)]
         latest = max(same, key=lambda u: order_of[u.producer()], default=None)
         reader.replace_input_with(idx, latest if latest is not None else copies[0][v])
     # Splice: the new nodes where the region began, the region gone, then a stable topological sort (chunk
