@@ -110,18 +110,12 @@ def test_exact_bounds_follow_mlas() -> None:
 
 def test_rule_matches_ort_gemms() -> None:
     """Where the rule says exact, ORT's Gemms agree bit for bit (forward per-block Gemm + Concat, dX chain)."""
-    import onnxruntime as ort
-    from onnx import TensorProto, helper
+    from onnx import helper
+
+    from onnxcomp.passes.exact_gemm import probe_session, split_probe_graphs
 
     def run(nodes: list, inits: list, feeds: dict[str, np.ndarray], threads: int) -> np.ndarray:
-        inputs = [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape)) for k, v in feeds.items()]
-        graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                                  inits)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = threads
-        return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
-            None, feeds)[0]
+        return probe_session(nodes, inits, feeds, threads).run(None, feeds)[0]
 
     rng = np.random.default_rng(5)
     for batch, cols, rows in [(8, 512, 1000), (2, 200, 640)]:
@@ -129,21 +123,7 @@ def test_rule_matches_ort_gemms() -> None:
         assert not isinstance(bounds, str)
         x, w = rng.standard_normal((batch, cols), np.float32), rng.standard_normal((rows, cols), np.float32)
         dy = rng.standard_normal((batch, rows), np.float32)
-        inits = [helper.make_tensor(f"b{j}", TensorProto.INT64, [1], [v]) for j, v in enumerate(bounds)]
-        inits += [helper.make_tensor("ax0", TensorProto.INT64, [1], [0]),
-                  helper.make_tensor("ax1", TensorProto.INT64, [1], [1])]
-        fwd, dx, outs, running = [], [], [], None
-        for j in range(len(bounds) - 1):
-            fwd += [helper.make_node("Slice", ["w", f"b{j}", f"b{j + 1}", "ax0"], [f"w{j}"], name=f"fs{j}"),
-                    helper.make_node("Gemm", ["x", f"w{j}"], [f"y{j}"], transB=1, name=f"fg{j}")]
-            outs.append(f"y{j}")
-            out = "y" if j == len(bounds) - 2 else f"r{j}"
-            dx += [helper.make_node("Slice", ["dy", f"b{j}", f"b{j + 1}", "ax1"], [f"d{j}"], name=f"ds{j}"),
-                   helper.make_node("Slice", ["w", f"b{j}", f"b{j + 1}", "ax0"], [f"v{j}"], name=f"dw{j}"),
-                   helper.make_node("Gemm", [f"d{j}", f"v{j}"] + ([running] if running else []), [out],
-                                    beta=1.0, name=f"dg{j}")]
-            running = out
-        fwd.append(helper.make_node("Concat", outs, ["y"], axis=1, name="cat"))
+        (fwd, inits), (dx, _) = split_probe_graphs(bounds)
         for threads in (1, THREADS):
             whole_fwd = run([helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)], [], {"x": x, "w": w}, threads)
             whole_dx = run([helper.make_node("Gemm", ["dy", "w"], ["y"])], [], {"dy": dy, "w": w}, threads)

@@ -103,3 +103,38 @@ def exact_row_bounds(rows: int, cols: int, batch: int | None, parts: int,
             return bounds
     return (f"no split on MLAS's 128-row grid keeps every block's Gemms summing in 128-wide chunks at "
             f"every thread count up to {max_threads}")
+
+
+# Probe graphs for checking the rule against an ORT build (tools/check_exact_gemm.py, the tests).
+def probe_session(nodes: list, inits: list, feeds: dict, threads: int):  # noqa: ANN201
+    """An ORT session on a probe graph (inputs ``feeds``, output ``y``) with ``threads`` intra-op threads."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    inputs = [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape)) for k, v in feeds.items()]
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def split_probe_graphs(bounds: tuple[int, ...]) -> tuple[tuple[list, list], tuple[list, list]]:
+    """(nodes, initializers) of the split forward and of the split dX chain."""
+    from onnx import TensorProto, helper
+
+    inits = [helper.make_tensor(f"b{j}", TensorProto.INT64, [1], [v]) for j, v in enumerate(bounds)]
+    inits += [helper.make_tensor("ax0", TensorProto.INT64, [1], [0]), helper.make_tensor("ax1", TensorProto.INT64, [1], [1])]
+    fwd, dx, outs, running = [], [], [], None
+    for j in range(len(bounds) - 1):
+        fwd += [helper.make_node("Slice", ["w", f"b{j}", f"b{j + 1}", "ax0"], [f"w{j}"], name=f"fs{j}"),
+                helper.make_node("Gemm", ["x", f"w{j}"], [f"y{j}"], transB=1, name=f"fg{j}")]
+        outs.append(f"y{j}")
+        out = "y" if j == len(bounds) - 2 else f"r{j}"
+        dx += [helper.make_node("Slice", ["dy", f"b{j}", f"b{j + 1}", "ax1"], [f"d{j}"], name=f"ds{j}"),
+               helper.make_node("Slice", ["w", f"b{j}", f"b{j + 1}", "ax0"], [f"v{j}"], name=f"dw{j}"),
+               helper.make_node("Gemm", [f"d{j}", f"v{j}"] + ([running] if running else []), [out], beta=1.0,
+                                name=f"dg{j}")]
+        running = out
+    fwd.append(helper.make_node("Concat", outs, ["y"], axis=1, name="cat"))
+    return (fwd, inits), (dx, inits)
