@@ -184,3 +184,62 @@ def test_quick_calibration_covers_every_codec_and_the_profiled_ops(tmp_path: Pat
     assert set(model.codecs) == set(REGISTRY)
     assert {"Conv", "ConvGrad", "BatchNormInternal", "Cast", "*"} <= set(model.ops)
     assert res.data["profiled_model"]["nodes"] > 100 and res.data["samples"]["codecs"]
+
+
+# ---------------------------------------------------------------------- what a profile says about new nodes
+def _cost_with(ops: dict[str, tuple[float, float, float]]) -> CostModel:
+    from onnxcomp.planner.cost_model import LinearFit
+
+    fits = {op: LinearFit(coef) for op, coef in ops.items()}
+    codec = {"encode": LinearFit((1e-3, 0.0, 0.0)), "decode": LinearFit((2e-3, 0.0, 0.0))}
+    return CostModel({"signbits": codec}, {"*": LinearFit((0.0, 1e-9, 0.0)), **fits})
+
+
+def test_views_move_no_bytes_and_slices_read_what_they_write() -> None:
+    from onnx import helper
+
+    from onnxcomp.planner.cost_model import node_traffic
+
+    assert node_traffic(helper.make_node("Reshape", ["x", "s"], ["y"]), 8 << 20, 8 << 20) == 0
+    assert node_traffic(helper.make_node("Slice", ["x", "a", "b"], ["y"]), 8 << 20, 4) == 8
+    assert node_traffic(helper.make_node("Add", ["x", "x"], ["y"]), 16, 8) == 24
+    cost = _cost_with({"Reshape": (0.0, 1e-9, 0.0)})
+    assert cost.op_seconds(helper.make_node("Reshape", ["x", "s"], ["y"]), 8 << 20, in_bytes=8 << 20) == 0.0
+
+
+def test_a_slow_profile_slows_the_calibrated_predictions_of_new_nodes() -> None:
+    """New nodes (op types the profile never timed, codec ops) run at the profiled step's speed: a profile
+    whose memory-bound nodes took 3× their calibrated time predicts them 3× the calibration; views and
+    shape arithmetic cost the profile's tiny-node time, not zero."""
+    from onnx import helper
+
+    cost = _cost_with({"Relu": (0.0, 1e-9, 0.0), "Cast": (0.0, 2e-9, 0.0)})
+    mib = 1 << 20
+    feats = {f"relu{k}": ("Relu", 4 * mib, 0.0) for k in range(3)} | {"tiny": ("Relu", 64, 0.0)}
+    times = NodeTimes({f"relu{k}": 3 * 4 * mib * 1e-9 for k in range(3)} | {"tiny": 5e-6}, features=feats)
+    assert times.slowdown(cost) == pytest.approx(3.0)
+    assert times.dispatch_seconds() == pytest.approx(5e-6)
+    cast = helper.make_node("Cast", ["x"], ["h"], to=onnx.TensorProto.FLOAT16, name="new_cast")
+    assert cost.op_seconds(cast, mib, times, in_bytes=2 * mib) == pytest.approx(3 * 2e-9 * 3 * mib)
+    assert cost.op_seconds(cast, mib, None, in_bytes=2 * mib) == pytest.approx(2e-9 * 3 * mib)
+    view = helper.make_node("Reshape", ["x", "s"], ["y"], name="new_view")
+    assert cost.op_seconds(view, mib, times, in_bytes=mib) == pytest.approx(5e-6)
+    # A profile at the calibration's speed changes nothing.
+    same = NodeTimes({f"relu{k}": 4 * mib * 1e-9 for k in range(3)}, features=feats)
+    assert same.slowdown(cost) == pytest.approx(1.0)
+    assert cost.op_seconds(cast, mib, same, in_bytes=2 * mib) == pytest.approx(2e-9 * 3 * mib)
+
+
+def test_codec_ops_are_predicted_at_the_profiled_speed(small_artifacts: Path) -> None:
+    from onnxcomp.transform import transform_model
+
+    encoded = transform_model(onnx.load(str(small_artifacts / "training_model.onnx")), "lossless-encode")
+    encoded = encoded.model if hasattr(encoded, "model") else encoded
+    cost = _cost_with({"Relu": (0.0, 1e-9, 0.0)})
+    mib = 1 << 20
+    feats = {f"big_relu{k}": ("Relu", 4 * mib, 0.0) for k in range(2)}
+    at_speed = NodeTimes({n: 4 * mib * 1e-9 for n in feats}, features=feats)
+    slower = NodeTimes({n: 2.5 * 4 * mib * 1e-9 for n in feats}, features=feats)
+    base = predict_step(encoded, cost, at_speed)
+    assert base.codec_nodes and base.codec_ops >= 1e-3  # the calibrated intercepts, at calibration speed
+    assert predict_step(encoded, cost, slower).codec_ops == pytest.approx(2.5 * base.codec_ops)

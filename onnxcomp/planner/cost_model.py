@@ -235,7 +235,7 @@ class CostModel:
         out_bytes, in_bytes: bytes of the node's outputs and inputs (the model's size feature is their sum: give
         in_bytes too, or ops that read more than they write, like accumulators and gradients, come out low);
         macs: its multiply-accumulates (``node_macs``), 0 if unknown."""
-        traffic = int(out_bytes) + int(in_bytes)
+        traffic = node_traffic(node, int(in_bytes), int(out_bytes))
         if node_seconds is not None and node.name in node_seconds:
             return float(node_seconds[node.name])
         original = _original_name(node.name, node_seconds) if node_seconds else None
@@ -253,7 +253,12 @@ class CostModel:
             if node.op_type in local:
                 return max(local[node.op_type].predict(op_features(traffic, macs)), 0.0)
         fit = self.ops.get(node.op_type) or self.ops["*"]
-        return max(fit.predict(op_features(traffic, macs)), 0.0)
+        # The calibrated fit, at the speed the profile saw (1.0 without a profile; see NodeTimes.slowdown).
+        if not isinstance(node_seconds, NodeTimes):
+            return max(fit.predict(op_features(traffic, macs)), 0.0)
+        # No node runs faster than the profile's tiny ones: ORT's dispatch per node (views, shape arithmetic).
+        return max(fit.predict(op_features(traffic, macs)) * node_seconds.slowdown(self),
+                   node_seconds.dispatch_seconds())
 
     def overhead_seconds(self, param_bytes: int) -> float:
         """A step's time outside the training graph (optimizer, feeds) when the graph was not profiled."""
@@ -298,6 +303,33 @@ class NodeTimes(dict):
         self.settings = dict(settings or {})
         self._local: dict[str, LinearFit] | None = None
         self._by_weight: dict[tuple[str, str], str] | None = None
+        self._slowdown: tuple[int, float] | None = None
+
+    def dispatch_seconds(self) -> float:
+        """Median profiled time of the nodes that move < 64 KiB and do no MACs: what any node costs ORT to run
+        (0.0 when the profile has none)."""
+        tiny = [self[n] for n, (_, nbytes, macs) in self.features.items()
+                if nbytes < _TINY_BYTES and not macs and self.get(n, 0.0) > 0]
+        return float(np.median(tiny)) if tiny else 0.0
+
+    def slowdown(self, cost: "CostModel") -> float:
+        """How much slower than ``cost``'s calibration this profile ran the memory-bound ops both know:
+        Σ profiled / Σ fitted seconds over its nodes without MACs that move ≥ 1 MiB and whose op type has a
+        calibrated fit. Nodes the profile cannot time (new op types, codec ops) are predicted from the
+        calibration; scaled by this they run at the speed of the profiled step (load, cache, allocator)
+        instead of the calibration run's. 1.0 when no node qualifies; clamped to [0.2, 50]."""
+        if self._slowdown is not None and self._slowdown[0] == id(cost):
+            return self._slowdown[1]
+        measured = fitted = 0.0
+        for name, (op, nbytes, macs) in self.features.items():
+            fit = cost.ops.get(op)
+            if fit is None or macs or nbytes < _SLOWDOWN_MIN_BYTES or op in VIEW_OPS or self.get(name, 0.0) <= 0:
+                continue
+            measured += self[name]
+            fitted += max(fit.predict(op_features(nbytes, 0.0)), 0.0)
+        factor = min(max(measured / fitted, 0.2), 50.0) if measured > 0 and fitted > 0 else 1.0
+        self._slowdown = (id(cost), factor)
+        return factor
 
     def local_op_fits(self) -> dict[str, LinearFit]:
         """Per op type, the op model refitted on this profile (op types with ≥ 3 profiled nodes)."""
@@ -363,6 +395,24 @@ def profile_node_seconds(model_path_or_dir: str | os.PathLike, steps: int = 3, *
 
 
 # ------------------------------------------------------------------------------------------------ graphs
+# ORT's kernels for these alias their output to their input (a view): no bytes move, only the node's
+# dispatch costs. Slice / Gather read only the part they write (a decoder trigger reads one element of dY).
+VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+_READS_OUTPUT_ONLY = frozenset({"Slice", "Gather"})
+_SLOWDOWN_MIN_BYTES = 1 << 20
+_TINY_BYTES = 64 * 1024
+
+
+def node_traffic(node: onnx.NodeProto, in_bytes: int, out_bytes: int) -> int:
+    """The bytes a node moves, the op model's size feature: inputs read + outputs written, except views
+    (nothing moves) and slices (they read only what they write)."""
+    if node.op_type in VIEW_OPS:
+        return 0
+    if node.op_type in _READS_OUTPUT_ONLY:
+        return 2 * out_bytes
+    return in_bytes + out_bytes
+
+
 _MAC_OPS = {"Conv", "ConvGrad", "Gemm", "MatMul", "ConvTranspose", "FusedConv", "FusedGemm", "FusedMatMul"}
 
 
@@ -413,7 +463,8 @@ def node_weights(model: onnx.ModelProto) -> dict[str, str]:
 def node_features(model: onnx.ModelProto) -> dict[str, tuple[str, int, float]]:
     """Per named node: (op type, bytes it reads and writes, MACs) from static shapes: the op model's inputs."""
     shapes, nbytes = _tensor_shapes(model)
-    return {node.name: (node.op_type, sum(nbytes.get(t, 0) for t in [*node.input, *node.output] if t),
+    return {node.name: (node.op_type, node_traffic(node, sum(nbytes.get(t, 0) for t in node.input if t),
+                                                   sum(nbytes.get(t, 0) for t in node.output if t)),
                         node_macs(node, shapes)) for node in model.graph.node if node.name}
 
 
@@ -456,6 +507,8 @@ def predict_step(model: onnx.ModelProto, cost: CostModel, node_seconds: dict[str
     codec_nodes: dict[str, tuple[str, str, int, float]] = {}
     ort_total = codec_total = 0.0
     nonzero_ratios = nonzero_ratios or {}
+    # Codec ops are never in the baseline's profile: their calibrated times at the profiled step's speed.
+    slowdown = node_seconds.slowdown(cost) if isinstance(node_seconds, NodeTimes) else 1.0
     for i, node in enumerate(model.graph.node):
         key = node.name or f"{node.op_type}#{i}"
         op = codec_op(node.domain, node.op_type)
@@ -470,7 +523,7 @@ def predict_step(model: onnx.ModelProto, cost: CostModel, node_seconds: dict[str
                 size = nbytes.get(node.output[0]) or enc_bytes.get(stash, 0)
                 src = stash
             nz = nonzero_ratios.get(stash, nonzero_ratios.get(src, _default_nonzero(src, producers)))
-            t = cost.codec_seconds(op.codec, op.role, size, nz)
+            t = cost.codec_seconds(op.codec, op.role, size, nz) * slowdown
             codec_nodes[key] = (op.codec, op.role, size, nz)
             codec_total += t
         else:
