@@ -243,3 +243,5 @@ def test_codec_ops_are_predicted_at_the_profiled_speed(small_artifacts: Path) ->
     base = predict_step(encoded, cost, at_speed)
     assert base.codec_nodes and base.codec_ops >= 1e-3  # the calibrated intercepts, at calibration speed
     assert predict_step(encoded, cost, slower).codec_ops == pytest.approx(2.5 * base.codec_ops)
+    faster = NodeTimes({n: 0.5 * 4 * mib * 1e-9 for n in feats}, features=feats)
+    assert predict_step(encoded, cost, faster).codec_ops == pytest.approx(base.codec_ops)  # never below calibration

@@ -507,8 +507,9 @@ def predict_step(model: onnx.ModelProto, cost: CostModel, node_seconds: dict[str
     codec_nodes: dict[str, tuple[str, str, int, float]] = {}
     ort_total = codec_total = 0.0
     nonzero_ratios = nonzero_ratios or {}
-    # Codec ops are never in the baseline's profile: their calibrated times at the profiled step's speed.
-    slowdown = node_seconds.slowdown(cost) if isinstance(node_seconds, NodeTimes) else 1.0
+    # Codec ops are never in the baseline's profile: their calibrated times at the profiled step's speed when
+    # that is slower. Not faster: inside a step they never beat their cold-input calibration (docs/cost-model.md).
+    slowdown = max(node_seconds.slowdown(cost), 1.0) if isinstance(node_seconds, NodeTimes) else 1.0
     for i, node in enumerate(model.graph.node):
         key = node.name or f"{node.op_type}#{i}"
         op = codec_op(node.domain, node.op_type)
