@@ -50,6 +50,50 @@ def _clz(typingctx, x):  # noqa: ANN001, ANN202
     return sig, codegen
 
 
+# Bit-plane transposition, 8 coefficients per uint64 (byte lane i = coefficient i): bit j of every lane gathered
+# into one byte by a multiply, and a byte spread back into 8 lanes (the trick of custom_ops/cpu/sz.py).
+_LSB = np.uint64(0x0101010101010101)
+_GATHER = np.uint64(0x0102040810204080)
+_SPREAD_MASK = np.uint64(0x8040201008040201)
+_SPREAD_ADD = np.uint64(0x7F7F7F7F7F7F7F7F)
+_HIGH = np.uint64(0x8080808080808080)
+
+
+@numba.njit(cache=True, inline="always")
+def _lanes(u, size, sh):
+    """Byte ``sh // 8`` of coefficients 0-7 and 8-15 as byte lanes of two uint64."""
+    lo = np.uint64(0)
+    hi = np.uint64(0)
+    for i in range(min(size, 8)):
+        lo |= ((np.uint64(u[i]) >> sh) & np.uint64(0xFF)) << np.uint64(8 * i)
+    for i in range(8, size):
+        hi |= ((np.uint64(u[i]) >> sh) & np.uint64(0xFF)) << np.uint64(8 * (i - 8))
+    return lo, hi
+
+
+@numba.njit(cache=True, inline="always")
+def _gather(lo, hi, j):
+    """Bit plane j of the lanes: bit i = bit j of coefficient i."""
+    a = (((lo >> j) & _LSB) * _GATHER) >> np.uint64(56)
+    b = (((hi >> j) & _LSB) * _GATHER) >> np.uint64(56)
+    return np.int64(a | (b << np.uint64(8)))
+
+
+@numba.njit(cache=True, inline="always")
+def _spread(v):
+    """The 8 bits of byte v as 8 byte lanes of 0 / 1 (lane l = bit l)."""
+    return ((((v * _LSB) & _SPREAD_MASK) + _SPREAD_ADD) & _HIGH) >> np.uint64(7)
+
+
+@numba.njit(cache=True, inline="always")
+def _flush(u, size, lo, hi, sh):
+    """OR byte lanes into bits sh..sh+7 of the coefficients."""
+    for i in range(min(size, 8)):
+        u[i] |= np.int64((lo >> np.uint64(8 * i)) & np.uint64(0xFF)) << sh
+    for i in range(8, size):
+        u[i] |= np.int64((hi >> np.uint64(8 * (i - 8))) & np.uint64(0xFF)) << sh
+
+
 @numba.njit(cache=True, inline="always")
 def _origin(b, n, h, w, two_d):
     """(flat index of block b's plane, its first row, its first column); 1-D: (first index, 0, 0)."""
@@ -107,7 +151,7 @@ def _inv4(p, o, s):
 
 @numba.njit(cache=True, inline="always")
 def _put(data, bit, end, val, nbits):
-    """OR the low ``nbits`` (<= 32) of val into the stream at ``bit``, cut at ``end``."""
+    """OR the low ``nbits`` (<= 49) of val into the stream at ``bit``, cut at ``end``."""
     room = end - bit
     if room <= 0 or val == 0:
         return
@@ -116,12 +160,14 @@ def _put(data, bit, end, val, nbits):
         if val == 0:
             return
     off = np.uint64(bit & 31)
-    v = np.uint64(val) << off
     w = bit >> 5
-    data[w] |= np.uint32(v & np.uint64(0xFFFFFFFF))
-    hi = v >> np.uint64(32)
-    if hi != 0:
-        data[w + 1] |= np.uint32(hi)
+    data[w] |= np.uint32((val << off) & np.uint64(0xFFFFFFFF))
+    rest = val >> (np.uint64(32) - off)  # bits that spill into the next words
+    if rest != 0:
+        data[w + 1] |= np.uint32(rest & np.uint64(0xFFFFFFFF))
+        rest >>= np.uint64(32)
+        if rest != 0:
+            data[w + 2] |= np.uint32(rest)
 
 
 @numba.njit(cache=True, inline="always")
@@ -192,29 +238,36 @@ def encode(x, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, data
             bit += 31 - top
             nsig = 0
             k = top
+            group = -1
+            lo = np.uint64(0)
+            hi = np.uint64(0)
             while k >= 0 and bit < end:
-                xk = np.int64(0)
-                for i in range(size):
-                    xk |= ((u[i] >> k) & 1) << i
-                if nsig > 0:  # verbatim bits of the coefficients already significant
-                    _put(data, bit, end, np.uint64(xk & ((np.int64(1) << nsig) - 1)), nsig)
-                    bit += nsig
+                if k >> 3 != group:  # the next byte of every coefficient, as 8 byte lanes per uint64
+                    group = k >> 3
+                    lo, hi = _lanes(u, size, np.uint64(8 * group))
+                xk = _gather(lo, hi, np.uint64(k & 7))
+                # the plane's whole bit sequence in one register, then one OR into the stream: the verbatim
+                # bits of the coefficients already significant, then the group tests and their runs
+                code = np.uint64(xk & ((np.int64(1) << nsig) - 1))
+                length = nsig
                 j = nsig
-                while j < size and bit < end:
+                while j < size:
                     rest = xk >> j
-                    if rest == 0:  # group test 0: plane done (a 0 bit, nothing to write)
-                        bit += 1
+                    if rest == 0:  # group test 0 ends the plane
+                        length += 1
                         break
                     p = j + _ctz(rest)  # the next set bit
                     if p < size - 1:  # 1, (p - j) zeros, 1
-                        _put(data, bit, end, np.uint64(1) | (np.uint64(1) << np.uint64(p - j + 1)), p - j + 2)
-                        bit += p - j + 2
+                        code |= (np.uint64(1) | (np.uint64(1) << np.uint64(p - j + 1))) << np.uint64(length)
+                        length += p - j + 2
                         j = p + 1
                     else:  # 1, then zeros up to coefficient size-2; the last one's 1 is implied
-                        _put(data, bit, end, np.uint64(1), size - j)
-                        bit += size - j
+                        code |= np.uint64(1) << np.uint64(length)
+                        length += size - j
                         j = size
-                    nsig = j
+                nsig = j
+                _put(data, bit, end, code, length)
+                bit += length
                 k -= 1
 
 
@@ -247,6 +300,8 @@ def decode(data, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, y
                     u[i] = 0
                 nsig = 0
                 k = 31
+                lo = np.uint64(0)
+                hi = np.uint64(0)
                 while k >= 0 and bit < end:
                     xk = np.int64(0)
                     live = True
@@ -284,13 +339,20 @@ def decode(data, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, y
                                 xk |= np.int64(1) << (size - 1)  # all zeros: the last one is implied
                                 j = size
                         nsig = j
-                    while xk != 0:  # scatter the plane's set bits into their coefficients
-                        i = _ctz(xk)
-                        u[i] |= np.int64(1) << k
-                        xk &= xk - 1
+                    # bit j of the plane -> bit (k & 7) of byte lane j; a byte of lanes is flushed into the
+                    # coefficients when the next plane starts another byte, or at the end
+                    sj = np.uint64(k & 7)
+                    lo |= _spread(np.uint64(xk) & np.uint64(0xFF)) << sj
+                    hi |= _spread((np.uint64(xk) >> np.uint64(8)) & np.uint64(0xFF)) << sj
+                    if not live or k & 7 == 0:
+                        _flush(u, size, lo, hi, np.int64(8 * (k >> 3)))
+                        lo = np.uint64(0)
+                        hi = np.uint64(0)
                     if not live:
                         break
                     k -= 1
+                if lo != 0 or hi != 0:  # the loop ran out of budget between planes, mid-byte
+                    _flush(u, size, lo, hi, np.int64(8 * ((k + 1) >> 3)))
                 if two_d:
                     for i in range(16):
                         q[_PERM2[i]] = (u[i] ^ _NB) - _NB
