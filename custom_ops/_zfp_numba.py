@@ -181,6 +181,20 @@ def _peek(data, bit, nbits):
     return np.int64(v & ((np.uint64(1) << np.uint64(nbits)) - np.uint64(1)))
 
 
+@numba.njit(cache=True, inline="always")
+def _window(data, bit):
+    """64 stream bits from ``bit`` (bits past the data read as 0)."""
+    w = bit >> 5
+    off = np.uint64(bit & 31)
+    v = np.uint64(data[w])
+    if w + 1 < data.size:
+        v |= np.uint64(data[w + 1]) << np.uint64(32)
+    v >>= off
+    if off != 0 and w + 2 < data.size:
+        v |= np.uint64(data[w + 2]) << (np.uint64(64) - off)
+    return v
+
+
 @numba.njit(parallel=True, cache=True, nogil=True)
 def encode(x, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, data):
     """OR every block's bits into ``data`` (uint32, zeroed). x must be finite (the caller zeroes NaN/±Inf).
@@ -303,42 +317,46 @@ def decode(data, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, y
                 lo = np.uint64(0)
                 hi = np.uint64(0)
                 while k >= 0 and bit < end:
+                    # the plane's bits come from one 64-bit window (a plane needs at most 33 + 16 bits)
+                    avail = min(end - bit, 64)
+                    win = _window(data, bit)
+                    used = 0
                     xk = np.int64(0)
                     live = True
-                    if nsig > 0:
-                        m = min(nsig, end - bit)
-                        xk = _peek(data, bit, m)
-                        bit += m
-                        live = m == nsig
+                    if nsig > 0:  # verbatim bits of the coefficients already significant
+                        used = min(nsig, avail)
+                        xk = np.int64(win & ((np.uint64(1) << np.uint64(used)) - np.uint64(1)))
+                        live = used == nsig
                     j = nsig
                     while live and j < size:
-                        if bit >= end:
+                        if used >= avail:
                             live = False
                             break
-                        g = _peek(data, bit, 1)
-                        bit += 1
-                        if g == 0:
+                        g = (win >> np.uint64(used)) & np.uint64(1)
+                        used += 1
+                        if g == 0:  # group test 0 ends the plane
                             break
                         m = size - 1 - j  # positions j .. size-2 are scanned for the next 1
                         if m == 0:
                             xk |= np.int64(1) << j
                             j = size
                         else:
-                            look = min(m, end - bit)
-                            run = _peek(data, bit, look) if look > 0 else np.int64(0)
+                            look = min(m, avail - used)
+                            run = np.int64((win >> np.uint64(used)) & ((np.uint64(1) << np.uint64(look)) - np.uint64(1)))
                             if run != 0:
                                 z = _ctz(run)
                                 xk |= np.int64(1) << (j + z)
-                                bit += z + 1
+                                used += z + 1
                                 j += z + 1
                             else:
-                                bit += look
+                                used += look
                                 if look < m:
                                     live = False
                                     break
                                 xk |= np.int64(1) << (size - 1)  # all zeros: the last one is implied
                                 j = size
                         nsig = j
+                    bit += used
                     # bit j of the plane -> bit (k & 7) of byte lane j; a byte of lanes is flushed into the
                     # coefficients when the next plane starts another byte, or at the end
                     sj = np.uint64(k & 7)
