@@ -127,6 +127,17 @@ def made_by_linear(graph: onnx.GraphProto, analysis: GraphAnalysis, name: str, s
     return False
 
 
+def parameter_view(graph: onnx.GraphProto, analysis: GraphAnalysis, name: str) -> bool:
+    """Whether forward tensor ``name`` is a Transpose / Reshape of a parameter (ORT keeps Wᵀ for dX)."""
+    t = analysis.tensors.get(name)
+    if t is None or t.producer is None or analysis.boundary.is_backward(t.producer):
+        return False
+    node = graph.node[t.producer]
+    source = analysis.tensors.get(node.input[0]) if node.input else None
+    return (node.domain in ("", "ai.onnx") and node.op_type in ("Transpose", "Reshape", "Identity")
+            and source is not None and source.producer is None and node.input[0] not in analysis.data_inputs)
+
+
 class LinearRecomputePass(RecomputePass):
     """Linear layers' outputs rebuilt in backward from their (kept) inputs: activation checkpointing of the
     MLP's first product (the GELU input, read by GeluGrad: 4·dim floats per token, the largest stash of a
@@ -134,7 +145,9 @@ class LinearRecomputePass(RecomputePass):
     that LayerNormalizationGrad keeps anyway. The chain LayerNorm → MatMul → bias Add (→ Split → Reshape →
     Transpose) is cloned just before the first backward reader, gated on its dY like every clone; the same
     ops on the same inputs, so bit-identical. Costs one more product per rebuilt layer in backward (qkv and
-    fc1: about a third of a block's forward FLOPs)."""
+    fc1: about a third of a block's forward FLOPs). The transposed weights ORT keeps for dX = dY·W are
+    rebuilt from the parameter too (under the lossy policies nothing else takes them, and DPR would hold
+    a weight in reduced precision)."""
 
     name = "recompute_linear"
 
@@ -145,8 +158,9 @@ class LinearRecomputePass(RecomputePass):
     def _reject(self, analysis: GraphAnalysis, stash: StashedTensor) -> str | None:
         if stash.dtype != "float32":
             return f"dtype {stash.dtype}: linear layers' float outputs only"
-        if not made_by_linear(analysis.model.graph, analysis, stash.name):
-            return "not a MatMul / Gemm output (seen through bias Add and views)"
+        graph = analysis.model.graph
+        if not made_by_linear(graph, analysis, stash.name) and not parameter_view(graph, analysis, stash.name):
+            return "not a MatMul / Gemm output (seen through bias Add and views) nor a view of a parameter"
         return super()._reject(analysis, stash)
 
     def _trigger(self, analysis: GraphAnalysis, consumer: int, name: str) -> str | None:
