@@ -26,7 +26,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from ..analysis import GraphAnalysis, StashedTensor, analysis_of, numel
+from ..analysis import GraphAnalysis, StashedTensor, TensorClass, analysis_of, numel
 from ..analysis.patterns import BITMASK, RECOMPUTE
 from .base import OnnxcompPass, PassOutcome, Skipped
 from .early_weight_grad import EarlyWeightGradientPass
@@ -135,7 +135,7 @@ def parameter_view(graph: onnx.GraphProto, analysis: GraphAnalysis, name: str) -
     node = graph.node[t.producer]
     source = analysis.tensors.get(node.input[0]) if node.input else None
     return (node.domain in ("", "ai.onnx") and node.op_type in ("Transpose", "Reshape", "Identity")
-            and source is not None and source.producer is None and node.input[0] not in analysis.data_inputs)
+            and source is not None and source.cls in (TensorClass.PARAMETER, TensorClass.CONSTANT))
 
 
 class LinearRecomputePass(RecomputePass):
@@ -162,6 +162,14 @@ class LinearRecomputePass(RecomputePass):
         if not made_by_linear(graph, analysis, stash.name) and not parameter_view(graph, analysis, stash.name):
             return "not a MatMul / Gemm output (seen through bias Add and views) nor a view of a parameter"
         return super()._reject(analysis, stash)
+
+    def _candidates(self, analysis: GraphAnalysis, skipped: list[Skipped]):
+        # Weight views first: a linear output's chain then clones Wᵀ from the parameter instead of reading
+        # (and so keeping) the forward Wᵀ.
+        candidates, replacing = super()._candidates(analysis, skipped)
+        graph = analysis.model.graph
+        candidates.sort(key=lambda s: not parameter_view(graph, analysis, s.name))
+        return candidates, replacing
 
     def _trigger(self, analysis: GraphAnalysis, consumer: int, name: str) -> str | None:
         # The first reader may be another clone's gate (the GELU output's, reading the GELU input): no float
