@@ -1,7 +1,7 @@
 """Training-step peak vs sequence length for GPT-tiny: baseline vs onnxcomp policies, as a PNG.
 
     python tools/bench_seqlen.py --seq 128 256 512 1024 2048 --batch 1 --policies lossless dpr-fp8 \\
-        --work runs/seqlen -o seqlen.png [--budget 256MiB]
+        --work runs/seqlen -o seqlen.png [--budget 256MiB] [--resume] [--no-baseline]
 
 For each length: `onnxcomp artifacts --model gpt_tiny --seq S` (cached in --work), the policies' graphs,
 and one fresh measuring process per graph (onnxcomp measure's settings: arena, mem pattern, mem reuse off,
@@ -38,16 +38,29 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("runs/seqlen"))
     ap.add_argument("--budget", type=parse_size)
     ap.add_argument("-o", "--output", type=Path, required=True)
+    ap.add_argument("--no-baseline", action="store_true", help="measure the policies only (with --resume: "
+                    "the baseline's stored figures are kept)")
+    ap.add_argument("--resume", action="store_true", help="keep the figures stored in the output's JSON and "
+                    "measure only what is missing (runs can be split and ordered by priority)")
     args = ap.parse_args()
-    graphs = ["baseline", *args.policies]
+    graphs = ([] if args.no_baseline else ["baseline"]) + list(args.policies)
     peaks: dict[str, dict[int, float]] = {g: {} for g in graphs}
     out_json = args.output.with_suffix(".json")
+    if args.resume and out_json.exists():
+        stored = json.loads(out_json.read_text())
+        if stored.get("batch") != args.batch:
+            raise SystemExit(f"{out_json}: batch {stored.get('batch')} stored, --batch {args.batch} asked; "
+                             "use another output")
+        for g, by_seq in stored["peak_mib"].items():
+            peaks.setdefault(g, {}).update({int(k): v for k, v in by_seq.items()})
     for seq in args.seq:
         art = args.work / f"gpt_tiny-b{args.batch}-t{seq}"
         if not (art / "training_model.onnx").exists():
             generate_artifacts("gpt_tiny", args.batch, 1, VOCAB_SIZE, art, seq_len=seq, smoke_test=False,
                                overwrite=True)
         for g in graphs:
+            if seq in peaks[g]:
+                continue
             model = "training_model.onnx" if g == "baseline" else f"{g}.onnx"
             if g != "baseline" and not (art / model).exists():
                 transform(art, art / model, g)
@@ -62,6 +75,7 @@ def main() -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
+    graphs = list(peaks)
     for g in graphs:
         xs = sorted(peaks[g])
         ax.plot(xs, [peaks[g][x] for x in xs], marker="o", label=g)

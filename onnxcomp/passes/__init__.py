@@ -47,6 +47,11 @@ CHUNKS_BEFORE_ENCODERS = step(ChunkedBackwardPass, raw_stashes=False, max_ops=3)
 # the product with V, the Dropout's mask drawn as before) in head/batch chunks, exact. Last: their Slices of a
 # stash would hide it from an encoder that runs later; the forward one needs P recomputed (chunk_attention.py).
 ATTENTION_CHUNKS = (step(ChunkedAttentionBackwardPass), step(ChunkedAttentionForwardPass))
+# Lossy policies: where a forward attention's T² map is ≥ 8 MiB, its Dropout is chunked too (a Dropout per
+# chunk: the same keep probability, other random numbers): the whole-map draw (input, output and mask: 9
+# bytes per score) was what held long sequences above the budget (docs/transformers.md, "Sequence length").
+LOSSY_ATTENTION_CHUNKS = (step(ChunkedAttentionBackwardPass),
+                          step(ChunkedAttentionForwardPass, chunk_dropout_bytes=8 << 20))
 
 _POLICIES = [
     # Transformers: weight gradients early, LayerNorm / GELU outputs and attention probabilities (before and
@@ -86,22 +91,22 @@ _POLICIES = [
     # the image, so it needs no stash) before DPR reduces what is left: only regions over stashes already
     # encoded or recomputed (CHUNKS_BEFORE_ENCODERS).
     *(policy(f"dpr-{fmt}", f"Gist: lossless encodings, the rest of the float stashes in {fmt}", *LOSSY_FIRST,
-             CHUNKS_BEFORE_ENCODERS, step(DprPass, dpr_format=fmt), *ATTENTION_CHUNKS,
+             CHUNKS_BEFORE_ENCODERS, step(DprPass, dpr_format=fmt), *LOSSY_ATTENTION_CHUNKS,
              options=("min_bytes", "overrides", "split_weight_bytes", "native"))
       for fmt in DPR_FORMATS),
     # COMET: lossless where it applies, error-bounded conv/fc inputs, reduced precision elsewhere.
     policy("comet", "COMET: lossless where it applies, error-bounded conv/fc inputs, reduced precision "
            "elsewhere", *LOSSY_FIRST, ErrorBoundedPass, CHUNKS_BEFORE_ENCODERS, DprPass, SparsePass,
-           *ATTENTION_CHUNKS,
+           *LOSSY_ATTENTION_CHUNKS,
            options=("min_bytes", "overrides", "split_weight_bytes", "eb", "adaptive", "dpr_format", "native")),
     # CSWAP+/FreeLunch: the float stashes DPR would take held by the fixed-rate zfp codec at N bits/value.
     *(policy(f"zfp-{rate}", f"fixed-rate zfp codec at {rate} bits/value for the float stashes DPR would take",
-             *LOSSY_FIRST, CHUNKS_BEFORE_ENCODERS, step(FixedRatePass, rate=rate), *ATTENTION_CHUNKS,
+             *LOSSY_FIRST, CHUNKS_BEFORE_ENCODERS, step(FixedRatePass, rate=rate), *LOSSY_ATTENTION_CHUNKS,
              options=("min_bytes", "overrides", "split_weight_bytes"))
       for rate in FIXED_RATES),
     # Mesa: the float stashes DPR would take as 8-bit affine codes with a min and scale per channel (row).
     policy("q8", "Mesa-style 8-bit per-channel affine quantisation of the float stashes DPR would take",
-           *LOSSY_FIRST, CHUNKS_BEFORE_ENCODERS, Q8Pass, *ATTENTION_CHUNKS, options=("min_bytes", "overrides", "split_weight_bytes")),
+           *LOSSY_FIRST, CHUNKS_BEFORE_ENCODERS, Q8Pass, *LOSSY_ATTENTION_CHUNKS, options=("min_bytes", "overrides", "split_weight_bytes")),
 ]
 # Per stash and backward region, the cheapest technique that makes the predicted step peak fit a budget
 # (onnxcomp/planner/auto.py; docs/auto-planner.md).

@@ -56,16 +56,17 @@ def _attr(node: ir.Node, name: str, default: object) -> object:
     return default if a is None else a.value
 
 
-def separable(node: ir.Node, rank: int) -> bool:
+def separable(node: ir.Node, rank: int, dropout: bool = False) -> bool:
     """``node`` computes each slice of the leading axes of a rank-``rank`` output from the same slice of its
-    inputs (inputs of lower rank, or of dimension 1 there, broadcast)."""
+    inputs (inputs of lower rank, or of dimension 1 there, broadcast). ``dropout``: a Dropout counts too
+    (elementwise, but a Dropout per chunk draws other random numbers: not exact)."""
     op, domain = node.op_type, node.domain
     if domain in ("", "ai.onnx"):
         if op in _ELEMENTWISE or op == "MatMul":
             return True
         if op == "Softmax":   # opset ≥ 13 semantics (the last axis alone); the graph's opset is checked by the pass
             return _attr(node, "axis", -1) in (-1, rank - 1)
-        return False
+        return dropout and op == "Dropout"
     if domain != MS_DOMAIN:
         return False
     if op == "DropoutGrad":
@@ -444,10 +445,14 @@ class ChunkedAttentionForwardPass(OnnxcompPass):
 
     name = "chunk_attention_forward"
 
-    def __init__(self, chunks: int = 8, min_bytes: int = 64 * 1024, zeros_dtype: type = np.float32) -> None:
+    def __init__(self, chunks: int = 8, min_bytes: int = 64 * 1024, zeros_dtype: type = np.float32,
+                 chunk_dropout_bytes: int | None = None) -> None:
         if chunks < 2:
             raise ValueError(f"chunks={chunks}: at least 2")
+        if chunk_dropout_bytes is not None and chunk_dropout_bytes < 0:
+            raise ValueError(f"chunk_dropout_bytes={chunk_dropout_bytes}: at least 0 (None: never)")
         self.chunks, self.min_bytes, self.zeros_dtype = chunks, min_bytes, zeros_dtype
+        self.chunk_dropout_bytes = chunk_dropout_bytes
 
     def call(self, model: ir.Model) -> PassOutcome:
         outcome = PassOutcome(model, False)
@@ -478,8 +483,12 @@ class ChunkedAttentionForwardPass(OnnxcompPass):
             if k < 2:
                 outcome.skipped.append(Skipped(softmax.name, FORWARD_PATTERN, f"leading dimensions {leading}"))
                 continue
+            # Not exact: a Dropout per chunk draws other (equally distributed) random numbers. Only where asked
+            # (the lossy policies) and where the whole draw would be large.
+            chunked_draw = dropout is not None and self.chunk_dropout_bytes is not None \
+                and t2 >= self.chunk_dropout_bytes
             region, first_after = _prepare_forward(graph, shapes, chain, softmax, dropout, anchor_view, product,
-                                                   taken, self.zeros_dtype)
+                                                   taken, self.zeros_dtype, chunked_draw)
             problem = _emit(graph, analysis, region, axis, k, taken, first_after)
             if problem:   # _prepare_forward's nodes stay: the same values, unchunked
                 outcome.skipped.append(Skipped(softmax.name, FORWARD_PATTERN, problem))
@@ -489,8 +498,12 @@ class ChunkedAttentionForwardPass(OnnxcompPass):
                 "region": region.name, "pattern": FORWARD_PATTERN, "nodes": [n.name for n in region.nodes],
                 "op_types": [n.op_type for n in region.nodes], "leading_dims": list(leading), "axis": axis,
                 "chunks": k, "largest_tensor_bytes": t2,
-                "mask_drawn_from": f"{np.dtype(self.zeros_dtype).name} zeros" if dropout is not None else None,
-                "exact": True, "note": "per-slice ops; the Dropout's mask drawn in its place from zeros of the same shape"}))
+                "mask_drawn_from": ("a Dropout per chunk" if chunked_draw else
+                                    f"{np.dtype(self.zeros_dtype).name} zeros") if dropout is not None else None,
+                "exact": not chunked_draw,
+                "note": ("per-slice ops; a Dropout per chunk: the same keep probability, other random numbers "
+                         "(statistically equivalent, not bit-identical)") if chunked_draw else
+                        "per-slice ops; the Dropout's mask drawn in its place from zeros of the same shape"}))
             outcome.modified = True
         return outcome
 
@@ -564,7 +577,8 @@ def _const_value(v: ir.Value | None) -> object:
 
 def _prepare_forward(graph: ir.Graph, shapes: dict[ir.Value, tuple[int, ...]], chain: list[ir.Node],
                      softmax: ir.Node, dropout: ir.Node | None, anchor_view: ir.Node | None, product: ir.Node,
-                     taken: set[str], zeros_dtype: type = np.float32) -> tuple[AttentionRegion, list[ir.Value]]:
+                     taken: set[str], zeros_dtype: type = np.float32,
+                     chunked_draw: bool = False) -> tuple[AttentionRegion, list[ir.Value]]:
     """Rewire one forward attention so that its T² part is a separable region: the Dropout draws its mask
     from float16 zeros, the product reads ``Where(mask, P / (1 - ratio), 0)``. Returns the region and the
     values chunk 0 must wait for: the mask encoder's anchor, when the product was anchored on it, and the
@@ -574,6 +588,16 @@ def _prepare_forward(graph: ir.Graph, shapes: dict[ir.Value, tuple[int, ...]], c
     probs = softmax.outputs[0]
     out = shapes[probs]
     region = [*chain, softmax]
+    if chunked_draw:
+        # The Dropout itself goes into the region: each chunk draws its own mask (the masks are concatenated
+        # for the mask's encoder, so chunk 0 must not wait on that encoder's anchor: it would wait on itself).
+        for v in dropout.outputs:
+            shapes[v] = out
+        if anchor_view is not None:
+            product.replace_input_with(0, dropout.outputs[0])
+            graph.remove(anchor_view, safe=True)
+        region += [dropout, product]
+        return AttentionRegion(region, out[:-2], int(np.prod(out)) * 4, 0, shapes), []
     first_after = [anchor_view.inputs[1]] if anchor_view is not None else []
     if dropout is not None:
         ratio, mask = dropout.inputs[1], dropout.outputs[1]

@@ -100,7 +100,7 @@ class IrGraphEditor:
             raise ValueError(f"zero_after: the element type of {after.name!r} is unknown; pass it")
         flat = self.op("Reshape", [after, minus_one], "", elem, None, out=f"{base}_flat")
         one = self.op("Slice", [flat, start, end], "", elem, [1], out=f"{base}_trigger")
-        if elem == ir.DataType.FLOAT16:
+        if elem in (ir.DataType.FLOAT16, ir.DataType.BOOL):   # (bool: Less has no bool kernel either)
             one = self.op("Cast", [one], "", ir.DataType.FLOAT, [1], out=f"{base}_f32", to=ir.DataType.FLOAT)
         less = self.op("Less", [one, one], "", ir.DataType.BOOL, [1], out=f"{base}_less")
         return self.op("Cast", [less], "", ir.DataType.INT64, [1], out=f"{base}_zero", to=ir.DataType.INT64)

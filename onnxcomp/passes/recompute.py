@@ -232,9 +232,13 @@ class RecomputePass(OnnxcompPass):
         why = self._op_problem(graph.node[stash.producer])
         if why:
             return why
-        if analysis.incoming_gradient(min(stash.backward_consumers), stash.name) is None:
+        if self._trigger(analysis, min(stash.backward_consumers), stash.name) is None:
             return "its first backward reader has no incoming gradient to time the recomputation by"
         return None
+
+    def _trigger(self, analysis: GraphAnalysis, consumer: int, name: str) -> str | None:
+        """The gradient the clones for ``consumer`` (reading ``name``) wait on: its incoming dY."""
+        return analysis.incoming_gradient(consumer, name)
 
     def _op_problem(self, node: onnx.NodeProto) -> str | None:
         op = node.op_type
@@ -251,7 +255,7 @@ class RecomputePass(OnnxcompPass):
               by_name: dict[str, StashedTensor], recomputed: set[str], clones: dict[str, int],
               avoid: set[str], enc: _Encoded | None = None) -> _Plan | str:
         consumer = min(stash.backward_consumers)
-        grad = analysis.incoming_gradient(consumer, enc.decoded if enc else stash.name)
+        grad = self._trigger(analysis, consumer, enc.decoded if enc else stash.name)
         assert grad is not None  # checked in _reject
         search = _PlanSearch(self, analysis, stash, consumer, persistent, by_name, recomputed, clones, avoid)
         if search.visit(stash.name, True) is None:
@@ -469,7 +473,9 @@ def _rebuild(rw: _Rewrite, plan: _Plan) -> dict[str, Any]:
     """One plan: clone its chain (gated on the reader's dY) before the reader, rewire the backward readers,
     and drop the encoding it replaces. Returns the record's detail."""
     reader = rw.nodes[plan.consumer]
-    grad = _input_named(reader, plan.grad)
+    # The reader's own dY, or (a recompute gate's reader: RecomputePass._trigger) a gradient made before it.
+    grad = next((v for v in reader.inputs if v is not None and v.name == plan.grad), None) or next(
+        v for n in rw.nodes for v in n.outputs if v.name == plan.grad)
     out: list[ir.Node] = []
     local: dict[ir.Value, ir.Value] = {}       # original tensor -> its clone made for this reader
     gated: dict[ir.Value, ir.Value] = {}

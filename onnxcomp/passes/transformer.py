@@ -26,12 +26,12 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from ..analysis import GraphAnalysis, StashedTensor, analysis_of, numel
+from ..analysis import GraphAnalysis, StashedTensor, TensorClass, analysis_of, numel
 from ..analysis.patterns import BITMASK, RECOMPUTE
 from .base import OnnxcompPass, PassOutcome, Skipped
 from .early_weight_grad import EarlyWeightGradientPass
 from .editor import IrGraphEditor, ir_taken_names
-from .encode_stash import EncodeStashPass, Encoding, already_encoded
+from .encode_stash import EncodeStashPass, Encoding, already_encoded, decoder_trigger
 from .recompute import CHEAP_OPS, RecomputePass, replace_input
 from .records import PassRecord
 
@@ -96,6 +96,90 @@ class AttentionProbsRecomputePass(RecomputePass):
         if not stash.pattern.startswith("Softmax-output") or RECOMPUTE not in stash.encodings:
             return "not attention probabilities (what this pass rebuilds)"
         return super()._reject(analysis, stash)
+
+
+# A linear layer's output seen through the data movement after it (bias Add, the head split's Split /
+# Reshape / Transpose): what LinearRecomputePass rebuilds.
+_LINEAR = frozenset({"MatMul", "Gemm"})
+_AFTER_LINEAR = frozenset({"Add", "Split", "Slice", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity"})
+
+
+def made_by_linear(graph: onnx.GraphProto, analysis: GraphAnalysis, name: str, steps: int = 6) -> bool:
+    """Whether forward tensor ``name`` is a MatMul / Gemm output seen through bias Adds and views."""
+    for _ in range(steps):
+        t = analysis.tensors.get(name)
+        if t is None or t.producer is None or analysis.boundary.is_backward(t.producer):
+            return False
+        node = graph.node[t.producer]
+        if node.domain not in ("", "ai.onnx"):
+            return False
+        if node.op_type in _LINEAR:
+            return True
+        if node.op_type not in _AFTER_LINEAR:
+            return False
+        # The data path: the input that is not a parameter or a shape (Add's bias, Reshape's shape).
+        data = [i for i in node.input[:2 if node.op_type == "Add" else 1]
+                if i and (t := analysis.tensors.get(i)) is not None and t.producer is not None
+                and graph.node[t.producer].op_type != "Constant"]
+        if len(data) != 1:
+            return False
+        name = data[0]
+    return False
+
+
+def parameter_view(graph: onnx.GraphProto, analysis: GraphAnalysis, name: str) -> bool:
+    """Whether forward tensor ``name`` is a Transpose / Reshape of a parameter (ORT keeps Wᵀ for dX)."""
+    t = analysis.tensors.get(name)
+    if t is None or t.producer is None or analysis.boundary.is_backward(t.producer):
+        return False
+    node = graph.node[t.producer]
+    source = analysis.tensors.get(node.input[0]) if node.input else None
+    return (node.domain in ("", "ai.onnx") and node.op_type in ("Transpose", "Reshape", "Identity")
+            and source is not None and source.cls in (TensorClass.PARAMETER, TensorClass.CONSTANT))
+
+
+class LinearRecomputePass(RecomputePass):
+    """Linear layers' outputs rebuilt in backward from their (kept) inputs: activation checkpointing of the
+    MLP's first product (the GELU input, read by GeluGrad: 4·dim floats per token, the largest stash of a
+    block) and of the qkv product behind Q, K, V (read by the attention backward), from the LayerNorm input
+    that LayerNormalizationGrad keeps anyway. The chain LayerNorm → MatMul → bias Add (→ Split → Reshape →
+    Transpose) is cloned just before the first backward reader, gated on its dY like every clone; the same
+    ops on the same inputs, so bit-identical. Costs one more product per rebuilt layer in backward (qkv and
+    fc1: about a third of a block's forward FLOPs). The transposed weights ORT keeps for dX = dY·W are
+    rebuilt from the parameter too (under the lossy policies nothing else takes them, and DPR would hold
+    a weight in reduced precision)."""
+
+    name = "recompute_linear"
+
+    def __init__(self, min_bytes: int = 64 * 1024, max_depth: int = 7) -> None:
+        super().__init__(ops=CHEAP_OPS | TRANSFORMER_CHEAP_OPS | _MS_PURE | _LINEAR | {"Split", "Slice"},
+                         min_bytes=min_bytes, max_depth=max_depth)
+
+    def _reject(self, analysis: GraphAnalysis, stash: StashedTensor) -> str | None:
+        if stash.dtype != "float32":
+            return f"dtype {stash.dtype}: linear layers' float outputs only"
+        graph = analysis.model.graph
+        if not made_by_linear(graph, analysis, stash.name) and not parameter_view(graph, analysis, stash.name):
+            return "not a MatMul / Gemm output (seen through bias Add and views) nor a view of a parameter"
+        return super()._reject(analysis, stash)
+
+    def _candidates(self, analysis: GraphAnalysis, skipped: list[Skipped]):
+        # Weight views first: a linear output's chain then clones Wᵀ from the parameter instead of reading
+        # (and so keeping) the forward Wᵀ.
+        candidates, replacing = super()._candidates(analysis, skipped)
+        graph = analysis.model.graph
+        candidates.sort(key=lambda s: not parameter_view(graph, analysis, s.name))
+        return candidates, replacing
+
+    def _trigger(self, analysis: GraphAnalysis, consumer: int, name: str) -> str | None:
+        # The first reader may be another clone's gate (the GELU output's, reading the GELU input): no float
+        # input, but it waits on a gradient, and so can these clones.
+        return decoder_trigger(analysis, consumer, name)
+
+    def _op_problem(self, node: onnx.NodeProto) -> str | None:
+        if node.domain == MS_DOMAIN and node.op_type in _MS_PURE:
+            return None
+        return super()._op_problem(node)
 
 
 class AttentionDropoutRecomputePass(OnnxcompPass):
@@ -187,6 +271,9 @@ def _rebuild_dropout(graph: ir.Graph, nodes: list[ir.Node], analysis: GraphAnaly
 # Exact transformer passes, in order: weight gradients moved early (their inputs then die early and the
 # LayerNorm inputs are still alive to rebuild LayerNorm outputs from), the recomputations (the mask's first backward reader is then
 # the rebuilt dropout, gated on dY), then the masks as bits.
+# Linear outputs last: Q, K, V are then read by the rebuilt probabilities' clones too, and the GELU input's
+# chain may start from the LayerNorm input the LayerNorm clones read.
 TRANSFORMER_RECOMPUTE: tuple[type[OnnxcompPass], ...] = (
-    EarlyWeightGradientPass, TransformerRecomputePass, AttentionDropoutRecomputePass, AttentionProbsRecomputePass)
+    EarlyWeightGradientPass, TransformerRecomputePass, AttentionDropoutRecomputePass, AttentionProbsRecomputePass,
+    LinearRecomputePass)
 TRANSFORMER_EXACT: tuple[type[OnnxcompPass], ...] = (*TRANSFORMER_RECOMPUTE, DropoutMaskPass)
