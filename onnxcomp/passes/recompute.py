@@ -46,7 +46,7 @@ CHEAP_OPS: frozenset[str] = frozenset({
     "Neg", "Abs", "Add", "Sub", "Mul", "Div",
     "BatchNormInternal", "BatchNormalization",
     "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
-    "Concat", "Reshape", "Flatten", "Identity", "Squeeze", "Unsqueeze", "Transpose", "Constant",
+    "Concat", "ConcatTraining", "Reshape", "Flatten", "Identity", "Squeeze", "Unsqueeze", "Transpose", "Constant",
 })
 # Never cloned, whatever the caller asks: randomness (a clone would draw different numbers), side
 # effects (in-place accumulation, optimizer updates), or our own PyOps.
@@ -56,8 +56,13 @@ _FORBIDDEN_OPS = frozenset({
     "InPlaceAccumulator", "InPlaceAccumulatorV2", "ZeroGradient", "AdamWOptimizer", "SGDOptimizerV2",
     "YieldOp", "PythonOp", "PyOp",
 })
-_MS_DOMAIN_OPS = frozenset({"BatchNormInternal"})  # the com.microsoft ops we know to be pure
+# The com.microsoft ops we know to be pure: ORT's training graph turns every Concat into ConcatTraining (a copy
+# plus its inputs' lengths along the axis for the gradient's split), so a dense block's concatenated features
+# are rebuilt exactly from the pieces.
+_MS_DOMAIN_OPS = frozenset({"BatchNormInternal", "ConcatTraining"})
 DEFAULT_MAX_DEPTH = 4
+# Why a stash is not rebuilt in a joint run: another recomputation reads it (asked for alone, it may be).
+PINNED_REASON = "kept: another recomputed tensor is rebuilt from it"
 # Codecs whose decoder returns exactly the tensor their encoder read: such an encoding can be replaced by
 # recomputing that tensor (signbits cannot: its decoder returns signs, not the values).
 EXACT_CODECS = frozenset({"sparse", "zvc", "csr", "maxpool_index"})
@@ -189,8 +194,7 @@ class RecomputePass(OnnxcompPass):
         for stash in candidates:
             undecided.discard(stash.name)
             if stash.name in pinned:
-                skipped.append(Skipped(stash.name, stash.pattern, "kept: another recomputed tensor is "
-                                       "rebuilt from it"))
+                skipped.append(Skipped(stash.name, stash.pattern, PINNED_REASON))
                 continue
             # First try to rebuild through the still undecided candidates (so they can be dropped too);
             # failing that, read them as they are (which keeps them).

@@ -658,7 +658,7 @@ def _recomputable(model: onnx.ModelProto, alone: bool = True) -> dict[str, dict[
     through convolutions ("recompute-conv": a Conv clone is the same kernel on the same inputs, so exact, but
     it costs a forward conv; the first layer's, reading the image, is the cheap case)."""
     from ..passes import RecomputePass
-    from ..passes.recompute import CHEAP_OPS
+    from ..passes.recompute import CHEAP_OPS, PINNED_REASON
 
     def table(res: Any) -> dict[str, tuple[list[str], list[str]]]:
         return {r.subject: (list(r.detail.get("cloned_ops", [])), list(r.detail.get("inputs_kept", [])))
@@ -666,7 +666,16 @@ def _recomputable(model: onnx.ModelProto, alone: bool = True) -> dict[str, dict[
 
     out = {}
     for technique, ops in (("recompute", CHEAP_OPS), (RECOMPUTE_CONV, CHEAP_OPS | {"Conv"})):
-        joint = table(RecomputePass(ops=ops).run(model))
+        res = RecomputePass(ops=ops).run(model)
+        joint = table(res)
+        if alone:
+            # Kept whole in the joint run because another recomputation reads it (a BN input under its
+            # LeakyRelu's rebuilt output): the greedy may prefer the other stash's encoding, so offer it too.
+            for s in res.skipped:
+                if s.name not in joint and s.reason.startswith(PINNED_REASON):
+                    own = table(RecomputePass(tensors=[s.name], ops=ops).run(model)).get(s.name)
+                    if own is not None:
+                        joint[s.name] = own
         for subject in [k for k, (cloned, _) in joint.items() if not cloned and alone]:
             # Rebuilt as a by-product of another stash's clones (a MaxPool's mask beside its output): chosen
             # alone it clones that chain itself and reads its inputs; ask for it alone.
