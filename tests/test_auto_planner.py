@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 import pytest
 
-from graphs import TWO_CONV, parse
+from graphs import _CONV, TWO_CONV, parse
 from onnxcomp.cli import main
 from onnxcomp.errors import OnnxcompError
 from onnxcomp.passes import POLICIES, RowSplitPass
@@ -232,3 +232,46 @@ def test_greedy_stuck_keeps_its_lowest_curve() -> None:
     chosen, peak = greedy(base, windows, opt, {}, target=10)
     assert peak == 70 and set(chosen) == {"y"}
     assert virtual_live(base, windows, chosen).max() == peak
+
+
+# input -> Conv -> Relu (r) -> Conv (x) -> BatchNorm -> Relu (y) -> Conv. One joint RecomputePass run rebuilds
+# y from x (through r it would exceed max_depth), which keeps x whole; x can still be rebuilt from r alone.
+_PINNED = f"""
+<ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
+train (float[2,3,8,8] input, float[4,3,3,3] w0, float[4,4,3,3] w1, float[4] scale, float[4] bias, float[4] mean,
+       float[4] var, float[4,4,3,3] w2, bool lazy_reset_grad, float loss_grad, float[4,3,3,3] w0_buf,
+       float[4,4,3,3] w1_buf, float[4,4,3,3] w2_buf) => (bool w0_out, bool w1_out, bool w2_out)
+{{
+  a = Conv <pads=[1,1,1,1]> (input, w0)
+  r = Relu (a)
+  x = Conv <pads=[1,1,1,1]> (r, w1)
+  bn, rm, rv, sm, sis = com.microsoft.BatchNormInternal <epsilon=0.00001, momentum=0.9> (x, scale, bias, mean, var)
+  y = Relu (bn)
+  z = Conv <pads=[1,1,1,1]> (y, w2)
+  loss = ReduceSum <keepdims=0> (z)
+  z_shape = Shape (z)
+  dz = Expand (loss_grad, z_shape)
+  dy, w2_grad, db2 = com.microsoft.ConvGrad <{_CONV}> (dz, y, w2)
+  dbn = com.microsoft.ReluGrad (dy, y)
+  dx, dscale, dbias = com.microsoft.BatchNormalizationGrad <epsilon=0.00001> (dbn, x, scale, sm, sis)
+  dr, w1_grad, db1 = com.microsoft.ConvGrad <{_CONV}> (dx, r, w1)
+  da = com.microsoft.ReluGrad (dr, r)
+  dinput, w0_grad, db0 = com.microsoft.ConvGrad <{_CONV}> (da, input, w0)
+  w2_out = com.microsoft.InPlaceAccumulatorV2 (w2_buf, w2_grad, lazy_reset_grad)
+  w1_out = com.microsoft.InPlaceAccumulatorV2 (w1_buf, w1_grad, lazy_reset_grad)
+  w0_out = com.microsoft.InPlaceAccumulatorV2 (w0_buf, w0_grad, lazy_reset_grad)
+}}
+"""
+
+
+def test_a_stash_kept_whole_by_a_joint_recompute_is_still_offered_alone() -> None:
+    from onnxcomp.passes import RecomputePass
+    from onnxcomp.passes.recompute import CHEAP_OPS, PINNED_REASON
+    from onnxcomp.planner.auto import RECOMPUTE_CONV, _recomputable
+
+    model = parse(_PINNED)
+    joint = RecomputePass(ops=CHEAP_OPS | {"Conv"}).run(model)
+    assert any(s.name == "x" and s.reason == PINNED_REASON for s in joint.skipped)
+    # Offered, and (r being recomputable too) rebuilt through r down to the image rather than pinning r.
+    cloned, kept, extended = _recomputable(model)[RECOMPUTE_CONV]["x"]
+    assert cloned == ["Conv", "Relu", "Conv"] and kept == [] and extended == []

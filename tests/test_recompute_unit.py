@@ -182,3 +182,72 @@ def test_eval_model_split_reads_the_blocks_and_computes_the_same() -> None:
     got = ReferenceEvaluator(out).run(None, {"x": x, "w.part0": w[:4], "w.part1": w[4:], "b": b})[0]
     np.testing.assert_array_equal(got, want)
     assert splits_of(out) == []     # the metadata is the caller's (record_splits), as for the training graph
+
+
+# A dense-block step: c = Concat(x, g) with g = Conv(x) the new features; the next conv reads c (ConvGrad keeps
+# it), ConvGrad of g's conv keeps x. c is rebuilt from x (kept anyway) and g (a third of c, kept alive).
+DENSE = f"""
+<ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
+train (float[2,3,8,8] input, float[4,3,3,3] w1, float[2,4,3,3] w2, float[3,6,3,3] w3, float[4,3,3,3] w1_buf,
+       float[2,4,3,3] w2_buf, float[3,6,3,3] w3_buf, bool lazy_reset_grad, float loss_grad)
+      => (bool w1_out, bool w2_out, bool w3_out)
+      <float[2,6,8,8] c, float[2,6,8,8] dc>
+{{
+  x = Conv <pads=[1,1,1,1]> (input, w1)
+  g = Conv <pads=[1,1,1,1]> (x, w2)
+  c, lengths = com.microsoft.ConcatTraining <axis=1> (x, g)
+  z = Conv <pads=[1,1,1,1]> (c, w3)
+  loss = ReduceSum <keepdims=0> (z)
+  z_shape = Shape (z)
+  dz = Expand (loss_grad, z_shape)
+  dc, w3_grad, db3 = com.microsoft.ConvGrad <{_CONV}> (dz, c, w3)
+  dx1, dg = com.microsoft.SplitTraining <axis=1> (dc, lengths)
+  dx2, w2_grad, db2 = com.microsoft.ConvGrad <{_CONV}> (dg, x, w2)
+  dx = Add (dx1, dx2)
+  dinput, w1_grad, db1 = com.microsoft.ConvGrad <{_CONV}> (dx, input, w1)
+  w3_out = com.microsoft.InPlaceAccumulatorV2 (w3_buf, w3_grad, lazy_reset_grad)
+  w2_out = com.microsoft.InPlaceAccumulatorV2 (w2_buf, w2_grad, lazy_reset_grad)
+  w1_out = com.microsoft.InPlaceAccumulatorV2 (w1_buf, w1_grad, lazy_reset_grad)
+}}
+"""
+
+
+def _gradients(model: onnx.ModelProto) -> list[np.ndarray]:
+    """The three weight gradients of DENSE-like graphs, computed by ORT (training ops are CPU kernels)."""
+    import onnxruntime as ort
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for name in ("w1_grad", "w2_grad", "w3_grad"):
+        m.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+    rng = np.random.default_rng(0)
+    feeds = {i.name: (rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+                      if i.type.tensor_type.elem_type == onnx.TensorProto.FLOAT else np.array(True))
+             for i in m.graph.input}
+    feeds["loss_grad"] = np.array(1.0, dtype=np.float32)
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(["w1_grad", "w2_grad", "w3_grad"], feeds)
+
+
+def test_concat_rebuilt_from_a_kept_stash_and_its_new_piece_kept_alive() -> None:
+    model = parse(DENSE)
+    skipped = RecomputePass(tensors=["c"]).run(model)
+    assert not skipped.records and "Conv" in skipped.skipped[0].reason   # g's Conv is not cloned by default
+    result = RecomputePass(tensors=["c"], extend_fraction=0.5).run(model)
+    (rec,) = result.records
+    assert rec["cloned_ops"] == ["ConcatTraining"] and rec["inputs_kept"] == ["x"]
+    assert rec["inputs_extended"] == ["g"]
+    out = result.model
+    check_model(out, "recompute")
+    assert "c" not in {s.name for s in analyze_model(out).stashed}
+    assert not ungated_nodes(list(out.graph.node), analyze_model(out).boundary)
+    # A copy: the weight gradients are bit for bit those of the original graph.
+    for before, after in zip(_gradients(model), _gradients(out)):
+        assert np.array_equal(before, after)
+    # g is a third of c's bytes: a smaller fraction keeps it from being extended.
+    assert not RecomputePass(tensors=["c"], extend_fraction=0.3).run(model).records
+
+
+def test_extend_fraction_is_checked() -> None:
+    with pytest.raises(Exception, match="extend_fraction"):
+        RecomputePass(extend_fraction=1.0)

@@ -46,7 +46,7 @@ CHEAP_OPS: frozenset[str] = frozenset({
     "Neg", "Abs", "Add", "Sub", "Mul", "Div",
     "BatchNormInternal", "BatchNormalization",
     "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool",
-    "Concat", "Reshape", "Flatten", "Identity", "Squeeze", "Unsqueeze", "Transpose", "Constant",
+    "Concat", "ConcatTraining", "Reshape", "Flatten", "Identity", "Squeeze", "Unsqueeze", "Transpose", "Constant",
 })
 # Never cloned, whatever the caller asks: randomness (a clone would draw different numbers), side
 # effects (in-place accumulation, optimizer updates), or our own PyOps.
@@ -56,8 +56,13 @@ _FORBIDDEN_OPS = frozenset({
     "InPlaceAccumulator", "InPlaceAccumulatorV2", "ZeroGradient", "AdamWOptimizer", "SGDOptimizerV2",
     "YieldOp", "PythonOp", "PyOp",
 })
-_MS_DOMAIN_OPS = frozenset({"BatchNormInternal"})  # the com.microsoft ops we know to be pure
+# The com.microsoft ops we know to be pure: ORT's training graph turns every Concat into ConcatTraining (a copy
+# plus its inputs' lengths along the axis for the gradient's split), so a dense block's concatenated features
+# are rebuilt exactly from the pieces.
+_MS_DOMAIN_OPS = frozenset({"BatchNormInternal", "ConcatTraining"})
 DEFAULT_MAX_DEPTH = 4
+# Why a stash is not rebuilt in a joint run: another recomputation reads it (asked for alone, it may be).
+PINNED_REASON = "kept: another recomputed tensor is rebuilt from it"
 # Codecs whose decoder returns exactly the tensor their encoder read: such an encoding can be replaced by
 # recomputing that tensor (signbits cannot: its decoder returns signs, not the values).
 EXACT_CODECS = frozenset({"sparse", "zvc", "csr", "maxpool_index"})
@@ -89,6 +94,7 @@ class _Plan:
     reused: dict[str, str] = field(default_factory=dict)   # original tensor -> clone from an earlier reader
     alias: dict[str, str] = field(default_factory=dict)    # anchored view -> the tensor it views
     replaces: _Encoded | None = None
+    extended: list[str] = field(default_factory=list)       # forward tensors read as they are (not stashes)
 
 
 class RecomputePass(OnnxcompPass):
@@ -103,6 +109,10 @@ class RecomputePass(OnnxcompPass):
     replace_encoded: also consider tensors held by an exact encoding (EXACT_CODECS, e.g. after the
     lossless policy): where one can be recomputed, its encoder and decoder are removed and its payload
     is not held at all. Off by default: other encodings are respected as they are.
+    extend_fraction: a forward tensor no backward op reads and no allowed op can rebuild (a dense layer's
+    new features, a Conv output read only by a Concat) may be read as it is, kept alive until the reader,
+    while all such tensors of one stash total at most this fraction of its bytes (0: never). A
+    concatenation is then rebuilt from its small new piece and the stash it extends (exact: a copy).
     """
 
     name = "recompute"
@@ -110,7 +120,7 @@ class RecomputePass(OnnxcompPass):
 
     def __init__(self, tensors: Iterable[str] | None = None, max_depth: int = DEFAULT_MAX_DEPTH,
                  ops: Iterable[str] | None = None, min_bytes: int = 0, reuse_clones: bool = True,
-                 replace_encoded: bool = False) -> None:
+                 replace_encoded: bool = False, extend_fraction: float = 0.0) -> None:
         if isinstance(tensors, str):
             raise OnnxcompError("RecomputePass(tensors=...) takes an iterable of stash names, not one string")
         if max_depth < 1:
@@ -127,6 +137,9 @@ class RecomputePass(OnnxcompPass):
         self.min_bytes = min_bytes
         self.reuse_clones = reuse_clones
         self.replace_encoded = replace_encoded
+        if not 0.0 <= extend_fraction < 1.0:
+            raise OnnxcompError(f"RecomputePass extend_fraction must be in [0, 1) (got {extend_fraction})")
+        self.extend_fraction = extend_fraction
 
     def call(self, model: ir.Model) -> PassOutcome:
         analysis = analysis_of(model)
@@ -189,8 +202,7 @@ class RecomputePass(OnnxcompPass):
         for stash in candidates:
             undecided.discard(stash.name)
             if stash.name in pinned:
-                skipped.append(Skipped(stash.name, stash.pattern, "kept: another recomputed tensor is "
-                                       "rebuilt from it"))
+                skipped.append(Skipped(stash.name, stash.pattern, PINNED_REASON))
                 continue
             # First try to rebuild through the still undecided candidates (so they can be dropped too);
             # failing that, read them as they are (which keeps them).
@@ -261,7 +273,7 @@ class RecomputePass(OnnxcompPass):
         if search.visit(stash.name, True) is None:
             return search.problem[0] if search.problem else "cannot be rebuilt from kept tensors"
         return _Plan(stash, consumer, grad, search.nodes, sorted(set(search.leaves)), search.reused, search.alias,
-                     enc)
+                     enc, sorted(set(search.extended)))
 
     def _encoded(self, analysis: GraphAnalysis) -> list[tuple[StashedTensor, _Encoded | str]]:
         """The tensors exact encodings hold, as stash records (readers: the decoder's readers), each with
@@ -324,6 +336,7 @@ class _PlanSearch:
     alias: dict[str, str] = field(default_factory=dict)
     depth_of: dict[str, int] = field(default_factory=dict)   # tensor -> longest cloned chain below it (0: leaf)
     problem: list[str] = field(default_factory=list)
+    extended: list[str] = field(default_factory=list)        # forward tensors kept alive until the reader
 
     def usable_as_is(self, name: str) -> bool:
         if name in self.persistent:
@@ -353,10 +366,23 @@ class _PlanSearch:
         if _is_anchor_view(graph, self.analysis, node):
             return self._through_view(name, node)
         why = self.recompute._op_problem(node)
+        if why and self._extendable(name, t):
+            self.extended.append(name)
+            self.leaves.append(name)
+            return self._at(name, 0)
         if why:
             kept = "" if name not in self.by_name else " (a recomputed or short-lived stash)"
             return self._fail(f"needs {name!r}{kept}, {why}")
         return self._clone(t.producer, node)
+
+    def _extendable(self, name: str, t: Any) -> bool:
+        """May ``name`` (no stash, made by an op this pass does not clone) be kept alive until the reader?"""
+        if name in self.by_name or self.analysis.tensors[name].nbytes <= 0:
+            return False
+        if any(self.analysis.boundary.is_backward(c) for c in t.consumers):
+            return False
+        total = sum(self.analysis.tensors[n].nbytes for n in {*self.extended, name})
+        return total <= self.recompute.extend_fraction * self.stash.nbytes
 
     def _through_view(self, name: str, node: onnx.NodeProto) -> int | None:
         """Reshape(x, anchor) made by an encoding pass: a zero-copy view of x; rebuild x instead."""
@@ -582,6 +608,8 @@ def _detail(rw: _Rewrite, plan: _Plan, source: ir.Value, cloned_ops: list[str]) 
     parts = [f"rebuilt from {', '.join(kept) or 'weights and inputs'}"] if plan.nodes else []
     if plan.reused:
         parts.append(f"reuses {', '.join(sorted(plan.reused))} recomputed for an earlier reader")
+    if plan.extended:
+        parts.append(f"keeps {', '.join(plan.extended)} alive until then")
     note = "; ".join(parts) + f" (for {reader.op_type} {reader.name!r})"
     extra: dict[str, Any] = {}
     if plan.replaces is not None:
@@ -592,7 +620,8 @@ def _detail(rw: _Rewrite, plan: _Plan, source: ir.Value, cloned_ops: list[str]) 
         "tensor": plan.stash.name, "pattern": plan.stash.pattern, "encoding": "recompute", "codec": None,
         "shape": list(plan.stash.shape) if plan.stash.shape else None,
         "original_bytes": plan.stash.nbytes, "predicted_bytes": 0, "cloned_ops": cloned_ops,
-        "inputs_kept": kept, "reused": sorted(plan.reused), "recomputed_as": source.name,
+        "inputs_kept": kept, "inputs_extended": plan.extended, "reused": sorted(plan.reused),
+        "recomputed_as": source.name,
         "consumer": reader.name, "note": note, **extra,
     }
 

@@ -79,6 +79,9 @@ _TIERS = {"dpr-fp16": 1, "zfp-12": 1, "error_bounded": 1, "dpr-fp10": 2, "zfp-8"
 DEFAULT_TIER = 2
 MAX_ROUNDS = 8
 RECOMPUTE_CONV = "recompute-conv"
+# A recomputation may keep forward tensors alive for its clones up to this fraction of the stash's bytes
+# (a dense block's concatenation rebuilt from the stash it extends and its new features: passes/recompute.py).
+EXTEND_FRACTION = 0.5
 
 
 class BudgetError(OnnxcompError):
@@ -245,7 +248,7 @@ def _cloned_nodes(analysis: GraphAnalysis, stash: StashedTensor, ops: list[str])
 
 
 def enumerate_options(analysis: GraphAnalysis, techniques: list[Technique],
-                      recomputable: dict[str, dict[str, tuple[list[str], list[str]]]],
+                      recomputable: dict[str, dict[str, tuple[list[str], list[str], list[str]]]],
                       costs: _Costs, exact_only: bool, min_bytes: int,
                       windows: dict[str, "_Window"] | None = None) -> dict[str, list[Option]]:
     """Per stash, every option the passes accept, cheapest per byte saved first within its tier."""
@@ -258,11 +261,16 @@ def enumerate_options(analysis: GraphAnalysis, techniques: list[Technique],
         opts: list[Option] = []
         for technique, table in recomputable.items():
             if stash.name in table:
-                ops, kept = table[stash.name]
+                ops, kept, extended = table[stash.name]
                 nodes = _cloned_nodes(analysis, stash, ops)
                 secs = costs.ops(analysis, nodes)
-                opts.append(Option(stash.name, technique, True, stash.nbytes, 0, secs,
-                                   f"rebuilt in backward by {len(ops)} cloned op(s) ({', '.join(ops)})",
+                # Forward tensors kept alive for the clones (a Concat's new piece) are held in its place.
+                held = sum(analysis.tensors[e].nbytes for e in extended if e in analysis.tensors)
+                if held >= stash.nbytes:
+                    break
+                opts.append(Option(stash.name, technique, True, stash.nbytes, held, secs,
+                                   f"rebuilt in backward by {len(ops)} cloned op(s) ({', '.join(ops)})"
+                                   + (f", keeping {', '.join(extended)} alive" if extended else ""),
                                    tuple(o for n in nodes for o in n.output if o), tuple(kept)))
                 break
         for tech, p in built:
@@ -494,7 +502,7 @@ def build_passes(chosen: dict[str, Option], regions: Regions, techniques: list[T
         from ..passes.recompute import CHEAP_OPS
 
         ops = CHEAP_OPS | {"Conv"} if by_tech.get(RECOMPUTE_CONV) else CHEAP_OPS
-        passes.append(RecomputePass(tensors=sorted(rebuilt), ops=ops))
+        passes.append(RecomputePass(tensors=sorted(rebuilt), ops=ops, extend_fraction=EXTEND_FRACTION))
     lossy_names = {o.stash for o in chosen.values() if not o.exact}
     if lossy_names:
         # A lossy copy could flip a tiny positive to zero and change ReluGrad's mask: ReluGrad readers of
@@ -653,30 +661,64 @@ def dominant_at_peak(model: onnx.ModelProto, top: int = 3) -> tuple[int, list[tu
     return int(live[p]), [(b.name, int(b.size)) for b in bufs[:top]]
 
 
-def _recomputable(model: onnx.ModelProto, alone: bool = True) -> dict[str, dict[str, tuple[list[str], list[str]]]]:
+def _recomputable(model: onnx.ModelProto, alone: bool = True
+                  ) -> dict[str, dict[str, tuple[list[str], list[str], list[str]]]]:
     """Stashes RecomputePass can rebuild (→ the op types it clones): from cheap ops ("recompute"), and also
     through convolutions ("recompute-conv": a Conv clone is the same kernel on the same inputs, so exact, but
-    it costs a forward conv; the first layer's, reading the image, is the cheap case)."""
+    it costs a forward conv; the first layer's, reading the image, is the cheap case). Per stash: the op
+    types cloned, the stashes read whole, the forward tensors kept alive for it (``EXTEND_FRACTION``)."""
     from ..passes import RecomputePass
-    from ..passes.recompute import CHEAP_OPS
+    from ..passes.recompute import CHEAP_OPS, PINNED_REASON
 
-    def table(res: Any) -> dict[str, tuple[list[str], list[str]]]:
-        return {r.subject: (list(r.detail.get("cloned_ops", [])), list(r.detail.get("inputs_kept", [])))
+    def table(res: Any) -> dict[str, tuple[list[str], list[str], list[str]]]:
+        return {r.subject: (list(r.detail.get("cloned_ops", [])), list(r.detail.get("inputs_kept", [])),
+                            list(r.detail.get("inputs_extended", [])))
                 for r in res.records if r.kind == "recomputed"}
 
     out = {}
     for technique, ops in (("recompute", CHEAP_OPS), (RECOMPUTE_CONV, CHEAP_OPS | {"Conv"})):
-        joint = table(RecomputePass(ops=ops).run(model))
-        for subject in [k for k, (cloned, _) in joint.items() if not cloned and alone]:
+        res = RecomputePass(ops=ops, extend_fraction=EXTEND_FRACTION).run(model)
+        joint = table(res)
+        if alone:
+            # Kept whole in the joint run because another recomputation reads it (a BN input under its
+            # LeakyRelu's rebuilt output): the greedy may prefer the other stash's encoding, so offer it too.
+            for s in res.skipped:
+                if s.name not in joint and s.reason.startswith(PINNED_REASON):
+                    own = table(RecomputePass(tensors=[s.name], ops=ops, extend_fraction=EXTEND_FRACTION)
+                                .run(model)).get(s.name)
+                    if own is not None:
+                        joint[s.name] = own
+        for subject in [k for k, (cloned, _, _) in joint.items() if not cloned and alone]:
             # Rebuilt as a by-product of another stash's clones (a MaxPool's mask beside its output): chosen
             # alone it clones that chain itself and reads its inputs; ask for it alone.
-            own = table(RecomputePass(tensors=[subject], ops=ops).run(model)).get(subject)
+            own = table(RecomputePass(tensors=[subject], ops=ops, extend_fraction=EXTEND_FRACTION)
+                        .run(model)).get(subject)
             if own is None:
                 joint.pop(subject)
             else:
                 joint[subject] = own
+        if alone and technique == RECOMPUTE_CONV:
+            _deepen(model, joint, lambda names: table(RecomputePass(tensors=names, ops=ops,
+                                                                    extend_fraction=EXTEND_FRACTION).run(model)))
         out[technique] = joint
     return out
+
+
+def _deepen(model: onnx.ModelProto, joint: dict[str, tuple[list[str], list[str], list[str]]], rebuild: Any) -> None:
+    """A recomputation that reads stashes which are themselves recomputable pins them whole (a dense layer's
+    bottleneck conv output read from its rebuilt ReLU input): rebuild it through them instead, down to
+    what they are rebuilt from, where that keeps fewer bytes (one RecomputePass run asked for the stash and
+    those inputs: it plans the stash first, through its still undecided inputs). The real rewrite does the same
+    when those inputs are chosen too, and reads them as they are otherwise."""
+    tensors = analyze_model(model).tensors
+    size = lambda names: sum(tensors[n].nbytes for n in names if n in tensors)  # noqa: E731
+    for subject, (_, kept, _) in list(joint.items()):
+        inner = [k for k in kept if k in joint and k != subject]
+        if not inner:
+            continue
+        deeper = rebuild([subject, *inner]).get(subject)
+        if deeper is not None and set(deeper[1]) != set(kept) and size(deeper[1]) <= size(kept):
+            joint[subject] = deeper
 
 
 def _peak_region(model: onnx.ModelProto, live_at: int) -> str | None:
