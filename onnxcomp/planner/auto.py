@@ -804,8 +804,10 @@ def plan_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_b
             return plain
         from .auto_rows import choose_rows
 
+        # Tried whenever a chain's split lowers the baseline: its own peak, before stash options and split
+        # weights, says nothing about where the search ends from it.
         choice = choose_rows(model, plain.baseline_peak)
-        if choice is None or choice.predicted_peak >= plain.predicted_peak:
+        if choice is None:
             return plain
         split = plan_auto(model, budget, exact=exact, min_bytes=min_bytes, margin=margin, progress=progress,
                           workspace_aware=workspace_aware, rows=choice)
