@@ -480,6 +480,7 @@ class Regions:
     split_weight_bytes: int | None = None
     split_bit_identical: bool = False        # --exact: blocks on MLAS's reduction grid (passes/exact_gemm.py)
     joint_recompute: bool = False            # size recomputations as one joint rewrite makes them (_recomputable)
+    rows: Any = None                         # auto_rows.RowsChoice: conv chains row-split first (lossy only)
 
 
 def build_passes(chosen: dict[str, Option], regions: Regions, techniques: list[Technique],
@@ -493,7 +494,7 @@ def build_passes(chosen: dict[str, Option], regions: Regions, techniques: list[T
     by_tech: dict[str, set[str]] = {}
     for o in chosen.values():
         by_tech.setdefault(o.technique, set()).add(o.stash)
-    passes: list[OnnxcompPass] = []
+    passes: list[OnnxcompPass] = [regions.rows.build()] if regions.rows is not None else []
     if regions.split_weight_bytes:
         passes.append(SplitWeightPass(regions.split_weight_bytes, bit_identical=regions.split_bit_identical))
     passes += [DeferWeightGradientPass(), EagerAccumulationPass()]
@@ -521,6 +522,8 @@ def build_passes(chosen: dict[str, Option], regions: Regions, techniques: list[T
         if by_tech.get(t.name):
             passes.append(t.build(by_tech[t.name], min_bytes=min_bytes))
     if regions.chunked:
+        if regions.rows is not None:
+            from .auto_rows import ChunkedOutsideRowBlocks as ChunkedBackwardPass  # noqa: N814
         passes.append(ChunkedBackwardPass())
     for t in late:
         if by_tech.get(t.name):
@@ -580,6 +583,8 @@ class AutoPlan:
                         "exact": False, "why": "the predicted peak sat in a backward region no stash option "
                         "reaches (gradient maps of the first layers); each region is kept only where the "
                         "planner predicts it lowers the peak (passes/chunk_backward.py)"})
+        if self.regions.rows is not None:
+            out.append(self.regions.rows.record())
         if self.regions.split_weight_bytes:
             out.append({"region": "fully connected weight gradients", "technique": "split_weight",
                         "exact": self.regions.split_bit_identical,
@@ -758,8 +763,9 @@ def _make_base(model: onnx.ModelProto, regions: Regions, techniques: list[Techni
                exact: bool, min_bytes: int, workspace_aware: bool = True) -> _Base:
     from ..passes import DeferWeightGradientPass, EagerAccumulationPass, SplitWeightPass
 
-    first = ([SplitWeightPass(regions.split_weight_bytes, bit_identical=regions.split_bit_identical)]
-             if regions.split_weight_bytes else [])
+    first = [regions.rows.build()] if regions.rows is not None else []
+    first += ([SplitWeightPass(regions.split_weight_bytes, bit_identical=regions.split_bit_identical)]
+              if regions.split_weight_bytes else [])
     base = apply(model, [*first, DeferWeightGradientPass(), EagerAccumulationPass()]).model
     seen, live = predicted_live(base)
     analysis = analyze_model(seen)
@@ -770,7 +776,13 @@ def _make_base(model: onnx.ModelProto, regions: Regions, techniques: list[Techni
         options = {k: [replace(o, workspace=(0, 0)) for o in v] for k, v in options.items()}
     relieved = {o.relieves for opts in options.values() for o in opts if o.relieves}
     windows.update(stash_windows(analysis, relieved))
-    return _Base(live, analysis, windows, options, [] if exact else _longest_regions(seen))
+    chunkable = [] if exact else _longest_regions(seen)
+    if regions.rows is not None:
+        # The row blocks' ConvGrad clones are first layers too; their working set is a block already.
+        from .auto_rows import outside_row_blocks
+
+        chunkable = outside_row_blocks(chunkable)
+    return _Base(live, analysis, windows, options, chunkable)
 
 
 def _longest_regions(model: onnx.ModelProto) -> list[Any]:
@@ -811,7 +823,8 @@ def _chunked_options(base: _Base, costs: _Costs) -> tuple[dict[str, list[Option]
 
 
 def plan_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_bytes: int = 64 * 1024,
-              margin: float = DEFAULT_MARGIN, progress: Any = None, workspace_aware: bool | None = None) -> AutoPlan:
+              margin: float = DEFAULT_MARGIN, progress: Any = None, workspace_aware: bool | None = None,
+              rows: Any = False) -> AutoPlan:
     """The cheapest plan (by predicted seconds) whose predicted step peak fits ``budget`` bytes, applied.
 
     ``plan.fits`` is False when nothing reachable fits; the plan then holds the best reachable graph and
@@ -821,39 +834,58 @@ def plan_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_b
     the real prediction still counts it), or (None) the first, then the second where the first misses the
     budget, keeping the lower peak. Neither search dominates: with it the greedy steers big tensors away
     from memory-hungry codecs (MobileNetV2: floor 67 → 52 MiB predicted); without it, it reaches plans whose
-    workspace spikes only the rounds' real prediction sorts out (ResNet-18: floor 19 MiB against 24)."""
+    workspace spikes only the rounds' real prediction sorts out (ResNet-18: floor 19 MiB against 24).
+
+    ``rows``: False — plan without a row split, and where that misses the budget (lossy only), plan again
+    with the conv chains row-split first (planner/auto_rows.py) and keep the lower peak; None — never;
+    a ``RowsChoice`` — with that row split."""
+    if rows is False:
+        plain = plan_auto(model, budget, exact=exact, min_bytes=min_bytes, margin=margin, progress=progress,
+                          workspace_aware=workspace_aware, rows=None)
+        if plain.fits or exact:
+            return plain
+        from .auto_rows import choose_rows
+
+        # Tried whenever a chain's split lowers the baseline: its own peak, before stash options and split
+        # weights, says nothing about where the search ends from it.
+        choice = choose_rows(model, plain.baseline_peak)
+        if choice is None:
+            return plain
+        split = plan_auto(model, budget, exact=exact, min_bytes=min_bytes, margin=margin, progress=progress,
+                          workspace_aware=workspace_aware, rows=choice)
+        return split if split.fits or split.predicted_peak < plain.predicted_peak else plain
     if workspace_aware is None:
         first = plan_auto(model, budget, exact=exact, min_bytes=min_bytes, margin=margin, progress=progress,
-                          workspace_aware=True)
+                          workspace_aware=True, rows=rows)
         if first.fits:
             return first
         second = plan_auto(model, budget, exact=exact, min_bytes=min_bytes, margin=margin, progress=progress,
-                           workspace_aware=False)
+                           workspace_aware=False, rows=rows)
         return second if second.fits or second.predicted_peak < first.predicted_peak else first
 
     if budget <= 0:
         raise OnnxcompError(f"budget {budget} bytes: must be positive", options=("budget_bytes",))
     plan = _plan_auto(model, budget, exact, min_bytes, margin, progress, joint_recompute=False,
-                      workspace_aware=workspace_aware)
+                      workspace_aware=workspace_aware, rows=rows)
     if not plan.fits:
         # Recomputations sized as one joint rewrite makes them (a MaxPool mask free beside its output) are
         # optimistic, yet the greedy sometimes ends lower with them: keep the lower plan.
         other = _plan_auto(model, budget, exact, min_bytes, margin, progress, joint_recompute=True,
-                           workspace_aware=workspace_aware)
+                           workspace_aware=workspace_aware, rows=rows)
         if other.fits or other.predicted_peak < plan.predicted_peak:
             plan = other
     return plan
 
 
 def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int, margin: float, progress: Any,
-               joint_recompute: bool, workspace_aware: bool) -> AutoPlan:
+               joint_recompute: bool, workspace_aware: bool, rows: Any = None) -> AutoPlan:
     say = progress or (lambda _m: None)
     _, untouched = predicted_live(model, eager_accumulation=False)
     baseline_peak = int(untouched.max()) if len(untouched) else 0
     target = planning_target(budget, margin)
     costs = _Costs()
     techniques = encoding_techniques()
-    regions = Regions(joint_recompute=joint_recompute)
+    regions = Regions(joint_recompute=joint_recompute, rows=rows)
     base = _make_base(model, regions, techniques, costs, exact, min_bytes, workspace_aware)
     options, ignore = base.options, None
     banned: set[tuple[str, str]] = set()     # (stash, technique) the real prediction showed to backfire
@@ -876,8 +908,7 @@ def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int,
                        "chunked": regions.chunked, "split_weight_bytes": regions.split_weight_bytes})
         say(f"auto: {len(chosen)} stash option(s), {regions}: virtual {virtual / MiB:.1f} MiB, "
             f"predicted {peak / MiB:.1f} MiB (target {target / MiB:.1f} MiB)")
-        plan = AutoPlan(budget, exact, target, dict(chosen), Regions(regions.chunked, regions.split_weight_bytes,
-                                                                     regions.split_bit_identical),
+        plan = AutoPlan(budget, exact, target, dict(chosen), replace(regions),
                         peak, baseline_peak, peak <= target, dominant, [], out, applied,
                         costs.source, sum(o.seconds for o in chosen.values()))
         if best is None or plan.fits or peak < best.predicted_peak:
