@@ -101,18 +101,15 @@ def find_input_blocks(graph: ir.Graph) -> tuple[list[InputBlock], list[Skipped]]
 
 
 def _match(conv: ir.Node) -> InputBlock | str:
-    if len(conv.inputs) != 2:
-        return "the conv has a bias (not handled)"
     if conv.attributes.get_int("group", 1) != 1:
         return "grouped conv (not handled)"
-    x_in, weight = conv.inputs
+    x_in, weight = conv.inputs[:2]
     shape = _static(x_in)
     if shape is None or len(shape) != 4 or _static(conv.outputs[0]) is None:
         return "input or output shape not static 4-D"
     grads = [u.node for u in weight.uses() if u.node.op_type == "ConvGrad" and u.idx == 2]
-    if len(grads) != 1 or grads[0].inputs[1] is not x_in or (grads[0].outputs[0].name or "") != "" \
-            or len(grads[0].outputs) > 2 and grads[0].outputs[2].name:
-        return "no weight-only ConvGrad on the same input (its input gradient or bias gradient is needed)"
+    if len(grads) != 1 or grads[0].inputs[1] is not x_in or (grads[0].outputs[0].name or "") != "":
+        return "no ConvGrad without input gradient on the same input (the input's gradient is needed)"
     conv_grad = grads[0]
     chain: dict[str, ir.Node | None] = {"BatchNormInternal": None, "Relu": None, "MaxPool": None}
     value, k = conv.outputs[0], 0
@@ -189,7 +186,10 @@ class _Emitter:
         self.graph, self.b, self.bounds = graph, block, bounds
         base = block.conv.name.replace("/", "_").strip("_") or "input_block"
         self.ed = IrGraphEditor(graph, ir_taken_names(graph), prefix=f"onnxcomp_inblock_{base}")
-        self.x_in, self.weight = block.conv.inputs
+        self.x_in, self.weight = block.conv.inputs[:2]
+        self.bias = block.conv.inputs[2] if len(block.conv.inputs) > 2 else None
+        grad_outs = block.conv_grad.outputs
+        self.bias_grad = grad_outs[2] if len(grad_outs) > 2 and grad_outs[2].name else None
         self.in_shape = _static(self.x_in)
         self.conv_shape = _static(block.conv.outputs[0])
         self.out_shape = _static(block.output)
@@ -199,15 +199,21 @@ class _Emitter:
     def const_f(self, base: str, values: np.ndarray) -> ir.Value:
         return self.ed.initializer(self.ed.name(base), np.asarray(values, dtype=np.float32))
 
-    def chunk_input(self, c: int, after: ir.Value | None) -> ir.Value:
+    def chunk_input(self, c: int, after: ir.Value | list[ir.Value] | None) -> ir.Value:
+        """Chunk ``c`` of the input, read through a view that cannot exist before every ``after`` value."""
         a, z = self.bounds[c], self.bounds[c + 1]
-        view = self.x_in if after is None else self.ed.gate(self.x_in, after, shape=self.in_shape, elem=F32)
+        if after is None:
+            view = self.x_in
+        else:
+            after = after if isinstance(after, list) else [after]
+            zero = self.ed.zero_after_all(after, F32) if len(after) > 1 else None
+            view = self.ed.gate(self.x_in, after[0], shape=self.in_shape, elem=F32, zero=zero)
         ed = self.ed
         start, end, axis = (ed.shared_const(ed.name(f"c{c}_{k}"), [v]) for k, v in (("a", a), ("z", z), ("ax", 0)))
         return ed.op("Slice", [view, start, end, axis], f"x{c}", F32, [z - a, *self.in_shape[1:]])
 
     def conv(self, x_c: ir.Value, n: int) -> ir.Value:
-        conv = self.ed.clone(self.b.conv, [x_c, self.weight],
+        conv = self.ed.clone(self.b.conv, [x_c, self.weight, *([self.bias] if self.bias is not None else [])],
                              [(self.ed.name("conv"), F32, [n, *self.conv_shape[1:]])], name=self.ed.name("conv_node"))
         return conv.outputs[0]
 
@@ -218,7 +224,7 @@ class _Emitter:
         y = self.ed.op("Mul", [x, self.scale], "bn_mul", F32, shape)
         return self.ed.op("Add", [y, self.shift], "bn_add", F32, shape)
 
-    def head(self, c: int, after: ir.Value | None, with_indices: bool) -> dict[str, ir.Value]:
+    def head(self, c: int, after: ir.Value | list[ir.Value] | None, with_indices: bool) -> dict[str, ir.Value]:
         """The chunk's forward from its input slice: conv output x, BN output y, ReLU output r, pool
         output p (and indices i)."""
         n = self.bounds[c + 1] - self.bounds[c]
@@ -329,14 +335,14 @@ def _rewrite(graph: ir.Graph, block: InputBlock, bounds: list[int]) -> dict:
             sg = em.add(sg, em.reduce_sum(g, f"sg{c}"), "sg", c4)
             sgx = em.add(sgx, em.reduce_sum(ed.op("Mul", [g, xhat], f"gx{c}", F32, [n, *em.conv_shape[1:]]),
                                             f"sgx{c}"), "sgx", c4)
-            after = sgx
+            after = [sg, sgx]      # both sums taken: the chunk's gradient maps are free
         inv_m = em.const_f("inv_count", np.float32(1.0 / count))
         mg = ed.op("Mul", [sg, inv_m], "mean_g", F32, c4)
         mgx = ed.op("Mul", [sgx, inv_m], "mean_gx", F32, c4)
         coef = ed.op("Mul", [ed.op("Reshape", [block.bn.inputs[1], ed.shared_const(f"onnxcomp_shape_1x{C}x1x1", c4)],
                                    "gamma4b", F32, c4), em.inv4], "dx_coef", F32, c4)
         sums = (sg, sgx)
-    dw = None
+    dw = db = None
     wshape = _static(em.weight)
     for c in range(k):
         head = em.head(c, after, with_indices=True)
@@ -348,14 +354,20 @@ def _rewrite(graph: ir.Graph, block: InputBlock, bounds: list[int]) -> dict:
             t = ed.op("Sub", [ed.op("Sub", [g, mg], f"g_c{c}", F32, full),
                               ed.op("Mul", [xhat, mgx], f"xhat_m{c}", F32, full)], f"g_cc{c}", F32, full)
             g = ed.op("Mul", [t, coef], f"dx{c}", F32, full)
-        grad = ed.clone(block.conv_grad, [g, head["in"], em.weight],
-                        [None, (ed.name(f"dw{c}"), F32, wshape)], name=ed.name("conv_grad")).outputs[1]
-        dw = em.add(dw, grad, "dw_sum", wshape)
-        after = dw
+        outs = [None, (ed.name(f"dw{c}"), F32, wshape)]
+        if em.bias_grad is not None:
+            outs.append((ed.name(f"db{c}"), F32, [wshape[0]]))
+        grad = ed.clone(block.conv_grad, [g, head["in"], em.weight], outs, name=ed.name("conv_grad"))
+        dw = em.add(dw, grad.outputs[1], "dw_sum", wshape)
+        if em.bias_grad is not None:
+            db = em.add(db, grad.outputs[2], "db_sum", [wshape[0]])
+        after = dw if db is None else [dw, db]
     backward_nodes = list(ed.nodes)
     # ---- wire in: the block's output, the parameters' gradients; the old nodes go
     _take_over(out, concat.outputs[0])
     _take_over(block.conv_grad.outputs[1], dw)
+    if em.bias_grad is not None:
+        _take_over(em.bias_grad, db)
     if block.bn is not None:
         shape_c = ed.shared_const(f"onnxcomp_shape_{C}", [C])
         sg, sgx = sums

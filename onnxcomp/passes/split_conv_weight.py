@@ -123,8 +123,6 @@ def _match(graph: ir.Graph, param: str, buffer: ir.Value) -> tuple[ir.Node, ir.N
     grad = grads[0]
     if grad.inputs[1] is not conv.inputs[0]:
         return "its ConvGrad reads another input than its Conv"
-    if len(grad.outputs) > 2 and grad.outputs[2].name:
-        return "its bias gradient is needed (not handled)"
     if conv.attributes.get_int("group", 1) != 1:
         return "grouped conv (not handled)"
     accs = [u.node for u in buffer.uses() if u.node.op_type == "InPlaceAccumulatorV2" and u.idx == 0]
@@ -151,13 +149,18 @@ def _rewrite(graph: ir.Graph, param: str, shape: tuple[int, ...], buffer: ir.Val
     buffers = _block_inputs(graph, buffer, split, GRAD_BUFFER_SUFFIX)
     flag = acc.outputs[0]
     ed = IrGraphEditor(graph, taken, _prefix(param))
-    flags, running = [], None
+    db = grad.outputs[2] if len(grad.outputs) > 2 and grad.outputs[2].name else None
+    flags, running, db_parts = [], None, []
     for j, (weight, buf) in enumerate(zip(weights, buffers)):
         dy_j = _slice(ed, dy, bounds[j], bounds[j + 1], 1, f"dy{j}")
         last = j == parts - 1
         outs = [(ed.name(f"dx{j}"), ir.DataType.FLOAT, None) if dx is not None else None,
                 (ed.name(f"grad{j}"), ir.DataType.FLOAT, [bounds[j + 1] - bounds[j], *shape[1:]])]
+        if db is not None:    # the bias stays one parameter: its gradient is the blocks' concatenated
+            outs.append((ed.name(f"db{j}"), ir.DataType.FLOAT, [bounds[j + 1] - bounds[j]]))
         g = ed.clone(grad, [dy_j, x, weight], outs, name=ed.name(f"conv_grad{j}"))
+        if db is not None:
+            db_parts.append(g.outputs[2])
         flags.append(ed.node("InPlaceAccumulatorV2", [buf, g.outputs[1], acc.inputs[2]],
                              [(split.parts[j] + GRAD_OUT_SUFFIX, flag.dtype, None)], domain=acc.domain,
                              name=ed.name(f"accumulate{j}")).outputs[0])
@@ -172,6 +175,10 @@ def _rewrite(graph: ir.Graph, param: str, shape: tuple[int, ...], buffer: ir.Val
             running = part
     if dx is not None:
         _take_over(dx, running)
+    if db is not None:
+        total = ed.node("Concat", db_parts, [(db.name, ir.DataType.FLOAT, [shape[0]])], axis=0,
+                        name=ed.name("db_concat")).outputs[0]
+        _take_over(db, total)
     graph.insert_before(grad, ed.nodes)
     k = graph.outputs.index(flag)
     graph.outputs[k:k + 1] = flags
