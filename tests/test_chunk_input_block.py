@@ -137,3 +137,27 @@ def test_split_conv_weight_lowers_the_weight_gradient_transient(small_artifacts:
              and out.graph.node[t.producer].op_type == "ConvGrad" and t.shape is not None and len(t.shape) == 4
              and t.shape[1:] == (8, 3, 3)]
     assert grads and max(t.nbytes for t in grads) <= 2 << 10
+
+
+def test_input_block_forward_floor(small_artifacts: Path) -> None:
+    from onnxcomp.planner.auto import _input_block_chunks, _input_block_forward_floor
+
+    model = _model(small_artifacts)
+    # conv output and BN output of the first layer: 2 × 4×8×16×16 floats
+    assert _input_block_forward_floor(model) == 2 * 4 * 8 * 16 * 16 * 4
+    assert _input_block_chunks(model, 16 * 32 * 1024) == 2          # 32 KiB conv output, ≤ 32 KiB per chunk: 1 → 2
+    assert _input_block_chunks(model, 16 * 8 * 1024) == 4
+    assert _input_block_chunks(model, 16) == 4                       # never more chunks than samples
+
+
+@pytest.mark.slow
+def test_planner_chunks_the_input_block_when_its_forward_alone_is_over_the_target(small_artifacts: Path) -> None:
+    from onnxcomp.planner.auto import plan_auto
+
+    model = _model(small_artifacts)
+    plan = plan_auto(model, 1 << 16)          # unreachable: the planner's best effort, lossy allowed
+    assert plan.regions.input_block_chunks >= 2
+    techniques = {d["technique"] for d in plan.decisions()}
+    assert "chunked_input_block" in techniques
+    exact = plan_auto(model, 1 << 16, exact=True)
+    assert not exact.regions.input_block_chunks and not exact.regions.split_conv_bytes

@@ -385,7 +385,8 @@ def _rewrite(graph: ir.Graph, block: InputBlock, bounds: list[int]) -> dict:
                 if use.node not in old:
                     raise AssertionError(f"{v.name} still read by {use.node.name}")
     graph.remove(old, safe=False)
-    return {"block": [n.name for n in block.forward], "backward": [n.op_type for n in block.backward],
+    site = " → ".join(n.op_type for n in block.forward) + f" from the graph input {block.conv.inputs[0].name}, forward and backward"
+    return {"site": site, "block": [n.name for n in block.forward], "backward": [n.op_type for n in block.backward],
             "chunks": k, "bounds": bounds, "exact": False, "dropped_stashes": [block.conv.outputs[0].name],
             "output": out_name, "batchnorm": block.bn is not None}
 

@@ -742,6 +742,20 @@ def _input_block_at_peak(model: onnx.ModelProto, bufs: list[Any]) -> bool:
     return any(b.name in names or any(k in b.name for k in keys) for b in bufs)
 
 
+def _input_block_forward_floor(model: onnx.ModelProto) -> int:
+    """Bytes the input block's forward holds at once unchunked: its conv output and, with a BatchNorm, the
+    BatchNorm output beside it (0 without such a block)."""
+    import onnx_ir as ir
+
+    from ..passes.chunk_input_block import find_input_blocks
+
+    blocks, _ = find_input_blocks(ir.serde.deserialize_model(model).graph)
+    if not blocks:
+        return 0
+    y = blocks[0].conv.outputs[0]
+    return 4 * int(np.prod([int(d) for d in y.shape])) * (2 if blocks[0].bn is not None else 1)
+
+
 def _input_block_chunks(model: onnx.ModelProto, target: int, need_block: bool = False) -> int:
     """Chunks for the input block: its conv output per chunk within a sixteenth of the target (0 with
     ``need_block`` where the graph has no such block)."""
@@ -870,6 +884,10 @@ def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int,
     costs = _Costs()
     techniques = encoding_techniques()
     regions = Regions(joint_recompute=joint_recompute)
+    if not exact and _input_block_forward_floor(model) > target:
+        # The block's forward alone holds its conv and BatchNorm outputs together: above the target, no
+        # per-stash option can help; chunk it from the start (saves the rounds that would find it).
+        regions.input_block_chunks = _input_block_chunks(model, target)
     base = _make_base(model, regions, techniques, costs, exact, min_bytes, workspace_aware)
     options, ignore = base.options, None
     banned: set[tuple[str, str]] = set()     # (stash, technique) the real prediction showed to backfire
