@@ -22,8 +22,13 @@ What it does (k chunks of the batch; N·H·W = the per-channel count of the conv
 The conv runs four times per step instead of once (twice without BatchNorm): the first layer's conv, reading
 3 channels, is the cheap one. Not bit-identical (the statistics, the normalisation and every sum are
 computed in another order than ORT's kernels): the pass is a lossy-budget technique, its records say
-``"exact": false``. Running statistics are not updated by ORT's training graph either (the BatchNorm's
-running-mean outputs have no reader), so nothing changes there.
+``"exact": false``.
+
+KNOWN DEFECT (measured, not fixed): ORT's BatchNormInternal updates the running mean/variance in place even
+though its running-stat outputs have no reader; this rewrite drops that node, so the block's running
+statistics stay at their initial values and the *eval* model (which uses them) is wrong. Training losses are
+fine; eval accuracy on digits collapsed (NOTES-lossy6x.md). Fix: feed a BatchNormInternal the merged
+statistics (or update the running buffers) — not done.
 
 Ordering: each chunk's input slice reads ``gate(X, after=previous chunk's result)`` (a zero-copy view that
 cannot exist before it), so one chunk's temporaries are alive at a time under both ORT execution orders; the
