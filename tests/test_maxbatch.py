@@ -63,3 +63,20 @@ def test_maxbatch_cli_measures_baseline_and_policy(tmp_path: Path, capsys: pytes
         assert r["max_batch"] == max(fitting)
         assert all(p["bytes"] > res["budget_bytes"] for p in r["probes"] if p["batch"] > r["max_batch"])
     assert zfp["max_batch"] >= base["max_batch"]
+
+
+@pytest.mark.slow
+def test_maxbatch_auto_plans_for_the_budget_at_every_batch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--policy auto: the budget planner at each probed batch; every fitting probe's measured peak is within
+    the budget, and a batch it cannot plan counts as over."""
+    from onnxcomp.cli import main
+
+    rc = main(["maxbatch", "--model", "wide_resnet_s", "--image", "16", "--budget", "8MiB", "--policy", "auto",
+               "--max-batch", "64", "--steps", "1", "--work", str(tmp_path), "--json"])
+    res = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    base, auto = res["results"]["baseline"], res["results"]["auto"]
+    assert auto["max_batch"] >= base["max_batch"]
+    for p in auto["probes"]:
+        assert p["fits"] == (p["bytes"] <= res["budget_bytes"])
+    assert any((tmp_path / d / "auto" / "training_model.onnx").exists() for d in [q.name for q in tmp_path.iterdir()])

@@ -59,13 +59,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 finals = [v for r in runs["comet"] for v in (r["bounds"] or {}).get("bounds", {}).values()]
                 eb = statistics.median(finals) if finals else None
             model = f"{label}.onnx"
-            if args.reuse_transforms and (art / model).exists():   # another process of this run wrote it
-                transforms[label] = {"reused": str(art / model), "eb": eb}
+            # A budget plan may split weights (new checkpoint and eval model): it is written as an artifact
+            # directory of its own and trained from there.
+            out = art / label.replace("@", "_") if label.startswith("auto@") else art / model
+            if args.reuse_transforms and out.exists():   # another process of this run wrote it
+                transforms[label] = {"reused": str(out), "eb": eb}
             else:
-                transforms[label] = _transform(art, label, art / model, eb) | {"eb": eb}
+                transforms[label] = _transform(art, label, out, eb) | {"eb": eb}
+        run_dir = art
+        if label.startswith("auto@"):
+            run_dir, model = art / label.replace("@", "_"), None
         for seed in args.seeds:
             t0 = time.perf_counter()
-            res = train(art, model=model, steps=args.steps, data="digits", seed=seed, eval_every=args.eval_every,
+            res = train(run_dir, model=model, steps=args.steps, data="digits", seed=seed, eval_every=args.eval_every,
                         progress=False, learning_rate=args.lr)
             d = res.to_dict()
             d["wall_s"] = time.perf_counter() - t0

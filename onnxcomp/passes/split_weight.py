@@ -126,9 +126,8 @@ def _graph_input(graph: ir.Graph, name: str) -> ir.Value | None:
 def _block_inputs(graph: ir.Graph, whole: ir.Value, split: WeightSplit, suffix: str = "") -> list[ir.Value]:
     """Graph input ``whole`` (``parameter+suffix``) → one input per block, in its place. ``whole`` leaves the
     inputs; its readers must be rewritten by the caller."""
-    cols = split.shape[1]
     parts = [ir.Value(name=p + suffix, type=ir.TensorType(whole.dtype),
-                      shape=ir.Shape([split.bounds[j + 1] - split.bounds[j], cols]))
+                      shape=ir.Shape([split.bounds[j + 1] - split.bounds[j], *split.shape[1:]]))
              for j, p in enumerate(split.parts)]
     k = graph.inputs.index(whole)
     graph.inputs[k:k + 1] = parts

@@ -481,6 +481,26 @@ class Regions:
     split_bit_identical: bool = False        # --exact: blocks on MLAS's reduction grid (passes/exact_gemm.py)
     joint_recompute: bool = False            # size recomputations as one joint rewrite makes them (_recomputable)
     rows: Any = None                         # auto_rows.RowsChoice: conv chains row-split first (lossy only)
+    # Lossy only (rounding): the block reading the graph input run in batch chunks, forward and backward
+    # (passes/chunk_input_block.py; 0 = off), and conv weights held as output-channel blocks
+    # (passes/split_conv_weight.py).
+    input_block_chunks: int = 0
+    split_conv_bytes: int | None = None
+
+    def first_passes(self) -> list[OnnxcompPass]:
+        """The region techniques that rewrite the graph before anything is planned on it."""
+        from ..passes import SplitWeightPass
+        from ..passes.chunk_input_block import ChunkedInputBlockPass
+        from ..passes.split_conv_weight import SplitConvWeightPass
+
+        out: list[OnnxcompPass] = [self.rows.build()] if self.rows is not None else []
+        if self.input_block_chunks:
+            out.append(ChunkedInputBlockPass(self.input_block_chunks))
+        if self.split_weight_bytes:
+            out.append(SplitWeightPass(self.split_weight_bytes, bit_identical=self.split_bit_identical))
+        if self.split_conv_bytes:
+            out.append(SplitConvWeightPass(self.split_conv_bytes))
+        return out
 
 
 def build_passes(chosen: dict[str, Option], regions: Regions, techniques: list[Technique],
@@ -489,14 +509,12 @@ def build_passes(chosen: dict[str, Option], regions: Regions, techniques: list[T
     recomputation, exact encodings, error-bounded, the chunked first-layer backward, then the other lossy
     formats (the chunked region slices their decodes)."""
     from ..passes import (ChunkedBackwardPass, DeferWeightGradientPass, EagerAccumulationPass, RecomputePass,
-                          SignBitsPass, SplitWeightPass)
+                          SignBitsPass)
 
     by_tech: dict[str, set[str]] = {}
     for o in chosen.values():
         by_tech.setdefault(o.technique, set()).add(o.stash)
-    passes: list[OnnxcompPass] = [regions.rows.build()] if regions.rows is not None else []
-    if regions.split_weight_bytes:
-        passes.append(SplitWeightPass(regions.split_weight_bytes, bit_identical=regions.split_bit_identical))
+    passes: list[OnnxcompPass] = regions.first_passes()
     passes += [DeferWeightGradientPass(), EagerAccumulationPass()]
     rebuilt = by_tech.get("recompute", set()) | by_tech.get(RECOMPUTE_CONV, set())
     if rebuilt:
@@ -585,6 +603,17 @@ class AutoPlan:
                         "planner predicts it lowers the peak (passes/chunk_backward.py)"})
         if self.regions.rows is not None:
             out.append(self.regions.rows.record())
+        if self.regions.input_block_chunks:
+            out.append({"region": "the block reading the graph input", "technique": "chunked_input_block",
+                        "exact": False, "chunks": self.regions.input_block_chunks,
+                        "why": "its full-resolution tensors (conv and BatchNorm outputs, ReLU mask) set the predicted "
+                        "peak; forward and backward run in batch chunks from the input, BatchNorm statistics "
+                        "merged over the chunks (passes/chunk_input_block.py)"})
+        if self.regions.split_conv_bytes:
+            out.append({"region": "conv weight gradients", "technique": "split_conv_weight", "exact": False,
+                        "split_weight_bytes": self.regions.split_conv_bytes,
+                        "why": "a conv weight gradient was the largest tensor at the predicted peak "
+                        "(passes/split_conv_weight.py)"})
         if self.regions.split_weight_bytes:
             out.append({"region": "fully connected weight gradients", "technique": "split_weight",
                         "exact": self.regions.split_bit_identical,
@@ -742,7 +771,52 @@ def _peak_region(model: onnx.ModelProto, live_at: int) -> str | None:
         prod = model.graph.node[t.producer] if t is not None and t.producer is not None else None
         if prod is not None and prod.op_type in ("Gemm", "MatMul") and big.name.endswith("_grad"):
             return "fc"
+        if prod is not None and prod.op_type == "ConvGrad" and len(prod.output) > 1 and prod.output[1] == big.name:
+            return "conv"
     return None
+
+
+def _input_block_at_peak(model: onnx.ModelProto, bufs: list[Any]) -> bool:
+    """Is a forward tensor of a block reading the graph input (passes/chunk_input_block.py), or a copy of it
+    (decoded, recomputed), among the largest buffers live at the peak?"""
+    import onnx_ir as ir
+
+    from ..passes.chunk_input_block import find_input_blocks
+
+    blocks, _ = find_input_blocks(ir.serde.deserialize_model(model).graph)
+    names = {v.name for b in blocks for n in b.forward for v in n.outputs if v.name}
+    keys = {n.replace("/", "_").strip("_") for n in names} | names
+    return any(b.name in names or any(k in b.name for k in keys) for b in bufs)
+
+
+def _input_block_forward_floor(model: onnx.ModelProto) -> int:
+    """Bytes the input block's forward holds at once unchunked: its conv output and, with a BatchNorm, the
+    BatchNorm output beside it (0 without such a block)."""
+    import onnx_ir as ir
+
+    from ..passes.chunk_input_block import find_input_blocks
+
+    blocks, _ = find_input_blocks(ir.serde.deserialize_model(model).graph)
+    if not blocks:
+        return 0
+    y = blocks[0].conv.outputs[0]
+    return 4 * int(np.prod([int(d) for d in y.shape])) * (2 if blocks[0].bn is not None else 1)
+
+
+def _input_block_chunks(model: onnx.ModelProto, target: int, need_block: bool = False) -> int:
+    """Chunks for the input block: its conv output per chunk within a sixteenth of the target (0 with
+    ``need_block`` where the graph has no such block)."""
+    import onnx_ir as ir
+
+    from ..passes.chunk_input_block import find_input_blocks
+
+    blocks, _ = find_input_blocks(ir.serde.deserialize_model(model).graph)
+    if not blocks:
+        return 0 if need_block else 2
+    y = blocks[0].conv.outputs[0]
+    nbytes = 4 * int(np.prod([int(d) for d in y.shape]))
+    batch = int(y.shape[0])
+    return int(min(batch, max(2, -(-nbytes // max(1, target // 16)))))
 
 
 def _has_encoding(options: dict[str, list[Option]], stash: str) -> bool:
@@ -761,12 +835,9 @@ class _Base:
 
 def _make_base(model: onnx.ModelProto, regions: Regions, techniques: list[Technique], costs: _Costs,
                exact: bool, min_bytes: int, workspace_aware: bool = True) -> _Base:
-    from ..passes import DeferWeightGradientPass, EagerAccumulationPass, SplitWeightPass
+    from ..passes import DeferWeightGradientPass, EagerAccumulationPass
 
-    first = [regions.rows.build()] if regions.rows is not None else []
-    first += ([SplitWeightPass(regions.split_weight_bytes, bit_identical=regions.split_bit_identical)]
-              if regions.split_weight_bytes else [])
-    base = apply(model, [*first, DeferWeightGradientPass(), EagerAccumulationPass()]).model
+    base = apply(model, [*regions.first_passes(), DeferWeightGradientPass(), EagerAccumulationPass()]).model
     seen, live = predicted_live(base)
     analysis = analyze_model(seen)
     windows = stash_windows(analysis)
@@ -886,6 +957,10 @@ def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int,
     costs = _Costs()
     techniques = encoding_techniques()
     regions = Regions(joint_recompute=joint_recompute, rows=rows)
+    if not exact and _input_block_forward_floor(model) > target:
+        # The block's forward alone holds its conv and BatchNorm outputs together: above the target, no
+        # per-stash option can help; chunk it from the start (saves the rounds that would find it).
+        regions.input_block_chunks = _input_block_chunks(model, target)
     base = _make_base(model, regions, techniques, costs, exact, min_bytes, workspace_aware)
     options, ignore = base.options, None
     banned: set[tuple[str, str]] = set()     # (stash, technique) the real prediction showed to backfire
@@ -935,6 +1010,20 @@ def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int,
             options, ignore = _chunked_options(base, costs)
             chosen = {k: o for k, o in chosen.items() if o in options.get(k, [])}
             continue
+        if not exact and not regions.input_block_chunks and _input_block_at_peak(model, bufs[:4]):
+            regions.input_block_chunks = _input_block_chunks(model, target)
+            base = _make_base(model, regions, techniques, costs, exact, min_bytes, workspace_aware)
+            options, ignore = (_chunked_options(base, costs) if regions.chunked else (base.options, None))
+            # The search starts over on the new graph: the lossy tiers the old peak forced may not be needed.
+            chosen, correction = {}, 0
+            continue
+        if not exact and where == "conv" and not regions.split_conv_bytes:
+            regions.split_conv_bytes = int(max(MiB // 4, min(32 * MiB, budget // 8)))
+            base = _make_base(model, regions, techniques, costs, exact, min_bytes, workspace_aware)
+            options, ignore = (_chunked_options(base, costs) if regions.chunked else (base.options, None))
+            # The search starts over on the new graph: the lossy tiers the old peak forced may not be needed.
+            chosen, correction = {}, 0
+            continue
         if where == "fc" and not regions.split_weight_bytes:
             regions.split_weight_bytes = int(max(MiB, min(32 * MiB, budget // 8)))
             regions.split_bit_identical = exact
@@ -951,6 +1040,13 @@ def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int,
             regions.chunked = True
             options, ignore = _chunked_options(base, costs)
             chosen = {k: o for k, o in chosen.items() if o in options.get(k, [])}
+            continue
+        if not exact and not regions.input_block_chunks and _input_block_chunks(model, target, need_block=True):
+            regions.input_block_chunks = _input_block_chunks(model, target)
+            base = _make_base(model, regions, techniques, costs, exact, min_bytes, workspace_aware)
+            options, ignore = (_chunked_options(base, costs) if regions.chunked else (base.options, None))
+            # The search starts over on the new graph: the lossy tiers the old peak forced may not be needed.
+            chosen, correction = {}, 0
             continue
         break
     assert best is not None

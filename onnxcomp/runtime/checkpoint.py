@@ -56,9 +56,13 @@ def write_split_eval_model(src: Path, dst: Path, splits: list[WeightSplit]) -> N
     import onnx_ir as ir
 
     model = ir.serde.deserialize_model(onnx.load(str(src)))
+    from onnxcomp.passes.split_conv_weight import split_forward_conv
+
     for split in splits:
-        if not split_forward_gemm(model.graph, split):
-            raise OnnxcompError(f"{src}: no Gemm(X, {split.parameter}, transB=1) to split in the eval model")
+        rewrite = split_forward_conv if len(split.shape) == 4 else split_forward_gemm   # conv weights: [O, I, kh, kw]
+        if not rewrite(model.graph, split):
+            raise OnnxcompError(f"{src}: no {'Conv' if len(split.shape) == 4 else 'Gemm'}(X, {split.parameter}) "
+                                "to split in the eval model")
     record_splits(model, splits)
     with atomic_output(dst) as tmp:
         onnx.save(ir.serde.serialize_model(model), tmp)

@@ -87,11 +87,13 @@ def max_batch(model: str, image: int, budget: int, policies: list[str], *, class
               settings: RuntimeSettings | None = None, figure: str = "peak", start: int = 1, limit: int = 4096,
               work_dir: str | Path | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Max batch within ``budget`` for the baseline and each policy ("baseline" needs no listing), measured.
+    Policy "auto" is the budget planner planned at each probed batch for ``budget`` itself.
 
     Artifacts per batch are generated once (in ``work_dir``, a temporary directory by default) and shared
     by every policy's search."""
     from ..models.artifacts import generate_artifacts
     from ..models.zoo import canonical_name
+    from ..planner.auto import BudgetError
     from ..transform import transform
     from .measure import measure
 
@@ -116,12 +118,22 @@ def max_batch(model: str, image: int, budget: int, policies: list[str], *, class
         for policy in policies:
             def probe(batch: int, policy: str = policy) -> tuple[int, dict[str, Any]]:
                 art = artifacts(batch)
-                graph = None
-                if policy != "baseline":
+                graph, run_dir = None, art
+                if policy == "auto":
+                    # The budget planner at this batch, for this budget (a plan may split weights: its own
+                    # artifact directory). A batch it cannot plan within the budget does not fit.
+                    run_dir = art / "auto"
+                    if not (run_dir / "training_model.onnx").exists():
+                        try:
+                            transform(art, run_dir, "auto", budget_bytes=budget, force=True)
+                        except BudgetError as exc:
+                            say(f"auto: batch {batch}: no plan within the budget ({exc})")
+                            return budget + 1, {"planned": False, "error": str(exc)}
+                elif policy != "baseline":
                     graph = art / f"{policy}.onnx"
                     if not graph.exists():
                         transform(art, graph, policy)
-                m = measure(art, model=graph, steps=steps, settings=settings)
+                m = measure(run_dir, model=graph, steps=steps, settings=settings)
                 say(f"{policy}: batch {batch}: {figure} {getattr(m, key) / 2**20:.1f} MiB "
                     f"({'fits' if getattr(m, key) <= budget else 'over'} {budget / 2**20:.0f} MiB)")
                 return getattr(m, key), {"peak_bytes": m.peak_bytes, "growth_bytes": m.growth_bytes,
