@@ -1,7 +1,7 @@
 """Small nets whose activations ORT differentiates through sign or interval tests only: LeakyReLU, ReLU6,
 and HardSigmoid / HardSwish written as ``relu6(x + 3) / 6`` (ORT 1.19 has no HardSigmoid/HardSwish gradient:
 generate_artifacts fails on the ONNX ops), plus Dropout. Used by tests/test_coverage.py and, through
-``onnxcomp artifacts --module coverage_nets:MobileNetV3Tiny`` (PYTHONPATH=tests), by NOTES-coverage.md."""
+``onnxcomp artifacts --module coverage_nets:MobileNetV3Tiny`` (PYTHONPATH=tests), by docs/notes/coverage.md."""
 from __future__ import annotations
 
 import torch

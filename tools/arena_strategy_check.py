@@ -6,7 +6,7 @@
 Strategy 0 = kNextPowerOfTwo (ORT's default), 1 = kSameAsRequested, through an environment arena
 (``ort.create_and_register_allocator`` + ``session.use_env_allocators``); memory pattern and reuse on. Prints the
 growth over the post-set-up RSS after each step (one fresh process per run). With ``ORT_LOG=1`` ORT's arena logs
-each extension ("Extending BFCArena ... num_bytes") to stderr. NOTES-ortdefaults.md, cause 3, uses it to show
+each extension ("Extending BFCArena ... num_bytes") to stderr. docs/notes/ortdefaults.md, cause 3, uses it to show
 that the memory pattern's block held twice comes from the power-of-two growth (users' session settings; not a
 fix onnxcomp can make from the graph).
 """

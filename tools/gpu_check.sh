@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything the GPU machine runs for issue 16, in one go (see NOTES-gpu.md for how its figures were made):
+# Everything the GPU machine runs for issue 16, in one go (see docs/notes/gpu.md for how its figures were made):
 #   tools/gpu_check.sh [tests] [sanitize] [bench] [ncu] [torch] [zfp]     (no argument: all but zfp)
 # Writes logs under $OUT (or ./gpu_out). Assumes the GPU machine's Python (torch, CuPy, pytest, hypothesis);
 # the project's pinned dependencies are not installed there, so the package is made importable by links.

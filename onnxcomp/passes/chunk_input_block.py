@@ -27,7 +27,7 @@ computed in another order than ORT's kernels): the pass is a lossy-budget techni
 KNOWN DEFECT, hence BatchNorm blocks are refused by default: ORT's BatchNormInternal updates the running
 mean/variance in place even though its running-stat outputs have no reader; this rewrite drops that node, so
 the block's running statistics would stay at their initial values and the *eval* model (which uses them) would
-be wrong. Training losses are fine; eval accuracy on digits collapsed (NOTES-lossy6x.md). Until the merged
+be wrong. Training losses are fine; eval accuracy on digits collapsed (docs/notes/lossy6x.md). Until the merged
 statistics feed the running buffers, only ``frozen_running_stats_ok=True`` (tests of the training maths)
 chunks a block with BatchNorm; the planner never does.
 
