@@ -248,7 +248,15 @@ def test_dpr_takes_stashes_a_recompute_gate_reads_first(tiny_gpt):
     result = transform(tiny_gpt, tiny_gpt / "dpr-fp16.onnx", "dpr-fp16", min_bytes=0)
     taken = {r["pattern"].split("→")[1].split("/")[0] for r in result.records
              if r["encoding"] == "dpr" and r["pattern"].startswith("Add-output")}
-    assert {"GeluGrad", "LayerNormalizationGrad"} <= taken
+    assert "LayerNormalizationGrad" in taken
+    # The GELU input is no stash any more: LinearRecomputePass rebuilds it from the LayerNorm input (or DPR
+    # holds it); no float32 copy of it may stay alive into backward.
+    gelu_input = [s for s in analysis_of(onnx.load(str(tiny_gpt / "training_model.onnx"))).stashed
+                  if s.dtype == "float32" and s.pattern.startswith("Add-output→GeluGrad")]
+    assert gelu_input                     # the untouched graph stashes it
+    lossy = analysis_of(onnx.load(str(tiny_gpt / "dpr-fp16.onnx")))
+    assert "GeluGrad" in taken or not [s for s in lossy.stashed if s.dtype == "float32"
+                                       and s.pattern.startswith("Add-output→GeluGrad")]
     assert not [s for s in result.skipped if s["reason"].startswith("its first backward reader has no")
                 and s["pattern"].startswith("Add-output")]
 
