@@ -26,14 +26,13 @@ import math
 
 import onnx_ir as ir
 
-from ..analysis.shapes import numel
 from ..analysis.training_graph import GRAD_BUFFER_SUFFIX, GRAD_OUT_SUFFIX
 from ..errors import OnnxcompError
 from .base import OnnxcompPass, PassOutcome, Skipped
 from .editor import IrGraphEditor, ir_taken_names, unique_name
 from .records import PassRecord
 from .split_weight import (PART_INFIX, WeightSplit, _block_inputs, _graph_input, _prefix, _row_bounds, _slice,
-                           _static_shape, _take_over, record_splits, splits_made)
+                           _take_over, float_grad_buffers, record_splits, splits_made)
 
 PATTERN = "conv weight"
 
@@ -86,14 +85,7 @@ class SplitConvWeightPass(OnnxcompPass):
         if self.max_part_bytes is None:
             return outcome
         graph = model.graph
-        for buffer in list(graph.inputs):
-            if not buffer.name.endswith(GRAD_BUFFER_SUFFIX):
-                continue
-            param = buffer.name[: -len(GRAD_BUFFER_SUFFIX)]
-            shape = _static_shape(buffer)
-            if shape is None or len(shape) != 4 or buffer.dtype != ir.DataType.FLOAT:
-                continue
-            nbytes = 4 * numel(shape)
+        for buffer, param, shape, nbytes in float_grad_buffers(graph, 4):
             parts = min(shape[0], math.ceil(nbytes / self.max_part_bytes))
             if parts < 2:
                 continue

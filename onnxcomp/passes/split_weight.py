@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import onnx
@@ -64,6 +64,18 @@ class WeightSplit:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "WeightSplit":
         return cls(data["parameter"], tuple(data["parts"]), tuple(data["bounds"]), tuple(data["shape"]))
+
+
+def float_grad_buffers(graph: ir.Graph, rank: int) -> Iterator[tuple[ir.Value, str, tuple[int, ...], int]]:
+    """Every float32 gradient buffer of ``rank`` with a static shape, as (buffer, parameter, shape, bytes);
+    the graph's inputs are read once up front, so a rewrite may add inputs while this runs."""
+    for buffer in list(graph.inputs):
+        if not buffer.name.endswith(GRAD_BUFFER_SUFFIX):
+            continue
+        shape = _static_shape(buffer)
+        if shape is None or len(shape) != rank or buffer.dtype != ir.DataType.FLOAT:
+            continue
+        yield buffer, buffer.name[: -len(GRAD_BUFFER_SUFFIX)], shape, 4 * numel(shape)
 
 
 def _static_shape(value: ir.Value) -> tuple[int, ...] | None:
@@ -196,14 +208,7 @@ class SplitWeightPass(OnnxcompPass):
         if self.max_part_bytes is None:
             return outcome
         graph = model.graph
-        for buffer in list(graph.inputs):
-            if not buffer.name.endswith(GRAD_BUFFER_SUFFIX):
-                continue
-            param = buffer.name[: -len(GRAD_BUFFER_SUFFIX)]
-            shape = _static_shape(buffer)
-            if shape is None or len(shape) != 2 or buffer.dtype != ir.DataType.FLOAT:
-                continue
-            nbytes = 4 * numel(shape)
+        for buffer, param, shape, nbytes in float_grad_buffers(graph, 2):
             if nbytes <= self.max_part_bytes:
                 continue
             parts = min(shape[0], math.ceil(nbytes / self.max_part_bytes))
