@@ -86,6 +86,20 @@ def test_transform_exactly_invertible() -> None:
     np.testing.assert_array_equal(zfp.from_negabinary(zfp.to_negabinary(q)), q)
 
 
+def _assert_compiled_matches_numpy(x: np.ndarray, rate: int) -> None:
+    """Every payload the compiled coder writes, and every value it decodes, equal to the NumPy coder's."""
+    compiled = ZFP.encode(x, rate=rate)
+    zfp.USE_NUMBA = False
+    try:
+        vectorised = ZFP.encode(x, rate=rate)
+        y_vec = ZFP.decode(compiled)
+    finally:
+        zfp.USE_NUMBA = True
+    for name, a, b in zip(ZFP.payload_names, compiled, vectorised):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+    np.testing.assert_array_equal(ZFP.decode(compiled).view(np.uint32), y_vec.view(np.uint32))
+
+
 @pytest.mark.skipif(not zfp.USE_NUMBA, reason="numba not installed")
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), shape=st.lists(st.integers(0, 11), min_size=0, max_size=4).map(tuple),
@@ -99,16 +113,7 @@ def test_numpy_and_compiled_coders_write_the_same_words(seed: int, shape: tuple[
         x = np.asarray(rng.standard_normal(shape) * 10.0 ** log_scale, dtype=np.float32)
     x[np.asarray(rng.random(shape) < zero_frac)] = 0
     x[np.asarray(rng.random(shape) < special_frac)] = np.nan
-    compiled = ZFP.encode(x, rate=rate)
-    zfp.USE_NUMBA = False
-    try:
-        vectorised = ZFP.encode(x, rate=rate)
-        y_vec = ZFP.decode(compiled)
-    finally:
-        zfp.USE_NUMBA = True
-    for name, a, b in zip(ZFP.payload_names, compiled, vectorised):
-        np.testing.assert_array_equal(a, b, err_msg=name)
-    np.testing.assert_array_equal(ZFP.decode(compiled).view(np.uint32), y_vec.view(np.uint32))
+    _assert_compiled_matches_numpy(x, rate)
 
 
 @pytest.mark.skipif(not zfp.USE_NUMBA, reason="numba not installed")
@@ -124,15 +129,7 @@ def test_compiled_coder_matches_numpy_across_tasks(shape: tuple[int, ...], rate:
     scale = 10.0 ** rng.uniform(-44, 37, size=n)
     x = np.asarray(np.maximum(rng.standard_normal(n), -0.2) * scale, dtype=np.float32).reshape(shape)
     x.reshape(-1)[rng.random(n) < 0.3] = 0.0
-    compiled = ZFP.encode(x, rate=rate)
-    zfp.USE_NUMBA = False
-    try:
-        vectorised = ZFP.encode(x, rate=rate)
-        y_vec = ZFP.decode(compiled)
-    finally:
-        zfp.USE_NUMBA = True
-    np.testing.assert_array_equal(compiled[1], vectorised[1])
-    np.testing.assert_array_equal(ZFP.decode(compiled).view(np.uint32), y_vec.view(np.uint32))
+    _assert_compiled_matches_numpy(x, rate)
 
 
 @pytest.mark.slow
