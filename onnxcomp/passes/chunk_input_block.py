@@ -24,12 +24,11 @@ The conv runs four times per step instead of once (twice without BatchNorm): the
 computed in another order than ORT's kernels): the pass is a lossy-budget technique, its records say
 ``"exact": false``.
 
-KNOWN DEFECT, hence BatchNorm blocks are refused by default: ORT's BatchNormInternal updates the running
-mean/variance in place even though its running-stat outputs have no reader; this rewrite drops that node, so
-the block's running statistics would stay at their initial values and the *eval* model (which uses them) would
-be wrong. Training losses are fine; eval accuracy on digits collapsed (docs/notes/lossy6x.md). Until the merged
-statistics feed the running buffers, only ``frozen_running_stats_ok=True`` (tests of the training maths)
-chunks a block with BatchNorm; the planner never does.
+Running statistics: ORT's BatchNormInternal also updates the running mean/variance buffers in place (its
+running-stat outputs have no reader; the eval model reads the buffers). The rewrite keeps a clone of that node
+fed with a 2-sample stand-in whose batch mean and (biased) variance are the merged ones, so ORT's own kernel
+updates the same buffers as before, with the node's momentum (`_update_running_statistics`). Without it the
+eval model kept the initial statistics (digits accuracy 38–71 % instead of ~95 %, docs/notes/lossy6x.md).
 
 Ordering: each chunk's input slice reads ``gate(X, after=previous chunk's result)`` (a zero-copy view that
 cannot exist before it), so one chunk's temporaries are alive at a time under both ORT execution orders; the
@@ -92,18 +91,13 @@ def _only_reader(value: ir.Value, op: str, slot: int, domain: str | None = None)
     return nodes[0] if len(nodes) == 1 else None
 
 
-def find_input_blocks(graph: ir.Graph, frozen_running_stats_ok: bool = False
-                      ) -> tuple[list[InputBlock], list[Skipped]]:
+def find_input_blocks(graph: ir.Graph) -> tuple[list[InputBlock], list[Skipped]]:
     """Every Conv reading a graph input whose input gradient nobody needs, with the BN/ReLU/MaxPool chain
-    after it, and why other such convs are left alone (a BatchNorm block unless ``frozen_running_stats_ok``:
-    its running statistics would not be updated)."""
+    after it, and why other such convs are left alone."""
     inputs = set(graph.inputs)
     blocks, skipped = [], []
     for conv in [n for n in graph if n.op_type == "Conv" and n.domain == "" and n.inputs[0] in inputs]:
         why = _match(conv)
-        if not isinstance(why, str) and why.bn is not None and not frozen_running_stats_ok:
-            why = ("BatchNorm in the block: its running statistics would not be updated, so the eval model "
-                   "would be wrong (known defect of passes/chunk_input_block.py)")
         if isinstance(why, str):
             skipped.append(Skipped(conv.name, PATTERN, why))
         else:
@@ -170,15 +164,14 @@ class ChunkedInputBlockPass(OnnxcompPass):
 
     name = "chunk_input_block"
 
-    def __init__(self, chunks: int = 8, frozen_running_stats_ok: bool = False) -> None:
+    def __init__(self, chunks: int = 8) -> None:
         if chunks < 2:
             raise ValueError(f"chunk_input_block: chunks must be ≥ 2 (got {chunks})")
         self.chunks = chunks
-        self.frozen_running_stats_ok = frozen_running_stats_ok
 
     def call(self, model: ir.Model) -> PassOutcome:
         outcome = PassOutcome(model, False)
-        blocks, outcome.skipped = find_input_blocks(model.graph, self.frozen_running_stats_ok)
+        blocks, outcome.skipped = find_input_blocks(model.graph)
         for block in blocks:
             batch = _static(block.conv.inputs[0])[0]
             k = min(self.chunks, batch)
@@ -321,7 +314,9 @@ def _rewrite(graph: ir.Graph, block: InputBlock, bounds: list[int]) -> dict:
         beta4 = ed.op("Reshape", [block.bn.inputs[2], shape4], "beta4", F32, c4)
         em.scale = ed.op("Mul", [gamma4, em.inv4], "scale", F32, c4)
         em.shift = ed.op("Sub", [beta4, ed.op("Mul", [em.mean4, em.scale], "mean_scale", F32, c4)], "shift", F32, c4)
-        after = em.shift
+        # The output pass waits for the running-statistics update too: it runs every step, early, and its
+        # output has a reader (nothing prunes it).
+        after = [em.shift, _update_running_statistics(em, mean_sum, var)]
     pieces = []
     for c in range(k):
         head = em.head(c, after, with_indices=False)
@@ -401,6 +396,28 @@ def _rewrite(graph: ir.Graph, block: InputBlock, bounds: list[int]) -> dict:
     return {"site": site, "block": [n.name for n in block.forward], "backward": [n.op_type for n in block.backward],
             "chunks": k, "bounds": bounds, "exact": False, "dropped_stashes": [block.conv.outputs[0].name],
             "output": out_name, "batchnorm": block.bn is not None}
+
+
+def _update_running_statistics(em: _Emitter, mean: ir.Value, var: ir.Value) -> ir.Value:
+    """ORT's BatchNormInternal updates the running mean/variance buffers in place (its kernel aliases inputs
+    3, 4 to outputs 1, 2; the outputs have no reader): ``running = momentum·running + (1 − momentum)·batch``,
+    with the *biased* batch variance (divided by N·H·W; checked against ORT 1.19.2's CPU kernel). A clone of
+    the block's BatchNormInternal keeps doing exactly that, fed with a two-sample stand-in for the batch,
+    ``mean ± √var`` per channel, whose biased mean and variance are the merged ones: ORT's own kernel, with the
+    node's own momentum, writes the very buffers the checkpoint and the eval model read. Returns its
+    (tiny) normalised output, for the caller to depend on."""
+    ed, bn, C = em.ed, em.b.bn, em.channels
+    c4 = [1, C, 1, 1]
+    std = ed.op("Sqrt", [var], "batch_std", F32, c4)
+    upper = ed.op("Add", [mean, std], "stand_in_hi", F32, c4)
+    lower = ed.op("Sub", [mean, std], "stand_in_lo", F32, c4)
+    stand_in = ed.node("Concat", [upper, lower], [(ed.name("stand_in"), F32, [2, C, 1, 1])],
+                       name=ed.name("stand_in_concat"), axis=0).outputs[0]
+    outs = [(ed.name("stats_y"), F32, [2, C, 1, 1]), (ed.name("running_mean_out"), F32, [C]),
+            (ed.name("running_var_out"), F32, [C]), (ed.name("stats_mean"), F32, [C]),
+            (ed.name("stats_inv_std"), F32, [C])][:len(bn.outputs)]
+    update = ed.clone(bn, [stand_in, *bn.inputs[1:]], outs, name=ed.name("running_stats"))
+    return update.outputs[0]
 
 
 def _take_over(old: ir.Value, new: ir.Value) -> None:
