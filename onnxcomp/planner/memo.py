@@ -6,7 +6,8 @@ curve, recomputations sized alone or jointly, with and without a row split), and
 the same base graph (scheduling and region techniques applied), the same recomputation tables, the same
 chosen options. And every prediction of one graph analysed the same ModelProto several times (the live curve,
 the conv workspace, the buffers at the peak, the region at the peak), each analysis a fresh onnx-ir load and
-shape inference. Everything here is a pure function of its key, so a cached answer is the answer: the plans
+shape inference (analysis/shapes.py keeps its inferred types for the session, keyed by the graph's content
+up to node order). Everything here is a pure function of its key, so a cached answer is the answer: the plans
 are the same, only found sooner (tests/test_planner_memo.py checks decisions and peaks against a run without
 the cache).
 
@@ -41,11 +42,15 @@ def planning_session() -> Iterator[None]:
     if _SESSIONS:
         yield
         return
+    from ..analysis import shapes
+
     _SESSIONS.append({})
+    shapes.SESSION_CACHE = {}
     try:
         yield
     finally:
         _SESSIONS.pop()
+        shapes.SESSION_CACHE = None
 
 
 def disabled() -> contextlib.AbstractContextManager[None]:
@@ -55,13 +60,19 @@ def disabled() -> contextlib.AbstractContextManager[None]:
 
 class _Disabled(contextlib.AbstractContextManager):
     def __enter__(self) -> None:
-        self._saved = list(_SESSIONS)
+        from ..analysis import shapes
+
+        self._saved = list(_SESSIONS), shapes.SESSION_CACHE
         _SESSIONS.clear()
         _SESSIONS.append(_OFF)
+        shapes.SESSION_CACHE = None
 
     def __exit__(self, *exc: Any) -> None:
+        from ..analysis import shapes
+
         _SESSIONS.clear()
-        _SESSIONS.extend(self._saved)
+        _SESSIONS.extend(self._saved[0])
+        shapes.SESSION_CACHE = self._saved[1]
 
 
 class _Off(dict):
