@@ -98,6 +98,12 @@ def _collect(model: onnx.ModelProto, types: dict[str, TensorType]) -> None:
             types[vi.name] = t
 
 
+# Set to a dict by a planning session (planner/memo.py) and to None after it: graphs with the same nodes,
+# inputs, initializers and declared types (in any node order: the planner predicts reordered copies of
+# every trial graph) are typed once.
+SESSION_CACHE: dict | None = None
+
+
 def resolve_shapes(model: onnx.ModelProto, batch: int | None = None,
                    data_inputs: list[str] | None = None) -> dict[str, TensorType]:
     """Shapes and dtypes of graph inputs, initializers and node outputs (unknown ones map to shape None).
@@ -105,6 +111,31 @@ def resolve_shapes(model: onnx.ModelProto, batch: int | None = None,
     ONNX inference stops at ops it has no schema for, so inference and the training-op rules alternate
     until nothing new is learnt.
     """
+    if SESSION_CACHE is None:
+        return _resolve_shapes(model, batch, data_inputs)
+    key = (batch, tuple(data_inputs or ()), _graph_key(model))
+    if key not in SESSION_CACHE:
+        SESSION_CACHE[key] = _resolve_shapes(model, batch, data_inputs)
+    return dict(SESSION_CACHE[key])
+
+
+def _graph_key(model: onnx.ModelProto) -> bytes:
+    """A digest of what inference reads, independent of node order."""
+    import hashlib
+
+    g = model.graph
+    h = hashlib.blake2b(digest_size=20)
+    for part in sorted(n.SerializeToString(deterministic=True) for n in g.node):
+        h.update(len(part).to_bytes(8, "little") + part)
+    for group in (g.input, g.output, g.value_info, g.initializer, model.opset_import):
+        h.update(b"|")
+        for part in sorted(x.SerializeToString(deterministic=True) for x in group):
+            h.update(len(part).to_bytes(8, "little") + part)
+    return h.digest()
+
+
+def _resolve_shapes(model: onnx.ModelProto, batch: int | None,
+                    data_inputs: list[str] | None) -> dict[str, TensorType]:
     m = _with_batch(model, batch, data_inputs or [])
     types: dict[str, TensorType] = {}
     for _ in range(6):

@@ -35,11 +35,12 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ..analysis import GraphAnalysis, StashedTensor, analyze_model
+from ..analysis import GraphAnalysis, StashedTensor
 from ..analysis.patterns import LOSSLESS
 from ..errors import OnnxcompError
 from ..passes.base import OnnxcompPass, RunLog, run_passes
 from ..passes.records import PassRecord
+from . import memo
 from .option_workspace import workspace_bytes
 
 MiB = 1 << 20
@@ -487,6 +488,11 @@ class Regions:
     input_block_chunks: int = 0
     split_conv_bytes: int | None = None
 
+    def first_key(self) -> tuple[Any, ...]:
+        """What ``first_passes`` depends on (planner/memo.py keys the base graph by it)."""
+        return (self.rows, self.input_block_chunks, self.split_weight_bytes, self.split_bit_identical,
+                self.split_conv_bytes)
+
     def first_passes(self) -> list[OnnxcompPass]:
         """The region techniques that rewrite the graph before anything is planned on it."""
         from ..passes import SplitWeightPass
@@ -572,6 +578,21 @@ def apply(model: onnx.ModelProto, passes: list[OnnxcompPass]) -> Applied:
     return Applied(loaded, snapshot_of(loaded), log)
 
 
+def _evaluate(model: onnx.ModelProto, chosen: dict[str, Option], regions: Regions, techniques: list[Technique],
+              min_bytes: int) -> tuple[Applied, onnx.ModelProto, np.ndarray]:
+    """A choice applied and predicted (both orders): once per distinct choice in a planning session (the
+    searches with and without workspace, alone or joint recomputation, often reach the same one). The
+    pipeline depends on each option's stash and technique and on the regions, nothing else."""
+    def run() -> tuple[Applied, onnx.ModelProto, np.ndarray]:
+        applied = apply(model, build_passes(chosen, regions, techniques, min_bytes))
+        return (applied, *predicted_live_both_orders(applied.model))
+
+    key = (id(model), min_bytes, tuple(t.name for t in techniques), regions.first_key(), regions.chunked,
+           frozenset((o.stash, o.technique) for o in chosen.values()))
+    applied, seen, live = memo.cached("auto.evaluate", key, run, model)
+    return applied, seen, live.copy()
+
+
 # ------------------------------------------------------------------------------------------------ search
 @dataclass
 class AutoPlan:
@@ -642,12 +663,17 @@ def predicted_live(model: onnx.ModelProto, eager_accumulation: bool = True) -> t
     show: its im2col buffer ((C_in/group)·kh·kw × H_out·W_out floats; none for a 1×1, stride-1, unpadded
     conv). It matters once convolutions are recomputed in backward, at the step's peak: without it a
     squeezenet_s plan measured 11 % above its prediction."""
+    return memo.live_copy(memo.cached("auto.predicted_live", (id(model), eager_accumulation),
+                                      lambda: _predicted_live(model, eager_accumulation), model))
+
+
+def _predicted_live(model: onnx.ModelProto, eager_accumulation: bool) -> tuple[onnx.ModelProto, np.ndarray]:
     from .predict import predicted_live as _live
 
     seen, live = _live(model, eager_accumulation)
     convs = [i for i, n in enumerate(seen.graph.node) if n.op_type == "Conv"]
     if convs:
-        analysis = analyze_model(seen)
+        analysis = memo.analysis(seen)
         for i in convs:
             live[i] += conv_workspace(analysis, seen.graph.node[i])
     return seen, live
@@ -657,6 +683,11 @@ def predicted_live_both_orders(model: onnx.ModelProto) -> tuple[onnx.ModelProto,
     """``predicted_live`` of ``model`` as ``transform`` will write it (``DefaultOrderPass`` last), in whichever
     of ORT's two execution orders peaks higher: node-list order (PRIORITY_BASED) or DEFAULT, ORT's own
     default (analysis/execution_order.py). A budget then holds under either setting."""
+    return memo.live_copy(memo.cached("auto.both_orders", id(model), lambda: _predicted_live_both_orders(model),
+                                      model))
+
+
+def _predicted_live_both_orders(model: onnx.ModelProto) -> tuple[onnx.ModelProto, np.ndarray]:
     from ..analysis.execution_order import in_run_order
     from ..passes.default_order import DefaultOrderPass
 
@@ -690,7 +721,7 @@ def dominant_at_peak(model: onnx.ModelProto, top: int = 3) -> tuple[int, list[tu
     if not len(live):
         return 0, []
     p = int(np.argmax(live))
-    bufs = [b for b in analyze_model(seen).buffers() if b.start <= p <= b.end and b.size > 0]
+    bufs = [b for b in memo.analysis(seen).buffers() if b.start <= p <= b.end and b.size > 0]
     bufs.sort(key=lambda b: -b.size)
     return int(live[p]), [(b.name, int(b.size)) for b in bufs[:top]]
 
@@ -744,7 +775,7 @@ def _deepen(model: onnx.ModelProto, joint: dict[str, tuple[list[str], list[str],
     what they are rebuilt from, where that keeps fewer bytes (one RecomputePass run asked for the stash and
     those inputs: it plans the stash first, through its still undecided inputs). The real rewrite does the same
     when those inputs are chosen too, and reads them as they are otherwise."""
-    tensors = analyze_model(model).tensors
+    tensors = memo.analysis(model).tensors
     size = lambda names: sum(tensors[n].nbytes for n in names if n in tensors)  # noqa: E731
     for subject, (_, kept, _) in list(joint.items()):
         inner = [k for k in kept if k in joint and k != subject]
@@ -763,7 +794,7 @@ def _peak_region(model: onnx.ModelProto, live_at: int) -> str | None:
         return None
     if any(node.name in r.nodes for r in _longest_regions(model)):
         return "chunked"
-    analysis = analyze_model(model)
+    analysis = memo.analysis(model)
     bufs = [b for b in analysis.buffers() if b.start <= live_at <= b.end]
     if bufs:
         big = max(bufs, key=lambda b: b.size)
@@ -776,14 +807,20 @@ def _peak_region(model: onnx.ModelProto, live_at: int) -> str | None:
     return None
 
 
-def _input_block_at_peak(model: onnx.ModelProto, bufs: list[Any]) -> bool:
-    """Is a forward tensor of a block reading the graph input (passes/chunk_input_block.py), or a copy of it
-    (decoded, recomputed), among the largest buffers live at the peak?"""
+def _input_blocks(model: onnx.ModelProto) -> list[Any]:
+    """The blocks reading the graph input (passes/chunk_input_block.py), found once per model per session."""
     import onnx_ir as ir
 
     from ..passes.chunk_input_block import find_input_blocks
 
-    blocks, _ = find_input_blocks(ir.serde.deserialize_model(model).graph)
+    return memo.cached("auto.input_blocks", id(model),
+                       lambda: find_input_blocks(ir.serde.deserialize_model(model).graph)[0], model)
+
+
+def _input_block_at_peak(model: onnx.ModelProto, bufs: list[Any]) -> bool:
+    """Is a forward tensor of a block reading the graph input (passes/chunk_input_block.py), or a copy of it
+    (decoded, recomputed), among the largest buffers live at the peak?"""
+    blocks = _input_blocks(model)
     names = {v.name for b in blocks for n in b.forward for v in n.outputs if v.name}
     keys = {n.replace("/", "_").strip("_") for n in names} | names
     return any(b.name in names or any(k in b.name for k in keys) for b in bufs)
@@ -792,11 +829,7 @@ def _input_block_at_peak(model: onnx.ModelProto, bufs: list[Any]) -> bool:
 def _input_block_forward_floor(model: onnx.ModelProto) -> int:
     """Bytes the input block's forward holds at once unchunked: its conv output and, with a BatchNorm, the
     BatchNorm output beside it (0 without such a block)."""
-    import onnx_ir as ir
-
-    from ..passes.chunk_input_block import find_input_blocks
-
-    blocks, _ = find_input_blocks(ir.serde.deserialize_model(model).graph)
+    blocks = _input_blocks(model)
     if not blocks:
         return 0
     y = blocks[0].conv.outputs[0]
@@ -806,11 +839,7 @@ def _input_block_forward_floor(model: onnx.ModelProto) -> int:
 def _input_block_chunks(model: onnx.ModelProto, target: int, need_block: bool = False) -> int:
     """Chunks for the input block: its conv output per chunk within a sixteenth of the target (0 with
     ``need_block`` where the graph has no such block)."""
-    import onnx_ir as ir
-
-    from ..passes.chunk_input_block import find_input_blocks
-
-    blocks, _ = find_input_blocks(ir.serde.deserialize_model(model).graph)
+    blocks = _input_blocks(model)
     if not blocks:
         return 0 if need_block else 2
     y = blocks[0].conv.outputs[0]
@@ -837,12 +866,15 @@ def _make_base(model: onnx.ModelProto, regions: Regions, techniques: list[Techni
                exact: bool, min_bytes: int, workspace_aware: bool = True) -> _Base:
     from ..passes import DeferWeightGradientPass, EagerAccumulationPass
 
-    base = apply(model, [*regions.first_passes(), DeferWeightGradientPass(), EagerAccumulationPass()]).model
+    base = memo.cached("auto.base_graph", (id(model), regions.first_key()), lambda: apply(
+        model, [*regions.first_passes(), DeferWeightGradientPass(), EagerAccumulationPass()]).model, model)
     seen, live = predicted_live(base)
-    analysis = analyze_model(seen)
+    analysis = memo.analysis(seen)
     windows = stash_windows(analysis)
-    options = enumerate_options(analysis, techniques, _recomputable(seen, alone=not regions.joint_recompute),
-                                costs, exact, min_bytes, windows)
+    alone = not regions.joint_recompute
+    options = memo.cached("auto.options", (id(seen), alone, exact, min_bytes, tuple(t.name for t in techniques)),
+                          lambda: enumerate_options(analysis, techniques, _recomputable(seen, alone=alone),
+                                                    costs, exact, min_bytes, windows), seen)
     if not workspace_aware:
         options = {k: [replace(o, workspace=(0, 0)) for o in v] for k, v in options.items()}
     relieved = {o.relieves for opts in options.values() for o in opts if o.relieves}
@@ -858,6 +890,10 @@ def _make_base(model: onnx.ModelProto, regions: Regions, techniques: list[Techni
 
 def _longest_regions(model: onnx.ModelProto) -> list[Any]:
     """Backward regions that can run in batch chunks (passes/chunk_backward.py), the longest per terminal."""
+    return memo.cached("auto.longest_regions", id(model), lambda: _longest_regions_uncached(model), model)
+
+
+def _longest_regions_uncached(model: onnx.ModelProto) -> list[Any]:
     from ..passes.chunk_backward import chunkable_regions
 
     longest: dict[str, Any] = {}
@@ -910,6 +946,11 @@ def plan_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_b
     ``rows``: False — plan without a row split, and where that misses the budget (lossy only), plan again
     with the conv chains row-split first (planner/auto_rows.py) and keep the lower peak; None — never;
     a ``RowsChoice`` — with that row split."""
+    if not memo.active():
+        # One planning session for all the searches below (planner/memo.py): same plan, found sooner.
+        with memo.planning_session():
+            return plan_auto(model, budget, exact=exact, min_bytes=min_bytes, margin=margin, progress=progress,
+                             workspace_aware=workspace_aware, rows=rows)
     if rows is False:
         plain = plan_auto(model, budget, exact=exact, min_bytes=min_bytes, margin=margin, progress=progress,
                           workspace_aware=workspace_aware, rows=None)
@@ -919,7 +960,8 @@ def plan_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_b
 
         # Tried whenever a chain's split lowers the baseline: its own peak, before stash options and split
         # weights, says nothing about where the search ends from it.
-        choice = choose_rows(model, plain.baseline_peak)
+        choice = memo.cached("auto.rows", (id(model), plain.baseline_peak),
+                             lambda: choose_rows(model, plain.baseline_peak), model)
         if choice is None:
             return plain
         split = plan_auto(model, budget, exact=exact, min_bytes=min_bytes, margin=margin, progress=progress,
@@ -970,13 +1012,11 @@ def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int,
     rounds: list[dict[str, Any]] = []
     for _ in range(MAX_ROUNDS):
         chosen, virtual = greedy(base.live, base.windows, options, chosen, target - correction, ignore, banned)
-        passes = build_passes(chosen, regions, techniques, min_bytes)
-        applied = apply(model, passes)
+        applied, seen_out, live_out = _evaluate(model, chosen, regions, techniques, min_bytes)
         out = applied.model
-        seen_out, live_out = predicted_live_both_orders(out)
         peak = int(live_out.max()) if len(live_out) else 0
         at = int(np.argmax(live_out)) if len(live_out) else 0
-        bufs = sorted((b for b in analyze_model(seen_out).buffers() if b.start <= at <= b.end and b.size > 0),
+        bufs = sorted((b for b in memo.analysis(seen_out).buffers() if b.start <= at <= b.end and b.size > 0),
                       key=lambda b: -b.size)
         dominant = [(b.name, int(b.size)) for b in bufs[:3]]
         rounds.append({"virtual_peak_bytes": virtual, "predicted_peak_bytes": peak, "options": len(chosen),

@@ -52,11 +52,22 @@ def predicted_live(model: onnx.ModelProto | ir.Model, eager_accumulation: bool =
 
 def _predicted_live_proto(model: onnx.ModelProto,
                           eager_accumulation: bool) -> tuple[onnx.ModelProto, np.ndarray, GraphAnalysis]:
+    from . import memo
+
+    seen, live, analysis = memo.cached("predict.live_proto", (id(model), eager_accumulation),
+                                       lambda: _predicted_live_proto_uncached(model, eager_accumulation), model)
+    return seen, live.copy(), analysis
+
+
+def _predicted_live_proto_uncached(model: onnx.ModelProto,
+                                   eager_accumulation: bool) -> tuple[onnx.ModelProto, np.ndarray, GraphAnalysis]:
+    from . import memo
+
     if eager_accumulation:
         from ..passes.eager_accumulation import eager_order  # the order "rows" leaves behind
 
         model = eager_order(model)
-    analysis = analyze_model(model)
+    analysis = memo.analysis(model)
     n = len(model.graph.node)
     live = np.zeros(n, dtype=np.int64)
     # InPlaceAccumulatorV2's optional second output is its first input's (persistent) buffer, updated in place.
