@@ -756,7 +756,7 @@ def _deepen(model: onnx.ModelProto, joint: dict[str, tuple[list[str], list[str],
         if not inner:
             continue
         deeper = rebuild([subject, *inner]).get(subject)
-        if deeper is not None and set(deeper[1]) != set(kept) and size(deeper[1]) <= size(kept):
+        if deeper is not None and set(deeper[1]) != set(kept) and size(deeper[1]) < size(kept):
             joint[subject] = deeper
 
 
