@@ -275,3 +275,23 @@ def test_a_stash_kept_whole_by_a_joint_recompute_is_still_offered_alone() -> Non
     # Offered, and (r being recomputable too) rebuilt through r down to the image rather than pinning r.
     cloned, kept, extended = _recomputable(model)[RECOMPUTE_CONV]["x"]
     assert cloned == ["Conv", "Relu", "Conv"] and kept == [] and extended == []
+
+
+def test_without_extension_a_recompute_conv_reads_its_recomputable_input_whole() -> None:
+    from onnxcomp.planner.auto import RECOMPUTE_CONV, _recomputable
+
+    model = parse(_PINNED)
+    deep = _recomputable(model)[RECOMPUTE_CONV]["x"]
+    plain = _recomputable(model, extend=False)[RECOMPUTE_CONV]["x"]
+    assert deep[1] == [] and plain[1] == ["r"] and plain[2] == []
+
+
+def test_plan_is_no_higher_than_any_of_its_option_set_variants() -> None:
+    from onnxcomp.planner.auto import DEFAULT_MARGIN, _plan_auto
+
+    model = _big_two_conv()
+    best = plan_auto(model, 4 * KiB, exact=True, workspace_aware=False)
+    assert not best.fits
+    for joint, extend in ((False, True), (False, False), (True, True)):
+        variant = _plan_auto(model, 4 * KiB, True, 64 * KiB, DEFAULT_MARGIN, None, joint, False, None, extend)
+        assert best.predicted_peak <= variant.predicted_peak

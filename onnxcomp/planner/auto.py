@@ -481,6 +481,8 @@ class Regions:
     split_weight_bytes: int | None = None
     split_bit_identical: bool = False        # --exact: blocks on MLAS's reduction grid (passes/exact_gemm.py)
     joint_recompute: bool = False            # size recomputations as one joint rewrite makes them (_recomputable)
+    extend: bool = True                      # recomputations may keep forward tensors alive (EXTEND_FRACTION)
+                                             # and be rebuilt through recomputable stashes (_deepen)
     rows: Any = None                         # auto_rows.RowsChoice: conv chains row-split first (lossy only)
     # Lossy only (rounding): the block reading the graph input run in batch chunks, forward and backward
     # (passes/chunk_input_block.py; 0 = off), and conv weights held as output-channel blocks
@@ -527,7 +529,8 @@ def build_passes(chosen: dict[str, Option], regions: Regions, techniques: list[T
         from ..passes.recompute import CHEAP_OPS
 
         ops = CHEAP_OPS | {"Conv"} if by_tech.get(RECOMPUTE_CONV) else CHEAP_OPS
-        passes.append(RecomputePass(tensors=sorted(rebuilt), ops=ops, extend_fraction=EXTEND_FRACTION))
+        passes.append(RecomputePass(tensors=sorted(rebuilt), ops=ops,
+                                    extend_fraction=EXTEND_FRACTION if regions.extend else 0.0))
     lossy_names = {o.stash for o in chosen.values() if not o.exact}
     if lossy_names:
         # A lossy copy could flip a tiny positive to zero and change ReluGrad's mask: ReluGrad readers of
@@ -582,13 +585,13 @@ def _evaluate(model: onnx.ModelProto, chosen: dict[str, Option], regions: Region
               min_bytes: int) -> tuple[Applied, onnx.ModelProto, np.ndarray]:
     """A choice applied and predicted (both orders): once per distinct choice in a planning session (the
     searches with and without workspace, alone or joint recomputation, often reach the same one). The
-    pipeline depends on each option's stash and technique and on the regions, nothing else."""
+    pipeline depends on each option's stash and technique and on the regions (extension included), nothing else."""
     def run() -> tuple[Applied, onnx.ModelProto, np.ndarray]:
         applied = apply(model, build_passes(chosen, regions, techniques, min_bytes))
         return (applied, *predicted_live_both_orders(applied.model))
 
     key = (id(model), min_bytes, tuple(t.name for t in techniques), regions.first_key(), regions.chunked,
-           frozenset((o.stash, o.technique) for o in chosen.values()))
+           regions.extend, frozenset((o.stash, o.technique) for o in chosen.values()))
     applied, seen, live = memo.cached("auto.evaluate", key, run, model)
     return applied, seen, live.copy()
 
@@ -726,12 +729,13 @@ def dominant_at_peak(model: onnx.ModelProto, top: int = 3) -> tuple[int, list[tu
     return int(live[p]), [(b.name, int(b.size)) for b in bufs[:top]]
 
 
-def _recomputable(model: onnx.ModelProto, alone: bool = True
+def _recomputable(model: onnx.ModelProto, alone: bool = True, extend: bool = True
                   ) -> dict[str, dict[str, tuple[list[str], list[str], list[str]]]]:
     """Stashes RecomputePass can rebuild (→ the op types it clones): from cheap ops ("recompute"), and also
     through convolutions ("recompute-conv": a Conv clone is the same kernel on the same inputs, so exact, but
     it costs a forward conv; the first layer's, reading the image, is the cheap case). Per stash: the op
-    types cloned, the stashes read whole, the forward tensors kept alive for it (``EXTEND_FRACTION``)."""
+    types cloned, the stashes read whole, the forward tensors kept alive for it (``EXTEND_FRACTION``; none and
+    no ``_deepen`` without ``extend``)."""
     from ..passes import RecomputePass
     from ..passes.recompute import CHEAP_OPS, PINNED_REASON
 
@@ -741,30 +745,31 @@ def _recomputable(model: onnx.ModelProto, alone: bool = True
                 for r in res.records if r.kind == "recomputed"}
 
     out = {}
+    fraction = EXTEND_FRACTION if extend else 0.0
     for technique, ops in (("recompute", CHEAP_OPS), (RECOMPUTE_CONV, CHEAP_OPS | {"Conv"})):
-        res = RecomputePass(ops=ops, extend_fraction=EXTEND_FRACTION).run(model)
+        res = RecomputePass(ops=ops, extend_fraction=fraction).run(model)
         joint = table(res)
         if alone:
             # Kept whole in the joint run because another recomputation reads it (a BN input under its
             # LeakyRelu's rebuilt output): the greedy may prefer the other stash's encoding, so offer it too.
             for s in res.skipped:
                 if s.name not in joint and s.reason.startswith(PINNED_REASON):
-                    own = table(RecomputePass(tensors=[s.name], ops=ops, extend_fraction=EXTEND_FRACTION)
+                    own = table(RecomputePass(tensors=[s.name], ops=ops, extend_fraction=fraction)
                                 .run(model)).get(s.name)
                     if own is not None:
                         joint[s.name] = own
         for subject in [k for k, (cloned, _, _) in joint.items() if not cloned and alone]:
             # Rebuilt as a by-product of another stash's clones (a MaxPool's mask beside its output): chosen
             # alone it clones that chain itself and reads its inputs; ask for it alone.
-            own = table(RecomputePass(tensors=[subject], ops=ops, extend_fraction=EXTEND_FRACTION)
+            own = table(RecomputePass(tensors=[subject], ops=ops, extend_fraction=fraction)
                         .run(model)).get(subject)
             if own is None:
                 joint.pop(subject)
             else:
                 joint[subject] = own
-        if alone and technique == RECOMPUTE_CONV:
+        if alone and extend and technique == RECOMPUTE_CONV:
             _deepen(model, joint, lambda names: table(RecomputePass(tensors=names, ops=ops,
-                                                                    extend_fraction=EXTEND_FRACTION).run(model)))
+                                                                    extend_fraction=fraction).run(model)))
         out[technique] = joint
     return out
 
@@ -782,7 +787,7 @@ def _deepen(model: onnx.ModelProto, joint: dict[str, tuple[list[str], list[str],
         if not inner:
             continue
         deeper = rebuild([subject, *inner]).get(subject)
-        if deeper is not None and set(deeper[1]) != set(kept) and size(deeper[1]) <= size(kept):
+        if deeper is not None and set(deeper[1]) != set(kept) and size(deeper[1]) < size(kept):
             joint[subject] = deeper
 
 
@@ -872,8 +877,10 @@ def _make_base(model: onnx.ModelProto, regions: Regions, techniques: list[Techni
     analysis = memo.analysis(seen)
     windows = stash_windows(analysis)
     alone = not regions.joint_recompute
-    options = memo.cached("auto.options", (id(seen), alone, exact, min_bytes, tuple(t.name for t in techniques)),
-                          lambda: enumerate_options(analysis, techniques, _recomputable(seen, alone=alone),
+    options = memo.cached("auto.options", (id(seen), alone, regions.extend, exact, min_bytes,
+                                           tuple(t.name for t in techniques)),
+                          lambda: enumerate_options(analysis, techniques,
+                                                    _recomputable(seen, alone=alone, extend=regions.extend),
                                                     costs, exact, min_bytes, windows), seen)
     if not workspace_aware:
         options = {k: [replace(o, workspace=(0, 0)) for o in v] for k, v in options.items()}
@@ -978,27 +985,35 @@ def plan_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_b
 
     if budget <= 0:
         raise OnnxcompError(f"budget {budget} bytes: must be positive", options=("budget_bytes",))
-    plan = _plan_auto(model, budget, exact, min_bytes, margin, progress, joint_recompute=False,
-                      workspace_aware=workspace_aware, rows=rows)
-    if not plan.fits:
-        # Recomputations sized as one joint rewrite makes them (a MaxPool mask free beside its output) are
-        # optimistic, yet the greedy sometimes ends lower with them: keep the lower plan.
-        other = _plan_auto(model, budget, exact, min_bytes, margin, progress, joint_recompute=True,
-                           workspace_aware=workspace_aware, rows=rows)
-        if other.fits or other.predicted_peak < plan.predicted_peak:
+    # Option sets the greedy is not monotone in, tried in turn while the plan misses the budget; the lowest
+    # peak is kept. (joint_recompute, extend):
+    # - extend=False: without kept-alive forward tensors and _deepen. More recomputations on offer can end
+    #   higher: on leaky_vgg the cheap rebuild of a LeakyRelu output from its BN input (reading the conv
+    #   output whole) wins the first steps, pins that conv output, and the recompute-conv that would free
+    #   it is never taken (31.6 MiB floor predicted, against 24.5 MiB without the extension).
+    # - joint_recompute=True: recomputations sized as one joint rewrite makes them (a MaxPool mask free
+    #   beside its output) are optimistic, yet the greedy sometimes ends lower with them.
+    plan: AutoPlan | None = None
+    for joint, extend in ((False, True), (False, False), (True, True)):
+        other = _plan_auto(model, budget, exact, min_bytes, margin, progress, joint_recompute=joint,
+                           workspace_aware=workspace_aware, rows=rows, extend=extend)
+        if plan is None or other.fits or other.predicted_peak < plan.predicted_peak:
             plan = other
+        if plan.fits:
+            break
+    assert plan is not None
     return plan
 
 
 def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int, margin: float, progress: Any,
-               joint_recompute: bool, workspace_aware: bool, rows: Any = None) -> AutoPlan:
+               joint_recompute: bool, workspace_aware: bool, rows: Any = None, extend: bool = True) -> AutoPlan:
     say = progress or (lambda _m: None)
     _, untouched = predicted_live(model, eager_accumulation=False)
     baseline_peak = int(untouched.max()) if len(untouched) else 0
     target = planning_target(budget, margin)
     costs = _Costs()
     techniques = encoding_techniques()
-    regions = Regions(joint_recompute=joint_recompute, rows=rows)
+    regions = Regions(joint_recompute=joint_recompute, rows=rows, extend=extend)
     if not exact and _input_block_forward_floor(model) > target:
         # The block's forward alone holds its conv and BatchNorm outputs together: above the target, no
         # per-stash option can help; chunk it from the start (saves the rounds that would find it).
