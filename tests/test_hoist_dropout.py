@@ -78,6 +78,8 @@ def test_draws_run_first_in_order_and_training_is_bit_identical(gpt2):
     for n in model.graph.node:
         if n.op_type == "Dropout":
             assert producer[n.input[0]].op_type == "ConstantOfShape"
+    again = HoistDropoutDrawsPass(draw_bytes=0).run(model)
+    assert not again.records and any("hoisted already" in s.reason for s in again.skipped)
     onnx.save(model, str(gpt2 / "hoisted.onnx"))
     base_losses, base_params = _train(gpt2, "training_model.onnx")
     losses, params = _train(gpt2, "hoisted.onnx")

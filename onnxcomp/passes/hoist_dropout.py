@@ -70,6 +70,9 @@ class HoistDropoutDrawsPass(OnnxcompPass):
         analysis = analysis_of(model)
         backward = {nodes[i] for i in analysis.boundary.backward}
         dropouts = [n for n in nodes if n.op_type == "Dropout" and n.domain in _ONNX and n not in backward]
+        if any((p := d.inputs[0].producer()) is not None and p.name.startswith(PREFIX) for d in dropouts):
+            outcome.skipped.append(Skipped(dropouts[0].name, PATTERN, "the draws are hoisted already"))
+            return outcome
         others = sorted({n.op_type for n in nodes if n.op_type in _RANDOM})
         if others:
             outcome.skipped.append(Skipped(dropouts[0].name, PATTERN, f"other random ops ({', '.join(others)}) "
