@@ -70,6 +70,8 @@ class HoistDropoutDrawsPass(OnnxcompPass):
         analysis = analysis_of(model)
         backward = {nodes[i] for i in analysis.boundary.backward}
         dropouts = [n for n in nodes if n.op_type == "Dropout" and n.domain in _ONNX and n not in backward]
+        if not dropouts:
+            return outcome
         if any((p := d.inputs[0].producer()) is not None and p.name.startswith(PREFIX) for d in dropouts):
             outcome.skipped.append(Skipped(dropouts[0].name, PATTERN, "the draws are hoisted already"))
             return outcome
@@ -166,6 +168,8 @@ def _hoistable(d: ir.Node, shapes: dict[ir.Value, tuple[int, ...]],
     if not decoders:
         return "no decoder of the mask's bits to copy"
     if _zeros_input(d):
+        if _constant_or_initializer(x.producer().inputs[0]):
+            return "drawn from zeros of a constant shape: nothing to time the mask's forward decoder by"
         if not all(is_trigger(u.node.op_type, [i.name if i is not None else "" for i in u.node.inputs])
                    for u in y.uses()):
             return "drawn from zeros, but its output is read for more than timing"
