@@ -131,3 +131,20 @@ def test_refused_without_bit_masks_or_with_a_second_random_op(gpt2):
     lossless.graph.node.append(onnx.helper.make_node("RandomUniformLike", [x.name], ["noise"], dtype=1))
     result = HoistDropoutDrawsPass(draw_bytes=0).run(lossless)
     assert not result.records and any("other random ops" in s.reason for s in result.skipped)
+
+
+@pytest.mark.slow
+def test_zoo_gpt_at_t512_lossless_hoists_and_trains_bit_identically(tmp_path):
+    # Batch 1, T 512, 4 heads: each attention draw is 9 B × 1 M scores = 9.4 MiB, over the policy's 8 MiB.
+    from onnxcomp.models.artifacts import generate_artifacts
+    from onnxcomp.transform import transform
+
+    art = tmp_path / "gpt"
+    generate_artifacts("gpt_tiny", 1, 1, VOCAB_SIZE, art, seq_len=512, smoke_test=False)
+    result = transform(art, art / "lossless.onnx", "lossless")
+    hoisted = [r for r in result.all_records if r.pass_name == "hoist_dropout"]
+    assert sum(r["applied"] == "chunks read the decoded mask" for r in hoisted) == 4
+    base_losses, base_params = _train(art, "training_model.onnx")
+    losses, params = _train(art, "lossless.onnx")
+    assert losses == base_losses
+    np.testing.assert_array_equal(params, base_params)
