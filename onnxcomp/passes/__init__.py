@@ -11,6 +11,7 @@ from .dpr import DPR_FORMATS, DprPass
 from .eager_accumulation import EagerAccumulationPass
 from .error_bounded import ErrorBoundedPass
 from .fixed_rate import FIXED_RATES, FixedRatePass
+from .hoist_dropout import HoistDropoutDrawsPass
 from .interval_mask import IntervalMaskPass
 from .maxpool_index import MaxPoolIndexPass
 from .policy import OPTIONS, Policy, Step, policy, step
@@ -50,6 +51,9 @@ ATTENTION_CHUNKS = (step(ChunkedAttentionBackwardPass), step(ChunkedAttentionFor
 # Lossy policies: where a forward attention's T² map is ≥ 8 MiB, its Dropout is chunked too (a Dropout per
 # chunk: the same keep probability, other random numbers): the whole-map draw (input, output and mask: 9
 # bytes per score) was what held long sequences above the budget (docs/transformers.md, "Sequence length").
+# Exact policies: the Dropout draws themselves (9 bytes per score, whole) at the step's start, in order, where
+# nothing else is alive; only where a draw is ≥ 8 MiB (passes/hoist_dropout.py).
+HOIST_DRAWS = step(HoistDropoutDrawsPass, draw_bytes=8 << 20)
 LOSSY_ATTENTION_CHUNKS = (step(ChunkedAttentionBackwardPass),
                           step(ChunkedAttentionForwardPass, chunk_dropout_bytes=8 << 20))
 
@@ -59,7 +63,7 @@ _POLICIES = [
     policy("lossless", "exact: cheap layers (BN, ReLU, pooling; LayerNorm, GELU, attention probabilities) "
            "recomputed in backward, then the lossless encodings (Dropout masks as bits)",
            *REORDER, RecomputePass, *TRANSFORMER_EXACT, *LOSSLESS_ENCODINGS, SparsePass, *ATTENTION_CHUNKS,
-           options=("min_bytes", "overrides")),
+           HOIST_DRAWS, options=("min_bytes", "overrides")),
     policy("lossless-encode", "the lossless encodings alone (Gist's lossless set), without recomputation",
            *REORDER, *LOSSLESS_ENCODINGS, DropoutMaskPass, SparsePass, options=("min_bytes", "overrides")),
     policy("recompute", "cheap layers (and transformer LayerNorm, GELU, attention probabilities) recomputed "
@@ -126,7 +130,7 @@ def get_policy(name: str) -> Policy:
 
 
 __all__ = ["AttentionDropoutRecomputePass", "ChunkedAttentionBackwardPass", "ChunkedAttentionForwardPass", "AttentionProbsRecomputePass", "DropoutMaskPass",
-           "EarlyWeightGradientPass", "TransformerRecomputePass", "ChunkedBackwardPass", "ChunkedStemBackwardPass",
+           "EarlyWeightGradientPass", "HoistDropoutDrawsPass", "TransformerRecomputePass", "ChunkedBackwardPass", "ChunkedStemBackwardPass",
            "DeferWeightGradientPass", "DprPass", "RecomputePass", "RowSplitPass", "EagerAccumulationPass",
            "ErrorBoundedPass", "FixedRatePass", "IntervalMaskPass", "MaxPoolIndexPass", "OnnxcompPass",
            "PassOutcome", "Q8Pass", "POLICIES", "AutoPass", "OPTIONS", "PassResult", "Policy", "SignBitsPass", "Step",

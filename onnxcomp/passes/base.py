@@ -263,6 +263,8 @@ def ungated_nodes(nodes: list[onnx.NodeProto], boundary: Any) -> list[str]:
     for k, node in enumerate(nodes):
         if node.op_type == "Shape":  # a gate's Shape(value) (dynamic shapes): a few int64s, fine in forward
             continue
+        if FORWARD_DECODER_MARK in node.name:   # decodes for a forward reader on purpose (hoist_dropout)
+            continue
         is_decoder = (op := contract.codec_op(node.domain, node.op_type)) is not None and op.role == "decode"
         if (is_decoder or CLONE_MARK in node.name) and not boundary.is_backward(k):
             bad.append(node.name)
@@ -271,3 +273,5 @@ def ungated_nodes(nodes: list[onnx.NodeProto], boundary: Any) -> list[str]:
 
 # Recompute clones are named "<node>__recompute" (passes.recompute).
 CLONE_MARK = "__recompute"
+# Decoders a forward reader waits for (passes.hoist_dropout: a mask drawn at the step's start) carry this.
+FORWARD_DECODER_MARK = "__forward_decode"

@@ -436,7 +436,8 @@ class ChunkedAttentionForwardPass(OnnxcompPass):
     initializer), and each chunk applies the mask as the Dropout kernel does, ``Where(mask, P / (1 - ratio),
     0)`` (bit-identical to ORT's ``mask · P / (1 - ratio)``; ``mask · P · (1/(1 - ratio))`` is not).
     The draw itself still holds a full zero input, its output and the mask (as many bytes as the unchunked
-    Dropout's P, output and mask): what is saved is the scores → softmax chain around it. float16 zeros
+    Dropout's P, output and mask): what is saved is the scores → softmax chain around it. The exact policies
+    then move that draw to the step's start, where nothing else is alive (passes/hoist_dropout.py). float16 zeros
     (``zeros_dtype``) draw the same mask (the tests check it), but ORT's CPU provider inserts casts to run a
     float16 Dropout in float32, so they save nothing there. Needs the softmax output read by the Dropout
     alone: run it after the recompute passes. Attention without dropout (Softmax read by the product

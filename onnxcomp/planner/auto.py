@@ -555,9 +555,11 @@ def build_passes(chosen: dict[str, Option], regions: Regions, techniques: list[T
     for t in late:
         if by_tech.get(t.name):
             passes.append(t.build(by_tech[t.name], min_bytes=min_bytes))
-    # Transformers: attention in head/batch chunks, exact; last (passes/chunk_attention.py). No-op elsewhere.
-    from ..passes import ChunkedAttentionBackwardPass, ChunkedAttentionForwardPass
-    return passes + [ChunkedAttentionBackwardPass(min_bytes=min_bytes), ChunkedAttentionForwardPass(min_bytes=min_bytes)]
+    # Transformers: attention in head/batch chunks, exact; last (passes/chunk_attention.py); then the large
+    # Dropout draws at the step's start (passes/hoist_dropout.py, needs the masks as bits). No-op elsewhere.
+    from ..passes import ChunkedAttentionBackwardPass, ChunkedAttentionForwardPass, HoistDropoutDrawsPass
+    return passes + [ChunkedAttentionBackwardPass(min_bytes=min_bytes), ChunkedAttentionForwardPass(min_bytes=min_bytes),
+                     HoistDropoutDrawsPass()]
 
 
 @dataclass
