@@ -123,21 +123,26 @@ def _origin(b, h, w, two_d):
 
 
 @numba.njit(cache=True, inline="always")
-def _block_index(n, h, w, two_d, b0, nb, idx):
-    """idx[k, j] = flat index of value k of block b0 + j, clamped into the tensor (edge padding repeats the
-    last row / column / element); 1-D blocks fill rows 0-3 only."""
+def _gather(xb, n, h, w, two_d, b0, nb, v):
+    """v[k, j] = bits of value k of block b0 + j, clamped into the tensor (edge padding repeats the last row /
+    column / element); 1-D blocks fill rows 0-3 only."""
     base, r0, c0 = _origin(b0, h, w, two_d)
     for j in range(nb):
         if j > 0:
             base, r0, c0 = _next(base, r0, c0, h, w, two_d)
-        if two_d:
+        if two_d and r0 + 4 <= h and c0 + 4 <= w:  # interior block: four rows of four, no clamping
+            for r in range(4):
+                row = base + (r0 + r) * w + c0
+                for c in range(4):
+                    v[4 * r + c, j] = xb[row + c]
+        elif two_d:
             for r in range(4):
                 row = base + min(r0 + r, h - 1) * w
                 for c in range(4):
-                    idx[4 * r + c, j] = row + min(c0 + c, w - 1)
+                    v[4 * r + c, j] = xb[row + min(c0 + c, w - 1)]
         else:
             for c in range(4):
-                idx[c, j] = min(base + c, n - 1)
+                v[c, j] = xb[min(base + c, n - 1)]
 
 
 @numba.njit(cache=True, inline="always")
@@ -189,36 +194,45 @@ def _transpose(u, nb):
 
 
 @numba.njit(cache=True, inline="always")
-def _emit(buf, pos, code):
-    """OR ``code`` (< 2**33) into the task's word buffer at bit ``pos`` (the buffer has a spare word)."""
-    wi = pos >> 5
-    v = np.uint64(code) << np.uint64(pos & 31)
-    buf[wi] |= np.uint32(v & np.uint64(0xFFFFFFFF))
-    buf[wi + 1] |= np.uint32(v >> np.uint64(32))
+def _plane(v, k, j):
+    """Bit plane k of block j from the transposed words (bit i = coefficient i)."""
+    return np.uint64((v[k & 15, j] >> np.uint32(16 * (k >> 4))) & np.uint32(0xFFFF))
+
+
+@numba.njit(cache=True, inline="always")
+def _put(buf, wpos, acc, nacc, code, length):
+    """Append ``length`` (<= 33) bits to the register acc (nacc <= 31 bits pending), store its two words, and
+    advance past the full ones."""
+    acc |= code << np.uint64(nacc)
+    nacc += length
+    buf[wpos] = np.uint32(acc & np.uint64(0xFFFFFFFF))
+    buf[wpos + 1] = np.uint32(acc >> np.uint64(32))
+    adv = nacc >> 5
+    sh = np.uint64(16 * adv)  # two shifts: a 64-bit shift by 64 is undefined
+    return wpos + adv, (acc >> sh) >> sh, nacc & 31
 
 
 @numba.njit(cache=True, inline="always")
 def _plane_code(x, nsig, size):
-    """(code, length, new nsig) of one bit plane x (bit i = coefficient i) given the nsig coefficients already
-    significant: their bits verbatim, then ZFP's group tests and runs (module doc)."""
-    verb = x & ((np.uint64(1) << np.uint64(nsig)) - np.uint64(1))
-    if nsig >= size:
-        return verb, nsig, nsig
+    """(code, length) of one bit plane x (bit i = coefficient i) given the nsig coefficients already
+    significant: their bits verbatim, then ZFP's group tests and runs (module doc). Afterwards the significant
+    ones are those up to the highest set bit of this plane or an earlier one."""
+    # branch-free (the cases are data-dependent and would mispredict): selects only
+    one = np.uint64(1)
+    verb = x & ((one << np.uint64(nsig)) - one)
     r = x >> np.uint64(nsig)
-    if r == 0:  # one group test 0 (the code's bit is 0)
-        return verb, nsig + 1, nsig
-    pt = 63 - np.int64(_clz(r))  # highest set bit: every coefficient up to it becomes significant
+    nz = np.int64(r != 0)
+    pt = 63 - np.int64(_clz(r | one))  # highest set bit: every coefficient up to it becomes significant
     low = r & np.uint64(0xFF)
-    e = _EXPAND[low] | (_EXPAND[(r >> np.uint64(8)) & np.uint64(0xFF)]
-                        << np.uint64(8 + np.int64(_popcount(low))))
-    length = pt + 1 + np.int64(_popcount(r))  # bits 0..pt, each set bit followed by a group 1
-    if pt < size - nsig - 1:  # the group bit after the last set bit is 0 and ends the plane
-        e &= ~(np.uint64(1) << np.uint64(length - 1))
-    else:  # the last coefficient's 1 is implied: neither it nor a group bit after it is written
-        length -= 2
-        e &= (np.uint64(1) << np.uint64(length)) - np.uint64(1)
-    code = verb | ((np.uint64(1) | (e << np.uint64(1))) << np.uint64(nsig))
-    return code, nsig + 1 + length, nsig + pt + 1
+    e = _EXPAND[low] | (_EXPAND[(r >> np.uint64(8)) & np.uint64(0xFF)] << np.uint64(8 + np.int64(_popcount(low))))
+    full = pt + 1 + np.int64(_popcount(r))  # bits 0..pt, each set bit followed by a group 1
+    # the last coefficient's 1 is implied: neither it nor a group bit after it is written; otherwise the group
+    # bit after the last set bit is 0 and ends the plane
+    last = np.int64(pt == size - nsig - 1)
+    e &= (one << np.uint64(max(full - 1 - last, 0))) - one
+    length = full - 2 * last + 1 if nz else 1  # r == 0: one group test 0
+    code = verb | ((np.uint64(nz) | (e << one)) << np.uint64(nsig))
+    return code, nsig + length
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
@@ -233,36 +247,45 @@ def encode(x, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, data
     for t in numba.prange(ntasks):
         b0 = t * GROUP
         nb = min(nblocks, b0 + GROUP) - b0
-        idx = np.empty((16, GROUP), np.int64)
         v = np.zeros((16, GROUP), np.uint32)  # float bits, then negabinary coefficients, then bit planes
         q = np.zeros((16, GROUP), np.int32)
         amax = np.zeros(GROUP, np.uint32)
         emax = np.zeros(GROUP, np.int32)
-        buf = np.zeros(task_words + 2, np.uint32)
-        _block_index(n, h, w, two_d, b0, nb, idx)
-        for k in range(size):  # gather, and the largest magnitude of every block
-            row, ri = v[k], idx[k]
+        scale = np.zeros(GROUP, np.float32)
+        buf = np.zeros(task_words + 3, np.uint32)
+        _gather(xb, n, h, w, two_d, b0, nb, v)
+        for k in range(size):  # the largest magnitude of every block
+            row = v[k]
             for j in range(nb):
-                bits = xb[ri[j]]
-                row[j] = bits
-                amax[j] = max(amax[j], bits & np.uint32(0x7FFFFFFF))
+                amax[j] = max(amax[j], row[j] & np.uint32(0x7FFFFFFF))
+        tiny = False
         for j in range(nb):  # frexp exponent of the largest magnitude, from its bits
             a = amax[j]
             if a >= np.uint32(0x800000):
                 emax[j] = np.int32(a >> np.uint32(23)) - 126
             elif a != 0:  # subnormal m * 2**-149: bit length of m - 149
                 emax[j] = 64 - np.int32(_clz(np.uint64(a))) - 149
-        # q = trunc(x * 2**(precision - emax)) from the float's mantissa m and exponent e: x = m * 2**(e' - 150)
-        # (e' = max(e, 1)), so q = ±(m << s) or ±(m >> -s) with s = e' - 150 + precision - emax <= 2.
+            e = precision - emax[j]
+            tiny |= e > 127
+            scale[j] = _POW2[min(e, 127) + _POW_OFF]
+        # q = trunc(x * 2**(precision - emax)): exact in float32 where the scale is a float32 (a product >= 1 is
+        # a normal float32 and a power-of-two scaling of it is exact; smaller ones truncate to 0 either way)
+        fv = v.view(np.float32)
         for k in range(size):
-            row, qr = v[k], q[k]
+            row, qr = fv[k], q[k]
             for j in range(nb):
-                bits = row[j]
-                e = np.int32((bits >> np.uint32(23)) & np.uint32(0xFF))
-                m = np.int32(bits & np.uint32(0x7FFFFF)) | (np.int32(e != 0) << 23)
-                s = max(e, 1) - 150 + precision - emax[j]
-                mag = (m << max(s, 0)) >> min(max(-s, 0), 31)
-                qr[j] = -mag if bits >> np.uint32(31) else mag
+                qr[j] = np.int32(row[j] * scale[j])
+        if tiny:  # blocks of magnitude < 2**-101: from the mantissa m and exponent e of x = m * 2**(e' - 150)
+            for j in range(nb):
+                if precision - emax[j] <= 127:
+                    continue
+                for k in range(size):
+                    bits = v[k, j]
+                    e = np.int64((bits >> np.uint32(23)) & np.uint32(0xFF))
+                    m = np.int64(bits & np.uint32(0x7FFFFF)) | (np.int64(e != 0) << 23)
+                    sh = max(e, 1) - 150 + precision - emax[j]  # <= 2
+                    mag = (m << max(sh, 0)) >> min(max(-sh, 0), 63)
+                    q[k, j] = -mag if bits >> np.uint32(31) else mag
         if two_d:
             for r in range(4):
                 _fwd4(q, 4 * r, 4 * r + 1, 4 * r + 2, 4 * r + 3, nb)
@@ -290,21 +313,40 @@ def encode(x, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, data
             if amax[j] == 0:
                 continue  # all-zero block: exponent field 0, nothing else (the buffer is zeroed)
             start = j * budget
-            _emit(buf, start, np.uint64(emax[j] + exp_bias))
+            # the block's bits go through a register (acc holds bits nacc.. of word wpos on): plain stores,
+            # no read-modify-write of the word the previous code went into
+            wpos = start >> 5
+            nacc = start & 31
+            acc = np.uint64(buf[wpos])
+            wpos, acc, nacc = _put(buf, wpos, acc, nacc, np.uint64(emax[j] + exp_bias), exp_bits)
             # the planes above the highest nonempty one are one 0 (group test) each
             top = 63 - np.int64(_clz(np.uint64(orm[j]))) if orm[j] != 0 else -1
             bit = exp_bits + 31 - top
+            wpos, acc, nacc = _put(buf, wpos, acc, nacc, np.uint64(0), min(31 - top, budget - exp_bits))
             nsig = 0
-            k = top
-            while k >= 0 and bit < budget:
-                x_k = np.uint64((v[k & 15, j] >> np.uint32(16 * (k >> 4))) & np.uint32(0xFFFF))
-                code, length, nsig = _plane_code(x_k, nsig, size)
+            seen = np.uint64(0)  # OR of the planes coded so far: nsig is its bit length (no serial chain
+            k = top              # through each plane's code)
+            while k >= 0 and bit < budget and nsig < size:  # planes with group tests
+                x_k = _plane(v, k, j)
+                code, length = _plane_code(x_k, nsig, size)
+                seen |= x_k
+                nsig = 64 - np.int64(_clz(seen)) if seen != 0 else 0
                 if length > budget - bit:  # cut at the budget
                     length = budget - bit
                     code &= (np.uint64(1) << np.uint64(length)) - np.uint64(1)
-                _emit(buf, start + bit, code)
+                wpos, acc, nacc = _put(buf, wpos, acc, nacc, code, length)
                 bit += length
                 k -= 1
+            while k >= 0 and bit < budget:  # every coefficient significant: planes verbatim, 32 bits at a time
+                count = min(32 // size, k + 1)
+                chunk = np.uint64(0)
+                for i in range(count):
+                    chunk |= _plane(v, k - i, j) << np.uint64(size * i)
+                length = min(size * count, budget - bit)
+                chunk &= (np.uint64(1) << np.uint64(length)) - np.uint64(1)
+                wpos, acc, nacc = _put(buf, wpos, acc, nacc, chunk, length)
+                bit += length
+                k -= count
         w0 = t * task_words
         for i in range(min(task_words, data.size - w0)):
             data[w0 + i] = buf[i]
