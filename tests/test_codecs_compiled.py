@@ -141,6 +141,16 @@ def test_lossless_codecs_do_not_import_numba_by_default(setting: str, imported: 
     assert out == [str(imported), setting or "auto"]
 
 
+def test_auto_runs_sparse_with_numba_only_once_it_is_imported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under "auto", ``sparse`` (NUMBA_WHEN_LOADED) uses numba when the process imported it anyway and NumPy
+    otherwise; the NUMBA_BY_DEFAULT modules always use numba, the rest always NumPy."""
+    monkeypatch.setattr(cpu, "_backend", "auto")
+    monkeypatch.setitem(sys.modules, "numba", sys.modules.get("numba", object()))
+    assert [cpu.backend_for(m) for m in ("sparse", "sz", "bits")] == ["numba", "numba", "numpy"]
+    monkeypatch.delitem(sys.modules, "numba")
+    assert [cpu.backend_for(m) for m in ("sparse", "sz", "bits")] == ["numpy", "numba", "numpy"]
+
+
 @numba_only
 @pytest.mark.parametrize("policy", ["lossless", "comet"])
 def test_training_session_same_losses_on_both_backends(small_artifacts: Path, tmp_path: Path, policy: str) -> None:
