@@ -149,6 +149,10 @@ def test_auto_runs_sparse_with_numba_only_once_it_is_imported(monkeypatch: pytes
     assert [cpu.backend_for(m) for m in ("sparse", "sz", "bits")] == ["numba", "numba", "numpy"]
     monkeypatch.delitem(sys.modules, "numba")
     assert [cpu.backend_for(m) for m in ("sparse", "sz", "bits")] == ["numpy", "numba", "numpy"]
+    # the planner measures their workspace with NumPy (the larger one), whichever the process would run
+    assert [cpu.workspace_backend(c) for c in ("zvc", "sparse", "sz")] == ["numpy", "numpy", "auto"]
+    monkeypatch.setattr(cpu, "_backend", "numba")
+    assert cpu.workspace_backend("sparse") == "numba"
 
 
 @numba_only

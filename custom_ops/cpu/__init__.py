@@ -46,6 +46,7 @@ NUMBA_BY_DEFAULT = frozenset({"dpr", "sz", "zfp"})
 # enough to import numba for them alone (~125 MiB of RSS, docs/notes/lazynumba.md): under "auto" they run with
 # numba once the process has imported it anyway (a dpr / sz / zfp codec ran), else with NumPy. Same bytes.
 NUMBA_WHEN_LOADED = frozenset({"sparse"})
+_WHEN_LOADED_CODECS = frozenset({"zvc", "csr", "sparse"})  # the codecs whose kernels are in those modules
 ENV_VAR = "ONNXCOMP_CODEC_BACKEND"
 
 _lock = threading.Lock()
@@ -101,6 +102,14 @@ def backend_for(module: str) -> str:
             return "numba"
         return "numpy"
     return name
+
+
+def workspace_backend(codec: str) -> str:
+    """The backend setting to measure ``codec``'s per-call workspace under (planner/predict.py): NumPy for a
+    NUMBA_WHEN_LOADED codec under "auto", whose backend depends on what else the process runs (its NumPy
+    path holds more: ZVC encode 1.85x vs 1.53x its input), else the active setting."""
+    name = backend()
+    return "numpy" if name == "auto" and codec in _WHEN_LOADED_CODECS else name
 
 
 @contextmanager
