@@ -400,8 +400,28 @@ def decode(data, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, y
             k = 31
             while k >= 0 and bit < end:
                 # the plane's bits come from one 64-bit window (a plane needs at most 33 bits)
-                avail = min(end - bit, 64)
                 win = _window(data, bit)
+                if end - bit >= 2 * size + 1:  # the whole plane (<= 2 * size + 1 - nsig bits) is inside the budget
+                    used = nsig
+                    xk = np.int64(win & ((np.uint64(1) << np.uint64(nsig)) - np.uint64(1)))
+                    j2 = nsig
+                    while j2 < size:
+                        g = (win >> np.uint64(used)) & np.uint64(1)
+                        used += 1
+                        if g == 0:  # group test 0 ends the plane
+                            break
+                        # positions j2 .. size-2 are scanned for the next 1; none: the last one is implied
+                        run = np.int64((win >> np.uint64(used)) & ((np.uint64(1) << np.uint64(size - 1 - j2)) - np.uint64(1)))
+                        z = np.int64(_ctz(run)) if run != 0 else size - 1 - j2
+                        xk |= np.int64(1) << (j2 + z)
+                        used += z + (run != 0)
+                        j2 += z + 1
+                    nsig = j2
+                    bit += used
+                    u[k & 15, j] |= np.uint32(xk) << np.uint32(16 * (k >> 4))
+                    k -= 1
+                    continue
+                avail = end - bit
                 used = 0
                 xk = np.int64(0)
                 live = True
