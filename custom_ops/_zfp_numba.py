@@ -17,7 +17,8 @@ Only the embedded bit-plane coder is serial per block. The encoder codes a plane
 runs: ZFP's group test writes the plane's bits from the first not-yet-significant coefficient up to its
 highest set bit with a 1 inserted before the first and after every set bit (the group bits), ending in a 0
 unless the last coefficient's implied 1 ends the plane; the insertion is one table lookup per byte (``_EXPAND``).
-The decoder reads each plane from one 64-bit window, a run (count-trailing-zeros) at a time.
+The decoder reads each plane from one 64-bit window, a run (count-trailing-zeros) at a time; only the plane
+the budget cuts goes through the loop that checks every read against the budget.
 Imported only when numba is installed; ``custom_ops/zfp.py`` falls back to its vectorised NumPy coder otherwise.
 """
 from __future__ import annotations
