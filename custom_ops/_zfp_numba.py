@@ -1,13 +1,25 @@
 """Compiled CPU backend of the ``zfp`` codec: writes the same words as ``kernels/zfp.cu`` and the NumPy coder
-(``custom_ops/zfp.py`` has the format), but codes each bit plane a run at a time instead of a bit at a time.
+(``custom_ops/zfp.py`` has the format).
 
-ZFP's group test emits, per plane, the ``n`` verbatim bits of the coefficients already significant, then runs of
-"1, zeros up to and including the next set bit" (or a lone 0 when nothing is left). Each of those is one
-shifted OR into the stream here (the position of the next set bit is a count-trailing-zeros instruction), and
-the decoder reads the same runs through a 64-bit window. Fixed rate makes every block's bits start at
-``b · budget``, so blocks are coded in parallel; a task of GROUP blocks starts on a word boundary, so no two
-tasks touch one word. Imported only when numba is installed; ``custom_ops/zfp.py`` falls back to its
-vectorised NumPy coder otherwise.
+Work is split into tasks of GROUP blocks (``prange``: fixed rate puts block ``b`` at bit ``b · budget``, and a
+task's first bit is word-aligned, so tasks share no word). Inside a task, everything that is the same
+arithmetic for every block runs as loops over the task's blocks on structure-of-arrays tables (one row per
+coefficient position, one column per block), which LLVM vectorises:
+
+- encode: gather, block exponent, block-floating-point (integer shifts of the float32 mantissas: exactly
+  ``trunc(x · 2**(26 − emax))``), the decorrelating transform and negabinary in int32 (|coefficient| < 2**30),
+  then a 16×16 bit-matrix transpose (both 16-bit halves of the words at once) that turns the 16 coefficients
+  into the 32 bit planes;
+- decode: the same transpose back, negabinary, inverse transform (int64: a corrupt stream may decode to any
+  32-bit pattern) and the float conversion.
+
+Only the embedded bit-plane coder is serial per block. The encoder codes a plane without a loop over its
+runs: ZFP's group test writes the plane's bits from the first not-yet-significant coefficient up to its
+highest set bit with a 1 inserted before the first and after every set bit (the group bits), ending in a 0
+unless the last coefficient's implied 1 ends the plane; the insertion is one table lookup per byte (``_EXPAND``).
+The decoder reads each plane from one 64-bit window, a run (count-trailing-zeros) at a time; only the plane
+the budget cuts goes through the loop that checks every read against the budget.
+Imported only when numba is installed; ``custom_ops/zfp.py`` falls back to its vectorised NumPy coder otherwise.
 """
 from __future__ import annotations
 
@@ -20,12 +32,34 @@ from numba.extending import intrinsic
 
 _PERM2 = np.array([0, 1, 4, 5, 2, 8, 6, 9, 3, 12, 10, 7, 13, 11, 14, 15], dtype=np.int64)
 _NB = np.int64(0xAAAAAAAA)
+_NB32 = np.uint32(0xAAAAAAAA)
 _F32_MAX = float(np.finfo(np.float32).max)
 GROUP = 256  # blocks per parallel task: a multiple of 8, so a task's first bit (b * rate * 4 or 16) is word-aligned
-# 2**e for the block scale factors, e in [-_POW_OFF, _POW_OFF]: the scaling x * 2**(precision - emax) is exact in
-# float64 (a float32 times a power of two inside float64's normal range), so it equals ldexp without a libm call.
+# 2**e for the decoder's block scale factors, e in [-_POW_OFF, _POW_OFF]: x * 2**(emax - precision) is exact in
+# float64, so it equals ldexp without a libm call.
 _POW_OFF = 400
 _POW2 = np.array([math.ldexp(1.0, e) for e in range(-_POW_OFF, _POW_OFF + 1)], dtype=np.float64)
+# The 16x16 transpose's stages: (distance, mask of the bits that move, in both 16-bit halves of a word).
+_TRANSPOSE = ((8, 0x00FF00FF), (4, 0x0F0F0F0F), (2, 0x33333333), (1, 0x55555555))
+
+
+def _expand_table() -> np.ndarray:
+    """For every byte: its 8 bits, lowest first, with a 1 inserted after every set bit (8 + popcount bits)."""
+    out = np.zeros(256, dtype=np.uint64)
+    for v in range(256):
+        code, pos = 0, 0
+        for q in range(8):
+            bit = (v >> q) & 1
+            code |= bit << pos
+            pos += 1
+            if bit:
+                code |= 1 << pos
+                pos += 1
+        out[v] = code
+    return out
+
+
+_EXPAND = _expand_table()
 
 
 @intrinsic
@@ -50,67 +84,21 @@ def _clz(typingctx, x):  # noqa: ANN001, ANN202
     return sig, codegen
 
 
-# Bit-plane transposition, 8 coefficients per uint64 (byte lane i = coefficient i): bit j of every lane gathered
-# into one byte by a multiply, and a byte spread back into 8 lanes (the trick of custom_ops/cpu/sz.py).
-_LSB = np.uint64(0x0101010101010101)
-_GATHER = np.uint64(0x0102040810204080)
-_SPREAD_MASK = np.uint64(0x8040201008040201)
-_SPREAD_ADD = np.uint64(0x7F7F7F7F7F7F7F7F)
-_HIGH = np.uint64(0x8080808080808080)
+@intrinsic
+def _popcount(typingctx, x):  # noqa: ANN001, ANN202
+    """Number of set bits (LLVM's ctpop)."""
+    sig = x(x)
 
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        return builder.ctpop(args[0])
 
-@numba.njit(cache=True, inline="always")
-def _lanes(u, size, sh):
-    """Byte ``sh // 8`` of coefficients 0-7 and 8-15 as byte lanes of two uint64."""
-    lo = np.uint64(0)
-    hi = np.uint64(0)
-    for i in range(min(size, 8)):
-        lo |= ((np.uint64(u[i]) >> sh) & np.uint64(0xFF)) << np.uint64(8 * i)
-    for i in range(8, size):
-        hi |= ((np.uint64(u[i]) >> sh) & np.uint64(0xFF)) << np.uint64(8 * (i - 8))
-    return lo, hi
-
-
-@numba.njit(cache=True, inline="always")
-def _gather(lo, hi, j):
-    """Bit plane j of the lanes: bit i = bit j of coefficient i."""
-    a = (((lo >> j) & _LSB) * _GATHER) >> np.uint64(56)
-    b = (((hi >> j) & _LSB) * _GATHER) >> np.uint64(56)
-    return np.int64(a | (b << np.uint64(8)))
-
-
-@numba.njit(cache=True, inline="always")
-def _spread(v):
-    """The 8 bits of byte v as 8 byte lanes of 0 / 1 (lane l = bit l)."""
-    return ((((v * _LSB) & _SPREAD_MASK) + _SPREAD_ADD) & _HIGH) >> np.uint64(7)
-
-
-@numba.njit(cache=True, inline="always")
-def _flush(u, size, lo, hi, sh):
-    """OR byte lanes into bits sh..sh+7 of the coefficients."""
-    for i in range(min(size, 8)):
-        u[i] |= np.int64((lo >> np.uint64(8 * i)) & np.uint64(0xFF)) << sh
-    for i in range(8, size):
-        u[i] |= np.int64((hi >> np.uint64(8 * (i - 8))) & np.uint64(0xFF)) << sh
-
-
-@numba.njit(cache=True, inline="always")
-def _origin(b, n, h, w, two_d):
-    """(flat index of block b's plane, its first row, its first column); 1-D: (first index, 0, 0)."""
-    if not two_d:
-        return b * 4, 0, 0
-    bc = (w + 3) // 4
-    br = (h + 3) // 4
-    p = b // (br * bc)
-    rem = b - p * br * bc
-    by = rem // bc
-    return p * h * w, by * 4, (rem - by * bc) * 4
+    return sig, codegen
 
 
 @numba.njit(cache=True, inline="always")
 def _next(base, r0, c0, h, w, two_d):
-    """``_origin`` of the block after the one at (base, r0, c0): no integer division (two per block were a
-    large part of the per-block cost)."""
+    """Origin (plane's flat index, first row, first column; 1-D: first index) of the block after the one at
+    (base, r0, c0), without integer divisions."""
     if not two_d:
         return base + 4, 0, 0
     c0 += 4
@@ -124,77 +112,245 @@ def _next(base, r0, c0, h, w, two_d):
 
 
 @numba.njit(cache=True, inline="always")
-def _at(base, r0, c0, k, n, h, w, two_d):
-    """Flat index of value k of the block at ``_origin``, clamped into the tensor (padding repeats the last row /
-    column / element)."""
+def _origin(b, h, w, two_d):
     if not two_d:
-        i = base + k
-        return i if i < n else n - 1
-    return base + min(r0 + (k >> 2), h - 1) * w + min(c0 + (k & 3), w - 1)
+        return b * 4, 0, 0
+    bc = (w + 3) // 4
+    br = (h + 3) // 4
+    p = b // (br * bc)
+    rem = b - p * br * bc
+    by = rem // bc
+    return p * h * w, by * 4, (rem - by * bc) * 4
 
 
 @numba.njit(cache=True, inline="always")
-def _inside(base, r0, c0, k, n, h, w, two_d):
-    """Whether value k of the block at ``_origin`` lies inside the tensor (not padding)."""
-    if not two_d:
-        return base + k < n
-    return r0 + (k >> 2) < h and c0 + (k & 3) < w
+def _gather(xb, n, h, w, two_d, b0, nb, v):
+    """v[k, j] = bits of value k of block b0 + j, clamped into the tensor (edge padding repeats the last row /
+    column / element); 1-D blocks fill rows 0-3 only."""
+    base, r0, c0 = _origin(b0, h, w, two_d)
+    for j in range(nb):
+        if j > 0:
+            base, r0, c0 = _next(base, r0, c0, h, w, two_d)
+        if two_d and r0 + 4 <= h and c0 + 4 <= w:  # interior block: four rows of four, no clamping
+            for r in range(4):
+                row = base + (r0 + r) * w + c0
+                for c in range(4):
+                    v[4 * r + c, j] = xb[row + c]
+        elif two_d:
+            for r in range(4):
+                row = base + min(r0 + r, h - 1) * w
+                for c in range(4):
+                    v[4 * r + c, j] = xb[row + min(c0 + c, w - 1)]
+        else:
+            for c in range(4):
+                v[c, j] = xb[min(base + c, n - 1)]
 
 
 @numba.njit(cache=True, inline="always")
-def _fwd4(p, o, s):
-    a0, a1, a2, a3 = p[o], p[o + s], p[o + 2 * s], p[o + 3 * s]
-    d0 = a0 - a1
-    s0 = (a1 + (d0 >> 1)) * 2
-    d1 = a2 - a3
-    s1 = (a3 + (d1 >> 1)) * 2
-    dd = s0 - s1
-    ss = (s1 + (dd >> 1)) * 2
-    p[o], p[o + s], p[o + 2 * s], p[o + 3 * s] = ss, dd, d0, d1
+def _fwd4(q, a, b, c, d, nb):
+    """The forward lifting on rows a, b, c, d of q (int32), for every block."""
+    ra, rb, rc, rd = q[a], q[b], q[c], q[d]
+    for j in range(nb):
+        a0, a1, a2, a3 = ra[j], rb[j], rc[j], rd[j]
+        d0 = a0 - a1
+        s0 = (a1 + (d0 >> 1)) << 1
+        d1 = a2 - a3
+        s1 = (a3 + (d1 >> 1)) << 1
+        dd = s0 - s1
+        ss = (s1 + (dd >> 1)) << 1
+        ra[j], rb[j], rc[j], rd[j] = ss, dd, d0, d1
 
 
 @numba.njit(cache=True, inline="always")
-def _inv4(p, o, s):
-    ss, dd, d0, d1 = p[o], p[o + s], p[o + 2 * s], p[o + 3 * s]
-    s1 = (ss >> 1) - (dd >> 1)
-    s0 = dd + s1
-    a1 = (s0 >> 1) - (d0 >> 1)
-    a0 = d0 + a1
-    a3 = (s1 >> 1) - (d1 >> 1)
-    a2 = d1 + a3
-    p[o], p[o + s], p[o + 2 * s], p[o + 3 * s] = a0, a1, a2, a3
+def _inv4(q, a, b, c, d, nb):
+    ra, rb, rc, rd = q[a], q[b], q[c], q[d]
+    for j in range(nb):
+        ss, dd, d0, d1 = ra[j], rb[j], rc[j], rd[j]
+        s1 = (ss >> 1) - (dd >> 1)
+        s0 = dd + s1
+        a1 = (s0 >> 1) - (d0 >> 1)
+        a0 = d0 + a1
+        a3 = (s1 >> 1) - (d1 >> 1)
+        a2 = d1 + a3
+        ra[j], rb[j], rc[j], rd[j] = a0, a1, a2, a3
 
 
 @numba.njit(cache=True, inline="always")
-def _put(data, bit, end, val, nbits):
-    """OR the low ``nbits`` (<= 49) of val into the stream at ``bit``, cut at ``end``."""
-    room = end - bit
-    if room <= 0 or val == 0:
-        return
-    if nbits > room:
-        val &= (np.uint64(1) << np.uint64(room)) - np.uint64(1)
-        if val == 0:
-            return
-    off = np.uint64(bit & 31)
-    w = bit >> 5
-    data[w] |= np.uint32((val << off) & np.uint64(0xFFFFFFFF))
-    rest = val >> (np.uint64(32) - off)  # bits that spill into the next words
-    if rest != 0:
-        data[w + 1] |= np.uint32(rest & np.uint64(0xFFFFFFFF))
-        rest >>= np.uint64(32)
-        if rest != 0:
-            data[w + 2] |= np.uint32(rest)
+def _transpose(u, nb):
+    """Per block (column j of the uint32 rows u[0..15]): bit k of word i <-> bit i of word k, in the low and
+    the high 16-bit halves at once. Coefficients -> planes: word k holds plane k (low half) and plane k + 16
+    (high half); it is its own inverse."""
+    for d, mask in _TRANSPOSE:
+        m = np.uint32(mask)
+        sd = np.uint32(d)
+        for i in range(16):
+            if i & d:
+                continue
+            ra, rb = u[i], u[i + d]
+            for j in range(nb):
+                a, b = ra[j], rb[j]
+                t = ((a >> sd) ^ b) & m
+                rb[j] = b ^ t
+                ra[j] = a ^ (t << sd)
 
 
 @numba.njit(cache=True, inline="always")
-def _peek(data, bit, nbits):
-    """The ``nbits`` (<= 32) stream bits from ``bit`` as an integer (bits past the data read as 0)."""
-    w = bit >> 5
-    v = np.uint64(data[w])
-    if w + 1 < data.size:
-        v |= np.uint64(data[w + 1]) << np.uint64(32)
-    v >>= np.uint64(bit & 31)
-    return np.int64(v & ((np.uint64(1) << np.uint64(nbits)) - np.uint64(1)))
+def _plane(v, k, j):
+    """Bit plane k of block j from the transposed words (bit i = coefficient i)."""
+    return np.uint64((v[k & 15, j] >> np.uint32(16 * (k >> 4))) & np.uint32(0xFFFF))
+
+
+@numba.njit(cache=True, inline="always")
+def _put(buf, wpos, acc, nacc, code, length):
+    """Append ``length`` (<= 33) bits to the register acc (nacc <= 31 bits pending), store its two words, and
+    advance past the full ones."""
+    acc |= code << np.uint64(nacc)
+    nacc += length
+    buf[wpos] = np.uint32(acc & np.uint64(0xFFFFFFFF))
+    buf[wpos + 1] = np.uint32(acc >> np.uint64(32))
+    adv = nacc >> 5
+    sh = np.uint64(16 * adv)  # two shifts: a 64-bit shift by 64 is undefined
+    return wpos + adv, (acc >> sh) >> sh, nacc & 31
+
+
+@numba.njit(cache=True, inline="always")
+def _plane_code(x, nsig, size):
+    """(code, length) of one bit plane x (bit i = coefficient i) given the nsig coefficients already
+    significant: their bits verbatim, then ZFP's group tests and runs (module doc). Afterwards the significant
+    ones are those up to the highest set bit of this plane or an earlier one."""
+    # branch-free (the cases are data-dependent and would mispredict): selects only
+    one = np.uint64(1)
+    verb = x & ((one << np.uint64(nsig)) - one)
+    r = x >> np.uint64(nsig)
+    nz = np.int64(r != 0)
+    pt = 63 - np.int64(_clz(r | one))  # highest set bit: every coefficient up to it becomes significant
+    low = r & np.uint64(0xFF)
+    e = _EXPAND[low] | (_EXPAND[(r >> np.uint64(8)) & np.uint64(0xFF)] << np.uint64(8 + np.int64(_popcount(low))))
+    full = pt + 1 + np.int64(_popcount(r))  # bits 0..pt, each set bit followed by a group 1
+    # the last coefficient's 1 is implied: neither it nor a group bit after it is written; otherwise the group
+    # bit after the last set bit is 0 and ends the plane
+    last = np.int64(pt == size - nsig - 1)
+    e &= (one << np.uint64(max(full - 1 - last, 0))) - one
+    length = full - 2 * last + 1 if nz else 1  # r == 0: one group test 0
+    code = verb | ((np.uint64(nz) | (e << one)) << np.uint64(nsig))
+    return code, nsig + length
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def encode(x, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, data):
+    """Write every block's bits into ``data`` (uint32, zeroed). x must be finite (the caller zeroes NaN/±Inf).
+    ``precision`` must be 26 or less (int32 coefficients)."""
+    size = 16 if two_d else 4
+    budget = rate * size
+    xb = x.view(np.uint32)
+    ntasks = (nblocks + GROUP - 1) // GROUP
+    task_words = GROUP * budget // 32
+    for t in numba.prange(ntasks):
+        b0 = t * GROUP
+        nb = min(nblocks, b0 + GROUP) - b0
+        v = np.zeros((16, GROUP), np.uint32)  # float bits, then negabinary coefficients, then bit planes
+        q = np.zeros((16, GROUP), np.int32)
+        amax = np.zeros(GROUP, np.uint32)
+        emax = np.zeros(GROUP, np.int32)
+        scale = np.zeros(GROUP, np.float32)
+        buf = np.zeros(task_words + 3, np.uint32)
+        _gather(xb, n, h, w, two_d, b0, nb, v)
+        for k in range(size):  # the largest magnitude of every block
+            row = v[k]
+            for j in range(nb):
+                amax[j] = max(amax[j], row[j] & np.uint32(0x7FFFFFFF))
+        tiny = False
+        for j in range(nb):  # frexp exponent of the largest magnitude, from its bits
+            a = amax[j]
+            if a >= np.uint32(0x800000):
+                emax[j] = np.int32(a >> np.uint32(23)) - 126
+            elif a != 0:  # subnormal m * 2**-149: bit length of m - 149
+                emax[j] = 64 - np.int32(_clz(np.uint64(a))) - 149
+            e = precision - emax[j]
+            tiny |= e > 127
+            scale[j] = _POW2[min(e, 127) + _POW_OFF]
+        # q = trunc(x * 2**(precision - emax)): exact in float32 where the scale is a float32 (a product >= 1 is
+        # a normal float32 and a power-of-two scaling of it is exact; smaller ones truncate to 0 either way)
+        fv = v.view(np.float32)
+        for k in range(size):
+            row, qr = fv[k], q[k]
+            for j in range(nb):
+                qr[j] = np.int32(row[j] * scale[j])
+        if tiny:  # blocks of magnitude < 2**-101: from the mantissa m and exponent e of x = m * 2**(e' - 150)
+            for j in range(nb):
+                if precision - emax[j] <= 127:
+                    continue
+                for k in range(size):
+                    bits = v[k, j]
+                    e = np.int64((bits >> np.uint32(23)) & np.uint32(0xFF))
+                    m = np.int64(bits & np.uint32(0x7FFFFF)) | (np.int64(e != 0) << 23)
+                    sh = max(e, 1) - 150 + precision - emax[j]  # <= 2
+                    mag = (m << max(sh, 0)) >> min(max(-sh, 0), 63)
+                    q[k, j] = -mag if bits >> np.uint32(31) else mag
+        if two_d:
+            for r in range(4):
+                _fwd4(q, 4 * r, 4 * r + 1, 4 * r + 2, 4 * r + 3, nb)
+            for c in range(4):
+                _fwd4(q, c, c + 4, c + 8, c + 12, nb)
+            for i in range(16):
+                row, qr = v[i], q[_PERM2[i]]
+                for j in range(nb):
+                    row[j] = (np.uint32(qr[j]) + _NB32) ^ _NB32
+        else:
+            _fwd4(q, 0, 1, 2, 3, nb)
+            for i in range(4):
+                row, qr = v[i], q[i]
+                for j in range(nb):
+                    row[j] = (np.uint32(qr[j]) + _NB32) ^ _NB32
+            for i in range(4, 16):
+                v[i, :nb] = 0
+        orm = np.zeros(GROUP, np.uint32)  # the OR of each block's coefficients: its highest nonempty plane
+        for k in range(size):
+            row = v[k]
+            for j in range(nb):
+                orm[j] |= row[j]
+        _transpose(v, nb)  # v[k & 15] >> (16 * (k >> 4)): plane k
+        for j in range(nb):
+            if amax[j] == 0:
+                continue  # all-zero block: exponent field 0, nothing else (the buffer is zeroed)
+            start = j * budget
+            # the block's bits go through a register (acc holds bits nacc.. of word wpos on): plain stores,
+            # no read-modify-write of the word the previous code went into
+            wpos = start >> 5
+            nacc = start & 31
+            acc = np.uint64(buf[wpos])
+            wpos, acc, nacc = _put(buf, wpos, acc, nacc, np.uint64(emax[j] + exp_bias), exp_bits)
+            # the planes above the highest nonempty one are one 0 (group test) each
+            top = 63 - np.int64(_clz(np.uint64(orm[j]))) if orm[j] != 0 else -1
+            bit = exp_bits + 31 - top
+            wpos, acc, nacc = _put(buf, wpos, acc, nacc, np.uint64(0), min(31 - top, budget - exp_bits))
+            nsig = 0
+            seen = np.uint64(0)  # OR of the planes coded so far: nsig is its bit length (no serial chain
+            k = top              # through each plane's code)
+            while k >= 0 and bit < budget and nsig < size:  # planes with group tests
+                x_k = _plane(v, k, j)
+                code, length = _plane_code(x_k, nsig, size)
+                seen |= x_k
+                nsig = 64 - np.int64(_clz(seen)) if seen != 0 else 0
+                if length > budget - bit:  # cut at the budget
+                    length = budget - bit
+                    code &= (np.uint64(1) << np.uint64(length)) - np.uint64(1)
+                wpos, acc, nacc = _put(buf, wpos, acc, nacc, code, length)
+                bit += length
+                k -= 1
+            while k >= 0 and bit < budget:  # every coefficient significant: planes verbatim, 32 bits at a time
+                count = min(32 // size, k + 1)
+                chunk = np.uint64(0)
+                for i in range(count):
+                    chunk |= _plane(v, k - i, j) << np.uint64(size * i)
+                length = min(size * count, budget - bit)
+                chunk &= (np.uint64(1) << np.uint64(length)) - np.uint64(1)
+                wpos, acc, nacc = _put(buf, wpos, acc, nacc, chunk, length)
+                bit += length
+                k -= count
+        w0 = t * task_words
+        for i in range(min(task_words, data.size - w0)):
+            data[w0 + i] = buf[i]
 
 
 @numba.njit(cache=True, inline="always")
@@ -211,209 +367,135 @@ def _window(data, bit):
     return v
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
-def encode(x, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, data):
-    """OR every block's bits into ``data`` (uint32, zeroed). x must be finite (the caller zeroes NaN/±Inf).
-    Parallel over tasks of GROUP blocks: each task's bits start on a word boundary."""
-    size = 16 if two_d else 4
-    budget = rate * size
-    xb = x.view(np.uint32)
-    for t in numba.prange((nblocks + GROUP - 1) // GROUP):
-        v = np.empty(16, np.float32)
-        q = np.empty(16, np.int64)
-        u = np.empty(16, np.int64)
-        base, r0, c0 = _origin(t * GROUP, n, h, w, two_d)
-        for b in range(t * GROUP, min(nblocks, (t + 1) * GROUP)):
-            if b > t * GROUP:
-                base, r0, c0 = _next(base, r0, c0, h, w, two_d)
-            amaxb = np.uint32(0)
-            if two_d and r0 + 4 <= h and c0 + 4 <= w:  # interior block: four rows of four, no clamping
-                for r in range(4):
-                    row = base + (r0 + r) * w + c0
-                    for c in range(4):
-                        v[4 * r + c] = x[row + c]
-                        amaxb = max(amaxb, xb[row + c] & np.uint32(0x7FFFFFFF))
-            else:
-                for k in range(size):
-                    i = _at(base, r0, c0, k, n, h, w, two_d)
-                    v[k] = x[i]
-                    amaxb = max(amaxb, xb[i] & np.uint32(0x7FFFFFFF))
-            if amaxb == 0:
-                continue  # all-zero block: exponent field 0, nothing else (data is zeroed)
-            if amaxb >= np.uint32(0x800000):  # normal: frexp exponent from the bits
-                emax = np.int64(amaxb >> np.uint32(23)) - 126
-            else:  # subnormal m * 2**-149: frexp exponent = bit length of m - 149
-                emax = 64 - np.int64(_clz(np.uint64(amaxb))) - 149
-            bit = b * budget
-            end = bit + budget
-            _put(data, bit, end, np.uint64(emax + exp_bias), exp_bits)
-            bit += exp_bits
-            scale = _POW2[precision - emax + _POW_OFF]
-            for k in range(size):
-                q[k] = np.int64(np.float64(v[k]) * scale)  # truncates toward zero, as math.trunc
-            ormask = np.int64(0)
-            if two_d:
-                for r in range(4):
-                    _fwd4(q, 4 * r, 1)
-                for c in range(4):
-                    _fwd4(q, c, 4)
-                for i in range(16):
-                    u[i] = ((q[_PERM2[i]] + _NB) ^ _NB) & 0xFFFFFFFF
-                    ormask |= u[i]
-            else:
-                _fwd4(q, 0, 1)
-                for i in range(4):
-                    u[i] = ((q[i] + _NB) ^ _NB) & 0xFFFFFFFF
-                    ormask |= u[i]
-            # planes above the highest set bit are empty: one 0 (group test) each, nothing else
-            top = 63 - np.int64(_clz(np.uint64(ormask)))
-            bit += 31 - top
-            nsig = 0
-            k = top
-            group = -1
-            lo = np.uint64(0)
-            hi = np.uint64(0)
-            while k >= 0 and bit < end:
-                if k >> 3 != group:  # the next byte of every coefficient, as 8 byte lanes per uint64
-                    group = k >> 3
-                    lo, hi = _lanes(u, size, np.uint64(8 * group))
-                xk = _gather(lo, hi, np.uint64(k & 7))
-                # the plane's whole bit sequence in one register, then one OR into the stream: the verbatim
-                # bits of the coefficients already significant, then the group tests and their runs
-                code = np.uint64(xk & ((np.int64(1) << nsig) - 1))
-                length = nsig
-                j = nsig
-                while j < size:
-                    rest = xk >> j
-                    if rest == 0:  # group test 0 ends the plane
-                        length += 1
-                        break
-                    p = j + _ctz(rest)  # the next set bit
-                    if p < size - 1:  # 1, (p - j) zeros, 1
-                        code |= (np.uint64(1) | (np.uint64(1) << np.uint64(p - j + 1))) << np.uint64(length)
-                        length += p - j + 2
-                        j = p + 1
-                    else:  # 1, then zeros up to coefficient size-2; the last one's 1 is implied
-                        code |= np.uint64(1) << np.uint64(length)
-                        length += size - j
-                        j = size
-                nsig = j
-                _put(data, bit, end, code, length)
-                bit += length
-                k -= 1
+@numba.njit(cache=True, inline="always")
+def _peek(data, bit, nbits):
+    """The ``nbits`` (<= 32) stream bits from ``bit`` as an integer."""
+    return np.int64(_window(data, bit) & ((np.uint64(1) << np.uint64(nbits)) - np.uint64(1)))
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 def decode(data, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, y):
-    """Decode every block into y (float32[n]); returns False if an exponent field is out of range.
-    Parallel over tasks of GROUP blocks (each writes only its own blocks' elements)."""
+    """Decode every block into y (float32[n]); returns False if an exponent field is out of range."""
     size = 16 if two_d else 4
     budget = rate * size
     ntasks = (nblocks + GROUP - 1) // GROUP
     bad = np.zeros(ntasks, np.uint8)
     for t in numba.prange(ntasks):
-        q = np.empty(16, np.int64)
-        u = np.empty(16, np.int64)
-        out = np.empty(16, np.float32)
-        base, r0, c0 = _origin(t * GROUP, n, h, w, two_d)
-        for b in range(t * GROUP, min(nblocks, (t + 1) * GROUP)):
-            if b > t * GROUP:
-                base, r0, c0 = _next(base, r0, c0, h, w, two_d)
-            bit = b * budget
+        b0 = t * GROUP
+        nb = min(nblocks, b0 + GROUP) - b0
+        u = np.zeros((16, GROUP), np.uint32)  # bit planes, then negabinary coefficients
+        q = np.empty((16, GROUP), np.int64)
+        scale = np.zeros(GROUP, np.float64)
+        for j in range(nb):
+            bit = (b0 + j) * budget
             end = bit + budget
             efield = _peek(data, bit, exp_bits)
             bit += exp_bits
             if efield == 0:
-                for k in range(size):
-                    out[k] = 0.0
-            else:
-                if efield > 128 + exp_bias:
-                    bad[t] = 1
-                    efield = 128 + exp_bias
-                emax = efield - exp_bias
-                for i in range(size):
-                    u[i] = 0
-                nsig = 0
-                k = 31
-                lo = np.uint64(0)
-                hi = np.uint64(0)
-                while k >= 0 and bit < end:
-                    # the plane's bits come from one 64-bit window (a plane needs at most 33 + 16 bits)
-                    avail = min(end - bit, 64)
-                    win = _window(data, bit)
-                    used = 0
-                    xk = np.int64(0)
-                    live = True
-                    if nsig > 0:  # verbatim bits of the coefficients already significant
-                        used = min(nsig, avail)
-                        xk = np.int64(win & ((np.uint64(1) << np.uint64(used)) - np.uint64(1)))
-                        live = used == nsig
-                    j = nsig
-                    while live and j < size:
-                        if used >= avail:
-                            live = False
-                            break
+                continue  # scale 0: the block decodes to +0.0
+            if efield > 128 + exp_bias:
+                bad[t] = 1
+                efield = 128 + exp_bias
+            scale[j] = _POW2[efield - exp_bias - precision + _POW_OFF]
+            nsig = 0
+            k = 31
+            while k >= 0 and bit < end:
+                # the plane's bits come from one 64-bit window (a plane needs at most 33 bits)
+                win = _window(data, bit)
+                if end - bit >= 2 * size + 1:  # the whole plane (<= 2 * size + 1 - nsig bits) is inside the budget
+                    used = nsig
+                    xk = np.int64(win & ((np.uint64(1) << np.uint64(nsig)) - np.uint64(1)))
+                    j2 = nsig
+                    while j2 < size:
                         g = (win >> np.uint64(used)) & np.uint64(1)
                         used += 1
                         if g == 0:  # group test 0 ends the plane
                             break
-                        m = size - 1 - j  # positions j .. size-2 are scanned for the next 1
-                        if m == 0:
-                            xk |= np.int64(1) << j
-                            j = size
-                        else:
-                            look = min(m, avail - used)
-                            run = np.int64((win >> np.uint64(used)) & ((np.uint64(1) << np.uint64(look)) - np.uint64(1)))
-                            if run != 0:
-                                z = _ctz(run)
-                                xk |= np.int64(1) << (j + z)
-                                used += z + 1
-                                j += z + 1
-                            else:
-                                used += look
-                                if look < m:
-                                    live = False
-                                    break
-                                xk |= np.int64(1) << (size - 1)  # all zeros: the last one is implied
-                                j = size
-                        nsig = j
+                        # positions j2 .. size-2 are scanned for the next 1; none: the last one is implied
+                        run = np.int64((win >> np.uint64(used)) & ((np.uint64(1) << np.uint64(size - 1 - j2)) - np.uint64(1)))
+                        z = np.int64(_ctz(run)) if run != 0 else size - 1 - j2
+                        xk |= np.int64(1) << (j2 + z)
+                        used += z + (run != 0)
+                        j2 += z + 1
+                    nsig = j2
                     bit += used
-                    # bit j of the plane -> bit (k & 7) of byte lane j; a byte of lanes is flushed into the
-                    # coefficients when the next plane starts another byte, or at the end
-                    sj = np.uint64(k & 7)
-                    lo |= _spread(np.uint64(xk) & np.uint64(0xFF)) << sj
-                    hi |= _spread((np.uint64(xk) >> np.uint64(8)) & np.uint64(0xFF)) << sj
-                    if not live or k & 7 == 0:
-                        _flush(u, size, lo, hi, np.int64(8 * (k >> 3)))
-                        lo = np.uint64(0)
-                        hi = np.uint64(0)
-                    if not live:
-                        break
+                    u[k & 15, j] |= np.uint32(xk) << np.uint32(16 * (k >> 4))
                     k -= 1
-                if lo != 0 or hi != 0:  # the loop ran out of budget between planes, mid-byte
-                    _flush(u, size, lo, hi, np.int64(8 * ((k + 1) >> 3)))
-                if two_d:
-                    for i in range(16):
-                        q[_PERM2[i]] = (u[i] ^ _NB) - _NB
-                    for c in range(4):
-                        _inv4(q, c, 4)
-                    for r in range(4):
-                        _inv4(q, 4 * r, 1)
-                else:
-                    for i in range(4):
-                        q[i] = (u[i] ^ _NB) - _NB
-                    _inv4(q, 0, 1)
-                scale = _POW2[emax - precision + _POW_OFF]
-                for k in range(size):
-                    d = np.float64(q[k]) * scale  # exact: an integer times a power of two
-                    out[k] = np.float32(min(max(d, -_F32_MAX), _F32_MAX))
-            if two_d and r0 + 4 <= h and c0 + 4 <= w:
-                for r in range(4):
+                    continue
+                avail = end - bit
+                used = 0
+                xk = np.int64(0)
+                live = True
+                if nsig > 0:  # verbatim bits of the coefficients already significant
+                    used = min(nsig, avail)
+                    xk = np.int64(win & ((np.uint64(1) << np.uint64(used)) - np.uint64(1)))
+                    live = used == nsig
+                j2 = nsig
+                while live and j2 < size:
+                    if used >= avail:
+                        live = False
+                        break
+                    g = (win >> np.uint64(used)) & np.uint64(1)
+                    used += 1
+                    if g == 0:  # group test 0 ends the plane
+                        break
+                    m = size - 1 - j2  # positions j2 .. size-2 are scanned for the next 1
+                    if m == 0:
+                        xk |= np.int64(1) << j2
+                        j2 = size
+                    else:
+                        look = min(m, avail - used)
+                        run = np.int64((win >> np.uint64(used)) & ((np.uint64(1) << np.uint64(look)) - np.uint64(1)))
+                        if run != 0:
+                            z = _ctz(run)
+                            xk |= np.int64(1) << (j2 + z)
+                            used += z + 1
+                            j2 += z + 1
+                        else:
+                            used += look
+                            if look < m:
+                                live = False
+                                break
+                            xk |= np.int64(1) << (size - 1)  # all zeros: the last one is implied
+                            j2 = size
+                    nsig = j2
+                bit += used
+                u[k & 15, j] |= np.uint32(xk) << np.uint32(16 * (k >> 4))
+                if not live:
+                    break
+                k -= 1
+        _transpose(u, nb)  # planes -> negabinary coefficients
+        if two_d:
+            for i in range(16):
+                ur, qr = u[i], q[_PERM2[i]]
+                for j in range(nb):
+                    qr[j] = (np.int64(ur[j]) ^ _NB) - _NB
+            for c in range(4):
+                _inv4(q, c, c + 4, c + 8, c + 12, nb)
+            for r in range(4):
+                _inv4(q, 4 * r, 4 * r + 1, 4 * r + 2, 4 * r + 3, nb)
+        else:
+            for i in range(4):
+                ur, qr = u[i], q[i]
+                for j in range(nb):
+                    qr[j] = (np.int64(ur[j]) ^ _NB) - _NB
+            _inv4(q, 0, 1, 2, 3, nb)
+        out = u.view(np.float32)  # the coefficients are no longer needed: reuse their rows for the values
+        for k in range(size):
+            qr, orow = q[k], out[k]
+            for j in range(nb):
+                d = np.float64(qr[j]) * scale[j]  # exact: an integer times a power of two
+                orow[j] = np.float32(min(max(d, -_F32_MAX), _F32_MAX))
+        base, r0, c0 = _origin(b0, h, w, two_d)
+        for j in range(nb):
+            if j > 0:
+                base, r0, c0 = _next(base, r0, c0, h, w, two_d)
+            if two_d:
+                for r in range(min(4, h - r0)):
                     row = base + (r0 + r) * w + c0
-                    for c in range(4):
-                        y[row + c] = out[4 * r + c]
+                    for c in range(min(4, w - c0)):
+                        y[row + c] = out[4 * r + c, j]
             else:
-                for k in range(size):
-                    if _inside(base, r0, c0, k, n, h, w, two_d):
-                        y[_at(base, r0, c0, k, n, h, w, two_d)] = out[k]
+                for c in range(min(4, n - base)):
+                    y[base + c] = out[c, j]
     return not bad.any()

@@ -100,8 +100,8 @@ def test_backend_switch(monkeypatch: pytest.MonkeyPatch) -> None:
 @numba_only
 def test_auto_backend_picks_numba_only_where_it_is_faster() -> None:
     with cpu.use_backend("auto"):
-        assert cpu.kernels("bits") is None and cpu.kernels("sparse") is None
-        assert cpu.kernels("intervalmask") is None
+        assert cpu.kernels("bits") is None and cpu.kernels("intervalmask") is None
+        assert (cpu.kernels("sparse") is not None) == ("numba" in sys.modules)  # NUMBA_WHEN_LOADED
         assert cpu.kernels("sz") is not None and cpu.backend_for("zfp") == "numba"
     with cpu.use_backend("numba"):
         assert cpu.kernels("bits") is not None
@@ -139,6 +139,20 @@ def test_lossless_codecs_do_not_import_numba_by_default(setting: str, imported: 
     out = subprocess.run([sys.executable, "-c", _LOSSLESS_ONLY], env=env, capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == [str(imported), setting or "auto"]
+
+
+def test_auto_runs_sparse_with_numba_only_once_it_is_imported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under "auto", ``sparse`` (NUMBA_WHEN_LOADED) uses numba when the process imported it anyway and NumPy
+    otherwise; the NUMBA_BY_DEFAULT modules always use numba, the rest always NumPy."""
+    monkeypatch.setattr(cpu, "_backend", "auto")
+    monkeypatch.setitem(sys.modules, "numba", sys.modules.get("numba", object()))
+    assert [cpu.backend_for(m) for m in ("sparse", "sz", "bits")] == ["numba", "numba", "numpy"]
+    monkeypatch.delitem(sys.modules, "numba")
+    assert [cpu.backend_for(m) for m in ("sparse", "sz", "bits")] == ["numpy", "numba", "numpy"]
+    # the planner measures their workspace with NumPy (the larger one), whichever the process would run
+    assert [cpu.workspace_backend(c) for c in ("zvc", "sparse", "sz")] == ["numpy", "numpy", "auto"]
+    monkeypatch.setattr(cpu, "_backend", "numba")
+    assert cpu.workspace_backend("sparse") == "numba"
 
 
 @numba_only

@@ -4,9 +4,10 @@ Each codec keeps its NumPy implementation as the reference; ``encode_cpu`` / ``d
 compiled kernel when their module runs with numba and produce the same bytes (tests run both backends).
 
 The default backend, ``"auto"``, picks per kernel module: numba only for the modules in ``NUMBA_BY_DEFAULT``
-(dpr, sz, zfp: their compiled kernels encode 2-9x faster than NumPy at 1-16 MiB stashes on 2 cores), NumPy
-for the others (bits, sparse, intervalmask: NumPy was as fast or faster; docs/cpu-codecs.md has the table), so
-a graph whose codecs are all NumPy-default never imports numba nor pays its ~125 MiB of RSS. Without numba
+(dpr, sz, zfp: their compiled kernels encode 2-9x faster than NumPy at 1-16 MiB stashes on 2 cores), for
+``NUMBA_WHEN_LOADED`` (sparse) once numba is imported anyway, NumPy otherwise (bits, intervalmask: NumPy was as
+fast or faster; docs/cpu-codecs.md has the table), so a graph whose codecs are all NumPy-default never imports
+numba nor pays its ~125 MiB of RSS. Without numba
 installed everything is NumPy. ``ONNXCOMP_CODEC_BACKEND=numpy|numba|auto`` or ``set_backend`` /
 ``use_backend`` choose explicitly (``numba`` / ``numpy``: for every codec).
 
@@ -29,6 +30,7 @@ import functools
 import importlib
 import importlib.util
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -40,6 +42,11 @@ CHOICES = (*BACKENDS, "auto")  # what ONNXCOMP_CODEC_BACKEND / set_backend accep
 # Kernel modules (and zfp's coder) whose numba kernels beat NumPy by more than ~10 % at 1-16 MiB float32
 # activations on this project's 2-core reference machine (docs/cpu-codecs.md, "Default backend per codec").
 NUMBA_BY_DEFAULT = frozenset({"dpr", "sz", "zfp"})
+# Kernel modules whose numba kernels are faster (sparse: ZVC/CSR 1.3-1.8x, docs/notes/codecspeed.md) but not by
+# enough to import numba for them alone (~125 MiB of RSS, docs/notes/lazynumba.md): under "auto" they run with
+# numba once the process has imported it anyway (a dpr / sz / zfp codec ran), else with NumPy. Same bytes.
+NUMBA_WHEN_LOADED = frozenset({"sparse"})
+_WHEN_LOADED_CODECS = frozenset({"zvc", "csr", "sparse"})  # the codecs whose kernels are in those modules
 ENV_VAR = "ONNXCOMP_CODEC_BACKEND"
 
 _lock = threading.Lock()
@@ -91,8 +98,18 @@ def backend_for(module: str) -> str:
     or "zfp") runs with under the active setting."""
     name = backend()
     if name == "auto":
-        return "numba" if module in NUMBA_BY_DEFAULT else "numpy"
+        if module in NUMBA_BY_DEFAULT or (module in NUMBA_WHEN_LOADED and "numba" in sys.modules):
+            return "numba"
+        return "numpy"
     return name
+
+
+def workspace_backend(codec: str) -> str:
+    """The backend setting to measure ``codec``'s per-call workspace under (planner/predict.py): NumPy for a
+    NUMBA_WHEN_LOADED codec under "auto", whose backend depends on what else the process runs (its NumPy
+    path holds more: ZVC encode 1.85x vs 1.53x its input), else the active setting."""
+    name = backend()
+    return "numpy" if name == "auto" and codec in _WHEN_LOADED_CODECS else name
 
 
 @contextmanager

@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .._zfp_numba import _clz, _popcount  # LLVM's ctlz / ctpop
+
 __all__ = ["encode_blocks", "decode_blocks"]
 
 BLOCK = 32
@@ -76,9 +78,7 @@ def _block_q(xb, recip, twoeb, eb, q):  # noqa: ANN001, ANN202
         m = np.abs(q[0])
         for k in range(1, lanes):
             m = max(m, np.abs(q[k] - q[k - 1]))
-    r = 0
-    while m >> r:
-        r += 1
+    r = 32 - np.int64(_clz(np.uint32(m))) if m != 0 else 0  # bit length, no loop per bit
     return r, obits
 
 
@@ -158,10 +158,7 @@ def _encode_rates(x, recip, twoeb, eb, rates, outlier_bits, task_words, task_out
                 if words + r + 1 <= cap:  # once over, the task stays over: pass 2 redoes it whole
                     _pack_block(q, xb.size, r, mag, sc, words)
                 words += r + 1
-            v = np.int64(ob)
-            while v:  # popcount
-                v &= v - 1
-                outs += 1
+            outs += np.int64(_popcount(ob))
         task_words[t] = words
         task_outliers[t] = outs
 

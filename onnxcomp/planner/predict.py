@@ -192,12 +192,15 @@ _WARMED: set[tuple[str, str]] = set()
 
 @functools.lru_cache(maxsize=4096)
 def _codec_workspace(direction: str, name: str, params: str, shape: tuple[int, ...]) -> int:
-    from ..custom_ops import REGISTRY
+    from ..custom_ops import REGISTRY, cpu
     from ..custom_ops.contract import CONTROL_PARAMS, parse_params
 
     codec = REGISTRY.get(name)
     if codec is None:
         return 0
+    if (measure_as := cpu.workspace_backend(name)) != cpu.backend():  # sparse under auto: NumPy's (larger)
+        with cpu.use_backend(measure_as):
+            return _codec_workspace.__wrapped__(direction, name, params, shape)
     codec_params = {k: v for k, v in parse_params(params).items() if k not in CONTROL_PARAMS}
     # Post-ReLU-like data (half zeros): the typical stash; sizes of data-dependent payloads follow it.
     x = np.maximum(np.random.default_rng(0).standard_normal(shape, dtype=np.float32), 0)
