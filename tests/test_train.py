@@ -70,3 +70,35 @@ def test_data_helpers(small_artifacts: Path) -> None:
     assert ds.x_train.shape[1:] == (4, 3, 16, 16) and ds.y_train.shape[1] == 4
     assert ds.x_train.shape[0] * 4 + ds.x_test.shape[0] * 4 <= 1797
     assert abs(float(ds.x_train.mean())) < 0.1 and set(np.unique(ds.y_test)) <= set(range(10))
+
+
+def test_linear_warmup_decay_sets_each_steps_rate(small_artifacts: Path) -> None:
+    # The rate ORT's optimizer holds before each step: up over the warm-up, then down to peak/(total-warmup);
+    # a resumed schedule (done=2) starts at step 3's rate.
+    from onnxcomp.runtime.train import _schedule
+    from onnxcomp.runtime.training_session import open_training_session
+
+    peak = 4e-3
+    batches = synthetic_batches((4, 3, 16, 16), 10, seed=0)
+    for done, expected in ((0, [2e-3, 4e-3, 4e-3, 8e-3 / 3, 4e-3 / 3]), (2, [4e-3, 8e-3 / 3, 4e-3 / 3])):
+        session = open_training_session(small_artifacts / "training_model.onnx", small_artifacts / "checkpoint",
+                                        small_artifacts / "optimizer_model.onnx", learning_rate=peak)
+        _schedule(session, 2, total=5, done=done)
+        rates = []
+        for _ in expected:
+            rates.append(session.optimizer.get_learning_rate())
+            session.step(*next(batches))
+        assert rates == pytest.approx(expected, rel=1e-6)
+        session.close()
+
+
+def test_train_warmup_schedule(small_artifacts: Path) -> None:
+    kw = dict(steps=4, data="synthetic", progress=False, return_parameters=True, learning_rate=1e-2)
+    constant = train(small_artifacts, **kw)
+    a = train(small_artifacts, warmup_steps=2, **kw)
+    b = train(small_artifacts, warmup_steps=2, **kw)
+    assert a.warmup_steps == 2 and a.to_dict()["warmup_steps"] == 2
+    assert a.parameters.tobytes() == b.parameters.tobytes()
+    assert a.losses[0] == constant.losses[0] and a.parameters.tobytes() != constant.parameters.tobytes()
+    with pytest.raises(OnnxcompError, match="warmup_steps must be in"):
+        train(small_artifacts, steps=4, warmup_steps=4, progress=False)

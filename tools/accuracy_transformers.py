@@ -65,7 +65,7 @@ def run_one(model: str, art: Path, policy: str, seed: int, args: argparse.Namesp
     graph = _graph(art, policy, work)
     t0 = time.perf_counter()
     res = train(art, model=graph, steps=args.steps, data=data, seed=seed, eval_every=args.eval_every,
-                progress=False, learning_rate=args.lr)
+                progress=False, learning_rate=args.lr, warmup_steps=args.warmup)
     d = res.to_dict()
     d["wall_s"] = time.perf_counter() - t0
     d["policy"], d["model_name"] = policy, model
@@ -157,6 +157,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--eval-every", type=int, default=25)
     ap.add_argument("--lr", type=float, default=None, help="learning rate (default: the optimizer model's)")
+    ap.add_argument("--warmup", type=int, default=None,
+                    help="linear warm-up steps, then linear decay to ~0 at the last step (default: constant rate)")
     ap.add_argument("--policies", nargs="+", default=["baseline", "dpr-fp16", "dpr-fp8", "comet"])
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/onnxcomp-accuracy-transformers"))
@@ -166,7 +168,8 @@ def main() -> None:
     if not (args.art / "training_model.onnx").exists():
         sys.exit(f"{args.art}: no training_model.onnx; make the artifacts with `onnxcomp artifacts --model "
                  f"{args.model} ... -o {args.art}` first")
-    work = args.workdir / f"{args.model}-{args.art.resolve().name}-{args.steps}steps"
+    schedule = "" if args.warmup is None else f"-lr{args.lr}-warmup{args.warmup}"
+    work = args.workdir / f"{args.model}-{args.art.resolve().name}-{args.steps}steps{schedule}"
     if not args.report:
         for seed in args.seeds:          # seed-major: a cut-short invocation still has every policy paired
             for policy in args.policies:

@@ -34,6 +34,8 @@ class TrainResult:
     seed: int
     learning_rate: float | None
     parameters: np.ndarray | None = field(default=None, repr=False)
+    # Linear warm-up steps of the linear warm-up/decay schedule (None: constant learning rate).
+    warmup_steps: int | None = None
     bounds: dict[str, Any] | None = None  # the error-bound controller's summary, when the graph has one
     # Mean cross-entropy of the eval model's logits on the held-out batches, at the same steps as accuracy.
     val_loss_history: list[tuple[int, float]] = field(default_factory=list)
@@ -46,7 +48,7 @@ class TrainResult:
             "accuracy_source": self.accuracy_source,
             "accuracy_history": [list(p) for p in self.accuracy_history], "data": self.data,
             "settings": self.settings, "model": self.model, "seed": self.seed,
-            "learning_rate": self.learning_rate, "bounds": self.bounds,
+            "learning_rate": self.learning_rate, "warmup_steps": self.warmup_steps, "bounds": self.bounds,
             "val_loss_history": [list(p) for p in self.val_loss_history],
         }
 
@@ -87,6 +89,7 @@ def train(
     return_parameters: bool = False,
     bound_control: dict[str, Any] | None = None,
     save_dir: str | os.PathLike | None = None,
+    warmup_steps: int | None = None,
 ) -> TrainResult:
     """Train `steps` steps on `data` ("synthetic" or "digits"); evaluate test accuracy at the end and
     every `eval_every` steps when the data has real labels. Same seed and settings give bit-identical
@@ -95,11 +98,13 @@ def train(
     when the graph holds error-bounded encoders. data may also be a .npz file (arrays x, y) or a directory
     of images per class (onnxcomp.runtime.user_data). save_dir: checkpoint, optimizer state, step count and
     error bounds are written there at the end; a run that finds a save there resumes from it (same batches
-    as an uninterrupted run with the same seed)."""
+    as an uninterrupted run with the same seed). warmup_steps: schedule the learning rate (LinearWarmupDecay):
+    linearly up to the learning rate over ``warmup_steps`` steps, then linearly down to ~0 at the last step
+    (a resumed run counts the saved steps in, so its schedule ends at saved + ``steps``)."""
     from onnxcomp.load import resolve_training_run
     from onnxcomp.runtime.resume import load_progress, save_progress
 
-    _check_arguments(data, steps, eval_every)
+    _check_arguments(data, steps, eval_every, warmup_steps)
     artifact_dir = Path(artifact_dir).resolve()
     settings = settings or RuntimeSettings()
     model_path = resolve_training_run(artifact_dir, model)
@@ -111,6 +116,8 @@ def train(
         session, evaluation = _open_session(
             artifact_dir, model_path, evaluation, resume, settings=settings, seed=seed,
             learning_rate=learning_rate, bound_control=bound_control)
+        if warmup_steps is not None:
+            _schedule(session, warmup_steps, total=done + steps, done=done)
         spec = graph_data(artifact_dir, model_path, list(session.module.input_names()))
         batches, test, evaluation = _data(data, spec, seed, evaluation)
         for _ in range(done):  # resuming: continue the batch stream where the saved run stopped
@@ -132,11 +139,11 @@ def train(
         accuracy=loop.history[-1][1] if loop.history else None, accuracy_source=evaluation.source,
         accuracy_history=loop.history, data=data, settings=settings.to_dict(), model=str(model_path),
         seed=seed, learning_rate=learning_rate, parameters=params,
-        bounds=summary, val_loss_history=loop.val_losses,
+        bounds=summary, val_loss_history=loop.val_losses, warmup_steps=warmup_steps,
     )
 
 
-def _check_arguments(data: str, steps: int, eval_every: int | None) -> None:
+def _check_arguments(data: str, steps: int, eval_every: int | None, warmup_steps: int | None) -> None:
     if data not in DATA_SOURCES and not Path(data).exists():
         raise OnnxcompError(f"unknown data source {data!r}; use one of {list(DATA_SOURCES)}, a .npz file with x "
                             "and y arrays, or a directory of images per class")
@@ -144,6 +151,42 @@ def _check_arguments(data: str, steps: int, eval_every: int | None) -> None:
         raise OnnxcompError(f"train needs steps >= 1 (got {steps})")
     if eval_every is not None and eval_every < 1:
         raise OnnxcompError(f"eval_every must be >= 1 or None (got {eval_every})")
+    if warmup_steps is not None and not 0 <= warmup_steps < steps:
+        raise OnnxcompError(f"warmup_steps must be in [0, steps) = [0, {steps}) (got {warmup_steps}); None keeps "
+                            "the learning rate constant")
+
+
+class LinearWarmupDecay:
+    """Learning rate of step k (1-based) of ``total``: ``peak``·k/warmup up to ``warmup``, then linearly down,
+    ``peak``·(total − k + 1)/(total − warmup), to peak/(total − warmup) at the last step. Not ORT's
+    LinearLRScheduler: in onnxruntime-training 1.19.2 its Python binding swaps the two step counts
+    (LinearLRScheduler(opt, 3, 10, lr) warms up over 10 steps), so the schedule is set here, step by step."""
+
+    def __init__(self, optimizer: Any, peak: float, warmup: int, total: int, done: int = 0) -> None:
+        self.optimizer, self.peak, self.warmup, self.total = optimizer, peak, warmup, total
+        self.next_step = done + 1
+        self._apply()
+
+    def rate(self, step: int) -> float:
+        if step <= self.warmup:
+            return self.peak * step / self.warmup
+        return self.peak * (self.total - step + 1) / (self.total - self.warmup)
+
+    def _apply(self) -> None:
+        if self.next_step <= self.total:
+            self.optimizer.set_learning_rate(self.rate(self.next_step))
+
+    def step(self) -> None:
+        """After an optimizer step: the next step's rate."""
+        self.next_step += 1
+        self._apply()
+
+
+def _schedule(session: TrainingSession, warmup_steps: int, *, total: int, done: int) -> None:
+    """Attach the linear warm-up/decay schedule, peaking at the optimizer's learning rate, past the ``done``
+    steps of a resumed run."""
+    session.scheduler = LinearWarmupDecay(session.optimizer, session.optimizer.get_learning_rate(),
+                                          warmup_steps, total, done)
 
 
 def _evaluation_model(artifact_dir: Path, data: str, tmp: Path) -> _Evaluation:

@@ -43,6 +43,7 @@ class TrainingSession:
     module: Any       # onnxruntime.training.api.Module
     optimizer: Any    # onnxruntime.training.api.Optimizer
     bounds: Any       # adaptive.AdaptiveBounds, or None: bounds stay as set (runtime.bounds)
+    scheduler: Any = None  # onnxruntime.training.api.LinearLRScheduler, stepped after each optimizer step
 
     def __post_init__(self) -> None:
         from onnxcomp.runtime.op_errors import GuardedModule
@@ -62,6 +63,8 @@ class TrainingSession:
         Returns the module's outputs (the loss)."""
         out = self.forward_backward(*inputs, step=step)
         self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
         self.module.lazy_reset_grad()
         return out
 
@@ -86,6 +89,7 @@ class TrainingSession:
     def close(self) -> None:
         """Drop the references to ORT's objects (the sessions go with the last one)."""
         self.module = self.optimizer = self.state = self._guarded = None  # type: ignore[assignment]
+        self.scheduler = None
         self.bounds = None
 
 
