@@ -308,3 +308,45 @@ def test_summed_products_counts_rows_of_the_contracted_axis():
     assert summed_products((16, 256, 128), x_first=True) == 16 * 256
     assert summed_products((16, 128, 256), x_first=False) == 16 * 256   # W·X: K is the second last axis
     assert summed_products((32, 10), x_first=True) == 32                # a classifier's input: the batch
+
+
+def test_dpr_mixed_holds_recompute_sources_wider(tiny_gpt):
+    """dpr-fp8-src16: a stash that recompute clones are rebuilt from (read in backward through a gate with no
+    gradient input, e.g. the LayerNorm input that LayerNorm's output and Q/K/V are rebuilt from) is held in
+    fp16; every other float stash dpr-fp8 takes stays fp8. Same stashes taken as dpr-fp8; the forward pass
+    is untouched (first loss identical) and the first steps move the parameters less far from the exact
+    graph's than all-fp8 does."""
+    from onnxcomp.analysis import analysis_of
+    from onnxcomp.passes.dpr import feeds_recompute
+    from onnxcomp.transform import transform
+
+    transform(tiny_gpt, tiny_gpt / "recompute.onnx", "recompute", min_bytes=0)
+    analysis = analysis_of(onnx.load(str(tiny_gpt / "recompute.onnx")))
+    floats = [s for s in analysis.stashed if s.dtype == "float32"]
+    sources = {s.name for s in floats if feeds_recompute(analysis, s)}
+    assert sources and sources != {s.name for s in floats}
+    # The sources are the LayerNorm inputs (a gate, i.e. a Reshape view, reads them), not the loss's log-probs
+    # (their gradient op reads the constant dLoss, no gradient either, but no gate) nor the projection inputs.
+    assert all("Reshape" in s.backward_consumer_ops for s in floats if s.name in sources)
+    assert all(s.pattern.startswith(("Add-output", "Dropout-output")) for s in floats if s.name in sources)
+
+    fp8 = transform(tiny_gpt, tiny_gpt / "dpr-fp8.onnx", "dpr-fp8", min_bytes=0)
+    mixed = transform(tiny_gpt, tiny_gpt / "dpr-fp8-src16.onnx", "dpr-fp8-src16", min_bytes=0)
+    codec = {r["tensor"]: r["codec"] for r in mixed.records if r["encoding"] == "dpr"}
+    assert set(codec) == {r["tensor"] for r in fp8.records if r["encoding"] == "dpr"}
+    wide = {t for t, c in codec.items() if c == "dpr_fp16"}
+    assert wide and set(codec) - wide and all(codec[t] == "dpr_fp8" for t in set(codec) - wide)
+    # The wide ones are read by LayerNormalizationGrad and a recompute gate (a Reshape view) in backward.
+    assert all({"LayerNormalizationGrad", "Reshape"} <= set(r["pattern"].split("→")[1].split("/"))
+               for r in mixed.records if r["tensor"] in wide)
+    assert mixed.after["stashed_bytes"] + mixed.after["offset_bytes"] > fp8.after["stashed_bytes"] + fp8.after["offset_bytes"]
+    fp10 = transform(tiny_gpt, tiny_gpt / "dpr-fp8-src10.onnx", "dpr-fp8-src10", min_bytes=0)
+    assert {r["tensor"]: r["codec"] for r in fp10.records if r["encoding"] == "dpr"} == \
+        {t: "dpr_fp10" if t in wide else c for t, c in codec.items()}
+
+    base_losses, base_params = _train(tiny_gpt, "training_model.onnx", steps=2)
+    fp8_losses, fp8_params = _train(tiny_gpt, "dpr-fp8.onnx", steps=2)
+    losses, params = _train(tiny_gpt, "dpr-fp8-src16.onnx", steps=2)
+    assert losses[0] == base_losses[0] == fp8_losses[0]     # DPR holds backward copies only
+    np.testing.assert_allclose(losses, base_losses, rtol=2e-2)
+    assert 0 < np.linalg.norm(params - base_params) < np.linalg.norm(fp8_params - base_params)

@@ -98,6 +98,13 @@ _POLICIES = [
              CHUNKS_BEFORE_ENCODERS, step(DprPass, dpr_format=fmt), *LOSSY_ATTENTION_CHUNKS,
              options=("min_bytes", "overrides", "split_weight_bytes", "native"))
       for fmt in DPR_FORMATS),
+    # Mixed: fp8, except the stashes recompute clones are rebuilt from (transformers: the LayerNorm inputs, from
+    # which LayerNorm's output, Q/K/V and the GELU input are recomputed) in a wider format, since their rounding
+    # error reaches every rebuilt tensor (docs/notes/vitacc.md).
+    *(policy(f"dpr-fp8-src{fmt[2:]}", f"dpr-fp8, but stashes that recomputation rebuilds tensors from in {fmt}",
+             *LOSSY_FIRST, CHUNKS_BEFORE_ENCODERS, step(DprPass, dpr_format="fp8", dpr_source_format=fmt),
+             *LOSSY_ATTENTION_CHUNKS, options=("min_bytes", "overrides", "split_weight_bytes", "native"))
+      for fmt in ("fp16", "fp10")),
     # COMET: lossless where it applies, error-bounded conv/fc inputs, reduced precision elsewhere.
     policy("comet", "COMET: lossless where it applies, error-bounded conv/fc inputs, reduced precision "
            "elsewhere", *LOSSY_FIRST, ErrorBoundedPass, CHUNKS_BEFORE_ENCODERS, DprPass, SparsePass,

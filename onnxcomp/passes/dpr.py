@@ -25,18 +25,29 @@ class DprPass(EncodeStashPass):
     encoding = DPR
 
     def __init__(self, dpr_format: str = "fp16", min_bytes: int = 64 * 1024,
-                 consumers: tuple[str, ...] | None = None, native: bool = True) -> None:
-        if dpr_format not in DPR_FORMATS:
-            raise ValueError(f"unknown DPR format {dpr_format!r}; choose one of {', '.join(DPR_FORMATS)}")
+                 consumers: tuple[str, ...] | None = None, native: bool = True,
+                 dpr_source_format: str | None = None) -> None:
+        for fmt in (dpr_format, dpr_source_format or dpr_format):
+            if fmt not in DPR_FORMATS:
+                raise ValueError(f"unknown DPR format {fmt!r}; choose one of {', '.join(DPR_FORMATS)}")
         self.dpr_format = dpr_format
+        # Stashes that a recomputation rebuilds other tensors from (recompute_sources) in this format
+        # instead: their rounding error reaches every rebuilt tensor too (None: dpr_format like the rest).
+        self.dpr_source_format = dpr_source_format
         self.min_bytes = min_bytes
         self.consumers = consumers  # None: any backward reader; else only stashes read solely by these ops
         # fp16 with ONNX's own Clip + Cast: the same values (±Inf aside), no PyOp bridge copies.
-        self.native = native and dpr_format == "fp16"
+        self.native = native
 
     @property
     def codec(self) -> str:
         return f"dpr_{self.dpr_format}"
+
+    def format_for(self, analysis: GraphAnalysis, stash: StashedTensor) -> str:
+        """dpr_source_format for a stash a recomputation is rebuilt from, dpr_format otherwise."""
+        if self.dpr_source_format is not None and feeds_recompute(analysis, stash):
+            return self.dpr_source_format
+        return self.dpr_format
 
     def select(self, analysis: GraphAnalysis, stash: StashedTensor) -> Encoding | str:
         from ..custom_ops import get_codec
@@ -47,13 +58,26 @@ class DprPass(EncodeStashPass):
         if self.consumers is not None and not set(stash.backward_consumer_ops) <= set(self.consumers):
             return f"backward reader(s) {sorted(set(stash.backward_consumer_ops))} not in {list(self.consumers)}"
         shape = tuple(stash.shape)
-        if self.native:
+        fmt = self.format_for(analysis, stash)
+        why = " (recompute source)" if fmt != self.dpr_format else ""
+        if self.native and fmt == "fp16":
             n = 2 * numel(shape)
-            return Encoding(stash.name, stash.name, stash.name, self.codec, {}, [n], [list(shape)],
-                            "fp16: 16 bits/value (ONNX Clip + Cast)", native="fp16")
-        codec = get_codec(self.codec)
+            return Encoding(stash.name, stash.name, stash.name, "dpr_fp16", {}, [n], [list(shape)],
+                            f"fp16: 16 bits/value (ONNX Clip + Cast){why}", native="fp16")
+        codec = get_codec(f"dpr_{fmt}")
         packed = codec.predicted_nbytes(shape) - 8 * len(shape)
         # The int64 shape payload is declared with a symbolic length (docs/coverage.md: static int64[ndim]
         # outputs beside the anchor abort ORT's memory-reuse planner).
-        return Encoding(stash.name, stash.name, stash.name, self.codec, {}, [packed, 8 * len(shape)],
-                        [None, None], f"{self.dpr_format}: {_BITS[self.dpr_format]:.3g} bits/value")
+        return Encoding(stash.name, stash.name, stash.name, f"dpr_{fmt}", {}, [packed, 8 * len(shape)],
+                        [None, None], f"{fmt}: {_BITS[fmt]:.3g} bits/value{why}")
+
+
+def feeds_recompute(analysis: GraphAnalysis, stash: StashedTensor) -> bool:
+    """Whether a recomputation reads this stash: one of its backward readers has no incoming gradient of its
+    own yet waits on one through its backward-made inputs, i.e. is no gradient op but a recompute clone's
+    gate (passes/recompute.py, encode_stash.decoder_trigger), through which the stash is the input forward
+    ops are rebuilt from (a LayerNorm input → its output → Q/K/V, the GELU input)."""
+    from .encode_stash import decoder_trigger
+
+    return any(analysis.incoming_gradient(c, stash.name) is None and decoder_trigger(analysis, c, stash.name)
+               is not None for c in stash.backward_consumers)
