@@ -320,8 +320,8 @@ def test_dpr_mixed_holds_recompute_sources_wider(tiny_gpt):
     from onnxcomp.passes.dpr import feeds_recompute
     from onnxcomp.transform import transform
 
-    transform(tiny_gpt, tiny_gpt / "recompute.onnx", "recompute", min_bytes=0)
-    analysis = analysis_of(onnx.load(str(tiny_gpt / "recompute.onnx")))
+    transform(tiny_gpt, tiny_gpt / "mixed-recompute.onnx", "recompute", min_bytes=0)
+    analysis = analysis_of(onnx.load(str(tiny_gpt / "mixed-recompute.onnx")))
     floats = [s for s in analysis.stashed if s.dtype == "float32"]
     sources = {s.name for s in floats if feeds_recompute(analysis, s)}
     assert sources and sources != {s.name for s in floats}
@@ -330,8 +330,8 @@ def test_dpr_mixed_holds_recompute_sources_wider(tiny_gpt):
     assert all("Reshape" in s.backward_consumer_ops for s in floats if s.name in sources)
     assert all(s.pattern.startswith(("Add-output", "Dropout-output")) for s in floats if s.name in sources)
 
-    fp8 = transform(tiny_gpt, tiny_gpt / "dpr-fp8.onnx", "dpr-fp8", min_bytes=0)
-    mixed = transform(tiny_gpt, tiny_gpt / "dpr-fp8-src16.onnx", "dpr-fp8-src16", min_bytes=0)
+    fp8 = transform(tiny_gpt, tiny_gpt / "mixed-dpr-fp8.onnx", "dpr-fp8", min_bytes=0)
+    mixed = transform(tiny_gpt, tiny_gpt / "mixed-dpr-fp8-src16.onnx", "dpr-fp8-src16", min_bytes=0)
     codec = {r["tensor"]: r["codec"] for r in mixed.records if r["encoding"] == "dpr"}
     assert set(codec) == {r["tensor"] for r in fp8.records if r["encoding"] == "dpr"}
     wide = {t for t, c in codec.items() if c == "dpr_fp16"}
@@ -340,13 +340,13 @@ def test_dpr_mixed_holds_recompute_sources_wider(tiny_gpt):
     assert all({"LayerNormalizationGrad", "Reshape"} <= set(r["pattern"].split("→")[1].split("/"))
                for r in mixed.records if r["tensor"] in wide)
     assert mixed.after["stashed_bytes"] + mixed.after["offset_bytes"] > fp8.after["stashed_bytes"] + fp8.after["offset_bytes"]
-    fp10 = transform(tiny_gpt, tiny_gpt / "dpr-fp8-src10.onnx", "dpr-fp8-src10", min_bytes=0)
+    fp10 = transform(tiny_gpt, tiny_gpt / "mixed-dpr-fp8-src10.onnx", "dpr-fp8-src10", min_bytes=0)
     assert {r["tensor"]: r["codec"] for r in fp10.records if r["encoding"] == "dpr"} == \
         {t: "dpr_fp10" if t in wide else c for t, c in codec.items()}
 
     base_losses, base_params = _train(tiny_gpt, "training_model.onnx", steps=2)
-    fp8_losses, fp8_params = _train(tiny_gpt, "dpr-fp8.onnx", steps=2)
-    losses, params = _train(tiny_gpt, "dpr-fp8-src16.onnx", steps=2)
+    fp8_losses, fp8_params = _train(tiny_gpt, "mixed-dpr-fp8.onnx", steps=2)
+    losses, params = _train(tiny_gpt, "mixed-dpr-fp8-src16.onnx", steps=2)
     assert losses[0] == base_losses[0] == fp8_losses[0]     # DPR holds backward copies only
     np.testing.assert_allclose(losses, base_losses, rtol=2e-2)
     assert 0 < np.linalg.norm(params - base_params) < np.linalg.norm(fp8_params - base_params)
