@@ -19,6 +19,7 @@ from .load import (EXTERNAL_DATA_THRESHOLD, TRAINING_MODEL, external_data_files,
                    save_model)
 from .passes import OPTIONS, get_policy
 from .passes.base import OnnxcompPass, run_passes
+from .passes.arena_scratch import ArenaScratchPass
 from .passes.default_order import DefaultOrderPass
 from .passes.records import PassRecord, by_section
 from .passes.split_weight import WeightSplit
@@ -142,8 +143,9 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
         original = analysis_of(ir_model)
         before = _footprint(original)
         log = run_passes(ir_model, passes if passes is not None else make_passes(policy, **options))
-        if log.modified_by:   # a rewritten graph: ORT's DEFAULT order made to follow its node list (passes/default_order.py)
-            last = run_passes(ir_model, [DefaultOrderPass()])
+        if log.modified_by:   # a rewritten graph: ORT's DEFAULT order made to follow its node list (passes/default_order.py),
+            # no kernel scratch outside ORT's memory pattern (passes/arena_scratch.py)
+            last = run_passes(ir_model, [ArenaScratchPass(), DefaultOrderPass()])
             log.records += last.records
             log.modified_by += last.modified_by
         current = snapshot_of(ir_model)
