@@ -5,9 +5,11 @@ block of the pattern's size P from the BFC arena. The arena grows by powers of t
 the rest is at least the request or at least 128 MiB, so for P up to ~384 MiB the block fills a region of its
 own. Any allocation made *outside* the pattern during the step then finds no free chunk, and the arena opens a
 second region of the same size; the next step's block goes to the lower of the two equal regions, and from then
-on both are resident: about 2P (docs/notes/ortdefaults.md, cause 3). Measured on GPT-tiny ``lossless``
-(b16, T256, ORT defaults): P = 97.8 MiB, one 8 MiB request in the step, growth 217 MiB; without that request
-114.9 MiB, the same losses (NOTES-reuse.md).
+on both are resident: about 2P (docs/notes/ortdefaults.md, cause 3). GPT-tiny (b16, T256, ORT defaults):
+``lossless`` made one 8 MiB BiasGelu scratch request per MLP block; ``dpr-fp8`` grew 225.7 MiB before, 114.3 MiB
+with this pass, static DPR payloads and passes/reuse_signature.py, same losses (NOTES-reuse.md). Any other
+allocation outside the pattern still does it: ``lossless`` keeps one 2 MiB request from inside ORT (kernel not
+identified) and stays near 2P.
 
 Two kinds of allocation leave the pattern, and a rewrite makes both:
 

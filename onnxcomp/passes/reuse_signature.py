@@ -37,7 +37,7 @@ ELEMENTWISE = {("", op) for op in (
 # Ops with an axis attribute (and its default): a non-negative axis moves up with the leading axes.
 AXIS_OPS = {("", "Softmax"): -1, ("", "LayerNormalization"): -1, (MS, "SoftmaxGrad_13"): -1, ("", "Concat"): None,
             ("", "Split"): 0}
-MIN_BYTES = 1 << 20   # buffers smaller than this are not worth a view
+MIN_BYTES = 256 << 10   # buffers smaller than this are not worth a view (ViT-tiny: 0.5 MiB transients matter)
 
 
 Shapes = dict[str, tuple[int, ...]]   # static shapes the analysis inferred, by value name
