@@ -84,7 +84,7 @@ def liftable(node: ir.Node, graph_outputs: set[ir.Value], known: Shapes | None =
     if not outs or any(o in graph_outputs or _shape(o, known) is None for o in outs) or _fuses_with_matmul(node):
         return False
     key, r = _key(node), _rank(outs[0], known)
-    if key in ELEMENTWISE or key in AXIS_OPS or key == ("", "Transpose"):
+    if key in ELEMENTWISE or key in AXIS_OPS:   # not Transpose: ORT folds it into FusedMatMul's transA/B
         return all(_rank(o, known) == r for o in outs) and \
             all(v is None or (_rank(v, known) is not None and _rank(v, known) <= r) for v in node.inputs)
     if key in (("", "MatMul"), (MS, "FusedMatMul")):
