@@ -8,14 +8,18 @@ from the forward to the backward, across the peak (GPT-tiny ``lossless``, b16 T2
 the replay predicts, 60.3 MiB without reuse; ORT's memory-pattern block measured 97.75 MiB).
 
 The lever is the shape ORT matches on. This pass replays ORT's plan in its DEFAULT order, and while the
-replayed peak holds a buffer whose tensors are all dead, gives the tensors of that buffer's signature born up
-to the peak one more leading axis of size 1 — the same values in the same memory order: elementwise ops
-(Add, Mul, Gelu, Dropout, ...) read ``Unsqueeze`` views of their full-rank inputs, a MatMul with a 2-D weight
-reads a view of its left input, Softmax/LayerNormalization/Transpose get their axes shifted, and every reader
-of an output reads a ``Reshape`` view back to the old shape. Views are zero-copy in ORT (Reshape and
-Unsqueeze alias their input), so nothing is copied or computed differently: losses stay bit-identical. ORT
-then no longer hands those forward buffers to backward tensors. A change is kept only if the replayed peak
-drops; the pass records the predicted peaks before and after.
+replayed peak holds a buffer whose tensors are all dead, gives the tensors of that buffer's shape on one side
+of the peak (born up to it, else born after it) leading axes of size 1 — a shape no other tensor has, the same
+values in the same memory order: elementwise ops (Add, Mul, Gelu, Dropout, ...) read ``Unsqueeze`` views of
+their full-rank inputs, a MatMul (2-D weight, or batched) reads views of its inputs, Softmax/LayerNormalization/
+Concat/Split get their axis shifted, and every reader of an output reads a ``Reshape`` view back to the old
+shape. Views are zero-copy in ORT (Reshape and Unsqueeze alias their input). A change is kept only if the
+replayed peak drops (or stays while less is held overall); the records carry the predicted peaks.
+
+Views must not stand where ORT fuses ops, or ORT computes differently: a MatMul followed by a scalar Mul/Div
+becomes FusedMatMul(alpha), which scales inside the GEMM, and a Transpose feeding a MatMul is folded into it;
+those nodes are left alone (a view between MatMul and Mul changed GPT-tiny ``lossless``'s 4th loss). With
+that, losses stay bit-identical (NOTES-reuse.md).
 """
 from __future__ import annotations
 
