@@ -19,7 +19,9 @@ from .load import (EXTERNAL_DATA_THRESHOLD, TRAINING_MODEL, external_data_files,
                    save_model)
 from .passes import OPTIONS, get_policy
 from .passes.base import OnnxcompPass, run_passes
+from .passes.arena_scratch import ArenaScratchPass
 from .passes.default_order import DefaultOrderPass
+from .passes.reuse_signature import ReuseSignaturePass
 from .passes.records import PassRecord, by_section
 from .passes.split_weight import WeightSplit
 from .planner import plan_all
@@ -142,8 +144,10 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
         original = analysis_of(ir_model)
         before = _footprint(original)
         log = run_passes(ir_model, passes if passes is not None else make_passes(policy, **options))
-        if log.modified_by:   # a rewritten graph: ORT's DEFAULT order made to follow its node list (passes/default_order.py)
-            last = run_passes(ir_model, [DefaultOrderPass()])
+        if log.modified_by:   # a rewritten graph: ORT's DEFAULT order made to follow its node list (passes/default_order.py),
+            # no kernel scratch outside ORT's memory pattern (passes/arena_scratch.py), ORT's buffer reuse kept
+            # from holding forward buffers across the peak (passes/reuse_signature.py)
+            last = run_passes(ir_model, [ArenaScratchPass(), DefaultOrderPass(), ReuseSignaturePass()])
             log.records += last.records
             log.modified_by += last.modified_by
         current = snapshot_of(ir_model)

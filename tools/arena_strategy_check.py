@@ -1,9 +1,10 @@
 """Diagnosis: a graph's training-step growth under ORT's defaults with the CPU arena's growth strategy chosen.
 
     ONNXCOMP_CODEC_BACKEND=numpy MALLOC_MMAP_THRESHOLD_=131072 \
-        python tools/arena_strategy_check.py ARTIFACT_DIR MODEL.onnx STEPS {0|1} [default|priority]
+        python tools/arena_strategy_check.py ARTIFACT_DIR MODEL.onnx STEPS {0|1|-1} [default|priority]
 
-Strategy 0 = kNextPowerOfTwo (ORT's default), 1 = kSameAsRequested, through an environment arena
+Strategy 0 = kNextPowerOfTwo (ORT's default), 1 = kSameAsRequested, through an environment arena; -1 = the
+session's own arena (ORT's defaults exactly)
 (``ort.create_and_register_allocator`` + ``session.use_env_allocators``); memory pattern and reuse on. Prints the
 growth over the post-set-up RSS after each step (one fresh process per run). With ``ORT_LOG=1`` ORT's arena logs
 each extension ("Extending BFCArena ... num_bytes") to stderr. docs/notes/ortdefaults.md, cause 3, uses it to show
@@ -28,10 +29,11 @@ def main(argv: list[str]) -> None:
     d, model, steps, strategy = Path(argv[0]), Path(argv[0]) / argv[1], int(argv[2]), int(argv[3])
     order = argv[4] if len(argv) > 4 else "default"
     ort.set_default_logger_severity(1 if os.environ.get("ORT_LOG") else 3)
-    mem = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
-    ort.create_and_register_allocator(mem, ort.OrtArenaCfg({"arena_extend_strategy": strategy}))
     so = RuntimeSettings(arena=True, mem_pattern=True, mem_reuse=True, execution_order=order).session_options()
-    so.add_session_config_entry("session.use_env_allocators", "1")
+    if strategy >= 0:   # -1: the session's own arena, exactly ORT's defaults (what `onnxcomp measure` runs)
+        mem = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+        ort.create_and_register_allocator(mem, ort.OrtArenaCfg({"arena_extend_strategy": strategy}))
+        so.add_session_config_entry("session.use_env_allocators", "1")
     state = api.CheckpointState.load_checkpoint(str(d / "checkpoint"))
     module = api.Module(str(model), state, None, "cpu", so)
     optimizer = api.Optimizer(str(d / "optimizer_model.onnx"), module)

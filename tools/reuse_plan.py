@@ -1,7 +1,8 @@
 """What ORT's buffer-reuse plan (session option mem reuse, on by default) costs a training graph, predicted.
 
-ORT's allocation planner gives a new tensor the most recently freed buffer of exactly its byte size
-(`FindReusableTensor`: an exact-size freelist, newest first). The buffer then stays allocated from its first
+ORT's allocation planner gives a new tensor the most recently freed buffer of the same element size and
+the same shape (`FindReusableTensor`/`SameSize` in onnxruntime 1.19's allocation_planner.cc: a freelist,
+newest first; a buffer's shape is its first tensor's; unknown shapes never match). The buffer then stays allocated from its first
 tensor's death to the reusing tensor's birth, however far apart: a forward transient matched by a tensor of
 the same size born in backward (a recompute clone, a gradient) is held across the forward/backward peak.
 This replays that plan on the planner's buffers in ORT's run order and reports the peak without and with
@@ -15,53 +16,12 @@ from `onnxcomp measure --mem-reuse` (docs: NOTES-seqlen.md, "Why ORT defaults st
 from __future__ import annotations
 
 import argparse
-from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from onnxcomp.planner.buffers import Buffer, live_bytes
-
-
-@dataclass
-class Physical:
-    """One allocation of the reuse plan: ``size`` bytes from ``start`` to ``end``, shared by ``values`` in turn."""
-    size: int
-    start: int
-    end: int
-    values: list[Buffer] = field(default_factory=list)
-
-    def dead_at(self, step: int) -> bool:
-        """Held at ``step`` with none of its tensors alive there."""
-        return self.start <= step <= self.end and not any(b.start <= step <= b.end for b in self.values)
-
-
-def reuse_plan(buffers: Sequence[Buffer], n_steps: int) -> list[Physical]:
-    """The physical buffers ORT's planner makes of ``buffers`` (exact-size freelist, most recently freed
-    first; zero-sized buffers never shared)."""
-    born: dict[int, list[Buffer]] = defaultdict(list)
-    for b in buffers:
-        born[b.start].append(b)
-    plan: list[Physical] = []
-    freelist: list[Physical] = []       # front: freed last
-    ends: dict[int, list[Physical]] = defaultdict(list)
-    for step in range(n_steps):
-        for b in born[step]:
-            p = next((f for f in freelist if f.size == b.size), None) if b.size > 0 else None
-            if p is None:
-                p = Physical(b.size, step, b.end)
-                plan.append(p)
-            else:
-                freelist.remove(p)
-                p.end = max(p.end, b.end)
-            p.values.append(b)
-            ends[b.end].append(p)
-        for p in ends.pop(step, []):
-            if p.end == step:
-                freelist.insert(0, p)
-    return plan
+from onnxcomp.planner.buffers import live_bytes
+from onnxcomp.planner.ort_reuse import Physical, ort_signatures, planned_live, reuse_plan  # noqa: F401 (re-export)
 
 
 def report(model_path: Path, order: str, top: int) -> dict:
@@ -72,10 +32,11 @@ def report(model_path: Path, order: str, top: int) -> dict:
 
     model = in_run_order(onnx.load(str(model_path), load_external_data=False), order)
     n = len(model.graph.node)
-    buffers = analyze_model(model).buffers()
-    plan = reuse_plan(buffers, n)
+    analysis = analyze_model(model)
+    buffers = analysis.buffers()
+    plan = reuse_plan(buffers, n, ort_signatures(analysis))
     dynamic = live_bytes(buffers, n)
-    reused = live_bytes([Buffer(f"p{i}", p.size, p.start, p.end) for i, p in enumerate(plan)], n)
+    reused = planned_live(plan, n)
     at = int(np.argmax(reused))
     held = sorted((p for p in plan if p.dead_at(at)), key=lambda p: -p.size)
     return {"dynamic_peak": int(dynamic.max()), "dynamic_at": model.graph.node[int(np.argmax(dynamic))].name,

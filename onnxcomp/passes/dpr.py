@@ -12,6 +12,8 @@ output (ResNet-18 stem: the float32 decode of conv1's output existed twice, +13 
 from __future__ import annotations
 
 
+import numpy as np
+
 from ..analysis import GraphAnalysis, StashedTensor, numel
 from ..analysis.patterns import DPR
 from .encode_stash import EncodeStashPass, Encoding
@@ -67,9 +69,12 @@ class DprPass(EncodeStashPass):
         codec = get_codec(f"dpr_{fmt}")
         packed = codec.predicted_nbytes(shape) - 8 * len(shape)
         # The int64 shape payload is declared with a symbolic length (docs/coverage.md: static int64[ndim]
-        # outputs beside the anchor abort ORT's memory-reuse planner).
+        # outputs beside the anchor abort ORT's memory-reuse planner). The packed codes are declared static:
+        # of unknown length, ORT allocates them outside its memory pattern, and under its default settings
+        # the first such allocation makes the arena hold the pattern block twice (passes/arena_scratch.py).
+        itemsize = np.dtype(codec.payload_dtypes[0]).itemsize
         return Encoding(stash.name, stash.name, stash.name, f"dpr_{fmt}", {}, [packed, 8 * len(shape)],
-                        [None, None], f"{fmt}: {_BITS[fmt]:.3g} bits/value{why}")
+                        [[packed // itemsize], None], f"{fmt}: {_BITS[fmt]:.3g} bits/value{why}")
 
 
 def feeds_recompute(analysis: GraphAnalysis, stash: StashedTensor) -> bool:

@@ -1,0 +1,282 @@
+"""Pass: keep ORT's buffer-reuse plan from holding forward transients across the step's peak.
+
+With memory reuse on (ORT's default), a new tensor takes the most recently freed buffer of the *same element
+size and shape* (planner/ort_reuse.py). A forward transient's buffer therefore waits, dead, for the next
+tensor of its shape, however late that is born: in a rewritten graph, recompute clones and gradients in the
+backward have exactly the shapes of the forward's MLP and qkv transients, so one buffer per such shape is held
+from the forward to the backward, across the peak (GPT-tiny ``lossless``, b16 T256: 64 MiB of the 97.8 MiB
+the replay predicts, 60.3 MiB without reuse; ORT's memory-pattern block measured 97.75 MiB).
+
+The lever is the shape ORT matches on. This pass replays ORT's plan in its DEFAULT order, and while the
+replayed peak holds a buffer whose tensors are all dead, gives the tensors of that buffer's shape on one side
+of the peak (born up to it, else born after it) leading axes of size 1 — a shape no other tensor has, the same
+values in the same memory order: elementwise ops (Add, Mul, Gelu, Dropout, ...) read ``Unsqueeze`` views of
+their full-rank inputs, a MatMul (2-D weight, or batched) reads views of its inputs, Softmax/LayerNormalization/
+Concat/Split get their axis shifted, and every reader of an output reads a ``Reshape`` view back to the old
+shape. Views are zero-copy in ORT (Reshape and Unsqueeze alias their input). A change is kept only if the
+replayed peak drops (or stays while less is held overall); the records carry the predicted peaks.
+
+Views must not stand where ORT fuses ops, or ORT computes differently: a MatMul followed by a scalar Mul/Div
+becomes FusedMatMul(alpha), which scales inside the GEMM, and a Transpose feeding a MatMul is folded into it;
+those nodes are left alone (a view between MatMul and Mul changed GPT-tiny ``lossless``'s 4th loss). With
+that, losses stay bit-identical (NOTES-reuse.md).
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from ..planner.ort_reuse import Signature, ort_signatures, planned_live, reuse_plan
+from .base import OnnxcompPass, PassOutcome
+from .editor import IrGraphEditor, unique_name
+from .records import PassRecord
+
+MS = "com.microsoft"
+# Ops computed element by element (broadcasting from the right): a leading axis of 1 on every full-rank input
+# gives the same values with one more leading axis on every output.
+ELEMENTWISE = {("", op) for op in (
+    "Add", "Sub", "Mul", "Div", "Pow", "Where", "Cast", "Relu", "Erf", "Tanh", "Sigmoid", "Neg", "Sqrt", "Exp",
+    "Log", "Abs", "Less", "Greater", "Equal", "And", "Or", "Not", "Dropout", "Sum")} | {
+    (MS, op) for op in ("Gelu", "FastGelu", "GeluGrad", "FastGeluGrad", "DropoutGrad", "BiasGelu")}
+# Ops with an axis attribute (and its default): a non-negative axis moves up with the leading axes.
+AXIS_OPS = {("", "Softmax"): -1, ("", "LayerNormalization"): -1, (MS, "SoftmaxGrad_13"): -1, ("", "Concat"): None,
+            ("", "Split"): 0}
+MIN_BYTES = 256 << 10   # buffers smaller than this are not worth a view (ViT-tiny: 0.5 MiB transients matter)
+
+
+Shapes = dict[str, tuple[int, ...]]   # static shapes the analysis inferred, by value name
+
+
+def _shape(v: ir.Value | None, known: Shapes) -> tuple[int, ...] | None:
+    """``v``'s static shape: declared, else inferred by the analysis; None if unknown."""
+    if v is None:
+        return None
+    if v.shape is not None and all(isinstance(d, int) for d in v.shape):
+        return tuple(int(d) for d in v.shape)
+    return known.get(v.name)
+
+
+def _rank(v: ir.Value | None, known: Shapes) -> int | None:
+    s = _shape(v, known)
+    return None if s is None else len(s)
+
+
+def _key(node: ir.Node) -> tuple[str, str]:
+    return (node.domain if node.domain != "ai.onnx" else "", node.op_type)
+
+
+def _fuses_with_matmul(node: ir.Node) -> bool:
+    """Would a view around ``node`` break ORT's MatMul → scalar Mul/Div fusion into FusedMatMul(alpha)? The
+    fused GEMM scales inside; a view between them makes ORT run MatMul then Mul, which rounds differently
+    (GPT-tiny ``lossless``: the 4th measured loss moved from 3.4111740589 to 3.4111738205)."""
+    matmuls = {("", "MatMul"), (MS, "FusedMatMul")}
+    key = _key(node)
+    producers = [v.producer() for v in node.inputs if v is not None and v.producer() is not None]
+    readers = [u.node for o in node.outputs for u in o.uses()]
+    if key in matmuls:
+        return any(_key(c) in {("", "Mul"), ("", "Div")} for c in readers)
+    if key in {("", "Mul"), ("", "Div")}:
+        return any(_key(p) in matmuls for p in producers)
+    return False
+
+
+def liftable(node: ir.Node, graph_outputs: set[ir.Value], known: Shapes | None = None) -> bool:
+    """True when ``node``'s outputs can take leading axes of 1 with the same values (see module), and views
+    around it break no ORT fusion."""
+    known = known or {}
+    outs = [o for o in node.outputs if o.name]
+    if not outs or any(o in graph_outputs or _shape(o, known) is None for o in outs) or _fuses_with_matmul(node):
+        return False
+    key, r = _key(node), _rank(outs[0], known)
+    if key in ELEMENTWISE or key in AXIS_OPS:   # not Transpose: ORT folds it into FusedMatMul's transA/B
+        return all(_rank(o, known) == r for o in outs) and \
+            all(v is None or (_rank(v, known) is not None and _rank(v, known) <= r) for v in node.inputs)
+    if key in (("", "MatMul"), (MS, "FusedMatMul")):
+        # Y = A·B with a 2-D B (one GEMM over A's rows), or both of Y's rank (one GEMM per batch index):
+        # leading axes of 1 on A (and B) change neither.
+        ra, rb = _rank(node.inputs[0], known), _rank(node.inputs[1], known)
+        if (ra or 0) < 2 or not (rb == 2 or ra == rb == r):
+            return False
+        attrs = {k: v.value for k, v in node.attributes.items()}
+        return not any(attrs.get(k, 0) for k in ("transA", "transBatchA", "transBatchB"))
+    return False
+
+
+def _lifted_inputs(node: ir.Node, known: Shapes) -> list[int]:
+    """Indices of the inputs that get the leading axes: a MatMul's left input (and its right one when batched),
+    else the full-rank ones (lower-rank inputs broadcast from the right as before)."""
+    r = _rank(node.outputs[0], known)
+    if _key(node) in (("", "MatMul"), (MS, "FusedMatMul")):
+        return [0, 1] if _rank(node.inputs[1], known) == r else [0]
+    return [i for i, v in enumerate(node.inputs) if v is not None and _rank(v, known) == r]
+
+
+def _lift(node: ir.Node, k: int, editor: IrGraphEditor, graph: ir.Graph,
+          views: dict[tuple[ir.Value, int], ir.Value], known: Shapes | None = None,
+          elems: dict[str, ir.DataType] | None = None) -> None:
+    """Give ``node``'s outputs ``k`` leading axes of 1 (inputs through Unsqueeze views, readers through
+    Reshape views back)."""
+    axes = editor.shared_const(f"onnxcomp_axes_lead{k}", list(range(k)))
+    known, elems = known or {}, elems or {}
+
+    def elem(v: ir.Value) -> ir.DataType:
+        return v.dtype if v.dtype is not None else elems[v.name]
+
+    key = _key(node)
+    idx = _lifted_inputs(node, known)
+    made: list[ir.Node] = []
+    for i in idx:
+        v = node.inputs[i]
+        if (v, k) not in views:
+            start = len(editor.nodes)
+            views[v, k] = editor.op("Unsqueeze", [v, axes], f"{v.name}_lift", elem(v), [1] * k + list(_shape(v, known)),
+                                    out=f"{v.name}__lift{k}")
+            made += editor.nodes[start:]
+        node.replace_input_with(i, views[v, k])
+    if key in AXIS_OPS:
+        axis = node.attributes["axis"].value if "axis" in node.attributes else AXIS_OPS[key]
+        if axis is not None and axis >= 0:
+            node.attributes["axis"] = ir.AttrInt64("axis", axis + k)
+    elif key == ("", "Transpose"):
+        perm = list(node.attributes["perm"].value) if "perm" in node.attributes else \
+            list(reversed(range(_rank(node.inputs[0], known))))
+        node.attributes["perm"] = ir.AttrInt64s("perm", list(range(k)) + [p + k for p in perm])
+    if made:
+        graph.insert_before(node, made)
+    after: list[ir.Node] = []
+    for out in node.outputs:
+        if not out.name:
+            continue
+        shape = list(_shape(out, known))
+        uses = list(out.uses())
+        original, dtype = out.name, elem(out)
+        out.name = unique_name(f"{original}__lifted", editor.taken)
+        out.type = ir.TensorType(dtype)
+        out.shape = ir.Shape([1] * k + shape)
+        dims = editor.shared_const(f"onnxcomp_shape_{'x'.join(map(str, shape)) or 'scalar'}", shape, [len(shape)])
+        start = len(editor.nodes)
+        editor.taken.discard(original)
+        view = editor.node("Reshape", [out, dims], [(original, dtype, shape)],
+                           name=unique_name(f"{original}__unlift", editor.taken)).outputs[0]
+        after += editor.nodes[start:]
+        for use in uses:
+            use.node.replace_input_with(use.idx, view)
+    graph.insert_after(node, after)
+
+
+class ReuseSignaturePass(OnnxcompPass):
+    """Steers ORT's buffer-reuse plan away from the peak by shape (see the module docstring)."""
+
+    name = "reuse_signature"
+    full_check = False   # adds zero-copy views and shifts axes: wiring and shapes are checked by the replay
+    max_rounds = 40
+
+    def __init__(self, order: str = "default", min_bytes: int = MIN_BYTES) -> None:
+        super().__init__()
+        self.order = order
+        self.min_bytes = min_bytes
+
+    def call(self, model: ir.Model) -> PassOutcome:
+        outcome = PassOutcome(model, False)
+        chosen, before, after, known, elems = self.plan(model)
+        if not chosen:
+            return outcome
+        graph = model.graph
+        editor = IrGraphEditor(graph)
+        views: dict[tuple[ir.Value, int], ir.Value] = {}
+        by_name = {n.name: n for n in graph if n.name}
+        for name, k in chosen:
+            _lift(by_name[name], k, editor, graph, views, known, elems)
+            outcome.records.append(PassRecord("moved", self.name, name, {
+                "node": name, "op": by_name[name].op_type, "pass": self.name, "leading_axes": k,
+                "reshaped": "leading axes of 1: ORT's buffer reuse no longer matches it to other tensors",
+                "predicted_reuse_peak_bytes": [int(before), int(after)]}))
+        outcome.modified = True
+        return outcome
+
+    def plan(self, model: ir.Model) -> tuple[list[tuple[str, int]], int, int, Shapes, dict[str, ir.DataType]]:
+        """The nodes to lift (name, leading axes), the replayed reuse peak before and after, and the static
+        shapes the analysis inferred (what the lift needs where the graph declares none)."""
+        from ..analysis import analyze_model
+        from ..analysis.execution_order import in_run_order
+
+        proto = in_run_order(ir.serde.serialize_model(model), self.order)
+        n = len(proto.graph.node)
+        analysis = analyze_model(proto)
+        buffers = [b for b in analysis.buffers()]
+        base = ort_signatures(analysis)
+        producer = {b.name: analysis.tensors[b.name].producer for b in buffers}
+        graph_outputs = set(model.graph.outputs)
+        ir_nodes = {nd.name: nd for nd in model.graph if nd.name}
+        node_names = [nd.name for nd in proto.graph.node]
+        known = {name: tuple(t.type.shape) for name, t in analysis.tensors.items()
+                 if t.type.shape is not None and t.size_hint is None}
+        elems = {name: ir.DataType.from_numpy(t.type.dtype) for name, t in analysis.tensors.items()}
+        ok = {}
+
+        def can_lift(i: int | None) -> bool:
+            if i is None:
+                return False
+            name = node_names[i]
+            if name not in ok:
+                nd = ir_nodes.get(name)
+                ok[name] = nd is not None and liftable(nd, graph_outputs, known)
+            return ok[name]
+
+        level: dict[int, int] = {}    # producer node (run-order index) → leading axes added
+        fresh: dict[Signature, int] = {}   # per original signature: leading axes the last group got
+
+        def signatures() -> dict[str, Signature | None]:
+            sig = dict(base)
+            for b in buffers:
+                k = level.get(producer[b.name], 0)
+                if k and sig.get(b.name) is not None:
+                    item, shape = sig[b.name]
+                    sig[b.name] = (item, (1,) * k + shape)
+            return sig
+
+        def peak(sig: dict[str, Signature | None]) -> tuple[tuple[int, int], int, list]:
+            """(peak, bytes × steps held), the peak's step, the plan: a change must lower the peak, or keep
+            it and hold less overall (a repeated structure, e.g. one buffer per shape held from block to
+            block, moves the peak to the next block before it comes down)."""
+            plan = reuse_plan(buffers, n, sig)
+            live = planned_live(plan, n)
+            at = int(np.argmax(live))
+            return (int(live[at]), int(live.sum())), at, plan
+
+        sig = signatures()
+        best, at, plan = peak(sig)
+        first = best
+        for _ in range(self.max_rounds):
+            tried: set[Signature] = set()
+            held = sorted((p for p in plan if p.dead_at(at) and p.size >= self.min_bytes and p.key not in tried),
+                          key=lambda p: -p.size)
+            accepted = False
+            for p in held:
+                tried.add(p.key)
+                # Either side of the peak: the tensors of this shape born up to it (the buffer then has a
+                # shape nothing after the peak asks for), else those born after it (they no longer ask for it).
+                same = [b for b in buffers if sig.get(b.name) == p.key]
+                for group in ({producer[b.name] for b in same if b.start <= at},
+                              {producer[b.name] for b in same if b.start > at}):
+                    if not group or not all(can_lift(i) for i in group):
+                        continue
+                    origin = base[next(b.name for b in same)]
+                    k = fresh.get(origin, 0) + 1       # a shape no other tensor has
+                    old = {i: level.get(i, 0) for i in group}
+                    level.update({i: k for i in group})
+                    trial = signatures()
+                    value, t_at, t_plan = peak(trial)
+                    if value < best:
+                        best, at, plan, sig = value, t_at, t_plan, trial
+                        fresh[origin] = k
+                        accepted = True
+                        break
+                    level.update(old)
+                if accepted:
+                    break
+            if not accepted:
+                break
+        position = {nd.name: i for i, nd in enumerate(model.graph)}
+        chosen = sorted(((node_names[i], k) for i, k in level.items() if k), key=lambda c: position[c[0]])
+        return chosen, first[0], best[0], known, elems

@@ -1,0 +1,181 @@
+"""ORT's buffer reuse kept from holding forward buffers across the peak (passes/reuse_signature.py) and the
+BiasGelu fusion kept out (passes/arena_scratch.py): predicted by the replay, checked on ORT."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from onnxcomp.analysis import analyze_model
+from onnxcomp.analysis.execution_order import in_run_order
+from onnxcomp.passes.arena_scratch import ArenaScratchPass, fusable_bias_adds
+from onnxcomp.passes.editor import IrGraphEditor
+from onnxcomp.passes.reuse_signature import ReuseSignaturePass, _lift, liftable
+from onnxcomp.planner.ort_reuse import ort_signatures, planned_live, reuse_plan
+
+OPSETS = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+F = TensorProto.FLOAT
+
+
+def _model(nodes, inputs, outputs, inits=()) -> onnx.ModelProto:  # noqa: ANN001
+    return helper.make_model(helper.make_graph(nodes, "g", inputs, outputs, list(inits)), opset_imports=OPSETS)
+
+
+def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    so = ort.SessionOptions()    # ORT's defaults: arena, memory pattern, buffer reuse, DEFAULT order
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def _replayed(model: onnx.ModelProto) -> tuple[int, int, list]:
+    ordered = in_run_order(model, "default")
+    analysis = analyze_model(ordered)
+    n = len(ordered.graph.node)
+    plan = reuse_plan(analysis.buffers(), n, ort_signatures(analysis))
+    live = planned_live(plan, n)
+    at = int(np.argmax(live))
+    return int(live[at]), at, plan
+
+
+def _forward_backward_like() -> onnx.ModelProto:
+    """``a`` (and ``t``) die early; ``big``/``wide`` make the peak; ``late``, of ``a``'s shape, is born after it
+    (in the "backward": it reads the ``loss_grad`` seed): ORT's reuse plan hands ``a``'s buffer to ``late`` and
+    holds it, dead, across the peak."""
+    x = helper.make_tensor_value_info("x", F, [64, 256])
+    seed = helper.make_tensor_value_info("loss_grad", F, [1])
+    y = helper.make_tensor_value_info("y", F, [64, 256])
+    w = helper.make_tensor("w", F, [256, 1024], np.linspace(-1, 1, 256 * 1024, dtype=np.float32))
+    nodes = [helper.make_node("Mul", ["x", "x"], ["a"], name="square"),
+             helper.make_node("Tanh", ["a"], ["t"], name="tanh"),
+             helper.make_node("MatMul", ["t", "w"], ["big"], name="up"),
+             helper.make_node("Relu", ["big"], ["wide"], name="relu"),
+             helper.make_node("ReduceSum", ["wide"], ["s"], name="sum", keepdims=1),
+             helper.make_node("Mul", ["s", "loss_grad"], ["ds"], name="seeded"),
+             helper.make_node("Mul", ["x", "ds"], ["late"], name="scale"),
+             helper.make_node("Sigmoid", ["late"], ["y"], name="out")]
+    return _model(nodes, [x, seed], [y], [w])
+
+
+def test_replay_holds_a_forward_buffer_for_a_late_tensor_of_its_shape_and_the_pass_releases_it() -> None:
+    model = _forward_backward_like()
+    before, at, plan = _replayed(model)
+    held = [[b.name for b in p.values] for p in plan if p.dead_at(at)]
+    assert held in ([["a", "late"]], [["t", "late"]])
+
+    ir_model = ir.serde.deserialize_model(model)
+    outcome = ReuseSignaturePass(min_bytes=0).call(ir_model)
+    assert outcome.modified and outcome.records
+    assert all(r["predicted_reuse_peak_bytes"][1] < r["predicted_reuse_peak_bytes"][0] for r in outcome.records)
+    rewritten = ir.serde.serialize_model(ir_model)
+    onnx.checker.check_model(rewritten, full_check=True)
+    after, at2, plan2 = _replayed(rewritten)
+    assert after < before and not [p for p in plan2 if p.dead_at(at2) and p.size > 0]
+
+    feeds = {"x": np.random.default_rng(0).standard_normal((64, 256)).astype(np.float32),
+             "loss_grad": np.ones(1, np.float32)}
+    np.testing.assert_array_equal(_run(rewritten, feeds)[0], _run(model, feeds)[0])
+
+    again = ReuseSignaturePass(min_bytes=0).call(ir_model)      # nothing left to gain: nothing changed
+    assert not again.modified and not again.records
+
+
+def test_a_graph_whose_reuse_holds_nothing_is_left_alone() -> None:
+    x = helper.make_tensor_value_info("x", F, [8, 8])
+    y = helper.make_tensor_value_info("y", F, [8, 8])
+    seed = helper.make_tensor_value_info("y_grad", F, [8, 8])
+    model = _model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Mul", ["r", "y_grad"], ["y"])],
+                   [x, seed], [y])
+    ir_model = ir.serde.deserialize_model(model)
+    assert not ReuseSignaturePass(min_bytes=0).call(ir_model).modified
+
+
+@pytest.mark.parametrize("case", ["matmul_2d", "matmul_batched", "fused_matmul", "softmax_axis1",
+                                  "concat", "split", "dropout", "layernorm", "add_broadcast"])
+def test_leading_axes_change_no_value(case: str) -> None:
+    """Each op kind the pass reshapes computes bit for bit the same with two leading axes of 1 (ORT, defaults)."""
+    rng = np.random.default_rng(1)
+    a = helper.make_tensor_value_info("a", F, [2, 3, 8, 16])
+    b = helper.make_tensor_value_info("b", F, [2, 3, 16, 8])
+    w = helper.make_tensor("w", F, [16, 5], rng.standard_normal(80).astype(np.float32))
+    bias = helper.make_tensor("bias", F, [16], rng.standard_normal(16).astype(np.float32))
+    split = helper.make_tensor("sizes", TensorProto.INT64, [2], [5, 11])
+    node, outs, inits = {
+        "matmul_2d": (helper.make_node("MatMul", ["a", "w"], ["o"]), [[2, 3, 8, 5]], [w]),
+        "matmul_batched": (helper.make_node("MatMul", ["a", "b"], ["o"]), [[2, 3, 8, 8]], []),
+        "fused_matmul": (helper.make_node("FusedMatMul", ["a", "a"], ["o"], domain="com.microsoft", transB=1,
+                                          alpha=0.5), [[2, 3, 8, 8]], []),
+        "softmax_axis1": (helper.make_node("Softmax", ["a"], ["o"], axis=1), [[2, 3, 8, 16]], []),
+        "concat": (helper.make_node("Concat", ["a", "a"], ["o"], axis=2), [[2, 3, 16, 16]], []),
+        "split": (helper.make_node("Split", ["a", "sizes"], ["o", "o2"], axis=3), [[2, 3, 8, 5], [2, 3, 8, 11]],
+                  [split]),
+        "dropout": (helper.make_node("Dropout", ["a"], ["o", "o2"]), [[2, 3, 8, 16], [2, 3, 8, 16]], []),
+        "layernorm": (helper.make_node("LayerNormalization", ["a", "bias", "bias"], ["o"], axis=3),
+                      [[2, 3, 8, 16]], [bias]),
+        "add_broadcast": (helper.make_node("Add", ["a", "bias"], ["o"]), [[2, 3, 8, 16]], [bias]),
+    }[case]
+    node.name = "op"
+    types = [TensorProto.BOOL if case == "dropout" and i else F for i in range(len(outs))]
+    outputs = [helper.make_tensor_value_info(n, t, s) for n, t, s in zip(node.output, types, outs)]
+    model = _model([node], [a, b], outputs, inits)
+    feeds = {"a": rng.standard_normal((2, 3, 8, 16)).astype(np.float32),
+             "b": rng.standard_normal((2, 3, 16, 8)).astype(np.float32)}
+    # Graph outputs are never lifted by the pass; here the op's outputs feed an Identity each, so they are not.
+    for o in list(node.output):
+        model.graph.node.append(helper.make_node("Identity", [o], [f"{o}_out"]))
+    for out in model.graph.output:
+        out.name = f"{out.name}_out"
+    onnx.checker.check_model(model)
+    ir_model = ir.serde.deserialize_model(model)
+    op = next(n for n in ir_model.graph if n.name == "op")
+    known = {n: tuple(s) for n, s in zip(node.output, outs)}          # what the analysis would infer
+    elems = {n: ir.DataType(t) for n, t in zip(node.output, types)}
+    assert liftable(op, set(ir_model.graph.outputs), known)
+    _lift(op, 2, IrGraphEditor(ir_model.graph), ir_model.graph, {}, known, elems)
+    assert all(len(v.shape) == len(s) + 2 for v, s in zip(op.outputs, outs))
+    lifted = ir.serde.serialize_model(ir_model)
+    onnx.checker.check_model(lifted, full_check=True)
+    for got, want in zip(_run(lifted, feeds), _run(model, feeds)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_views_that_would_break_a_matmul_fusion_are_not_made() -> None:
+    """MatMul → scalar Mul fuses into FusedMatMul(alpha) in ORT (different rounding unfused), a Transpose into
+    FusedMatMul's transA/transB: none of the three is reshaped."""
+    a = helper.make_tensor_value_info("a", F, [2, 8, 16])
+    y = helper.make_tensor_value_info("y", F, [2, 8, 8])
+    half = helper.make_tensor("half", F, [], [0.5])
+    nodes = [helper.make_node("Transpose", ["a"], ["t"], perm=[0, 2, 1], name="transpose"),
+             helper.make_node("MatMul", ["a", "t"], ["s"], name="matmul"),
+             helper.make_node("Mul", ["s", "half"], ["m"], name="scale"),
+             helper.make_node("Relu", ["m"], ["y"], name="relu")]
+    model = ir.serde.deserialize_model(_model(nodes, [a], [y], [half]))
+    known = {"t": (2, 16, 8), "s": (2, 8, 8), "m": (2, 8, 8)}
+    lift = {n.name: liftable(n, set(model.graph.outputs), known) for n in model.graph}
+    assert lift == {"transpose": False, "matmul": False, "scale": False, "relu": False}   # relu: graph output
+
+
+def test_bias_gelu_fusion_kept_out_and_values_unchanged() -> None:
+    """Gelu(Add(X, b)) with the Add read only by the Gelu: ORT would fuse it into BiasGelu (scratch outside its
+    memory pattern); the pass views b as [1, n]; a second run finds nothing; outputs equal bit for bit."""
+    x = helper.make_tensor_value_info("x", F, [4, 6, 32])
+    y = helper.make_tensor_value_info("y", F, [4, 6, 32])
+    z = helper.make_tensor_value_info("z", F, [4, 6, 32])
+    bias = helper.make_tensor("bias", F, [32], np.linspace(-2, 2, 32, dtype=np.float32))
+    nodes = [helper.make_node("Add", ["x", "bias"], ["pre"], name="add"),
+             helper.make_node("Gelu", ["pre"], ["y"], name="gelu", domain="com.microsoft"),
+             helper.make_node("Add", ["x", "bias"], ["kept"], name="add_read_twice"),
+             helper.make_node("Gelu", ["kept"], ["g2"], name="gelu2", domain="com.microsoft"),
+             helper.make_node("Add", ["g2", "kept"], ["z"], name="sum")]
+    model = _model(nodes, [x], [y, z], [bias])
+    ir_model = ir.serde.deserialize_model(model)
+    assert [a.name for a, _ in fusable_bias_adds(ir_model.graph)] == ["add"]   # "kept" has two readers
+    outcome = ArenaScratchPass().call(ir_model)
+    assert outcome.modified and [r.subject for r in outcome.records] == ["add"]
+    assert not fusable_bias_adds(ir_model.graph) and not ArenaScratchPass().call(ir_model).modified
+    rewritten = ir.serde.serialize_model(ir_model)
+    onnx.checker.check_model(rewritten)
+    feeds = {"x": np.random.default_rng(2).standard_normal((4, 6, 32)).astype(np.float32) * 3}
+    for got, want in zip(_run(rewritten, feeds), _run(model, feeds)):
+        np.testing.assert_array_equal(got, want)
