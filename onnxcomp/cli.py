@@ -123,9 +123,25 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
         if "auto" not in policies:
             raise OnnxcompError("--exact applies to the budget planner: add --policy auto (or list auto-exact)")
         policies = ["auto-exact" if p == "auto" else p for p in policies]
+    reuse = None
+    if args.reuse:
+        import json
+
+        try:
+            reuse = json.loads(Path(args.reuse).read_text())
+        except (OSError, ValueError) as exc:
+            raise OnnxcompError(f"--reuse {args.reuse}: cannot read an earlier `maxbatch --json` result ({exc})") \
+                from None
+        reuse = {**reuse, "results": {p: r for p, r in reuse.get("results", {}).items() if p in args.reuse_policy}}
+    starts = {}
+    for item in args.start_at:
+        policy, _, value = item.partition("=")
+        if not value.isdigit() or int(value) < 1:
+            raise OnnxcompError(f"--start-at {item!r}: give POLICY=BATCH, e.g. auto=1024")
+        starts[policy] = int(value)
     res = max_batch(args.model, args.image, parse_size(args.budget), policies, classes=args.classes,
                     steps=args.steps, settings=_settings(args), figure=args.figure, limit=args.max_batch,
-                    start=args.start, tolerance=args.tolerance, work_dir=args.work,
+                    start=args.start, tolerance=args.tolerance, work_dir=args.work, starts=starts, reuse=reuse,
                     progress=None if args.json else print)
     if args.json:
         _print_json(res)
@@ -207,6 +223,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="peak: step over pre-step RSS; growth: over the RSS after set-up (counts ORT's arena)")
     s.add_argument("--max-batch", type=_positive, default=4096)
     s.add_argument("--start", type=_positive, default=1, help="first batch probed (the search doubles from it)")
+    s.add_argument("--start-at", action="append", default=[], metavar="POLICY=BATCH",
+                   help="first batch for one policy (repeatable), e.g. auto=1024")
+    s.add_argument("--reuse", metavar="FILE", help="take searches from an earlier `maxbatch --json` result "
+                   "measured the same way (model, budget, figure, steps, settings) instead of probing again")
+    s.add_argument("--reuse-policy", nargs="*", default=["baseline"], metavar="POLICY",
+                   help="which of --reuse's searches to take (default: baseline)")
     s.add_argument("--tolerance", type=float, default=0.0, help="stop bisecting once the gap is at most this "
                    "fraction of the largest fitting batch (e.g. 0.02; default 0: down to one sample)")
     s.add_argument("--exact", action="store_true", help="policy auto with bit-identical techniques only "

@@ -174,3 +174,33 @@ def test_maxbatch_cli_exact_needs_auto(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["maxbatch", "--model", "resnet18", "--budget", "1MiB", "--policy", "zfp-8", "--exact",
                  "--work", str(tmp_path)]) != 0
     assert "--exact" in capsys.readouterr().err
+
+
+def test_maxbatch_cli_reuses_an_earlier_baseline_and_starts_per_policy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """--reuse takes the baseline's search from an earlier result (nothing probed again) when it was
+    measured the same way, and refuses one measured with another budget; --start-at starts one policy."""
+    import onnxcomp.runtime.measure as measure_mod
+    from onnxcomp.cli import main
+
+    planned: list[tuple[int, bool]] = []
+    _fake_pipeline(monkeypatch, planned, per_sample=1000, plannable_up_to=1000)
+    measured: list[str] = []
+    real = measure_mod.measure
+    monkeypatch.setattr(measure_mod, "measure", lambda run_dir, **kw: measured.append(Path(run_dir).name)
+                        or real(run_dir, **kw))
+    common = ["maxbatch", "--model", "resnet18", "--budget", "100000", "--work", str(tmp_path), "--json"]
+    assert main(common) == 0
+    first = tmp_path / "baseline.json"
+    first.write_text(capsys.readouterr().out)
+    measured.clear()
+    assert main([*common, "--policy", "auto", "--start-at", "auto=64", "--reuse", str(first)]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["results"]["baseline"] == json.loads(first.read_text())["results"]["baseline"]
+    assert measured and all(name.startswith("auto-") for name in measured)
+    assert min(p["batch"] for p in res["results"]["auto"]["probes"]) == 64
+    assert res["results"]["auto"]["max_batch"] == 100
+    assert res["results"]["auto"]["vs_baseline"] == 100 / 25
+    other = ["maxbatch", "--model", "resnet18", "--budget", "200000", "--work", str(tmp_path), "--json"]
+    assert main([*other, "--reuse", str(first)]) != 0
+    assert "budget_bytes" in capsys.readouterr().err

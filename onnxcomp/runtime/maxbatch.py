@@ -102,7 +102,8 @@ AUTO_POLICIES = {"auto": False, "auto-exact": True}   # the budget planner; valu
 def max_batch(model: str, image: int, budget: int, policies: list[str], *, classes: int = 10, steps: int = 2,
               settings: RuntimeSettings | None = None, figure: str = "peak", start: int = 1, limit: int = 4096,
               work_dir: str | Path | None = None, progress: Callable[[str], None] | None = None,
-              tolerance: float = 0.0, starts: dict[str, int] | None = None) -> dict[str, Any]:
+              tolerance: float = 0.0, starts: dict[str, int] | None = None,
+              reuse: dict[str, Any] | None = None) -> dict[str, Any]:
     """Max batch within ``budget`` for the baseline and each policy ("baseline" needs no listing), measured.
     Policy "auto" is the budget planner planned at each probed batch for ``budget`` itself, "auto-exact" the
     same with bit-identical techniques only (`transform --policy auto --exact`); their probes also carry the
@@ -110,7 +111,9 @@ def max_batch(model: str, image: int, budget: int, policies: list[str], *, class
 
     Artifacts per batch are generated once (in ``work_dir``, a temporary directory by default) and shared
     by every policy's search; so are plans (per budget) and budgets a plan could not meet. ``starts``: the
-    first batch per policy (default ``start``)."""
+    first batch per policy (default ``start``). ``reuse``: an earlier result of this function (its JSON) whose
+    searches are taken as they are (e.g. the baseline's, long at large batches) where it was measured the same
+    way; another model, budget, figure, steps or settings is an error."""
     from ..models.artifacts import generate_artifacts
     from ..models.zoo import canonical_name
     from ..planner.auto import BudgetError
@@ -135,7 +138,10 @@ def max_batch(model: str, image: int, budget: int, policies: list[str], *, class
             return art
 
         searches = {}
-        for policy in policies:
+        for policy, found in _reusable(reuse, name, image, classes, budget, figure, steps, settings).items():
+            if policy in policies:
+                searches[policy] = found
+        for policy in [p for p in policies if p not in searches]:
             def probe(batch: int, policy: str = policy) -> tuple[int, dict[str, Any]]:
                 art = artifacts(batch)
                 graph, run_dir = None, art
@@ -194,3 +200,18 @@ def _plan_figures(plan_path: Path) -> dict[str, Any]:
     return {"planned": True, "predicted_peak_bytes": detail.get("predicted_peak_bytes"),
             "target_bytes": detail.get("target_bytes"), "predicted_step_s": step.get("plan"),
             "predicted_baseline_step_s": step.get("baseline")}
+
+
+def _reusable(reuse: dict[str, Any] | None, model: str, image: int, classes: int, budget: int, figure: str,
+              steps: int, settings: RuntimeSettings) -> dict[str, Search]:
+    """The searches of an earlier ``max_batch`` result, checked to be measured as this one would be."""
+    if not reuse:
+        return {}
+    want = {"model": model, "image": image, "classes": classes, "budget_bytes": budget, "figure": figure,
+            "steps": steps, "settings": settings.to_dict()}
+    differ = [k for k, v in want.items() if reuse.get(k) != v]
+    if differ:
+        raise OnnxcompError(f"maxbatch: the earlier result was measured with other {', '.join(differ)} "
+                            f"({', '.join(f'{k}={reuse.get(k)!r}' for k in differ)}); reuse one measured the same way")
+    return {p: Search(r["max_batch"], [Probe(**q) for q in r["probes"]], r["hit_limit"])
+            for p, r in (reuse.get("results") or {}).items()}
