@@ -142,7 +142,7 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     res = max_batch(args.model, args.image, parse_size(args.budget), policies, classes=args.classes,
                     steps=args.steps, settings=_settings(args), figure=args.figure, limit=args.max_batch,
                     start=args.start, tolerance=args.tolerance, work_dir=args.work, starts=starts, reuse=reuse,
-                    progress=None if args.json else print)
+                    progress=(lambda m: print(m, file=sys.stderr, flush=True)) if args.json else print)
     if args.json:
         _print_json(res)
     else:

@@ -209,6 +209,9 @@ def _reusable(reuse: dict[str, Any] | None, model: str, image: int, classes: int
         return {}
     want = {"model": model, "image": image, "classes": classes, "budget_bytes": budget, "figure": figure,
             "steps": steps, "settings": settings.to_dict()}
+    reuse = dict(reuse)
+    if isinstance(reuse.get("settings"), dict):   # a setting an older result does not list had its default then
+        reuse["settings"] = RuntimeSettings.from_dict(reuse["settings"]).to_dict()
     differ = [k for k, v in want.items() if reuse.get(k) != v]
     if differ:
         raise OnnxcompError(f"maxbatch: the earlier result was measured with other {', '.join(differ)} "
