@@ -85,8 +85,9 @@ def test_maxbatch_auto_plans_for_the_budget_at_every_batch(tmp_path: Path, capsy
 @pytest.mark.parametrize("tolerance", [0.02, 0.1])
 def test_search_tolerance_stops_bisecting_within_the_gap(tolerance: float) -> None:
     calls: list[int] = []
-    exact = search_max_batch(_linear(100, 10, []), 23_000, start=256, limit=4096)
-    res = search_max_batch(_linear(100, 10, calls), 23_000, start=256, limit=4096, tolerance=tolerance)
+    exact = search_max_batch(_linear(100, 10, []), 23_000, start=256, limit=4096, interpolate=False)
+    res = search_max_batch(_linear(100, 10, calls), 23_000, start=256, limit=4096, tolerance=tolerance,
+                           interpolate=False)
     assert res.max_batch <= exact.max_batch < res.first_over
     assert res.first_over - res.max_batch <= max(1, int(tolerance * res.max_batch))
     assert len(calls) < len(exact.probes)
@@ -117,7 +118,8 @@ def _fake_pipeline(monkeypatch: pytest.MonkeyPatch, planned: list[tuple[int, boo
         batch = batch_of(Path(src))
         planned.append((batch, exact))
         if batch > plannable_up_to:
-            raise BudgetError(f"batch {batch}: best reachable peak too high, dominated by x (1.0 MiB)")
+            raise BudgetError(f"batch {batch}: no plan, dominated by x", predicted_peak=int(0.9 * per_sample * batch),
+                              target=int(0.95 * budget_bytes))
         Path(out).mkdir(parents=True)
         (Path(out) / "training_model.onnx").write_text("graph")
         (Path(out) / "training_model.plan.json").write_text(json.dumps({"auto": {
@@ -162,6 +164,9 @@ def test_maxbatch_cli_exact_plans_exact_and_caches_failed_budgets(tmp_path: Path
             assert p["extras"]["predicted_step_s"] == 1.5
         else:
             assert "dominated by" in p["extras"]["error"]
+            # the failure's best reachable predicted peak, as a figure the search can interpolate with
+            assert p["extras"]["predicted_peak_bytes"] == int(0.9 * 1000 * p["batch"])
+            assert p["extras"]["reachable_bytes"] > p["extras"]["predicted_peak_bytes"]
     first = list(planned)
     assert main(argv) == 0   # every plan and every failure reused: nothing planned again
     capsys.readouterr()
@@ -204,3 +209,29 @@ def test_maxbatch_cli_reuses_an_earlier_baseline_and_starts_per_policy(
     other = ["maxbatch", "--model", "resnet18", "--budget", "200000", "--work", str(tmp_path), "--json"]
     assert main([*other, "--reuse", str(first)]) != 0
     assert "budget_bytes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("figure", [
+    lambda b: 46_000_000 + 1_600_000 * b,                   # fixed + per sample (ResNet-18's baseline)
+    lambda b: 1000 * b + 3 * b * b,                         # grows faster than linear
+    lambda b: 10_000 * (b // 100) + 5 * b,                  # steps
+])
+@pytest.mark.parametrize("budget", [512 << 20, 3_000_000, 123_457])
+def test_interpolated_search_finds_what_bisection_finds(figure, budget: int) -> None:  # noqa: ANN001
+    bisect_calls: list[int] = []
+    calls: list[int] = []
+
+    def probe(seen: list[int]):  # noqa: ANN202
+        return lambda b: (seen.append(b) or figure(b), {})
+
+    plain = search_max_batch(probe(bisect_calls), budget, start=8, limit=8192, interpolate=False)
+    fast = search_max_batch(probe(calls), budget, start=8, limit=8192)
+    assert fast.max_batch == plain.max_batch and fast.hit_limit == plain.hit_limit
+    assert len(calls) == len(set(calls)) and len(calls) <= len(bisect_calls) + 2
+
+
+def test_interpolated_search_needs_few_probes_on_a_linear_peak() -> None:
+    calls: list[int] = []
+    res = search_max_batch(_linear(46_000_000, 1_600_000, calls), 512 << 20, start=256, limit=4096)
+    assert res.max_batch == (512 * 2**20 - 46_000_000) // 1_600_000
+    assert len(calls) <= 5   # 256, 512, then the line's answer and its neighbour (bisection: 10)
