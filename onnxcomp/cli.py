@@ -118,9 +118,31 @@ def cmd_measure(args: argparse.Namespace) -> int:
 def cmd_maxbatch(args: argparse.Namespace) -> int:
     from .runtime.maxbatch import max_batch, parse_size
 
-    res = max_batch(args.model, args.image, parse_size(args.budget), args.policy, classes=args.classes,
+    policies = list(args.policy)
+    if args.exact:   # as `transform --policy auto --exact`: the planner with bit-identical techniques only
+        if "auto" not in policies:
+            raise OnnxcompError("--exact applies to the budget planner: add --policy auto (or list auto-exact)")
+        policies = ["auto-exact" if p == "auto" else p for p in policies]
+    reuse = None
+    if args.reuse:
+        import json
+
+        try:
+            reuse = json.loads(Path(args.reuse).read_text())
+        except (OSError, ValueError) as exc:
+            raise OnnxcompError(f"--reuse {args.reuse}: cannot read an earlier `maxbatch --json` result ({exc})") \
+                from None
+        reuse = {**reuse, "results": {p: r for p, r in reuse.get("results", {}).items() if p in args.reuse_policy}}
+    starts = {}
+    for item in args.start_at:
+        policy, _, value = item.partition("=")
+        if not value.isdigit() or int(value) < 1:
+            raise OnnxcompError(f"--start-at {item!r}: give POLICY=BATCH, e.g. auto=1024")
+        starts[policy] = int(value)
+    res = max_batch(args.model, args.image, parse_size(args.budget), policies, classes=args.classes,
                     steps=args.steps, settings=_settings(args), figure=args.figure, limit=args.max_batch,
-                    work_dir=args.work, progress=None if args.json else print)
+                    start=args.start, tolerance=args.tolerance, work_dir=args.work, starts=starts, reuse=reuse,
+                    progress=(lambda m: print(m, file=sys.stderr, flush=True)) if args.json else print)
     if args.json:
         _print_json(res)
     else:
@@ -200,7 +222,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--figure", choices=["peak", "growth"], default="peak",
                    help="peak: step over pre-step RSS; growth: over the RSS after set-up (counts ORT's arena)")
     s.add_argument("--max-batch", type=_positive, default=4096)
-    s.add_argument("--work", metavar="DIR", help="keep the probed artifacts here (default: a temp dir)")
+    s.add_argument("--start", type=_positive, default=1, help="first batch probed (the search doubles from it)")
+    s.add_argument("--start-at", action="append", default=[], metavar="POLICY=BATCH",
+                   help="first batch for one policy (repeatable), e.g. auto=1024")
+    s.add_argument("--reuse", metavar="FILE", help="take searches from an earlier `maxbatch --json` result "
+                   "measured the same way (model, budget, figure, steps, settings) instead of probing again")
+    s.add_argument("--reuse-policy", nargs="*", default=["baseline"], metavar="POLICY",
+                   help="which of --reuse's searches to take (default: baseline)")
+    s.add_argument("--tolerance", type=float, default=0.0, help="stop bisecting once the gap is at most this "
+                   "fraction of the largest fitting batch (e.g. 0.02; default 0: down to one sample)")
+    s.add_argument("--exact", action="store_true", help="policy auto with bit-identical techniques only "
+                   "(as transform --exact; the same as listing auto-exact)")
+    s.add_argument("--work", metavar="DIR", help="keep the probed artifacts, plans and failed budgets here "
+                   "(default: a temp dir)")
     s.add_argument("--json", action="store_true")
     _add_runtime_options(s)
     s.set_defaults(func=cmd_maxbatch)

@@ -80,3 +80,158 @@ def test_maxbatch_auto_plans_for_the_budget_at_every_batch(tmp_path: Path, capsy
     for p in auto["probes"]:
         assert p["fits"] == (p["bytes"] <= res["budget_bytes"])
     assert any((tmp_path / d / "auto" / "training_model.onnx").exists() for d in [q.name for q in tmp_path.iterdir()])
+
+
+@pytest.mark.parametrize("tolerance", [0.02, 0.1])
+def test_search_tolerance_stops_bisecting_within_the_gap(tolerance: float) -> None:
+    calls: list[int] = []
+    exact = search_max_batch(_linear(100, 10, []), 23_000, start=256, limit=4096, interpolate=False)
+    res = search_max_batch(_linear(100, 10, calls), 23_000, start=256, limit=4096, tolerance=tolerance,
+                           interpolate=False)
+    assert res.max_batch <= exact.max_batch < res.first_over
+    assert res.first_over - res.max_batch <= max(1, int(tolerance * res.max_batch))
+    assert len(calls) < len(exact.probes)
+
+
+def test_search_rejects_bad_tolerance() -> None:
+    with pytest.raises(OnnxcompError, match="tolerance"):
+        search_max_batch(lambda b: (0, {}), 10, tolerance=1.5)
+
+
+def _fake_pipeline(monkeypatch: pytest.MonkeyPatch, planned: list[tuple[int, bool]], per_sample: int,
+                   plannable_up_to: int) -> None:
+    """generate_artifacts / transform / measure replaced by models: peak = per_sample * batch; the planner
+    predicts 90 % of it and fails above ``plannable_up_to``."""
+    import onnxcomp.models.artifacts as artifacts_mod
+    import onnxcomp.runtime.measure as measure_mod
+    import onnxcomp.transform as transform_mod
+    from onnxcomp.planner.auto import BudgetError
+
+    def batch_of(path: Path) -> int:
+        return int(next(part for part in str(path).split("_") if part.startswith("b"))[1:])
+
+    def fake_artifacts(name, batch, image, classes, out, **kw):  # noqa: ANN001, ANN003, ANN202
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / "training_model.onnx").write_text("graph")
+
+    def fake_transform(src, out, policy, *, budget_bytes, exact, force):  # noqa: ANN001, ANN202
+        batch = batch_of(Path(src))
+        planned.append((batch, exact))
+        if batch > plannable_up_to:
+            raise BudgetError(f"batch {batch}: no plan, dominated by x", predicted_peak=int(0.9 * per_sample * batch),
+                              target=int(0.95 * budget_bytes))
+        Path(out).mkdir(parents=True)
+        (Path(out) / "training_model.onnx").write_text("graph")
+        (Path(out) / "training_model.plan.json").write_text(json.dumps({"auto": {
+            "predicted_peak_bytes": int(0.9 * per_sample * batch), "target_bytes": budget_bytes,
+            "predicted_step_seconds": {"baseline": 1.0, "plan": 1.5}}}))
+
+    class Measured:
+        def __init__(self, batch: int, factor: int) -> None:
+            self.peak_bytes = self.growth_bytes = factor * per_sample * batch
+            self.step_time_s = 0.1
+
+    def fake_measure(run_dir, model=None, steps=1, settings=None):  # noqa: ANN001, ANN202
+        return Measured(batch_of(Path(run_dir)), 4 if Path(run_dir).name.startswith("resnet18_b") else 1)
+
+    monkeypatch.setattr(artifacts_mod, "generate_artifacts", fake_artifacts)
+    monkeypatch.setattr(transform_mod, "transform", fake_transform)
+    monkeypatch.setattr(measure_mod, "measure", fake_measure)
+
+
+def test_maxbatch_cli_exact_plans_exact_and_caches_failed_budgets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """--exact reaches the planner as exact=True under the policy name auto-exact; a batch it cannot plan
+    counts as over and is not planned again in a second run with the same --work; the probes carry the plan's
+    predicted peak and step time."""
+    from onnxcomp.cli import main
+
+    planned: list[tuple[int, bool]] = []
+    _fake_pipeline(monkeypatch, planned, per_sample=1000, plannable_up_to=48)
+    argv = ["maxbatch", "--model", "resnet18", "--budget", "100000", "--policy", "auto", "--exact",
+            "--start", "4", "--max-batch", "256", "--work", str(tmp_path), "--json"]
+    assert main(argv) == 0
+    res = json.loads(capsys.readouterr().out)
+    auto = res["results"]["auto-exact"]
+    assert set(res["results"]) == {"baseline", "auto-exact"}
+    assert auto["max_batch"] == 48 and res["results"]["baseline"]["max_batch"] == 25
+    assert planned and all(exact for _, exact in planned)
+    assert min(p["batch"] for p in auto["probes"]) == 4
+    for p in auto["probes"]:
+        assert p["fits"] == (p["batch"] <= 48)
+        if p["extras"]["planned"]:
+            assert p["extras"]["predicted_peak_bytes"] == int(0.9 * 1000 * p["batch"])
+            assert p["extras"]["predicted_step_s"] == 1.5
+        else:
+            assert "dominated by" in p["extras"]["error"]
+            # the failure's best reachable predicted peak, as a figure the search can interpolate with
+            assert p["extras"]["predicted_peak_bytes"] == int(0.9 * 1000 * p["batch"])
+            assert p["extras"]["reachable_bytes"] > p["extras"]["predicted_peak_bytes"]
+    first = list(planned)
+    assert main(argv) == 0   # every plan and every failure reused: nothing planned again
+    capsys.readouterr()
+    assert planned == first
+
+
+def test_maxbatch_cli_exact_needs_auto(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from onnxcomp.cli import main
+
+    assert main(["maxbatch", "--model", "resnet18", "--budget", "1MiB", "--policy", "zfp-8", "--exact",
+                 "--work", str(tmp_path)]) != 0
+    assert "--exact" in capsys.readouterr().err
+
+
+def test_maxbatch_cli_reuses_an_earlier_baseline_and_starts_per_policy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """--reuse takes the baseline's search from an earlier result (nothing probed again) when it was
+    measured the same way, and refuses one measured with another budget; --start-at starts one policy."""
+    import onnxcomp.runtime.measure as measure_mod
+    from onnxcomp.cli import main
+
+    planned: list[tuple[int, bool]] = []
+    _fake_pipeline(monkeypatch, planned, per_sample=1000, plannable_up_to=1000)
+    measured: list[str] = []
+    real = measure_mod.measure
+    monkeypatch.setattr(measure_mod, "measure", lambda run_dir, **kw: measured.append(Path(run_dir).name)
+                        or real(run_dir, **kw))
+    common = ["maxbatch", "--model", "resnet18", "--budget", "100000", "--work", str(tmp_path), "--json"]
+    assert main(common) == 0
+    first = tmp_path / "baseline.json"
+    first.write_text(capsys.readouterr().out)
+    measured.clear()
+    assert main([*common, "--policy", "auto", "--start-at", "auto=64", "--reuse", str(first)]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["results"]["baseline"] == json.loads(first.read_text())["results"]["baseline"]
+    assert measured and all(name.startswith("auto-") for name in measured)
+    assert min(p["batch"] for p in res["results"]["auto"]["probes"]) == 64
+    assert res["results"]["auto"]["max_batch"] == 100
+    assert res["results"]["auto"]["vs_baseline"] == 100 / 25
+    other = ["maxbatch", "--model", "resnet18", "--budget", "200000", "--work", str(tmp_path), "--json"]
+    assert main([*other, "--reuse", str(first)]) != 0
+    assert "budget_bytes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("figure", [
+    lambda b: 46_000_000 + 1_600_000 * b,                   # fixed + per sample (ResNet-18's baseline)
+    lambda b: 1000 * b + 3 * b * b,                         # grows faster than linear
+    lambda b: 10_000 * (b // 100) + 5 * b,                  # steps
+])
+@pytest.mark.parametrize("budget", [512 << 20, 3_000_000, 123_457])
+def test_interpolated_search_finds_what_bisection_finds(figure, budget: int) -> None:  # noqa: ANN001
+    bisect_calls: list[int] = []
+    calls: list[int] = []
+
+    def probe(seen: list[int]):  # noqa: ANN202
+        return lambda b: (seen.append(b) or figure(b), {})
+
+    plain = search_max_batch(probe(bisect_calls), budget, start=8, limit=8192, interpolate=False)
+    fast = search_max_batch(probe(calls), budget, start=8, limit=8192)
+    assert fast.max_batch == plain.max_batch and fast.hit_limit == plain.hit_limit
+    assert len(calls) == len(set(calls)) and len(calls) <= len(bisect_calls) + 2
+
+
+def test_interpolated_search_needs_few_probes_on_a_linear_peak() -> None:
+    calls: list[int] = []
+    res = search_max_batch(_linear(46_000_000, 1_600_000, calls), 512 << 20, start=256, limit=4096)
+    assert res.max_batch == (512 * 2**20 - 46_000_000) // 1_600_000
+    assert len(calls) <= 5   # 256, 512, then the line's answer and its neighbour (bisection: 10)

@@ -34,7 +34,7 @@ class AutoPass(OnnxcompPass):
 
         plan = plan_auto(snapshot_of(model), self.budget_bytes, exact=self.exact, min_bytes=self.min_bytes)
         if not plan.fits:
-            raise BudgetError(plan.failure_line())
+            raise BudgetError(plan.failure_line(), predicted_peak=plan.predicted_peak, target=plan.target)
         assert plan.applied is not None
         run, log = plan.applied.ir_model, plan.applied.log
         modified = bool(log.modified_by)

@@ -86,7 +86,14 @@ EXTEND_FRACTION = 0.5
 
 
 class BudgetError(OnnxcompError):
-    """The budget cannot be met by any plan the planner reaches (exit code 2 at the command line)."""
+    """The budget cannot be met by any plan the planner reaches (exit code 2 at the command line).
+    ``predicted_peak`` / ``target``: the best reachable plan's predicted peak and what it had to predict
+    (bytes; None where unknown), e.g. for `maxbatch` to aim its next probe."""
+
+    def __init__(self, message: str, *, options: tuple[str, ...] = (), predicted_peak: int | None = None,
+                 target: int | None = None) -> None:
+        super().__init__(message, options=options)
+        self.predicted_peak, self.target = predicted_peak, target
 
 
 # ----------------------------------------------------------------------------------------------- options
