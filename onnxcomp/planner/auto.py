@@ -869,6 +869,9 @@ def _input_block_chunks(model: onnx.ModelProto, target: int, need_block: bool = 
     return int(min(batch, max(2, -(-nbytes // max(1, target // 16)))))
 
 
+MAX_CHAIN_BATCHNORMS = 4
+
+
 def _input_chains(model: onnx.ModelProto) -> list[Any]:
     """The longest layer chains from the graph input (passes/chunk_input_chain.py), found once per model."""
     import onnx_ir as ir
@@ -899,6 +902,10 @@ def _input_chain(model: onnx.ModelProto, target: int) -> tuple[int, int]:
         return 0, 0
     sets = chain_working_sets(chains[0])
     layers = max([j + 1 for j, ws in enumerate(sets) if ws > target // 4], default=1)
+    # Each BatchNorm in the chain adds a recomputation pass of the chain below it, forward and backward: the
+    # graph and the step grow with their square. Stop before the chain holds more than a few.
+    bns = np.cumsum([layer.bn is not None for layer in chains[0].layers])
+    layers = min(layers, max(1, int(np.searchsorted(bns, MAX_CHAIN_BATCHNORMS, side="right"))))
     if layers < 2 and _input_blocks(model):
         return 0, 0
     batch = int(chains[0].conv.inputs[0].shape[0])
