@@ -891,17 +891,18 @@ def _input_chain_floor(model: onnx.ModelProto) -> int:
     return max(chain_working_sets(chains[0])[1:], default=0) if chains else 0
 
 
-def _input_chain(model: onnx.ModelProto, target: int) -> tuple[int, int]:
+def _input_chain(model: onnx.ModelProto, target: int, further: bool = False) -> tuple[int, int]:
     """(layers, chunks) for the chunked input chain: every leading layer whose unchunked forward working set
-    is above a quarter of the target (at least the first), chunked so the chain's maps per chunk stay within
-    an eighth of it; (0, 0) without a chain of two or more such layers (the input block alone then)."""
+    is above a quarter of the target (a sixteenth ``further``, when the search is stuck; at least the first),
+    chunked so the chain's maps per chunk stay within an eighth of it; (0, 0) without a chain of two or more
+    such layers (the input block alone then)."""
     from ..passes.chunk_input_chain import chain_working_sets
 
     chains = _input_chains(model)
     if not chains:
         return 0, 0
     sets = chain_working_sets(chains[0])
-    layers = max([j + 1 for j, ws in enumerate(sets) if ws > target // 4], default=1)
+    layers = max([j + 1 for j, ws in enumerate(sets) if ws > target // (16 if further else 4)], default=1)
     # Each BatchNorm in the chain adds a recomputation pass of the chain below it, forward and backward: the
     # graph and the step grow with their square. Stop before the chain holds more than a few.
     bns = np.cumsum([layer.bn is not None for layer in chains[0].layers])
@@ -913,9 +914,9 @@ def _input_chain(model: onnx.ModelProto, target: int) -> tuple[int, int]:
     return layers, chunks
 
 
-def _enable_input_region(model: onnx.ModelProto, regions: Regions, target: int) -> None:
+def _enable_input_region(model: onnx.ModelProto, regions: Regions, target: int, further: bool = False) -> None:
     """Chunk the input block, or the chain of layers from the input where one reaches further."""
-    layers, chunks = _input_chain(model, target)
+    layers, chunks = _input_chain(model, target, further)
     regions.input_chain_layers = layers
     regions.input_block_chunks = chunks if layers else _input_block_chunks(model, target)
 
@@ -1169,6 +1170,14 @@ def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int,
             base = _make_base(model, regions, techniques, costs, exact, min_bytes, workspace_aware)
             options, ignore = (_chunked_options(base, costs) if regions.chunked else (base.options, None))
             # The search starts over on the new graph: the lossy tiers the old peak forced may not be needed.
+            chosen, correction = {}, 0
+            continue
+        if not exact and regions.input_block_chunks \
+                and _input_chain(model, target, further=True)[0] > regions.input_chain_layers:
+            # Still stuck with the input region chunked: take the chain further, down to smaller maps.
+            _enable_input_region(model, regions, target, further=True)
+            base = _make_base(model, regions, techniques, costs, exact, min_bytes, workspace_aware)
+            options, ignore = (_chunked_options(base, costs) if regions.chunked else (base.options, None))
             chosen, correction = {}, 0
             continue
         break
