@@ -110,6 +110,8 @@ def _follow(value: ir.Value, ops: tuple[str, ...]) -> ir.Node | None:
 
 def _match_layer(conv: ir.Node, first: bool) -> ChainLayer | str:
     x_in, weight = conv.inputs[:2]
+    if conv.attributes.get_string("auto_pad", "NOTSET") != "NOTSET":
+        return "auto_pad conv (not handled)"
     if _static(x_in) is None or len(_static(x_in)) != 4 or _static(conv.outputs[0]) is None:
         return "input or output shape not static 4-D"
     grads = [u.node for u in weight.uses() if u.node.op_type == "ConvGrad" and u.idx == 2]
@@ -317,11 +319,14 @@ class _Emitter:
         return out
 
     def forward(self, c: int, after: ir.Value | list[ir.Value] | None, upto: int, with_indices: bool,
-                conv_only_last: bool = False) -> list[dict[str, ir.Value]]:
-        """The chain on chunk ``c`` through layers ``< upto`` (the last one only to its conv output if asked)."""
+                conv_only_last: bool = False, indices_from: int = 0) -> list[dict[str, ir.Value]]:
+        """The chain on chunk ``c`` through layers ``< upto`` (the last one only to its conv output if asked),
+        MaxPool indices (``with_indices``) only from layer ``indices_from`` up: ORT keeps an output nobody reads
+        until the end of the step, so no pass may make one."""
         x, n, heads = self.chunk_input(c, after), self.n(c), []
         for j in range(upto):
-            head = self.layer_forward(self.states[j], x, n, with_indices, conv_only=conv_only_last and j == upto - 1)
+            head = self.layer_forward(self.states[j], x, n, with_indices and j >= indices_from,
+                                      conv_only=conv_only_last and j == upto - 1)
             heads.append(head)
             x = head.get("p")
         return heads
@@ -361,27 +366,47 @@ class _Emitter:
                 t = ed.op("Sub", [ed.op("Sub", [g, st.mean_g], "g_c", F32, full),
                                   ed.op("Mul", [xh, st.mean_gx], "xhat_m", F32, full)], "g_cc", F32, full)
                 g = ed.op("Mul", [t, st.coef], "dx_bn", F32, full)
+            if stop_at_bn is not None:
+                # Only the input gradient is wanted here: ConvTranspose, as ConvGrad always makes dW too (an
+                # unread output, which ORT keeps until the end of the step).
+                g = self.input_gradient(st, g, n)
+                continue
             wshape = _static(l.conv.inputs[1])
             has_bias = len(l.conv_grad.outputs) > 2 and bool(l.conv_grad.outputs[2].name)
             need_dx = j > 0
             outs = [(ed.name("dx"), F32, [n, *_static(l.conv.inputs[0])[1:]]) if need_dx else None]
-            if stop_at_bn is None:
-                outs.append((ed.name(f"dw{c}"), F32, wshape))
-                if has_bias:
-                    outs.append((ed.name(f"db{c}"), F32, [wshape[0]]))
-            else:
-                # ConvGrad computes its weight gradient unconditionally: give it an output (unread).
-                outs.append((ed.name("dw_unused"), F32, wshape))
+            outs.append((ed.name(f"dw{c}"), F32, wshape))
+            if has_bias:
+                outs.append((ed.name(f"db{c}"), F32, [wshape[0]]))
             grad = ed.clone(l.conv_grad, [g, head["in"], l.conv.inputs[1]], outs, name=ed.name("conv_grad"))
-            if stop_at_bn is None:
-                grads[j] = (grad.outputs[1], grad.outputs[2] if has_bias else None)
+            grads[j] = (grad.outputs[1], grad.outputs[2] if has_bias else None)
             if need_dx:
                 g = grad.outputs[0]
         return None
 
+    def input_gradient(self, st: _LayerState, g: ir.Value, n: int) -> ir.Value:
+        """dX of the layer's conv alone: ConvTranspose(dY, W) with the conv's strides, pads, dilations and
+        group, ``output_padding`` making up the rows and columns a strided conv dropped."""
+        conv, x_shape = st.layer.conv, _static(st.layer.conv.inputs[0])
+        w_shape = _static(conv.inputs[1])
+        kernel = w_shape[2:]
+        rank = len(kernel)
+        strides = list(conv.attributes.get_ints("strides", [1] * rank))
+        dilations = list(conv.attributes.get_ints("dilations", [1] * rank))
+        pads = list(conv.attributes.get_ints("pads", [0] * 2 * rank))
+        extra = [x_shape[2 + d] - (strides[d] * (st.conv_shape[2 + d] - 1) + (kernel[d] - 1) * dilations[d] + 1
+                                   - pads[d] - pads[d + rank]) for d in range(rank)]
+        return self.ed.op("ConvTranspose", [g, conv.inputs[1]], "dx_t", F32, [n, *x_shape[1:]], strides=strides,
+                          dilations=dilations, pads=pads, group=conv.attributes.get_int("group", 1),
+                          output_padding=extra)
+
 
 def _rewrite(graph: ir.Graph, chain: InputChain, bounds: list[int]) -> dict:
     em = _Emitter(graph, chain, bounds)
+
+    def pooled(heads: list[dict[str, ir.Value]]) -> list[ir.Value]:
+        return [heads[-1]["p"]] if chain.layers[-1].pool is not None else []
+
     ed, k = em.ed, len(bounds) - 1
     batch = em.in_shape[0]
     bn_layers = [j for j, st in enumerate(em.states) if st.layer.bn is not None]
@@ -445,12 +470,14 @@ def _rewrite(graph: ir.Graph, chain: InputChain, bounds: list[int]) -> dict:
         for c in range(k):
             n = em.n(c)
             full = [n, *st.conv_shape[1:]]
-            heads = em.forward(c, after, len(em.states), with_indices=True)
+            heads = em.forward(c, after, len(em.states), with_indices=True, indices_from=j)
             g = em.backward(c, heads, d_top, stop_at_bn=j, grads={})
             xh = em.xhat(st, heads[j]["x"], n)
             sg = em.add(sg, em.reduce_sum(g, st, f"sg{c}"), "sg", c4)
             sgx = em.add(sgx, em.reduce_sum(ed.op("Mul", [g, xh], f"gx{c}", F32, full), st, f"sgx{c}"), "sgx", c4)
-            after = [sg, sgx]      # both sums taken: the chunk's maps are free
+            # Both sums taken: the chunk's maps are free. The top pool's output (recomputed for its indices)
+            # has no other reader: ORT would keep it to the end of the step.
+            after = [sg, sgx, *pooled(heads)]
         count = float(batch * st.conv_shape[2] * st.conv_shape[3])
         inv_m = em.const_f("inv_count", 1.0 / count)
         st.sums = (sg, sgx)
@@ -466,7 +493,7 @@ def _rewrite(graph: ir.Graph, chain: InputChain, bounds: list[int]) -> dict:
             totals[j][0] = em.add(totals[j][0], dw, "dw_sum", wshape)
             if db is not None:
                 totals[j][1] = em.add(totals[j][1], db, "db_sum", [wshape[0]])
-        after = [v for pair in totals.values() for v in pair if v is not None]
+        after = [v for pair in totals.values() for v in pair if v is not None] + pooled(heads)
     # ---- wire in: the chain's output, the parameters' gradients; the old nodes go
     _take_over(out, concat.outputs[0])
     for j, st in enumerate(em.states):
