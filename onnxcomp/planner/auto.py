@@ -496,11 +496,14 @@ class Regions:
     # (passes/split_conv_weight.py).
     input_block_chunks: int = 0
     split_conv_bytes: int | None = None
+    # With input_block_chunks: how many layers from the input run chunked (passes/chunk_input_chain.py);
+    # 0 = the one input block of chunk_input_block.
+    input_chain_layers: int = 0
 
     def first_key(self) -> tuple[Any, ...]:
         """What ``first_passes`` depends on (planner/memo.py keys the base graph by it)."""
         return (self.rows, self.input_block_chunks, self.split_weight_bytes, self.split_bit_identical,
-                self.split_conv_bytes)
+                self.split_conv_bytes, self.input_chain_layers)
 
     def first_passes(self) -> list[OnnxcompPass]:
         """The region techniques that rewrite the graph before anything is planned on it."""
@@ -509,7 +512,11 @@ class Regions:
         from ..passes.split_conv_weight import SplitConvWeightPass
 
         out: list[OnnxcompPass] = [self.rows.build()] if self.rows is not None else []
-        if self.input_block_chunks:
+        if self.input_block_chunks and self.input_chain_layers:
+            from ..passes.chunk_input_chain import ChunkedInputChainPass
+
+            out.append(ChunkedInputChainPass(self.input_block_chunks, self.input_chain_layers))
+        elif self.input_block_chunks:
             out.append(ChunkedInputBlockPass(self.input_block_chunks))
         if self.split_weight_bytes:
             out.append(SplitWeightPass(self.split_weight_bytes, bit_identical=self.split_bit_identical))
@@ -642,6 +649,13 @@ class AutoPlan:
                         "why": "its full-resolution tensors (conv and BatchNorm outputs, ReLU mask) set the predicted "
                         "peak; forward and backward run in batch chunks from the input, BatchNorm statistics "
                         "merged over the chunks (passes/chunk_input_block.py)"})
+            if self.regions.input_chain_layers:
+                out[-1].update(technique="chunked_input_chain", layers=self.regions.input_chain_layers,
+                               region=f"the first {self.regions.input_chain_layers} layer(s) from the graph input",
+                               why="their full-resolution forward working sets (conv input and output, "
+                               "BatchNorm output) set the predicted peak; the chain runs forward and backward in "
+                               "batch chunks from the input, each BatchNorm's statistics merged over the chunks "
+                               "(passes/chunk_input_chain.py)")
         if self.regions.split_conv_bytes:
             out.append({"region": "conv weight gradients", "technique": "split_conv_weight", "exact": False,
                         "split_weight_bytes": self.regions.split_conv_bytes,
@@ -834,7 +848,7 @@ def _input_blocks(model: onnx.ModelProto) -> list[Any]:
 def _input_block_at_peak(model: onnx.ModelProto, bufs: list[Any]) -> bool:
     """Is a forward tensor of a block reading the graph input (passes/chunk_input_block.py), or a copy of it
     (decoded, recomputed), among the largest buffers live at the peak?"""
-    blocks = _input_blocks(model)
+    blocks = [*_input_blocks(model), *_input_chains(model)]
     names = {v.name for b in blocks for n in b.forward for v in n.outputs if v.name}
     keys = {n.replace("/", "_").strip("_") for n in names} | names
     return any(b.name in names or any(k in b.name for k in keys) for b in bufs)
@@ -860,6 +874,58 @@ def _input_block_chunks(model: onnx.ModelProto, target: int, need_block: bool = 
     nbytes = 4 * int(np.prod([int(d) for d in y.shape]))
     batch = int(y.shape[0])
     return int(min(batch, max(2, -(-nbytes // max(1, target // 16)))))
+
+
+MAX_CHAIN_BATCHNORMS = 4
+
+
+def _input_chains(model: onnx.ModelProto) -> list[Any]:
+    """The longest layer chains from the graph input (passes/chunk_input_chain.py), found once per model."""
+    import onnx_ir as ir
+
+    from ..passes.chunk_input_chain import find_input_chains
+
+    return memo.cached("auto.input_chains", id(model),
+                       lambda: find_input_chains(ir.serde.deserialize_model(model).graph)[0], model)
+
+
+def _input_chain_floor(model: onnx.ModelProto) -> int:
+    """The largest unchunked forward working set (input, conv output, BatchNorm output) of a layer the input
+    chain could take, past its first (0 without one): a floor no per-stash option reaches."""
+    from ..passes.chunk_input_chain import chain_working_sets
+
+    chains = _input_chains(model)
+    return max(chain_working_sets(chains[0])[1:], default=0) if chains else 0
+
+
+def _input_chain(model: onnx.ModelProto, target: int, further: bool = False) -> tuple[int, int]:
+    """(layers, chunks) for the chunked input chain: every leading layer whose unchunked forward working set
+    is above a quarter of the target (a sixteenth ``further``, when the search is stuck; at least the first),
+    chunked so the chain's maps per chunk stay within an eighth of it; (0, 0) without a chain of two or more
+    such layers (the input block alone then)."""
+    from ..passes.chunk_input_chain import chain_working_sets
+
+    chains = _input_chains(model)
+    if not chains:
+        return 0, 0
+    sets = chain_working_sets(chains[0])
+    layers = max([j + 1 for j, ws in enumerate(sets) if ws > target // (16 if further else 4)], default=1)
+    # Each BatchNorm in the chain adds a recomputation pass of the chain below it, forward and backward: the
+    # graph and the step grow with their square. Stop before the chain holds more than a few.
+    bns = np.cumsum([layer.bn is not None for layer in chains[0].layers])
+    layers = min(layers, max(1, int(np.searchsorted(bns, MAX_CHAIN_BATCHNORMS, side="right"))))
+    if layers < 2 and _input_blocks(model):
+        return 0, 0
+    batch = int(chains[0].conv.inputs[0].shape[0])
+    chunks = int(min(batch, max(2, -(-sum(sets[:layers]) // max(1, target // 8)))))
+    return layers, chunks
+
+
+def _enable_input_region(model: onnx.ModelProto, regions: Regions, target: int, further: bool = False) -> None:
+    """Chunk the input block, or the chain of layers from the input where one reaches further."""
+    layers, chunks = _input_chain(model, target, further)
+    regions.input_chain_layers = layers
+    regions.input_block_chunks = chunks if layers else _input_block_chunks(model, target)
 
 
 def _has_encoding(options: dict[str, list[Option]], stash: str) -> bool:
@@ -1023,10 +1089,10 @@ def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int,
     costs = _Costs()
     techniques = encoding_techniques()
     regions = Regions(joint_recompute=joint_recompute, rows=rows, extend=extend)
-    if not exact and _input_block_forward_floor(model) > target:
+    if not exact and max(_input_block_forward_floor(model), _input_chain_floor(model)) > target:
         # The block's forward alone holds its conv and BatchNorm outputs together: above the target, no
         # per-stash option can help; chunk it from the start (saves the rounds that would find it).
-        regions.input_block_chunks = _input_block_chunks(model, target)
+        _enable_input_region(model, regions, target)
     base = _make_base(model, regions, techniques, costs, exact, min_bytes, workspace_aware)
     options, ignore = base.options, None
     banned: set[tuple[str, str]] = set()     # (stash, technique) the real prediction showed to backfire
@@ -1075,7 +1141,7 @@ def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int,
             chosen = {k: o for k, o in chosen.items() if o in options.get(k, [])}
             continue
         if not exact and not regions.input_block_chunks and _input_block_at_peak(model, bufs[:4]):
-            regions.input_block_chunks = _input_block_chunks(model, target)
+            _enable_input_region(model, regions, target)
             base = _make_base(model, regions, techniques, costs, exact, min_bytes, workspace_aware)
             options, ignore = (_chunked_options(base, costs) if regions.chunked else (base.options, None))
             # The search starts over on the new graph: the lossy tiers the old peak forced may not be needed.
@@ -1105,11 +1171,20 @@ def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int,
             options, ignore = _chunked_options(base, costs)
             chosen = {k: o for k, o in chosen.items() if o in options.get(k, [])}
             continue
-        if not exact and not regions.input_block_chunks and _input_block_chunks(model, target, need_block=True):
-            regions.input_block_chunks = _input_block_chunks(model, target)
+        if not exact and not regions.input_block_chunks and (_input_block_chunks(model, target, need_block=True)
+                                                             or _input_chains(model)):
+            _enable_input_region(model, regions, target)
             base = _make_base(model, regions, techniques, costs, exact, min_bytes, workspace_aware)
             options, ignore = (_chunked_options(base, costs) if regions.chunked else (base.options, None))
             # The search starts over on the new graph: the lossy tiers the old peak forced may not be needed.
+            chosen, correction = {}, 0
+            continue
+        if not exact and regions.input_block_chunks \
+                and _input_chain(model, target, further=True)[0] > regions.input_chain_layers:
+            # Still stuck with the input region chunked: take the chain further, down to smaller maps.
+            _enable_input_region(model, regions, target, further=True)
+            base = _make_base(model, regions, techniques, costs, exact, min_bytes, workspace_aware)
+            options, ignore = (_chunked_options(base, costs) if regions.chunked else (base.options, None))
             chosen, correction = {}, 0
             continue
         break
