@@ -187,10 +187,18 @@ def test_planned_peak_drops_below_the_input_block_alone(bn_chain: Path, order: s
     assert planned_peak(one, order) <= planned_peak(model, order)
 
 
-def test_planner_takes_the_chain_where_its_layers_are_over_the_target(bn_chain: Path) -> None:
+def test_planner_takes_the_chain_where_its_layers_are_over_the_target(bn_chain: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from onnxcomp.planner import auto
     from onnxcomp.planner.auto import Regions, _enable_input_region
 
     model = onnx.load(str(bn_chain / "training_model.onnx"))
+    regions = Regions()
+    _enable_input_region(model, regions, 64 * 1024)      # a chain of a few KiB: under the allocator's slack
+    assert regions.input_chain_layers == 0
+    # The selection rule itself, at this test graph's scale:
+    monkeypatch.setattr(auto, "MIN_CHAIN_WORKING_SET", 0)
+    monkeypatch.setattr(auto, "MIN_CHUNK_WORKING_SET", 1)
     regions = Regions()
     _enable_input_region(model, regions, 64 * 1024)      # every layer's working set (≥ 24 KiB) > target / 4
     assert regions.input_chain_layers == 3 and regions.input_block_chunks >= 2
