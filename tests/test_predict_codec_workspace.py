@@ -69,3 +69,30 @@ def test_codec_op_workspace_is_predicted(direction: str) -> None:
     # The op's temporaries are several times its tensor: a prediction of the graph's buffers alone misses them.
     assert needed > graph_only[i] + 2 * x.nbytes
     assert live[i] >= 0.95 * needed
+
+
+_WORKSPACE_PROBE = """
+import json
+from onnxcomp.planner.predict import _codec_workspace
+params = json.dumps({"adaptive": True, "batch": 4, "eb": 0.001, "key": "t", "tensor": "t", "weight": "w"})
+print(json.dumps([_codec_workspace(d, "sz", params, (4, 16, 8, 8)) for d in ("encode", "decode")]))
+"""
+
+
+@pytest.mark.slow
+def test_codec_workspace_is_the_same_on_a_cold_and_a_warm_kernel_cache(tmp_path) -> None:
+    """A plan must not depend on whether numba compiled the codec in this process or loaded it from its cache:
+    a cold start once predicted 48 B less than a rerun, so a rerun's plan JSON differed from the first's."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "ONNXCOMP_CODEC_BACKEND": "numba"}
+    runs = []
+    for seed in ("1", "2"):   # the first run compiles into the empty cache, the second loads from it
+        out = subprocess.run([sys.executable, "-c", _WORKSPACE_PROBE], env={**env, "PYTHONHASHSEED": seed},
+                             capture_output=True, text=True, check=True)
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert any((tmp_path / "numba").rglob("*.nbi")), "the first run wrote no kernel cache: the test saw no cold start"
+    assert runs[0] == runs[1] and all(b > 0 for b in runs[0]), runs

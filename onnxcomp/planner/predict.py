@@ -187,7 +187,7 @@ def codec_workspace(analysis: GraphAnalysis, node: onnx.NodeProto | ir.Node) -> 
     return _codec_workspace(direction, name, params, tuple(info.shape))
 
 
-_WARMED: set[tuple[str, str]] = set()
+_WARMED: set[tuple[str, str, str, int]] = set()
 
 
 @functools.lru_cache(maxsize=4096)
@@ -210,9 +210,14 @@ def _codec_workspace(direction: str, name: str, params: str, shape: tuple[int, .
         bridge_in = x.nbytes if payload is None else sum(p.nbytes for p in payload)
         run = (lambda: codec.encode_cpu(x, **codec_params)) if payload is None else \
             (lambda: codec.decode_cpu(payload, **codec_params))
-        if (direction, name) not in _WARMED:   # a codec's first call loads kernels and caches: not per-call memory
+        # A codec's first call per kernel specialisation (rank, params) compiles or loads it from numba's cache
+        # and fills lookup tables: not per-call memory, and not the same bytes on a cold cache as on a warm one
+        # (a plan written after a cold start differed from a rerun's by 48 B of predicted peak).
+        warm_key = (direction, name, params, len(shape))
+        if warm_key not in _WARMED:
             run()
-            _WARMED.add((direction, name))
+            run()
+            _WARMED.add(warm_key)
         started = not tracemalloc.is_tracing()
         if started:
             tracemalloc.start()
