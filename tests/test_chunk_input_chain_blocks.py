@@ -143,3 +143,27 @@ def test_a_broken_block_gradient_is_caught(resnet: Path, tmp_path: Path) -> None
     _, base_grads, _ = _train(resnet, None, 1)
     _, grads, _ = _train(resnet, broken, 1)
     assert max(np.abs(grads[n] - g).max() / max(np.abs(g).max(), 1e-12) for n, g in base_grads.items()) > 1e-2
+
+
+def test_planner_takes_blocks_only_when_stuck_and_one_more_at_a_time(resnet: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from onnxcomp.planner import auto
+    from onnxcomp.planner.auto import Regions, _enable_input_region, _input_chain
+
+    model = onnx.load(str(resnet / "training_model.onnx"))
+    monkeypatch.setattr(auto, "MIN_CHAIN_WORKING_SET", 0)
+    monkeypatch.setattr(auto, "MIN_CHUNK_WORKING_SET", 1)
+    target = 16 * 1024
+    # First enabled: the chain of layers only, which stops at the stem here: the stem's input block, as before.
+    regions = Regions()
+    _enable_input_region(model, regions, target)
+    assert regions.input_chain_layers == 0 and regions.input_block_chunks >= 2
+    # Stuck: through the residual blocks, one unit more each time (or through the block at the peak).
+    assert _input_chain(model, target, further=True, at_least=2)[0] == 2
+    assert _input_chain(model, target, further=True, at_least=3)[0] == 3
+    _enable_input_region(model, regions, target, further=True, at_least=3)
+    assert regions.input_chain_layers == 3
+    (p,) = regions.first_passes()
+    assert isinstance(p, ChunkedInputChainPass) and p.layers == 3 and p.blocks
+    # A large target: only units whose working set is above a sixteenth of it (the stem alone: no chain).
+    assert _input_chain(model, 1 << 30, further=True, at_least=3) == (0, 0)

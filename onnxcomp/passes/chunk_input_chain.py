@@ -51,7 +51,7 @@ import onnx_ir as ir
 
 from .base import OnnxcompPass, PassOutcome, Skipped, even_bounds
 from .chunk_input_block import _only_reader, _static, _take_over, _update_running_statistics
-from .editor import IrGraphEditor, ir_taken_names
+from .editor import IrGraphEditor, ir_taken_names, unique_name
 from .records import PassRecord
 
 PATTERN = "(Conv [→ BatchNorm] [→ Relu|LeakyRelu] [→ MaxPool])+ from the graph input"
@@ -461,6 +461,20 @@ class _BnState:
         return [1, self.channels, 1, 1]
 
 
+class _Editor(IrGraphEditor):
+    """Names ``<prefix>_<base>_<k>`` with a counter per base: the chain makes thousands of nodes from a few
+    bases, and probing ``base_1, base_2, …`` from the start each time grows with their square."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self._counts: dict[str, int] = {}
+
+    def name(self, base: str) -> str:
+        k = self._counts.get(base, 0)
+        self._counts[base] = k + 1
+        return unique_name(f"{self.prefix}{self.sep}{base}" + (f"_{k}" if k else ""), self.taken)
+
+
 class _Emitter:
     """Emits the chain's ops per chunk: a forward that makes only the tensors asked for, and a reverse-mode
     backward over the chain's DAG."""
@@ -468,7 +482,7 @@ class _Emitter:
     def __init__(self, graph: ir.Graph, chain: InputChain, bounds: list[int]) -> None:
         self.chain, self.bounds = chain, bounds
         base = chain.conv.name.replace("/", "_").strip("_") or "input_chain"
-        self.ed = IrGraphEditor(graph, ir_taken_names(graph), prefix=f"onnxcomp_inchain_{base}")
+        self.ed = _Editor(graph, ir_taken_names(graph), prefix=f"onnxcomp_inchain_{base}")
         self.x_in = chain.conv.inputs[0]
         self.in_shape = _static(self.x_in)
         self.nodes = chain.forward
