@@ -54,7 +54,8 @@ from .chunk_input_block import _only_reader, _static, _take_over, _update_runnin
 from .editor import IrGraphEditor, ir_taken_names, unique_name
 from .records import PassRecord
 
-PATTERN = "(Conv [→ BatchNorm] [→ Relu|LeakyRelu] [→ MaxPool])+ from the graph input"
+PATTERN = ("(Conv [→ BatchNorm] [→ Relu|LeakyRelu] [→ MaxPool] | single-entry/single-exit block joined by Add)+ "
+           "from the graph input")
 F32, I64 = ir.DataType.FLOAT, ir.DataType.INT64
 _ACTS = {"Relu": "ReluGrad", "LeakyRelu": "LeakyReluGrad"}
 
