@@ -651,7 +651,8 @@ class AutoPlan:
                         "merged over the chunks (passes/chunk_input_block.py)"})
             if self.regions.input_chain_layers:
                 out[-1].update(technique="chunked_input_chain", layers=self.regions.input_chain_layers,
-                               region=f"the first {self.regions.input_chain_layers} layer(s) from the graph input",
+                               region=f"the first {self.regions.input_chain_layers} unit(s) (layers, residual "
+                                      "blocks) from the graph input",
                                why="their full-resolution forward working sets (conv input and output, "
                                "BatchNorm output) set the predicted peak; the chain runs forward and backward in "
                                "batch chunks from the input, each BatchNorm's statistics merged over the chunks "
