@@ -113,7 +113,8 @@ def test_rewrite_drops_the_chain_stashes_and_leaves_no_unread_output(resnet: Pat
 @pytest.mark.parametrize(("chunks", "layers"), [(2, 2), (3, 3), pytest.param(3, None, marks=pytest.mark.slow)])
 def test_residual_chain_trains_like_the_original(resnet: Path, tmp_path: Path, chunks: int, layers: int | None
                                                  ) -> None:
-    # 3 chunks of 4 are uneven (1, 2, 1). layers=2: the stem and the identity block; 3: + the downsample block; None: all four units.
+    # 3 chunks of 4 are uneven (1, 2, 1). layers=2: the stem and the identity block; 3: + the downsample block;
+    # None: all four units.
     path, rec = _chunked(resnet, tmp_path, chunks, layers)
     assert rec["blocks"] == (layers or 4) - 1
     base_losses, base_grads, base_stats = _train(resnet, None, 3)

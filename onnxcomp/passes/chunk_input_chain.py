@@ -374,7 +374,8 @@ def find_input_chains(graph: ir.Graph, max_layers: int | None = None, blocks: bo
             readers = [u.node for u in chain.output.uses() if u.node.op_type == "Conv" and u.idx == 0]
             if len(readers) == 1 and len(chain.output.uses()) <= 4:
                 layer = _match_layer(readers[0], first=False)
-                why = f"{readers[0].name}: {layer}" if isinstance(layer, str) else _closed(InputChain([*chain.layers, layer]))
+                why = (f"{readers[0].name}: {layer}" if isinstance(layer, str)
+                       else _closed(InputChain([*chain.layers, layer])))
                 unit = layer if why is None else None
             else:
                 why = f"{chain.output.name}: not read by one Conv"
@@ -559,7 +560,9 @@ class _Emitter:
             elif op in _ACTS:
                 y = ed.clone(node, [x], [(ed.name("act"), F32, shape)], name=ed.name("act_node")).outputs[0]
             elif op == "MaxPool":
-                outs = [(ed.name("pool"), F32, shape)] + ([(ed.name("pool_idx"), I64, shape)] if node in indices else [])
+                outs = [(ed.name("pool"), F32, shape)]
+                if node in indices:
+                    outs.append((ed.name("pool_idx"), I64, shape))
                 pool = ed.clone(node, [x], outs, name=ed.name("pool_node"))
                 y = pool.outputs[0]
                 if node in indices:
@@ -789,4 +792,5 @@ def _rewrite(graph: ir.Graph, chain: InputChain, bounds: list[int]) -> dict:
             "layers": units, "blocks": sum(isinstance(u, ResidualBlock) for u in chain.layers),
             "block": [node.name for node in chain.forward], "chunks": k, "bounds": bounds,
             "exact": False, "batchnorms": len(bn_nodes), "output": out_name,
-            "dropped_stashes": [v.name for node in chain.forward for v in node.outputs if v.name and v.name != out_name]}
+            "dropped_stashes": [v.name for node in chain.forward for v in node.outputs
+                                if v.name and v.name != out_name]}
