@@ -654,7 +654,8 @@ class AutoPlan:
                         "merged over the chunks (passes/chunk_input_block.py)"})
             if self.regions.input_chain_layers:
                 out[-1].update(technique="chunked_input_chain", layers=self.regions.input_chain_layers,
-                               region=f"the first {self.regions.input_chain_layers} layer(s) from the graph input",
+                               region=f"the first {self.regions.input_chain_layers} unit(s) (layers, residual "
+                                      "blocks) from the graph input",
                                why="their full-resolution forward working sets (conv input and output, "
                                "BatchNorm output) set the predicted peak; the chain runs forward and backward in "
                                "batch chunks from the input, each BatchNorm's statistics merged over the chunks "
@@ -884,14 +885,33 @@ MIN_CHUNK_WORKING_SET = 256 << 10
 MIN_CHAIN_WORKING_SET = 8 << 20
 
 
-def _input_chains(model: onnx.ModelProto) -> list[Any]:
-    """The longest layer chains from the graph input (passes/chunk_input_chain.py), found once per model."""
+def _input_chains(model: onnx.ModelProto, blocks: bool = False) -> list[Any]:
+    """The longest layer chains from the graph input (passes/chunk_input_chain.py), found once per model;
+    with ``blocks``, chains that go on through residual blocks."""
     import onnx_ir as ir
 
     from ..passes.chunk_input_chain import find_input_chains
 
-    return memo.cached("auto.input_chains", id(model),
-                       lambda: find_input_chains(ir.serde.deserialize_model(model).graph)[0], model)
+    return memo.cached(f"auto.input_chains{'.blocks' if blocks else ''}", id(model),
+                       lambda: find_input_chains(ir.serde.deserialize_model(model).graph, blocks=blocks)[0], model)
+
+
+MAX_BLOCK_CHAIN_BATCHNORMS = 12
+
+
+def _chain_units_at_peak(model: onnx.ModelProto, bufs: list[Any]) -> int:
+    """How many units of the chain through residual blocks reach the last one whose tensors (their
+    gradients, decoded or recomputed copies) are among the largest buffers live at the peak (0: none)."""
+    chains = _input_chains(model, blocks=True)
+    if not chains:
+        return 0
+    reach = 0
+    for u, unit in enumerate(chains[0].layers):
+        names = {v.name for n in unit.forward for v in n.outputs if v.name}
+        keys = names | {n.replace("/", "_").strip("_") for n in names}
+        if any(b.name in keys or any(b.name.startswith(k) for k in keys) for b in bufs):
+            reach = u + 1
+    return reach
 
 
 def _input_chain_floor(model: onnx.ModelProto) -> int:
@@ -903,22 +923,32 @@ def _input_chain_floor(model: onnx.ModelProto) -> int:
     return max(chain_working_sets(chains[0])[1:], default=0) if chains else 0
 
 
-def _input_chain(model: onnx.ModelProto, target: int, further: bool = False) -> tuple[int, int]:
+def _input_chain(model: onnx.ModelProto, target: int, further: bool = False, at_least: int = 0
+                 ) -> tuple[int, int]:
     """(layers, chunks) for the chunked input chain: every leading layer whose unchunked forward working set
     is above a quarter of the target (a sixteenth ``further``, when the search is stuck; at least the first),
     chunked so the chain's maps per chunk stay within an eighth of it; (0, 0) without a chain of two or more
-    such layers (the input block alone then)."""
+    such layers (the input block alone then). ``further`` where the chain goes on through residual blocks:
+    ``at_least`` units (the caller's count so far plus one, or through the block at the peak), each unit's
+    working set above a sixteenth of the target."""
     from ..passes.chunk_input_chain import chain_working_sets
 
     chains = _input_chains(model)
+    cap = MAX_CHAIN_BATCHNORMS
+    with_blocks = _input_chains(model, blocks=True) if further else []
+    if with_blocks and chains and len(with_blocks[0].layers) > len(chains[0].layers):
+        chains, cap = with_blocks, MAX_BLOCK_CHAIN_BATCHNORMS
     if not chains:
         return 0, 0
     sets = chain_working_sets(chains[0])
     layers = max([j + 1 for j, ws in enumerate(sets) if ws > target // (16 if further else 4)], default=1)
+    if cap == MAX_BLOCK_CHAIN_BATCHNORMS:
+        # One unit more at a time: each block adds BatchNorm passes over the chain below it.
+        layers = min(layers, max(2, at_least))
     # Each BatchNorm in the chain adds a recomputation pass of the chain below it, forward and backward: the
     # graph and the step grow with their square. Stop before the chain holds more than a few.
-    bns = np.cumsum([layer.bn is not None for layer in chains[0].layers])
-    layers = min(layers, max(1, int(np.searchsorted(bns, MAX_CHAIN_BATCHNORMS, side="right"))))
+    bns = np.cumsum([layer.batchnorms for layer in chains[0].layers])
+    layers = min(layers, max(1, int(np.searchsorted(bns, cap, side="right"))))
     if layers < 2 and _input_blocks(model):
         return 0, 0
     # A chain whose largest working set is a few MiB saves less than the allocator's own slack at that scale
@@ -935,9 +965,10 @@ def _input_chain(model: onnx.ModelProto, target: int, further: bool = False) -> 
     return layers, chunks
 
 
-def _enable_input_region(model: onnx.ModelProto, regions: Regions, target: int, further: bool = False) -> None:
+def _enable_input_region(model: onnx.ModelProto, regions: Regions, target: int, further: bool = False,
+                         at_least: int = 0) -> None:
     """Chunk the input block, or the chain of layers from the input where one reaches further."""
-    layers, chunks = _input_chain(model, target, further)
+    layers, chunks = _input_chain(model, target, further, at_least)
     regions.input_chain_layers = layers
     regions.input_block_chunks = chunks if layers else _input_block_chunks(model, target)
 
@@ -1193,10 +1224,12 @@ def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int,
             # The search starts over on the new graph: the lossy tiers the old peak forced may not be needed.
             chosen, correction = {}, 0
             continue
+        at_least = max(max(regions.input_chain_layers, 1) + 1, _chain_units_at_peak(model, bufs[:4]))
         if not exact and regions.input_block_chunks \
-                and _input_chain(model, target, further=True)[0] > regions.input_chain_layers:
-            # Still stuck with the input region chunked: take the chain further, down to smaller maps.
-            _enable_input_region(model, regions, target, further=True)
+                and _input_chain(model, target, further=True, at_least=at_least)[0] > regions.input_chain_layers:
+            # Still stuck with the input region chunked: take the chain further, down to smaller maps (through
+            # residual blocks: one more, or through the one at the peak).
+            _enable_input_region(model, regions, target, further=True, at_least=at_least)
             base = _make_base(model, regions, techniques, costs, exact, min_bytes, workspace_aware)
             options, ignore = (_chunked_options(base, costs) if regions.chunked else (base.options, None))
             chosen, correction = {}, 0
