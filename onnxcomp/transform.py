@@ -20,6 +20,7 @@ from .load import (EXTERNAL_DATA_THRESHOLD, TRAINING_MODEL, external_data_files,
 from .passes import OPTIONS, get_policy
 from .passes.base import OnnxcompPass, run_passes
 from .passes.arena_scratch import ArenaScratchPass
+from .passes.early_encode import EarlyEncodePass
 from .passes.masked_fill import MaskedFillPass
 from .passes.default_order import DefaultOrderPass
 from .passes.reuse_signature import ReuseSignaturePass
@@ -148,9 +149,10 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
         if log.modified_by:   # a rewritten graph: ORT's DEFAULT order made to follow its node list (passes/default_order.py),
             # no kernel scratch outside ORT's memory pattern (passes/arena_scratch.py), ORT's buffer reuse kept
             # from holding forward buffers across the peak (passes/reuse_signature.py); masked fills without
-            # Where, whose kernel allocates outside the pattern (passes/masked_fill.py)
-            last = run_passes(ir_model, [MaskedFillPass(), ArenaScratchPass(), DefaultOrderPass(),
-                                         ReuseSignaturePass()])
+            # Where, whose kernel allocates outside the pattern (passes/masked_fill.py); encoders of views
+            # ORT placed in backward run in the forward pass (passes/early_encode.py)
+            last = run_passes(ir_model, [MaskedFillPass(), EarlyEncodePass(), ArenaScratchPass(),
+                                         DefaultOrderPass(), ReuseSignaturePass()])
             log.records += last.records
             log.modified_by += last.modified_by
         current = snapshot_of(ir_model)

@@ -489,9 +489,14 @@ class ChunkedAttentionForwardPass(OnnxcompPass):
             # (the lossy policies) and where the whole draw would be large.
             chunked_draw = dropout is not None and self.chunk_dropout_bytes is not None \
                 and t2 >= self.chunk_dropout_bytes
+            # The mask encoder's anchor the product waited on (its view goes with a chunked draw: see below).
+            mask_anchor = anchor_view.inputs[1] if chunked_draw and anchor_view is not None else None
+            product_out, product_shape = product.outputs[0].name, shapes.get(product.outputs[0])
             region, first_after = _prepare_forward(graph, shapes, chain, softmax, dropout, anchor_view, product,
                                                    taken, self.zeros_dtype, chunked_draw)
             problem = _emit(graph, analysis, region, axis, k, taken, first_after)
+            if not problem and mask_anchor is not None and product_shape is not None:
+                _wait_for_mask_encoder(graph, product_out, mask_anchor, product_shape, taken)
             if problem:   # _prepare_forward's nodes stay: the same values, unchunked
                 outcome.skipped.append(Skipped(softmax.name, FORWARD_PATTERN, problem))
                 outcome.modified = True
@@ -508,6 +513,28 @@ class ChunkedAttentionForwardPass(OnnxcompPass):
                         "per-slice ops; the Dropout's mask drawn in its place from zeros of the same shape"}))
             outcome.modified = True
         return outcome
+
+
+def _wait_for_mask_encoder(graph: ir.Graph, product_out: str, anchor: ir.Value, shape: tuple[int, ...],
+                           taken: set[str]) -> None:
+    """The readers of the chunked product (concatenated, named ``product_out``) read it through a view gated
+    on the mask encoder's ``anchor``. With a Dropout per chunk the masks are concatenated for the encoder,
+    and nothing in the forward waited for it any more: under ORT's DEFAULT order the encoder then ran when
+    its backward decoder pulled it in, and every chunk's bool mask (GPT-tiny: 4 MiB per block) stayed alive
+    until then."""
+    whole = next((v for n in graph for v in n.outputs if v.name == product_out), None)
+    if whole is None or not list(whole.uses()):
+        return
+    editor = IrGraphEditor(graph, taken, PREFIX)
+    uses = list(whole.uses())
+    gated = editor.gate(whole, anchor, shape=list(shape), elem=ir.DataType.FLOAT, after_elem=ir.DataType.INT64,
+                        name=editor.name(f"{_short(product_out)}_after_mask_encoder"))
+    graph.insert_after(whole.producer(), editor.nodes)
+    for use in uses:
+        use.node.replace_input_with(use.idx, gated)
+    order = stable_toposort(list(graph), "chunk_attention")   # the encoder may come later in the list
+    graph.remove([n for n in graph])
+    graph.extend(order)
 
 
 def _forward_site(analysis: GraphAnalysis, index: dict[ir.Node, int], shapes: dict[ir.Value, tuple[int, ...]],
