@@ -128,6 +128,15 @@ def make_passes(policy: str, **options: Any) -> list[OnnxcompPass]:
     return get_policy(policy).build(**options)
 
 
+_LOSSY_ENCODINGS = frozenset({"dpr", "error_bounded", "q8", "fixed_rate"})
+
+
+def _lossy(records: list) -> bool:
+    """Whether a pass changed values on purpose (a lossy encoding, or a record that says it is not exact):
+    only then may the last passes trade ORT's fusions (last-bit arithmetic) for memory."""
+    return any(r.detail.get("encoding") in _LOSSY_ENCODINGS or r.detail.get("exact") is False for r in records)
+
+
 def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str = "model", *,
                     passes: list[OnnxcompPass] | None = None, base_dir: str | Path | None = None,
                     **options: Any) -> TransformResult:
@@ -152,7 +161,7 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
             # Where, whose kernel allocates outside the pattern (passes/masked_fill.py); encoders of views
             # ORT placed in backward run in the forward pass (passes/early_encode.py)
             last = run_passes(ir_model, [MaskedFillPass(), EarlyEncodePass(), ArenaScratchPass(),
-                                         DefaultOrderPass(), ReuseSignaturePass()])
+                                         DefaultOrderPass(), ReuseSignaturePass(keep_fusions=not _lossy(log.records))])
             log.records += last.records
             log.modified_by += last.modified_by
         current = snapshot_of(ir_model)
