@@ -20,6 +20,8 @@ from .load import (EXTERNAL_DATA_THRESHOLD, TRAINING_MODEL, external_data_files,
 from .passes import OPTIONS, get_policy
 from .passes.base import OnnxcompPass, run_passes
 from .passes.arena_scratch import ArenaScratchPass
+from .passes.early_encode import EarlyEncodePass
+from .passes.masked_fill import MaskedFillPass
 from .passes.default_order import DefaultOrderPass
 from .passes.reuse_signature import ReuseSignaturePass
 from .passes.records import PassRecord, by_section
@@ -126,6 +128,15 @@ def make_passes(policy: str, **options: Any) -> list[OnnxcompPass]:
     return get_policy(policy).build(**options)
 
 
+_LOSSY_ENCODINGS = frozenset({"dpr", "error_bounded", "q8", "fixed_rate"})
+
+
+def _lossy(records: list) -> bool:
+    """Whether a pass changed values on purpose (a lossy encoding, or a record that says it is not exact):
+    only then may the last passes trade ORT's fusions (last-bit arithmetic) for memory."""
+    return any(r.detail.get("encoding") in _LOSSY_ENCODINGS or r.detail.get("exact") is False for r in records)
+
+
 def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str = "model", *,
                     passes: list[OnnxcompPass] | None = None, base_dir: str | Path | None = None,
                     **options: Any) -> TransformResult:
@@ -146,8 +157,11 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
         log = run_passes(ir_model, passes if passes is not None else make_passes(policy, **options))
         if log.modified_by:   # a rewritten graph: ORT's DEFAULT order made to follow its node list (passes/default_order.py),
             # no kernel scratch outside ORT's memory pattern (passes/arena_scratch.py), ORT's buffer reuse kept
-            # from holding forward buffers across the peak (passes/reuse_signature.py)
-            last = run_passes(ir_model, [ArenaScratchPass(), DefaultOrderPass(), ReuseSignaturePass()])
+            # from holding forward buffers across the peak (passes/reuse_signature.py); masked fills without
+            # Where, whose kernel allocates outside the pattern (passes/masked_fill.py); encoders of views
+            # ORT placed in backward run in the forward pass (passes/early_encode.py)
+            last = run_passes(ir_model, [MaskedFillPass(), EarlyEncodePass(), ArenaScratchPass(),
+                                         DefaultOrderPass(), ReuseSignaturePass(keep_fusions=not _lossy(log.records))])
             log.records += last.records
             log.modified_by += last.modified_by
         current = snapshot_of(ir_model)

@@ -154,6 +154,21 @@ def test_views_that_would_break_a_matmul_fusion_are_not_made() -> None:
     known = {"t": (2, 16, 8), "s": (2, 8, 8), "m": (2, 8, 8)}
     lift = {n.name: liftable(n, set(model.graph.outputs), known) for n in model.graph}
     assert lift == {"transpose": False, "matmul": False, "scale": False, "relu": False}   # relu: graph output
+    # A lossy graph (transform passes keep_fusions=False there) may trade the fusions for memory.
+    lossy = {n.name: liftable(n, set(model.graph.outputs), known, keep_fusions=False) for n in model.graph}
+    assert lossy == {"transpose": False, "matmul": True, "scale": True, "relu": False}
+
+
+def test_only_lossy_transforms_let_the_reuse_pass_break_fusions() -> None:
+    from onnxcomp.passes.records import PassRecord
+    from onnxcomp.transform import _lossy
+
+    exact = [PassRecord("encoded", "dropout_mask", "m", {"encoding": "bitmask"}),
+             PassRecord("recomputed", "recompute_attention", "p", {"encoding": "recompute"}),
+             PassRecord("chunked", "chunk_attention", "r", {"exact": True})]
+    assert not _lossy(exact)
+    assert _lossy(exact + [PassRecord("encoded", "dpr", "x", {"encoding": "dpr"})])
+    assert _lossy(exact + [PassRecord("chunked", "chunk_attention_forward", "r", {"exact": False})])
 
 
 def test_bias_gelu_fusion_kept_out_and_values_unchanged() -> None:

@@ -433,8 +433,9 @@ class ChunkedAttentionForwardPass(OnnxcompPass):
     its keep-mask does not depend on its input's values or type: ORT draws the mask from its generator
     alone. So the original Dropout keeps its place (the same draw, in the same order) on a zero tensor of the
     same shape (``ConstantOfShape``, its shape gated on Q so ORT cannot fold it into a resident
-    initializer), and each chunk applies the mask as the Dropout kernel does, ``Where(mask, P / (1 - ratio),
-    0)`` (bit-identical to ORT's ``mask · P / (1 - ratio)``; ``mask · P · (1/(1 - ratio))`` is not).
+    initializer), and each chunk applies the mask as the Dropout kernel does, ``P / (1 - ratio) · Cast(mask)``
+    (bit-identical to ORT's ``mask · P / (1 - ratio)``; ``mask · P · (1/(1 - ratio))`` is not; not ``Where``,
+    whose kernel allocates outside ORT's memory pattern, see passes/masked_fill.py).
     The draw itself still holds a full zero input, its output and the mask (as many bytes as the unchunked
     Dropout's P, output and mask): what is saved is the scores → softmax chain around it. The exact policies
     then move that draw to the step's start, where nothing else is alive (passes/hoist_dropout.py). float16 zeros
@@ -488,9 +489,14 @@ class ChunkedAttentionForwardPass(OnnxcompPass):
             # (the lossy policies) and where the whole draw would be large.
             chunked_draw = dropout is not None and self.chunk_dropout_bytes is not None \
                 and t2 >= self.chunk_dropout_bytes
+            # The mask encoder's anchor the product waited on (its view goes with a chunked draw: see below).
+            mask_anchor = anchor_view.inputs[1] if chunked_draw and anchor_view is not None else None
+            product_out, product_shape = product.outputs[0].name, shapes.get(product.outputs[0])
             region, first_after = _prepare_forward(graph, shapes, chain, softmax, dropout, anchor_view, product,
                                                    taken, self.zeros_dtype, chunked_draw)
             problem = _emit(graph, analysis, region, axis, k, taken, first_after)
+            if not problem and mask_anchor is not None and product_shape is not None:
+                _wait_for_mask_encoder(graph, product_out, mask_anchor, product_shape, taken)
             if problem:   # _prepare_forward's nodes stay: the same values, unchunked
                 outcome.skipped.append(Skipped(softmax.name, FORWARD_PATTERN, problem))
                 outcome.modified = True
@@ -507,6 +513,28 @@ class ChunkedAttentionForwardPass(OnnxcompPass):
                         "per-slice ops; the Dropout's mask drawn in its place from zeros of the same shape"}))
             outcome.modified = True
         return outcome
+
+
+def _wait_for_mask_encoder(graph: ir.Graph, product_out: str, anchor: ir.Value, shape: tuple[int, ...],
+                           taken: set[str]) -> None:
+    """The readers of the chunked product (concatenated, named ``product_out``) read it through a view gated
+    on the mask encoder's ``anchor``. With a Dropout per chunk the masks are concatenated for the encoder,
+    and nothing in the forward waited for it any more: under ORT's DEFAULT order the encoder then ran when
+    its backward decoder pulled it in, and every chunk's bool mask (GPT-tiny: 4 MiB per block) stayed alive
+    until then."""
+    whole = next((v for n in graph for v in n.outputs if v.name == product_out), None)
+    if whole is None or not list(whole.uses()):
+        return
+    editor = IrGraphEditor(graph, taken, PREFIX)
+    uses = list(whole.uses())
+    gated = editor.gate(whole, anchor, shape=list(shape), elem=ir.DataType.FLOAT, after_elem=ir.DataType.INT64,
+                        name=editor.name(f"{_short(product_out)}_after_mask_encoder"))
+    graph.insert_after(whole.producer(), editor.nodes)
+    for use in uses:
+        use.node.replace_input_with(use.idx, gated)
+    order = stable_toposort(list(graph), "chunk_attention")   # the encoder may come later in the list
+    graph.remove([n for n in graph])
+    graph.extend(order)
 
 
 def _forward_site(analysis: GraphAnalysis, index: dict[ir.Node, int], shapes: dict[ir.Value, tuple[int, ...]],
@@ -581,7 +609,7 @@ def _prepare_forward(graph: ir.Graph, shapes: dict[ir.Value, tuple[int, ...]], c
                      taken: set[str], zeros_dtype: type = np.float32,
                      chunked_draw: bool = False) -> tuple[AttentionRegion, list[ir.Value]]:
     """Rewire one forward attention so that its T² part is a separable region: the Dropout draws its mask
-    from float16 zeros, the product reads ``Where(mask, P / (1 - ratio), 0)``. Returns the region and the
+    from float16 zeros, the product reads ``P / (1 - ratio) · Cast(mask)``. Returns the region and the
     values chunk 0 must wait for: the mask encoder's anchor, when the product was anchored on it, and the
     Dropout's float16 output (read by chunk 0's gate, so ORT frees it there: an output nobody reads
     stayed allocated, 8 MiB per layer on GPT-tiny)."""
@@ -603,11 +631,14 @@ def _prepare_forward(graph: ir.Graph, shapes: dict[ir.Value, tuple[int, ...]], c
     if dropout is not None:
         ratio, mask = dropout.inputs[1], dropout.outputs[1]
         one = editor.shared_tensor(f"{PREFIX}_one_f32", np.array(1.0, dtype=np.float32))
-        zero = editor.shared_tensor(f"{PREFIX}_zero_f32", np.array(0.0, dtype=np.float32))
         keep = editor.op("Sub", [one, ratio], "keep", ir.DataType.FLOAT, [])
         scaled = editor.op("Div", [probs, keep], "scaled", ir.DataType.FLOAT, list(out))
-        dropped = editor.op("Where", [mask, scaled, zero], "dropped", ir.DataType.FLOAT, list(out))
-        apply_nodes = [scaled.producer(), dropped.producer()]
+        # Mul by the mask as float, not Where(mask, scaled, 0): ORT's Where kernel takes two temporaries of
+        # its output's size outside the memory pattern (passes/masked_fill.py). Same bits: scaled ≥ +0, so
+        # scaled · 1 = scaled and scaled · 0 = +0 = Where's zero.
+        kept = editor.op("Cast", [mask], "mask_f32", ir.DataType.FLOAT, list(out), to=ir.DataType.FLOAT)
+        dropped = editor.op("Mul", [scaled, kept], "dropped", ir.DataType.FLOAT, list(out))
+        apply_nodes = [scaled.producer(), kept.producer(), dropped.producer()]
         # The mask's draw: float16 zeros of the same shape, made at run time (a constant shape would be
         # folded into a resident initializer), once the chain's first input exists.
         first_input = next(i for i in (chain[0] if chain else softmax).inputs if i is not None)
@@ -625,8 +656,7 @@ def _prepare_forward(graph: ir.Graph, shapes: dict[ir.Value, tuple[int, ...]], c
         graph.insert_after(dropout, apply_nodes)
         for n in new_before:
             shapes.update({v: tuple(v.shape) for v in n.outputs if v.shape is not None})
-        shapes[scaled], shapes[dropped], shapes[keep] = out, out, ()
-        shapes[zero] = ()
+        shapes[scaled], shapes[kept], shapes[dropped], shapes[keep] = out, out, out, ()
         region += apply_nodes
         product.replace_input_with(0, dropped)
     if anchor_view is not None:

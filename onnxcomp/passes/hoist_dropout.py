@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from ..analysis import analysis_of
+from ..analysis import TensorClass, analysis_of
 from ..custom_ops import contract
 from .base import FORWARD_DECODER_MARK, OnnxcompPass, PassOutcome, Skipped
 from .chunk_attention import _const_value
@@ -100,7 +100,8 @@ class HoistDropoutDrawsPass(OnnxcompPass):
                                                "among the Dropouts that can be hoisted"))
             return outcome
         prefix = prefix[:big[-1] + 1]
-        start = _chain_start(graph, nodes, backward)
+        parameters = {name for name, t in analysis.tensors.items() if t.cls is TensorClass.PARAMETER}
+        start = _chain_start(graph, nodes, backward, parameters)
         if start is None:
             outcome.skipped.append(Skipped(prefix[0][0].name, PATTERN, "no float or integer graph input read in "
                                            "the forward pass to start the draws from"))
@@ -178,9 +179,13 @@ def _hoistable(d: ir.Node, shapes: dict[ir.Value, tuple[int, ...]],
     return encoder, decoders[0]
 
 
-def _chain_start(graph: ir.Graph, nodes: list[ir.Node], backward: set[ir.Node]) -> ir.Value | None:
+def _chain_start(graph: ir.Graph, nodes: list[ir.Node], backward: set[ir.Node],
+                 parameters: set[str] = frozenset()) -> ir.Value | None:
     """The graph input read first in the forward pass (float or integer): the draws wait on it, so they are
-    not folded into constants, and its forward readers wait on the last draw."""
+    not folded into constants, and its forward readers wait on the last draw. A data input before any
+    parameter: a parameter's first reader in the node list (say, a Transpose of a late layer's weight) may
+    run late under ORT's DEFAULT order, and the last draw's output, read by the chain until then, would stay
+    alive that long (GPT-tiny: the last attention draw, 16 MiB, until the last block's MLP)."""
     first: dict[ir.Value, int] = {}
     for i, n in enumerate(nodes):
         if n in backward:
@@ -190,7 +195,7 @@ def _chain_start(graph: ir.Graph, nodes: list[ir.Node], backward: set[ir.Node]) 
                 first[v] = i
     usable = [v for v in first if v.dtype in (ir.DataType.FLOAT, ir.DataType.INT64, ir.DataType.INT32,
                                                  ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BOOL)]
-    return min(usable, key=first.__getitem__, default=None)
+    return min(usable, key=lambda v: (v.name in parameters, first[v]), default=None)
 
 
 def _float_trigger(ed: IrGraphEditor, v: ir.Value, base: str) -> ir.Value:

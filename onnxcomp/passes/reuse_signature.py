@@ -80,12 +80,16 @@ def _fuses_with_matmul(node: ir.Node) -> bool:
     return False
 
 
-def liftable(node: ir.Node, graph_outputs: set[ir.Value], known: Shapes | None = None) -> bool:
+def liftable(node: ir.Node, graph_outputs: set[ir.Value], known: Shapes | None = None,
+             keep_fusions: bool = True) -> bool:
     """True when ``node``'s outputs can take leading axes of 1 with the same values (see module), and views
-    around it break no ORT fusion."""
+    around it break no ORT fusion (``keep_fusions``; without it, for lossy graphs, a MatMul → scalar Mul/Div
+    pair may be split: the last bits of the product change). Transposes are never lifted: ORT then copies
+    them instead of folding them into the MatMul (ViT-tiny ``dpr-fp8`` under onnxcomp's settings: 9 → 14 MiB)."""
     known = known or {}
     outs = [o for o in node.outputs if o.name]
-    if not outs or any(o in graph_outputs or _shape(o, known) is None for o in outs) or _fuses_with_matmul(node):
+    if not outs or any(o in graph_outputs or _shape(o, known) is None for o in outs) or \
+            (keep_fusions and _fuses_with_matmul(node)):
         return False
     key, r = _key(node), _rank(outs[0], known)
     if key in ELEMENTWISE or key in AXIS_OPS:   # not Transpose: ORT folds it into FusedMatMul's transA/B
@@ -171,10 +175,13 @@ class ReuseSignaturePass(OnnxcompPass):
     full_check = False   # adds zero-copy views and shifts axes: wiring and shapes are checked by the replay
     max_rounds = 40
 
-    def __init__(self, order: str = "default", min_bytes: int = MIN_BYTES) -> None:
+    def __init__(self, order: str = "default", min_bytes: int = MIN_BYTES, keep_fusions: bool = True) -> None:
         super().__init__()
         self.order = order
         self.min_bytes = min_bytes
+        # False only for graphs that are lossy anyway: views may then break ORT's MatMul fusions (last-bit
+        # differences in a product; NOTES-reuse.md measured GPT-tiny dpr-fp8 114.3 vs 120.7 MiB that way).
+        self.keep_fusions = keep_fusions
 
     def call(self, model: ir.Model) -> PassOutcome:
         outcome = PassOutcome(model, False)
@@ -220,7 +227,7 @@ class ReuseSignaturePass(OnnxcompPass):
             name = node_names[i]
             if name not in ok:
                 nd = ir_nodes.get(name)
-                ok[name] = nd is not None and liftable(nd, graph_outputs, known)
+                ok[name] = nd is not None and liftable(nd, graph_outputs, known, self.keep_fusions)
             return ok[name]
 
         level: dict[int, int] = {}    # producer node (run-order index) → leading axes added
