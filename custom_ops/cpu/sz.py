@@ -13,6 +13,10 @@ Quantization runs in float32 (8 lanes per AVX2 vector instead of 4) wherever tha
 and the same error-check outcome as the float64 reference (``fast_recip32``); a block with any lane near a
 rounding tie, NaN / Inf or a huge |q| takes the float64 path, whose operations are those of ``_quantize_cpu``
 (no FMA contraction: numba compiles without fast-math). Payload bytes are the NumPy reference's, bit for bit.
+
+Decode spreads a block's planes into byte lanes (r <= 8) and then takes the lane bytes, applies the signs and
+undoes the deltas in one serial pass per block (the byte and sign extraction run beside the one-add-per-lane
+dependency chain), before a vectorised conversion loop.
 """
 from __future__ import annotations
 
@@ -324,6 +328,18 @@ def _spread(v):  # noqa: ANN001, ANN202
     return ((((v * LSB) & SPREAD_MASK) + SPREAD_ADD) & HIGH) >> np.uint64(7)
 
 
+@njit(inline="always", cache=True)
+def _signed_prefix8(m, sign, k0, acc, out):  # noqa: ANN001, ANN202
+    """Lanes k0..k0+7 (the bytes of m): magnitude, sign bit k of ``sign`` applied, running sum from ``acc`` into
+    out[k0:k0+8]; returns the sum."""
+    for k in range(8):
+        a = np.int32((m >> np.uint64(8 * k)) & np.uint64(0xFF))
+        s = -np.int32((sign >> np.uint32(k0 + k)) & np.uint32(1))  # 0 or -1
+        acc += (a ^ s) - s
+        out[k0 + k] = acc
+    return acc
+
+
 @njit(parallel=True, cache=True, nogil=True)
 def _decode(rates, data, word_start, twoeb, y):  # noqa: ANN001, ANN202
     n = y.size
@@ -351,12 +367,14 @@ def _decode(rates, data, word_start, twoeb, y):  # noqa: ANN001, ANN202
                     m1 |= _spread((p >> np.uint64(8)) & np.uint64(0xFF)) << sj
                     m2 |= _spread((p >> np.uint64(16)) & np.uint64(0xFF)) << sj
                     m3 |= _spread((p >> np.uint64(24)) & np.uint64(0xFF)) << sj
-                for k in range(8):
-                    sh = np.uint64(8 * k)
-                    mag[k] = np.int32((m0 >> sh) & np.uint64(0xFF))
-                    mag[8 + k] = np.int32((m1 >> sh) & np.uint64(0xFF))
-                    mag[16 + k] = np.int32((m2 >> sh) & np.uint64(0xFF))
-                    mag[24 + k] = np.int32((m3 >> sh) & np.uint64(0xFF))
+                # lane bytes, signs and the prefix sum in one serial pass (the sign and byte extraction run
+                # beside the one-add-per-lane dependency chain)
+                sign = data[w]
+                acc = np.int32(0)
+                acc = _signed_prefix8(m0, sign, 0, acc, mag)
+                acc = _signed_prefix8(m1, sign, 8, acc, mag)
+                acc = _signed_prefix8(m2, sign, 16, acc, mag)
+                _signed_prefix8(m3, sign, 24, acc, mag)
             else:
                 for k in range(BLOCK):
                     mag[k] = 0
@@ -364,14 +382,12 @@ def _decode(rates, data, word_start, twoeb, y):  # noqa: ANN001, ANN202
                     p = data[w + 1 + j]
                     for k in range(BLOCK):
                         mag[k] |= np.int32((p >> np.uint32(k)) & np.uint32(1)) << np.int32(j)
-            sign = data[w]
-            for k in range(BLOCK):
-                s = -np.int32((sign >> np.uint32(k)) & np.uint32(1))  # 0 or -1
-                mag[k] = (mag[k] ^ s) - s
-            acc = np.int32(0)
-            for k in range(BLOCK):  # the serial prefix sum apart, so the conversion loop below vectorises
-                acc += mag[k]
-                mag[k] = acc
+                sign = data[w]
+                acc = np.int32(0)
+                for k in range(BLOCK):
+                    s = -np.int32((sign >> np.uint32(k)) & np.uint32(1))  # 0 or -1
+                    acc += (mag[k] ^ s) - s
+                    mag[k] = acc
             for k in range(yb.size):
                 yb[k] = np.float32(np.float64(mag[k]) * twoeb)
             w += r + 1
