@@ -255,7 +255,8 @@ def table(result: dict[str, Any]) -> str:
 
     for r in result["rows"]:
         if "numpy" in r or "numba" in r:
-            a, b = r.get("numpy"), r.get("numba", r.get("numpy"))
+            # "numpy → compiled" where both were timed, else the one that was (--backends)
+            a, b = (r["numpy"], r["numba"]) if "numpy" in r and "numba" in r else (None, r.get("numba", r.get("numpy")))
             same = {True: "yes", False: "**NO**"}.get(r.get("same_bytes"), "—")
             default = defaults.get(r["codec"], "")
         else:
