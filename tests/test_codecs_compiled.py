@@ -173,3 +173,21 @@ def test_training_session_same_losses_on_both_backends(small_artifacts: Path, tm
             losses[backend] = train(out, steps=3, data="synthetic", seed=1, progress=False).losses
     assert losses["numba"] == losses["numpy"]
     assert all(np.isfinite(losses["numba"]))
+
+
+@numba_only
+@pytest.mark.parametrize("eb", [0.013, 0.013 * (1 + 2.0 ** -30), 1e-20, 2.0 ** -101, 2.0 ** -100, 2.0 ** 99, 2.0 ** 101])
+def test_compiled_sz_float32_fast_path_at_rounding_ties(eb: float) -> None:
+    """The sz kernel quantizes in float32 where that provably gives the float64 reference's q and error check
+    (custom_ops/cpu/sz.py, fast_recip32): values on, one ulp around and 1e-7 around every tie (k + 1/2)·2eb,
+    exact multiples, subnormals, the fast path's |q| limit and scales far outside it (every block then takes
+    the float64 path) encode to the NumPy reference's bytes, outliers included."""
+    k = np.arange(-3000, 3000, dtype=np.float64)
+    tie = ((k + 0.5) * 2 * eb).astype(np.float32)
+    x = np.concatenate([np.nextafter(tie, np.float32(np.inf)), tie, np.nextafter(tie, np.float32(-np.inf)),
+                        ((k + 0.5) * 2 * eb * (1 + 1e-7)).astype(np.float32),
+                        ((k + 0.5) * 2 * eb * (1 - 1e-7)).astype(np.float32), (k * 2 * eb).astype(np.float32),
+                        np.full(64, 1e-44, np.float32), np.float32(2 * eb * 2.0 ** 22) + np.arange(-32, 32) * 0.5])
+    with np.errstate(over="ignore", invalid="ignore"):
+        for scale in (1.0, 1e-20, 1e20):
+            _assert_same(get_codec("sz"), (x * np.float32(scale)).astype(np.float32), {"eb": eb})

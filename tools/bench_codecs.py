@@ -86,7 +86,10 @@ def maxpool_indices(x: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
     return ind.numpy() + planes, params
 
 
-def bench_codec(name: str, x: np.ndarray, params: dict[str, Any], repeat: int) -> dict[str, Any]:
+def bench_codec(name: str, x: np.ndarray, params: dict[str, Any], repeat: int,
+                timed_backends: tuple[str, ...] = cpu.BACKENDS) -> dict[str, Any]:
+    """One codec on one tensor: MB/s per backend in ``timed_backends``; every other backend runs once, untimed,
+    for the ratio and the same-bytes check (the NumPy zfp coder runs at ~1 MB/s)."""
     codec = get_codec(name)
     raw = x.nbytes
     row: dict[str, Any] = {"codec": name, "shape": list(x.shape), "raw_bytes": raw}
@@ -95,6 +98,10 @@ def bench_codec(name: str, x: np.ndarray, params: dict[str, Any], repeat: int) -
         if backend == "numba" and not cpu.numba_available():
             continue
         with cpu.use_backend(backend):
+            if backend not in timed_backends:
+                payload = codec.encode_cpu(x, **params)
+                payloads[backend] = (payload, codec.decode_cpu(payload, **params))
+                continue
             eb, em, payload = timed(lambda: codec.encode_cpu(x, **params), repeat)
             ec = _cpu_seconds[-1]
             db, dm, y = timed(lambda: codec.decode_cpu(payload, **params), repeat)
@@ -181,7 +188,7 @@ BASELINES = ("SZ3", "zstd", "lz4")
 
 
 def run(directory: Path, repeat: int, largest: int, rel: float, rate: int,
-        only: frozenset[str] | None = None) -> dict[str, Any]:
+        only: frozenset[str] | None = None, timed_backends: tuple[str, ...] = cpu.BACKENDS) -> dict[str, Any]:
     want = lambda name: only is None or name in only  # noqa: E731
     with cpu.use_backend("numba"):
         cpu.warm_up()  # compile / load every kernel before timing
@@ -190,29 +197,31 @@ def run(directory: Path, repeat: int, largest: int, rel: float, rate: int,
     rows: list[dict[str, Any]] = []
     for tname, x in kinds["relu_in"]:
         for name in filter(want, RELU_IN_CODECS):
-            rows.append({"tensor": tname, **bench_codec(name, x, {}, repeat)})
+            rows.append({"tensor": tname, **bench_codec(name, x, {}, repeat, timed_backends)})
     for tname, x in kinds["relu_out"]:
         for name in filter(want, ("zvc", "csr", "sparse")):
-            rows.append({"tensor": tname, **bench_codec(name, x, {}, repeat)})
+            rows.append({"tensor": tname, **bench_codec(name, x, {}, repeat, timed_backends)})
         eb_abs = rel * float(x.max() - x.min())
         if want("sz"):
-            rows.append({"tensor": tname, "eb": eb_abs, **bench_codec("sz", x, {"eb": eb_abs}, repeat)})
+            rows.append({"tensor": tname, "eb": eb_abs, **bench_codec("sz", x, {"eb": eb_abs}, repeat, timed_backends)})
         if want("zfp"):
-            rows.append({"tensor": tname, "rate": rate, **bench_codec("zfp", x, {"rate": rate}, repeat)})
+            rows.append({"tensor": tname, "rate": rate, **bench_codec("zfp", x, {"rate": rate}, repeat, timed_backends)})
         if want("SZ3") and (sz3 := bench_sz3(x, eb_abs, repeat)) is not None:
             rows.append({"tensor": tname, "eb": eb_abs, **sz3})
         if want("zstd") or want("lz4"):
             rows += [{"tensor": tname, **r} for r in bench_lossless_baselines(x, repeat)]
         if want("maxpool_index") and x.ndim == 4 and x.shape[2] >= 4:
             idx, params = maxpool_indices(x)
-            rows.append({"tensor": tname + "_maxpool3s2", **bench_codec("maxpool_index", idx, params, repeat)})
+            rows.append({"tensor": tname + "_maxpool3s2", **bench_codec("maxpool_index", idx, params, repeat, timed_backends)})
     import numba
 
     env = {"python": platform.python_version(), "numpy": np.__version__, "numba": numba.__version__,
            "threading_layer": numba.threading_layer(), "numba_threads": numba.config.NUMBA_NUM_THREADS,
            "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
            "load_avg": os.getloadavg(), "repeat": repeat, "rel_eb": rel, "zfp_rate": rate,
-           "default_backend": {r["codec"]: cpu.backend_for(_kernel_module(r["codec"])) for r in rows if "numpy" in r}}
+           "timed_backends": list(timed_backends),
+           "default_backend": {r["codec"]: cpu.backend_for(_kernel_module(r["codec"]))
+                               for r in rows if "numpy" in r or "numba" in r}}
     return {"env": env, "copy": copy, "rows": rows}
 
 
@@ -245,8 +254,9 @@ def table(result: dict[str, Any]) -> str:
         return f"{left}**{b[key]:.0f}** ({b[key] / ref:.2f})"
 
     for r in result["rows"]:
-        if "numpy" in r:
-            a, b = r["numpy"], r.get("numba", r["numpy"])
+        if "numpy" in r or "numba" in r:
+            # "numpy → compiled" where both were timed, else the one that was (--backends)
+            a, b = (r["numpy"], r["numba"]) if "numpy" in r and "numba" in r else (None, r.get("numba", r.get("numpy")))
             same = {True: "yes", False: "**NO**"}.get(r.get("same_bytes"), "—")
             default = defaults.get(r["codec"], "")
         else:
@@ -268,12 +278,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=int, default=8, help="zfp's fixed rate (bits per value)")
     ap.add_argument("--codecs", nargs="+", help=f"only these codecs / baselines (default: all of "
                     f"{', '.join(RELU_IN_CODECS + RELU_OUT_CODECS + BASELINES)})")
+    ap.add_argument("--backends", nargs="+", choices=cpu.BACKENDS, default=list(cpu.BACKENDS),
+                    help="backends to time (the others run once, untimed, for the ratio and the same-bytes check)")
     ap.add_argument("--out", type=Path, help="write every figure as JSON here (and the table beside it, .md)")
     args = ap.parse_args(argv)
     if not args.dir.is_dir():
         ap.error(f"--dir {args.dir} is not a directory")
     result = run(args.dir, args.repeat, args.largest, args.rel, args.rate,
-                 frozenset(args.codecs) if args.codecs else None)
+                 frozenset(args.codecs) if args.codecs else None, tuple(args.backends))
     text = table(result)
     print(text)
     if args.out is not None:

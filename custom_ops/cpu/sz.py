@@ -5,8 +5,18 @@ rates/pack split: pass 1 quantizes, takes each block's bit width, marks outliers
 the task's sign and magnitude planes into a bounded per-task scratch (``SCRATCH_WORDS_PER_BLOCK``); after
 prefix sums over the tasks, pass 2 copies each task's words to its offset (re-quantizing only a task whose
 words did not fit the scratch) and writes the outliers' flat indices. The scratch is ~19 % of the input,
-never an n-sized temporary next to the activation being shrunk. The float64
-operations are those of ``_quantize_cpu`` (no FMA contraction: numba compiles without fast-math).
+never an n-sized temporary next to the activation being shrunk.
+
+Pass 1 works on L1-sized chunks of ``CHUNK_BLOCKS`` blocks: per block, fixed-trip 32-lane loops quantize and
+take the deltas (into chunk arrays), then a second loop over the chunk takes the rates and packs the planes.
+Quantization runs in float32 (8 lanes per AVX2 vector instead of 4) wherever that provably gives the same q
+and the same error-check outcome as the float64 reference (``fast_recip32``); a block with any lane near a
+rounding tie, NaN / Inf or a huge |q| takes the float64 path, whose operations are those of ``_quantize_cpu``
+(no FMA contraction: numba compiles without fast-math). Payload bytes are the NumPy reference's, bit for bit.
+
+Decode spreads a block's planes into byte lanes (r <= 8) and then takes the lane bytes, applies the signs and
+undoes the deltas in one serial pass per block (the byte and sign extraction run beside the one-add-per-lane
+dependency chain), before a vectorised conversion loop.
 """
 from __future__ import annotations
 
@@ -46,45 +56,32 @@ def _rint(v):  # noqa: ANN001, ANN202
     return (v + _RINT_MAGIC) - _RINT_MAGIC
 
 
-@njit(inline="always", cache=True)
-def _block_q(xb, recip, twoeb, eb, q):  # noqa: ANN001, ANN202
-    """q[0:32] (int32) of the block ``xb`` (a slice of at most 32 lanes; the rest are 0), as sz._quantize_cpu
-    computes them (NaN / Inf / |q| > QMAX: q = 0 and an outlier); returns (rate, outlier lane bits).
-    Fixed-trip, branch-free loops over the 32 lanes of a slice (indices from 0: no negative-index wraparound
-    check in the loop), so LLVM vectorises them."""
-    obits = np.uint32(0)
-    lanes = xb.size
-    if lanes == BLOCK:  # full block: no lane tests in the vectorised loops
-        for k in range(BLOCK):
-            xd = np.float64(xb[k])
-            qf = _rint(xd * recip)
-            qf = qf if np.abs(qf) <= QMAX else 0.0
-            err = np.abs(xd - np.float64(np.float32(qf * twoeb)))
-            q[k] = np.int32(qf)
-            obits |= (np.uint32(1) - np.uint32(err <= eb)) << np.uint32(k)  # NaN error: an outlier too
-        m = np.abs(q[0])
-        for k in range(1, BLOCK):
-            m = max(m, np.abs(q[k] - q[k - 1]))
-    else:
-        for k in range(BLOCK):
-            q[k] = 0
-        for k in range(lanes):
-            xd = np.float64(xb[k])
-            qf = _rint(xd * recip)
-            qf = qf if np.abs(qf) <= QMAX else 0.0
-            err = np.abs(xd - np.float64(np.float32(qf * twoeb)))
-            q[k] = np.int32(qf)
-            obits |= (np.uint32(1) - np.uint32(err <= eb)) << np.uint32(k)
-        m = np.abs(q[0])
-        for k in range(1, lanes):
-            m = max(m, np.abs(q[k] - q[k - 1]))
-    r = 32 - np.int64(_clz(np.uint32(m))) if m != 0 else 0  # bit length, no loop per bit
-    return r, obits
+# The float32 fast path of the quantizer (pass 1). With p = x / (2 eb) (real), recip32 = float32(1 / (2 eb)) and
+# pf = float32(x * recip32): |pf - p| <= |p| 2**-22.9 (two float32 roundings) and the float64 path's product is
+# within |p| 2**-53 of p. If |pf - rint(pf)| < 1/2 - |pf| 2**-19 (the subtraction is exact: Sterbenz), both lie
+# strictly inside the same rounding interval, so rint(pf) == the float64 path's q, and |p - q| <= 1/2 - |pf|
+# 2**-20, i.e. |x - q 2eb| <= eb - 2eb |pf| 2**-20, which leaves more room than the float64 path's rounding of
+# q 2eb to float32 takes (|q| 2eb 2**-23.9, |q| <= |pf| + 1/2; q = 0 is exact): no lane that passes is an
+# outlier. |pf| <= 2**22 keeps the float32 rint (magic-number addition) exact and |q| far below QMAX; NaN / Inf
+# fail the test. The relative bounds need normal float32 products: the fast path runs only where
+# 2**-100 <= 2 eb <= 2**100 (``fast_recip32``), so subnormal results only occur for q = 0 and tiny |x|.
+_RINT_MAGIC32 = np.float32(12582912.0)  # 1.5 * 2**23
+_HALF32 = np.float32(0.5)
+_MARGIN32 = np.float32(2.0 ** -19)
+_FAST_LIMIT32 = np.float32(2.0 ** 22)
+
+
+def fast_recip32(twoeb: float) -> np.float32:
+    """float32(1 / (2 eb)) where the float32 fast path is exact (see above), else 0 (float64 path only)."""
+    if 2.0 ** -100 <= twoeb <= 2.0 ** 100:
+        return np.float32(1.0 / twoeb)
+    return np.float32(0.0)
 
 
 @njit(inline="always", cache=True)
 def _block_q_only(xb, recip, q):  # noqa: ANN001, ANN202
-    """q[0:32] as ``_block_q`` computes them, without the error check (pass 2 has the outlier bits already)."""
+    """q[0:32] as the float64 path of ``_encode_chunk`` computes them, without the error check (pass 2 has the
+    outlier bits already)."""
     lanes = xb.size
     if lanes < BLOCK:
         for k in range(BLOCK):
@@ -137,28 +134,141 @@ def _pack_block(q, lanes, r, mag, out, w):  # noqa: ANN001, ANN202
             out[w + 1 + j] = plane
 
 
+@njit(inline="always", cache=True)
+def _outlier_lanes(xb, recip, twoeb, eb):  # noqa: ANN001, ANN202
+    """The outlier lane bits of one block (bit k: lane k fails the error check, or is NaN / Inf / |q| > QMAX):
+    the slow path, run only for the rare chunks that have an outlier."""
+    obits = np.uint32(0)
+    for k in range(xb.size):
+        xd = np.float64(xb[k])
+        qf = _rint(xd * recip)
+        qf = qf if np.abs(qf) <= QMAX else 0.0
+        err = np.abs(xd - np.float64(np.float32(qf * twoeb)))
+        obits |= (np.uint32(1) - np.uint32(err <= eb)) << np.uint32(k)
+    return obits
+
+
+@njit(inline="always", cache=True)
+def _gather_plane(m0, m1, m2, m3, j):  # noqa: ANN001, ANN202
+    """Bit j of 32 byte lanes (four uint64 of 8 lanes) as one 32-bit plane word."""
+    sj = np.uint64(j)
+    return np.uint32(((((m0 >> sj) & LSB) * GATHER) >> np.uint64(56))
+                     | (((((m1 >> sj) & LSB) * GATHER) >> np.uint64(56)) << np.uint64(8))
+                     | (((((m2 >> sj) & LSB) * GATHER) >> np.uint64(56)) << np.uint64(16))
+                     | (((((m3 >> sj) & LSB) * GATHER) >> np.uint64(56)) << np.uint64(24)))
+
+
+@njit(inline="always", cache=True)
+def _encode_chunk(x, i0, lanes, recip, twoeb, eb, recip32, ql, mag, mag8, neg8, m64, n64, rates, outlier_bits, b0,
+                  sc, words, cap):  # noqa: ANN001, ANN202
+    """Quantize, delta, rate and pack the blocks of x[i0:i0+lanes] (block b0 first), a chunk that stays in L1.
+    Returns (words, outliers) after this chunk. ``ql`` (int32[33]) holds a block's q values at ``ql[1:]`` after
+    a fixed 0, so the block-reset deltas are one fixed-trip loop. ``recip32`` > 0 enables the float32 fast
+    path (see ``fast_recip32``), else every block takes the float64 path. Magnitudes (also their low bytes)
+    and signs go to chunk-sized arrays first and are packed in a second loop: reading the bytes back as
+    uint64 right after storing them would stall store forwarding."""
+    nblk = (lanes + BLOCK - 1) // BLOCK
+    bad = np.int32(0)
+    for bl in range(nblk):
+        o = bl * BLOCK
+        blanes = min(BLOCK, lanes - o)
+        slow = True
+        if recip32 > 0 and blanes == BLOCK:
+            # float32, 8 lanes per vector: q = rint(x * recip32) is the float64 path's q and the element passes
+            # its error check wherever the product is far enough from a rounding tie (proof above
+            # fast_recip32); a block with any lane too close takes the float64 path.
+            unsafe = np.int32(0)
+            for k in range(BLOCK):
+                pf = x[i0 + o + k] * recip32
+                rf = (pf + _RINT_MAGIC32) - _RINT_MAGIC32
+                apf = np.abs(pf)
+                ok = (np.abs(pf - rf) < _HALF32 - apf * _MARGIN32) & (apf <= _FAST_LIMIT32)  # NaN: not ok
+                ql[1 + k] = np.int32(rf if ok else np.float32(0.0))
+                unsafe |= np.int32(not ok)
+            slow = unsafe != 0
+        if slow:
+            for k in range(blanes):  # the float64 operations of sz._quantize_cpu
+                xd = np.float64(x[i0 + o + k])
+                qf = _rint(xd * recip)
+                qf = qf if np.abs(qf) <= QMAX else 0.0
+                err = np.abs(xd - np.float64(np.float32(qf * twoeb)))
+                ql[1 + k] = np.int32(qf)
+                bad |= np.int32(not (err <= eb))   # NaN error (x NaN / Inf) is an outlier too
+        for k in range(BLOCK):  # block-reset Lorenzo deltas; ql[0] == 0
+            d = ql[1 + k] - ql[k]
+            a = np.abs(d)
+            mag[o + k] = np.uint32(a)
+            mag8[o + k] = np.uint8(a & 0xFF)
+            neg8[o + k] = np.uint8(d < 0)
+        for k in range(blanes, BLOCK):  # padding lanes of the tensor's last block: delta 0
+            mag[o + k] = 0
+            mag8[o + k] = 0
+            neg8[o + k] = 0
+    outs = 0
+    for bl in range(nblk):
+        b = b0 + bl
+        ob = np.uint32(0)
+        if bad != 0:
+            xs = i0 + bl * BLOCK
+            ob = _outlier_lanes(x[xs:min(xs + BLOCK, i0 + lanes)], recip, twoeb, eb)
+            outs += np.int64(_popcount(ob))
+        outlier_bits[b] = ob
+        m = np.uint32(0)
+        for k in range(BLOCK):
+            m |= mag[bl * BLOCK + k]
+        r = 32 - np.int64(_clz(np.uint32(m))) if m != 0 else 0
+        rates[b] = r
+        if r == 0:
+            continue
+        if words + r + 1 <= cap:  # once over, the task stays over: pass 2 redoes it whole
+            w = words
+            sc[w] = _gather_plane(n64[4 * bl], n64[4 * bl + 1], n64[4 * bl + 2], n64[4 * bl + 3], 0)
+            if r <= 8:
+                m0 = m64[4 * bl]
+                m1 = m64[4 * bl + 1]
+                m2 = m64[4 * bl + 2]
+                m3 = m64[4 * bl + 3]
+                for j in range(r):
+                    sc[w + 1 + j] = _gather_plane(m0, m1, m2, m3, j)
+            else:
+                for j in range(r):
+                    plane = np.uint32(0)
+                    for k in range(BLOCK):
+                        plane |= ((mag[bl * BLOCK + k] >> np.uint32(j)) & np.uint32(1)) << np.uint32(k)
+                    sc[w + 1 + j] = plane
+        words += r + 1
+    return words, outs
+
+
+CHUNK_BLOCKS = 64  # blocks per inner chunk of pass 1: 8 KiB of x, its q / magnitudes stay in L1
+
+
 @njit(parallel=True, cache=True, nogil=True)
-def _encode_rates(x, recip, twoeb, eb, rates, outlier_bits, task_words, task_outliers, scratch, cap):  # noqa: ANN001, ANN202
+def _encode_rates(x, recip, twoeb, eb, recip32, rates, outlier_bits, task_words, task_outliers, scratch, cap, bytes8, words64):  # noqa: ANN001, ANN202
     """Pass 1: rates, outlier bits, per-task word and outlier counts; a task's packed words go to its ``cap``
-    words of ``scratch`` while they fit (pass 2 then copies them instead of quantizing again)."""
+    words of ``scratch`` while they fit (pass 2 then copies them instead of quantizing again). ``bytes8[t]``
+    (uint8[2, span]) is task t's byte-lane workspace and ``words64[t]`` the same memory as uint64 (viewed in
+    Python: the planes are gathered from 8 lanes at a time)."""
+    n = x.size
     nb = rates.size
+    span = CHUNK_BLOCKS * BLOCK
     for t in prange(task_words.size):
-        q = np.empty(BLOCK, dtype=np.int32)
-        mag = np.empty(BLOCK, dtype=np.uint32)
+        ql = np.zeros(BLOCK + 1, dtype=np.int32)
+        mag = np.empty(span, dtype=np.uint32)
+        mag8 = bytes8[t, 0]
+        neg8 = bytes8[t, 1]
+        m64 = words64[t, 0]
+        n64 = words64[t, 1]
         sc = scratch[t * cap:(t + 1) * cap]
         words = 0
         outs = 0
-        for b in range(t * TASK_BLOCKS, min(nb, (t + 1) * TASK_BLOCKS)):
-            i0 = b * BLOCK
-            xb = x[i0:i0 + BLOCK]
-            r, ob = _block_q(xb, recip, twoeb, eb, q)
-            rates[b] = r
-            outlier_bits[b] = ob
-            if r > 0:
-                if words + r + 1 <= cap:  # once over, the task stays over: pass 2 redoes it whole
-                    _pack_block(q, xb.size, r, mag, sc, words)
-                words += r + 1
-            outs += np.int64(_popcount(ob))
+        b_end = min(nb, (t + 1) * TASK_BLOCKS)
+        for b0 in range(t * TASK_BLOCKS, b_end, CHUNK_BLOCKS):
+            i0 = b0 * BLOCK
+            lanes = min(span, n - i0)
+            words, o = _encode_chunk(x, i0, lanes, recip, twoeb, eb, recip32, ql, mag, mag8, neg8, m64, n64, rates,
+                                     outlier_bits, b0, sc, words, cap)
+            outs += o
         task_words[t] = words
         task_outliers[t] = outs
 
@@ -218,6 +328,18 @@ def _spread(v):  # noqa: ANN001, ANN202
     return ((((v * LSB) & SPREAD_MASK) + SPREAD_ADD) & HIGH) >> np.uint64(7)
 
 
+@njit(inline="always", cache=True)
+def _signed_prefix8(m, sign, k0, acc, out):  # noqa: ANN001, ANN202
+    """Lanes k0..k0+7 (the bytes of m): magnitude, sign bit k of ``sign`` applied, running sum from ``acc`` into
+    out[k0:k0+8]; returns the sum."""
+    for k in range(8):
+        a = np.int32((m >> np.uint64(8 * k)) & np.uint64(0xFF))
+        s = -np.int32((sign >> np.uint32(k0 + k)) & np.uint32(1))  # 0 or -1
+        acc += (a ^ s) - s
+        out[k0 + k] = acc
+    return acc
+
+
 @njit(parallel=True, cache=True, nogil=True)
 def _decode(rates, data, word_start, twoeb, y):  # noqa: ANN001, ANN202
     n = y.size
@@ -245,12 +367,14 @@ def _decode(rates, data, word_start, twoeb, y):  # noqa: ANN001, ANN202
                     m1 |= _spread((p >> np.uint64(8)) & np.uint64(0xFF)) << sj
                     m2 |= _spread((p >> np.uint64(16)) & np.uint64(0xFF)) << sj
                     m3 |= _spread((p >> np.uint64(24)) & np.uint64(0xFF)) << sj
-                for k in range(8):
-                    sh = np.uint64(8 * k)
-                    mag[k] = np.int32((m0 >> sh) & np.uint64(0xFF))
-                    mag[8 + k] = np.int32((m1 >> sh) & np.uint64(0xFF))
-                    mag[16 + k] = np.int32((m2 >> sh) & np.uint64(0xFF))
-                    mag[24 + k] = np.int32((m3 >> sh) & np.uint64(0xFF))
+                # lane bytes, signs and the prefix sum in one serial pass (the sign and byte extraction run
+                # beside the one-add-per-lane dependency chain)
+                sign = data[w]
+                acc = np.int32(0)
+                acc = _signed_prefix8(m0, sign, 0, acc, mag)
+                acc = _signed_prefix8(m1, sign, 8, acc, mag)
+                acc = _signed_prefix8(m2, sign, 16, acc, mag)
+                _signed_prefix8(m3, sign, 24, acc, mag)
             else:
                 for k in range(BLOCK):
                     mag[k] = 0
@@ -258,14 +382,12 @@ def _decode(rates, data, word_start, twoeb, y):  # noqa: ANN001, ANN202
                     p = data[w + 1 + j]
                     for k in range(BLOCK):
                         mag[k] |= np.int32((p >> np.uint32(k)) & np.uint32(1)) << np.int32(j)
-            sign = data[w]
-            for k in range(BLOCK):
-                s = -np.int32((sign >> np.uint32(k)) & np.uint32(1))  # 0 or -1
-                mag[k] = (mag[k] ^ s) - s
-            acc = np.int32(0)
-            for k in range(BLOCK):  # the serial prefix sum apart, so the conversion loop below vectorises
-                acc += mag[k]
-                mag[k] = acc
+                sign = data[w]
+                acc = np.int32(0)
+                for k in range(BLOCK):
+                    s = -np.int32((sign >> np.uint32(k)) & np.uint32(1))  # 0 or -1
+                    acc += (mag[k] ^ s) - s
+                    mag[k] = acc
             for k in range(yb.size):
                 yb[k] = np.float32(np.float64(mag[k]) * twoeb)
             w += r + 1
@@ -290,7 +412,9 @@ def encode_blocks(flat: np.ndarray, eb: float) -> tuple[np.ndarray, np.ndarray, 
     task_outliers = np.empty(ntasks, dtype=np.int64)
     cap = TASK_BLOCKS * SCRATCH_WORDS_PER_BLOCK
     scratch = np.empty(ntasks * cap, dtype=np.uint32)
-    _encode_rates(flat, recip, twoeb, eb, rates, outlier_bits, task_words, task_outliers, scratch, cap)
+    bytes8 = np.empty((ntasks, 2, CHUNK_BLOCKS * BLOCK), dtype=np.uint8)
+    _encode_rates(flat, recip, twoeb, eb, fast_recip32(twoeb), rates, outlier_bits, task_words, task_outliers, scratch, cap, bytes8,
+                  bytes8.view(np.uint64))
     word_start = _prefix(task_words)
     outlier_start = _prefix(task_outliers)
     data = np.empty(int(word_start[-1]), dtype=np.uint32)
