@@ -903,8 +903,7 @@ def _input_chain_floor(model: onnx.ModelProto) -> int:
 def _input_chain(model: onnx.ModelProto, target: int, further: bool = False) -> tuple[int, int]:
     """(layers, chunks) for the chunked input chain: every leading layer whose unchunked forward working set
     is above a quarter of the target (a sixteenth ``further``, when the search is stuck; at least the first),
-    chunked so the chain's maps per chunk stay within an eighth of it, and no further than its layers' weight
-    gradients together stay within an eighth of it (held over all chunks); (0, 0) without a chain of two or more
+    chunked so the chain's maps per chunk stay within an eighth of it; (0, 0) without a chain of two or more
     such layers (the input block alone then)."""
     from ..passes.chunk_input_chain import chain_working_sets
 
@@ -917,11 +916,6 @@ def _input_chain(model: onnx.ModelProto, target: int, further: bool = False) -> 
     # graph and the step grow with their square. Stop before the chain holds more than a few.
     bns = np.cumsum([layer.bn is not None for layer in chains[0].layers])
     layers = min(layers, max(1, int(np.searchsorted(bns, MAX_CHAIN_BATCHNORMS, side="right"))))
-    # The chunked backward holds every chain layer's weight-gradient total from the first chunk to the last:
-    # deep layers' small maps are not worth their big weights (VGG-16's 13-layer chain held 56 MiB of them,
-    # 9 MiB per 512-channel conv: 133.8 MiB predicted against 109.3 with 7 layers). Keep them within an eighth.
-    held = np.cumsum([4 * int(np.prod([int(d) for d in layer.conv.inputs[1].shape])) for layer in chains[0].layers])
-    layers = min(layers, max(1, int(np.searchsorted(held, target // 8, side="right"))))
     if layers < 2 and _input_blocks(model):
         return 0, 0
     # A chain whose largest working set is a few MiB saves less than the allocator's own slack at that scale
