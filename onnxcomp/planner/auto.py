@@ -938,8 +938,9 @@ def _input_chain(model: onnx.ModelProto, target: int, further: bool = False) -> 
 
 
 def _enable_input_region(model: onnx.ModelProto, regions: Regions, target: int, further: bool = False) -> None:
-    """Chunk the input block, or the chain of layers from the input where one reaches further."""
-    layers, chunks = _input_chain(model, target, further)
+    """Chunk the input block, or the chain of layers from the input where one reaches further (not after a row
+    split: it has rewritten the chain's convs, the chain pass would find none)."""
+    layers, chunks = _input_chain(model, target, further) if regions.rows is None else (0, 0)
     regions.input_chain_layers = layers
     regions.input_block_chunks = chunks if layers else _input_block_chunks(model, target)
 
@@ -1195,7 +1196,7 @@ def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int,
             # The search starts over on the new graph: the lossy tiers the old peak forced may not be needed.
             chosen, correction = {}, 0
             continue
-        if not exact and regions.input_block_chunks \
+        if not exact and regions.input_block_chunks and regions.rows is None \
                 and _input_chain(model, target, further=True)[0] > regions.input_chain_layers:
             # Still stuck with the input region chunked: take the chain further, down to smaller maps.
             _enable_input_region(model, regions, target, further=True)
