@@ -881,8 +881,13 @@ def _input_block_chunks(model: onnx.ModelProto, target: int, need_block: bool = 
 
 
 MAX_CHAIN_BATCHNORMS = 4
-MIN_CHUNK_WORKING_SET = 256 << 10
-MIN_CHAIN_WORKING_SET = 8 << 20
+# Below these the chain is not worth it: a chain whose largest working set is ~2 MiB saves less than glibc's
+# heap slack (two small test nets measured 1.3-2.2 MB over 0.8-1.3 MB budgets chunked), while mobilenet_v1_s's
+# 3.8 MiB depthwise-separable layers measured within budget chunked (NOTES-suite4x.md). Each chunk should
+# still hold about a MiB per layer: more chunks only multiply the graph ((B + 1) passes per chunk; 15 chunks of
+# mobilenet_v1_s's 4 layers made a 6500-node graph whose first planning round took over 10 min).
+MIN_CHUNK_WORKING_SET = 1 << 20
+MIN_CHAIN_WORKING_SET = 3 << 20
 
 
 def _input_chains(model: onnx.ModelProto, blocks: bool = False) -> list[Any]:
@@ -960,15 +965,16 @@ def _input_chain(model: onnx.ModelProto, target: int, further: bool = False, at_
     # Chunks whose working set falls below a few hundred KiB gain nothing real: their tensors sit under the
     # allocator's mmap threshold (measure pins 128 KiB), where freed memory stays in the heap, so the step's
     # measured peak no longer follows the prediction (a 16-chunk plan of a tiny net: 0.57 MB predicted,
-    # 3.3 MB measured).
-    chunks = min(chunks, max(2, max(sets[:layers]) // MIN_CHUNK_WORKING_SET))
+    # 3.3 MB measured); and every chunk grows the graph (MIN_CHUNK_WORKING_SET).
+    chunks = min(chunks, max(2, round(max(sets[:layers]) / MIN_CHUNK_WORKING_SET)))
     return layers, chunks
 
 
 def _enable_input_region(model: onnx.ModelProto, regions: Regions, target: int, further: bool = False,
                          at_least: int = 0) -> None:
-    """Chunk the input block, or the chain of layers from the input where one reaches further."""
-    layers, chunks = _input_chain(model, target, further, at_least)
+    """Chunk the input block, or the chain of layers from the input where one reaches further (not after a row
+    split: it has rewritten the chain's convs, the chain pass would find none)."""
+    layers, chunks = _input_chain(model, target, further, at_least) if regions.rows is None else (0, 0)
     regions.input_chain_layers = layers
     regions.input_block_chunks = chunks if layers else _input_block_chunks(model, target)
 
@@ -1225,7 +1231,7 @@ def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int,
             chosen, correction = {}, 0
             continue
         at_least = max(max(regions.input_chain_layers, 1) + 1, _chain_units_at_peak(model, bufs[:4]))
-        if not exact and regions.input_block_chunks \
+        if not exact and regions.input_block_chunks and regions.rows is None \
                 and _input_chain(model, target, further=True, at_least=at_least)[0] > regions.input_chain_layers:
             # Still stuck with the input region chunked: take the chain further, down to smaller maps (through
             # residual blocks: one more, or through the one at the peak).
