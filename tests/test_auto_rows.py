@@ -117,3 +117,40 @@ def test_plain_conv_stack_auto_plan_with_rows_fits_when_measured(tmp_path: Path)
     assert m.peak_bytes <= budget, (m.peak_bytes, budget)
     assert m.peak_bytes < base.peak_bytes
     assert np.all(np.isfinite(m.losses))
+
+
+def test_row_counts_with_blocks_under_the_heap_floor_are_not_chosen() -> None:
+    from onnxcomp.planner.auto_rows import MIN_ROW_BLOCK_BYTES
+
+    model = _chain3()
+    base = _baseline_peak(model)
+    largest = 4 * 16 * 64 * 64 * 4            # a conv output of the chain: 1 MiB
+    choice = choose_rows(model, base)
+    assert choice is not None and largest // choice.rows >= MIN_ROW_BLOCK_BYTES
+    # 8 rows would leave 128 KiB blocks (glibc's heap, not mmap): never chosen, though predicted lower.
+    assert largest // 8 < MIN_ROW_BLOCK_BYTES
+    assert choose_rows(model, base, candidates=((8, True),)) is None
+
+
+def test_nchwc_copy_of_a_single_output_pool_input_is_predicted(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from onnx import helper
+
+    from onnxcomp.planner import predict
+
+    def tensor(*shape: int) -> SimpleNamespace:
+        return SimpleNamespace(shape=shape, nbytes=4 * int(np.prod(shape)))
+
+    analysis = SimpleNamespace(tensors={"x": tensor(4, 16, 32, 32), "x3": tensor(4, 3, 32, 32)})
+    pool = {"kernel_shape": [2, 2], "strides": [2, 2]}
+    single = helper.make_node("MaxPool", ["x"], ["y"], **pool)
+    with_indices = helper.make_node("MaxPool", ["x"], ["z", "zi"], **pool)
+    odd_channels = helper.make_node("AveragePool", ["x3"], ["w"], **pool)
+    for block in (8, 16):
+        monkeypatch.setattr(predict, "nchwc_block_size", lambda block=block: block)
+        assert predict.nchwc_reorder_workspace(analysis, single) == 4 * 16 * 32 * 32 * 4
+        assert predict.nchwc_reorder_workspace(analysis, with_indices) == 0      # ORT keeps it NCHW
+        assert predict.nchwc_reorder_workspace(analysis, odd_channels) == 0      # 3 channels: not blocked
+    monkeypatch.setattr(predict, "nchwc_block_size", lambda: 0)                 # no NCHWc on this CPU
+    assert predict.nchwc_reorder_workspace(analysis, single) == 0

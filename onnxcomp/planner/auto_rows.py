@@ -26,6 +26,12 @@ from ..passes.chunk_backward import ChunkedBackwardPass
 # (rows, split_forward) tried, cheapest first: fewer blocks recompute fewer halo rows.
 CANDIDATES: tuple[tuple[int, bool], ...] = ((4, True), (8, True), (4, False))
 _TIE = 0.02
+# A row count whose blocks hold less than this of a chain's largest tensor is not tried: block tensors then sit
+# under glibc's mmap threshold (measure pins 128 KiB), on the heap, whose slack the prediction cannot see. Measured
+# (batch 8, 48x48 plain conv stack, 8 rows: 147 KiB blocks): 0.4-2.2 MiB per step against 1.06 predicted (up to
+# 2.2 MiB in 4 of 13 processes); the same graph with every buffer above 4 KiB mmap'ed measured a steady 1.3-1.4.
+# The input chain's chunks keep the same floor (planner/auto.py, MIN_CHUNK_WORKING_SET).
+MIN_ROW_BLOCK_BYTES = 256 << 10
 
 
 @dataclass(frozen=True)
@@ -63,14 +69,26 @@ def choose_rows(model: onnx.ModelProto, baseline_peak: int,
     for rows, split_forward in candidates:
         trial = RowSplitPass(rows=rows, split_forward=split_forward, only_lowering=True)
         applied = apply(model, [trial, DeferWeightGradientPass(), EagerAccumulationPass()])
-        chains = tuple(r.detail["chain"] for r in applied.log.records if r.kind == "row_split")
-        if not chains:
+        records = [r for r in applied.log.records if r.kind == "row_split"]
+        chains = tuple(r.detail["chain"] for r in records)
+        if not chains or (_largest_block(model, records, rows) or MIN_ROW_BLOCK_BYTES) < MIN_ROW_BLOCK_BYTES:
             continue
         _, live = predicted_live_both_orders(applied.model)
         peak = int(live.max()) if len(live) else 0
         if peak < baseline_peak and (best is None or peak < best.predicted_peak * (1 - _TIE)):
             best = RowsChoice(rows, split_forward, peak, chains)
     return best
+
+
+def _largest_block(model: onnx.ModelProto, records: list[Any], rows: int) -> int | None:
+    """Bytes of one row block of the largest tensor the split chains produce (None where the records name no
+    node of ``model``)."""
+    from . import memo
+
+    tensors = memo.analysis(model).tensors
+    chain_nodes = {n for r in records for n in r.detail.get("nodes", ())}
+    outputs = [o for node in model.graph.node if node.name in chain_nodes for o in node.output if o in tensors]
+    return max(tensors[o].nbytes for o in outputs) // rows if outputs else None
 
 
 # Node-name prefix of everything RowSplitPass writes (passes/row_split: IrGraphEditor prefix).
