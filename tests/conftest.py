@@ -51,6 +51,20 @@ def cupy_or_skip():  # noqa: ANN201
     return cp
 
 
+def tensor_ancestors(graph, name: str) -> set[str]:  # noqa: ANN001
+    """Every tensor of an ONNX ``graph`` that ``name`` is computed from (``name`` included; graph inputs and
+    initializers have no producer and end the walk): the data dependencies an ordering test checks."""
+    producer = {o: n for n in graph.node for o in n.output}
+    seen, todo = set(), [name]
+    while todo:
+        t = todo.pop()
+        if t in seen or t not in producer:
+            continue
+        seen.add(t)
+        todo += list(producer[t].input)
+    return seen
+
+
 def insert_test_op_after(model_path: Path, out_path: Path, op_type: str = "Relu", scale: float = 1.0) -> Path:
     """Copy a graph with OnnxcompTestScale inserted after the first `op_type` node's output, rewiring
     that output's forward consumers to the op's output."""

@@ -7,6 +7,7 @@ import onnx
 import onnx.parser
 import pytest
 
+from conftest import tensor_ancestors
 from onnxcomp.passes.chunk_attention import ChunkedAttentionBackwardPass
 
 B, H, T, D = 2, 3, 8, 4
@@ -110,21 +111,10 @@ def test_one_chunk_alive_at_a_time_under_default_order():
     depends on the previous chunk's products (so ORT cannot interleave the chunks' T² tensors)."""
     result = ChunkedAttentionBackwardPass(chunks=3, min_bytes=0).run(_model())
     g = result.model.graph
-    producer = {o: n for n in g.node for o in n.output}
-
-    def ancestors(name: str) -> set[str]:
-        seen, todo = set(), [name]
-        while todo:
-            t = todo.pop()
-            if t in seen or t not in producer:
-                continue
-            seen.add(t)
-            todo += list(producer[t].input)
-        return seen
 
     grads = [n for n in g.node if n.op_type == "SoftmaxGrad_13"]
     for earlier, later in zip(grads, grads[1:]):
-        assert earlier.output[0] in ancestors(later.output[0])
+        assert earlier.output[0] in tensor_ancestors(g, later.output[0])
 
 
 # -- forward: scores to the product with V in chunks; the Dropout's mask drawn as before -------------------

@@ -6,6 +6,7 @@ import onnx
 import onnx.parser
 
 from custom_ops import contract
+from conftest import tensor_ancestors
 from onnxcomp.analysis.execution_order import ort_order
 from onnxcomp.passes.early_encode import EarlyEncodePass
 
@@ -42,19 +43,8 @@ def test_late_view_encoder_runs_in_the_forward_under_both_orders():
     assert names.index("s") < names.index("a2d") < names.index("payload") < names.index("y")
     matmul = next(n for n in g.node if n.op_type == "MatMul")
     assert matmul.input[0] != "s"
-    producer = {o: n for n in g.node for o in n.output}
 
-    def ancestors(name: str) -> set[str]:
-        seen, todo = set(), [name]
-        while todo:
-            t = todo.pop()
-            if t in seen or t not in producer:
-                continue
-            seen.add(t)
-            todo += list(producer[t].input)
-        return seen
-
-    assert "anchor" in ancestors(matmul.input[0])
+    assert "anchor" in tensor_ancestors(g, matmul.input[0])
     for order in ("default", "priority"):
         run = [g.node[i].output[0] for i in ort_order(result.model, order)]
         assert run.index("payload") < run.index("dw"), order      # before the backward product

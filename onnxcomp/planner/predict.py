@@ -7,6 +7,7 @@ not show (ConvGrad's im2col workspace; a codec op's NumPy temporaries and PyOp b
 from __future__ import annotations
 
 import functools
+import json
 import tracemalloc
 from collections.abc import Callable
 
@@ -251,7 +252,7 @@ def _codec_workspace(direction: str, name: str, params: str, shape: tuple[int, .
         # A codec's first call per kernel specialisation (rank, params) compiles or loads it from numba's cache
         # and fills lookup tables: not per-call memory, and not the same bytes on a cold cache as on a warm one
         # (a plan written after a cold start differed from a rerun's by 48 B of predicted peak).
-        warm_key = (direction, name, params, len(shape))
+        warm_key = (direction, name, json.dumps(codec_params, sort_keys=True), len(shape))   # not per stash
         if warm_key not in _WARMED:
             run()
             run()
