@@ -69,8 +69,9 @@ def group_meta(v: Any, xp: Any, half: bool) -> tuple[Any, Any, Any, Any]:
         lo_bits = _fp16_bits_toward(lo, xp, down=True)
         lo = lo_bits.view(xp.float16).astype(f32)
     scale = (hi - lo) / f32(255)
-    if not half:   # a subnormal scale has too few bits for 255 steps: such tiny ranges get the smallest normal
-        scale = xp.where(hi > lo, xp.maximum(scale, f32(np.finfo(np.float32).tiny)), scale)
+    # A subnormal scale has too few bits for 255 steps (or underflows to 0): such tiny ranges get the smallest
+    # normal; for float16 storage it then rounds up to float16's smallest step, so the bound still holds.
+    scale = xp.where(hi > lo, xp.maximum(scale, f32(np.finfo(np.float32).tiny)), scale)
     if half:
         scale_bits = _fp16_bits_toward(scale, xp, down=False)
         scale = scale_bits.view(xp.float16).astype(f32)
