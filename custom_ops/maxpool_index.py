@@ -141,6 +141,7 @@ class _Tables:
     taps: np.ndarray          # int64 (kh*kw,): flat distance of tap k from the window origin
     edge: np.ndarray          # intp: positions whose window is not wholly inside the input (checked tap by tap)
     edge_taps: np.ndarray     # uint64 (edge.size,): bit k set iff tap k of that window lies inside the input
+    edge_out: np.ndarray      # (edge.size,) in the narrowest unsigned dtype of ``window`` bits: ~edge_taps
     empty: np.ndarray         # intp: positions whose window has no tap inside the input (ORT's sentinel)
 
 
@@ -171,7 +172,9 @@ def fast_tables(g: PoolGeometry) -> _Tables | None:
     inside = (((ih >= 0) & (ih < g.H))[:, None, :] & ((iw >= 0) & (iw < g.W))[None, :, :]).reshape(ohw, window)
     edge = np.flatnonzero(~inside.all(axis=1))
     edge_taps = (inside[edge].astype(np.uint64) << k.astype(np.uint64)).sum(axis=1, dtype=np.uint64)
-    return _Tables(rows, base, lut, taps, edge, edge_taps, np.flatnonzero(empty_windows(g)))
+    narrow = next(dt for dt in map(np.dtype, (np.uint8, np.uint16, np.uint32, np.uint64)) if dt.itemsize * 8 >= window)
+    edge_out = (~edge_taps & np.uint64((1 << window) - 1)).astype(narrow)
+    return _Tables(rows, base, lut, taps, edge, edge_taps, edge_out, np.flatnonzero(empty_windows(g)))
 
 
 # -- b-bit packing (NumPy) --------------------------------------------------------------------------------
@@ -199,10 +202,12 @@ def pack_bits(values: np.ndarray, bits: int) -> np.ndarray:
     buf[:n] = values
     if bits in _WORD:
         v = buf.view(_WORD[bits])
-        acc = v.copy()
-        for j in range(1, per_word):  # value j sits at bit 8j; bring it to bit j*bits (no overlap: k < 2**bits)
+        acc = v >> v.dtype.type(8 - bits)
+        for j in range(2, per_word):  # value j sits at bit 8j; bring it to bit j*bits (no overlap: k < 2**bits)
             acc |= v >> v.dtype.type(j * (8 - bits))
-        return acc.astype(np.uint8)[:nbytes]
+        out = np.empty(words, dtype=np.uint8)
+        np.bitwise_or(v, acc, out=out, casting="unsafe")  # the low byte, as astype(uint8): no extra pass
+        return out[:nbytes]
     # b in {3, 5, 6, 7}: 8 values -> b bytes through a uint64 per group; masks drop the shifted neighbours.
     v = buf.view("<u8")
     mask = (1 << bits) - 1
@@ -264,7 +269,16 @@ def _encode_lut(idx: np.ndarray, g: PoolGeometry, t: _Tables) -> np.ndarray:
         dd -= p0 * hw - 1  # distance from the window origin, + 1: lut[0] is INVALID for negative ones
         np.take(t.lut, dd, out=k[p0:p1], mode="clip")
     window = g.kh * g.kw
-    bad = k >= window if n and int(k.max()) >= window else None  # some distance is no tap of its window
+    kmax = int(k.max()) if n else 0
+    if not t.empty.size and kmax < window:
+        # Every distance is a tap of its window's bounding box; on overhanging windows the tap must also lie
+        # inside the input: one gather of their offsets and one shift through the outside-taps mask (an
+        # offset >= window cannot occur here). ~3x cheaper than the general check below, which also handles
+        # ORT's empty-window sentinel and finds the first bad element for the error message.
+        one = t.edge_out.dtype.type(1)
+        if not t.edge.size or not np.any((t.edge_out[None, :] >> np.take(k, t.edge, axis=1)) & one):
+            return pack_bits(kbuf, g.bits)[:(n * g.bits + 7) // 8]
+    bad = k >= window if kmax >= window else None  # some distance is no tap of its window
     if t.edge.size:  # overhanging windows: the tap must also lie inside the input
         ke = k[:, t.edge]
         ke[ke >= window] = 0  # flagged in ``bad`` already
