@@ -191,3 +191,21 @@ def test_compiled_sz_float32_fast_path_at_rounding_ties(eb: float) -> None:
     with np.errstate(over="ignore", invalid="ignore"):
         for scale in (1.0, 1e-20, 1e20):
             _assert_same(get_codec("sz"), (x * np.float32(scale)).astype(np.float32), {"eb": eb})
+
+
+@numba_only
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 2048, 2048 + 5, 2 * 65536 + 13])
+def test_compiled_zvc_count_packs_every_byte_pattern(n: int) -> None:
+    """The numba ZVC count pass packs eight nonzero flags per bitmap byte by one multiply: every byte pattern
+    (cycled), partial last bytes and task boundaries give ``np.packbits``'s bitmap and the bitwise count;
+    -0.0, NaN and the smallest subnormal count as nonzero."""
+    from onnxcomp.custom_ops.cpu import sparse as ksparse
+
+    flags = np.unpackbits(np.arange(256, dtype=np.uint8), bitorder="little").astype(bool)
+    flags = np.resize(flags, n) if n else flags[:0]
+    specials = np.array([1.0, -0.0, np.nan, 1e-45, -np.inf], np.float32).view(np.uint32)
+    words = np.where(flags, specials[np.arange(n) % specials.size], np.uint32(0)).astype(np.uint32)
+    bitmap, starts = ksparse.zvc_count(words)
+    assert bitmap.tobytes() == np.packbits(flags, bitorder="little").tobytes()
+    assert int(starts[-1]) == int(np.count_nonzero(words))
+    np.testing.assert_array_equal(ksparse.zvc_decode(bitmap, ksparse.zvc_finish(words, starts), n), words)
