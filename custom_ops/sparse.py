@@ -171,13 +171,14 @@ class ZVC(Codec):
             m = mask[:w.size]
             np.not_equal(w, 0, out=m)
             bitmap[c0 // 8:(c0 + w.size + 7) // 8] = np.packbits(m, bitorder="little")
-            # Gather through the nonzero positions straight into ``values``: ~15 % cheaper than the boolean
-            # compress ``w[m]`` plus its copy (mode="clip": a gather with out= and mode="raise" buffers out).
-            nz = np.flatnonzero(m)
-            if pos + nz.size > values.size:
+            # Boolean compress (~1.2 ns per element at 50 % density, most of this loop's time). A gather
+            # through np.flatnonzero into ``values`` measured ~15 % faster alone but no faster end to end, and
+            # its int64 positions double the chunk's transient (the planner's measured workspace): not taken.
+            picked = w[m]
+            if pos + picked.size > values.size:
                 raise ValueError(f"zvc: nnz={nnz} given, but the tensor has more nonzeros")
-            np.take(w, nz, out=values[pos:pos + nz.size], mode="clip")
-            pos += nz.size
+            values[pos:pos + picked.size] = picked
+            pos += picked.size
         if pos != values.size:
             raise ValueError(f"zvc: nnz={nnz} given, but the tensor has {pos} nonzeros")
         return bitmap, values.view(np.float32), np.asarray(x.shape, dtype=np.int64).reshape(x.ndim)
