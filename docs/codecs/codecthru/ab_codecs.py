@@ -3,8 +3,9 @@ interleaved in one process, through the codecs' own ``encode_cpu`` / ``decode_cp
 
 For every (codec, backend) the payloads and decoded tensors of both revisions are asserted byte-identical
 first; then every round times each variant once (old and new next to each other, each right after an untimed
-call so that its input is as cache-warm as in ``tools/bench_codecs.py``'s repeats) together with a 64 MiB
-``np.copyto`` on one thread per core, as in ``tools/bench_codecs.py``. Reported: best and median of process CPU
+call so that its input is as cache-warm as in ``tools/bench_codecs.py``'s repeats; odd rounds run the new variant
+first, so neither revision always follows the other) together with a 64 MiB ``np.copyto`` on one thread per core,
+as in ``tools/bench_codecs.py``. Reported: best and median of process CPU
 time (all threads) and of wall time, each as MB per second and as a fraction of the same round set's copy.
 
     flock /tmp/timing.lock .venv/bin/python docs/codecs/codecthru/ab_codecs.py --dir /tmp/codecthru/acts \\
@@ -73,9 +74,9 @@ def main() -> None:
         importlib.import_module(p.__name__ + ".sparse_adaptive")
     relu_in = np.load(next(args.dir.glob("*_relu_relu_in.npy"), None) or sorted(args.dir.glob("*relu_in.npy"))[-1])
     relu_out = np.load(sorted(args.dir.glob("*_relu_relu_out.npy"), key=lambda p: -p.stat().st_size)[0])
-    tensors = {"dpr_fp10": (relu_in.astype(np.float32), {}), "sparse": (relu_out, {}), "zvc": (relu_out, {}),
-               "maxpool_index": maxpool_indices(relu_out)}
-    default = {"maxpool_index": "numpy", "dpr_fp10": "numba", "sparse": "numpy (lossless graphs) / numba (if loaded)",
+    tensors = {f"dpr_{f}": (relu_in.astype(np.float32), {}) for f in ("fp16", "bf16", "fp10", "fp8")}
+    tensors.update({"sparse": (relu_out, {}), "zvc": (relu_out, {}), "maxpool_index": maxpool_indices(relu_out)})
+    default = {"maxpool_index": "numpy", **{f"dpr_{f}": "numba" for f in ("fp16", "bf16", "fp10", "fp8")}, "sparse": "numpy (lossless graphs) / numba (if loaded)",
                "zvc": "numpy / numba (if loaded)"}
     fns: dict[tuple[str, str, str, str], Callable[[], Any]] = {}
     for codec in args.codecs:
@@ -122,8 +123,12 @@ def main() -> None:
     wall_s: dict[Any, list[float]] = {k: [] for k in allf}
     load0 = os.getloadavg()
     t0 = time.strftime("%H:%M:%S", time.gmtime())
-    for _ in range(args.repeat):
-        for k, f in allf.items():
+    keys = list(allf)
+    flipped = [k for k in keys if k[0] == "copy"] + sorted(  # the same (codec, backend, direction), new first
+        (k for k in keys if k[0] != "copy"), key=lambda k: (keys.index((*k[:3], args.base)), k[3] != "new"))
+    for rnd in range(args.repeat):
+        for k in (keys if rnd % 2 == 0 else flipped):  # odd rounds run each new variant before its old one
+            f = allf[k]
             f()  # untimed call first: inputs cache-warm as in bench_codecs (its repeats), not evicted by the copy
             w, c = time.perf_counter(), time.process_time()
             f()
