@@ -76,7 +76,8 @@ def main() -> None:
     relu_out = np.load(sorted(args.dir.glob("*_relu_relu_out.npy"), key=lambda p: -p.stat().st_size)[0])
     tensors = {f"dpr_{f}": (relu_in.astype(np.float32), {}) for f in ("fp16", "bf16", "fp10", "fp8")}
     tensors.update({"sparse": (relu_out, {}), "zvc": (relu_out, {}), "maxpool_index": maxpool_indices(relu_out)})
-    default = {"maxpool_index": "numpy", **{f"dpr_{f}": "numba" for f in ("fp16", "bf16", "fp10", "fp8")}, "sparse": "numpy (lossless graphs) / numba (if loaded)",
+    default = {"maxpool_index": "numpy", **{f"dpr_{f}": "numba" for f in ("fp16", "bf16", "fp10", "fp8")},
+               "sparse": "numpy (lossless graphs) / numba (if loaded)",
                "zvc": "numpy / numba (if loaded)"}
     fns: dict[tuple[str, str, str, str], Callable[[], Any]] = {}
     for codec in args.codecs:
@@ -136,11 +137,13 @@ def main() -> None:
             wall_s[k].append(time.perf_counter() - w)
     load1 = os.getloadavg()
     ref = {kind: src.nbytes / min(d[("copy", "", "", "")]) for kind, d in (("cpu", cpu_s), ("wall", wall_s))}
-    refm = {kind: src.nbytes / statistics.median(d[("copy", "", "", "")]) for kind, d in (("cpu", cpu_s), ("wall", wall_s))}
+    refm = {kind: src.nbytes / statistics.median(d[("copy", "", "", "")])
+            for kind, d in (("cpu", cpu_s), ("wall", wall_s))}
     print(f"\n{t0} UTC, {args.repeat} rounds, load {load0[0]:.1f} -> {load1[0]:.1f}; copy 64 MiB on {cores} threads: "
           f"{ref['cpu'] / MB:.0f} MB per CPU s (median {refm['cpu'] / MB:.0f}), {ref['wall'] / MB:.0f} MB/s wall "
           f"(median {refm['wall'] / MB:.0f}). (x) = best / best copy, median / median copy.\n")
-    print("| codec | backend | direction | rev | MB per CPU s best (x) | median (x) | wall MB/s best (x) | median (x) |")
+    print("| codec | backend | direction | rev | MB per CPU s best (x) | median (x) | wall MB/s best (x) "
+          "| median (x) |")
     print("|---|---|---|---|---:|---:|---:|---:|")
     rows = []
     for k in fns:
