@@ -171,9 +171,16 @@ class ZVC(Codec):
             m = mask[:w.size]
             np.not_equal(w, 0, out=m)
             bitmap[c0 // 8:(c0 + w.size + 7) // 8] = np.packbits(m, bitorder="little")
+            # Boolean compress (~1.2 ns per element at 50 % density, most of this loop's time). A gather
+            # through np.flatnonzero into ``values`` measured ~15 % faster alone but no faster end to end, and
+            # its int64 positions double the chunk's transient (the planner's measured workspace): not taken.
             picked = w[m]
+            if pos + picked.size > values.size:
+                raise ValueError(f"zvc: nnz={nnz} given, but the tensor has more nonzeros")
             values[pos:pos + picked.size] = picked
             pos += picked.size
+        if pos != values.size:
+            raise ValueError(f"zvc: nnz={nnz} given, but the tensor has {pos} nonzeros")
         return bitmap, values.view(np.float32), np.asarray(x.shape, dtype=np.int64).reshape(x.ndim)
 
     def decode_cpu(self, payload: Payload, **params: Any) -> np.ndarray:

@@ -102,6 +102,7 @@ def test_auto_backend_picks_numba_only_where_it_is_faster() -> None:
     with cpu.use_backend("auto"):
         assert cpu.kernels("bits") is None and cpu.kernels("intervalmask") is None
         assert (cpu.kernels("sparse") is not None) == ("numba" in sys.modules)  # NUMBA_WHEN_LOADED
+        assert (cpu.kernels("maxpool") is not None) == ("numba" in sys.modules)
         assert cpu.kernels("sz") is not None and cpu.backend_for("zfp") == "numba"
     with cpu.use_backend("numba"):
         assert cpu.kernels("bits") is not None
@@ -146,11 +147,12 @@ def test_auto_runs_sparse_with_numba_only_once_it_is_imported(monkeypatch: pytes
     otherwise; the NUMBA_BY_DEFAULT modules always use numba, the rest always NumPy."""
     monkeypatch.setattr(cpu, "_backend", "auto")
     monkeypatch.setitem(sys.modules, "numba", sys.modules.get("numba", object()))
-    assert [cpu.backend_for(m) for m in ("sparse", "sz", "bits")] == ["numba", "numba", "numpy"]
+    assert [cpu.backend_for(m) for m in ("sparse", "maxpool", "sz", "bits")] == ["numba", "numba", "numba", "numpy"]
     monkeypatch.delitem(sys.modules, "numba")
-    assert [cpu.backend_for(m) for m in ("sparse", "sz", "bits")] == ["numpy", "numba", "numpy"]
+    assert [cpu.backend_for(m) for m in ("sparse", "maxpool", "sz", "bits")] == ["numpy", "numpy", "numba", "numpy"]
     # the planner measures their workspace with NumPy (the larger one), whichever the process would run
-    assert [cpu.workspace_backend(c) for c in ("zvc", "sparse", "sz")] == ["numpy", "numpy", "auto"]
+    assert [cpu.workspace_backend(c) for c in ("zvc", "sparse", "maxpool_index", "sz")] == \
+        ["numpy", "numpy", "numpy", "auto"]
     monkeypatch.setattr(cpu, "_backend", "numba")
     assert cpu.workspace_backend("sparse") == "numba"
 
@@ -191,3 +193,71 @@ def test_compiled_sz_float32_fast_path_at_rounding_ties(eb: float) -> None:
     with np.errstate(over="ignore", invalid="ignore"):
         for scale in (1.0, 1e-20, 1e20):
             _assert_same(get_codec("sz"), (x * np.float32(scale)).astype(np.float32), {"eb": eb})
+
+
+@numba_only
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 2048, 2048 + 5, 2 * 65536 + 13])
+def test_compiled_zvc_count_packs_every_byte_pattern(n: int) -> None:
+    """The numba ZVC count pass packs eight nonzero flags per bitmap byte by one multiply: every byte pattern
+    (cycled), partial last bytes and task boundaries give ``np.packbits``'s bitmap and the bitwise count;
+    -0.0, NaN and the smallest subnormal count as nonzero."""
+    from onnxcomp.custom_ops.cpu import sparse as ksparse
+
+    flags = np.unpackbits(np.arange(256, dtype=np.uint8), bitorder="little").astype(bool)
+    flags = np.resize(flags, n) if n else flags[:0]
+    specials = np.array([1.0, -0.0, np.nan, 1e-45, -np.inf], np.float32).view(np.uint32)
+    words = np.where(flags, specials[np.arange(n) % specials.size], np.uint32(0)).astype(np.uint32)
+    bitmap, starts = ksparse.zvc_count(words)
+    assert bitmap.tobytes() == np.packbits(flags, bitorder="little").tobytes()
+    assert int(starts[-1]) == int(np.count_nonzero(words))
+    np.testing.assert_array_equal(ksparse.zvc_decode(bitmap, ksparse.zvc_finish(words, starts), n), words)
+
+
+@numba_only
+@pytest.mark.parametrize("shape,params", [
+    ((3, 7, 5, 9), dict(kernel_shape=[2, 2], strides=[1, 1])),                         # one task, odd plane
+    ((1, 3, 300, 300), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),  # a plane per task
+    ((2, 5, 9, 7), dict(kernel_shape=[3, 2], strides=[2, 3], pads=[1, 0, 1, 1], ceil_mode=1)),  # empty windows
+    ((0, 3, 6, 6), dict(kernel_shape=[2, 2], strides=[2, 2])),
+])
+def test_compiled_maxpool_offsets_equal_numpy(shape: tuple[int, ...], params: dict[str, Any]) -> None:
+    """cpu/maxpool.py's table lookup (the NUMBA_WHEN_LOADED encoder) writes the NumPy table path's bytes and
+    rejects the same tensors at the same flat position: task boundaries, a plane larger than a task, ORT's
+    empty-window sentinel, extreme int64 values (the subtraction wraps as NumPy's does)."""
+    rng = np.random.default_rng(3)
+    idx = mpi.reference_indices(rng.integers(-2, 3, size=shape).astype(np.float32), **params)
+    p = dict(input_shape=list(shape), **params)
+    assert mpi.fast_tables(mpi.geometry(**p)) is not None
+    _assert_same(get_codec("maxpool_index"), idx, p)
+    for value in (np.iinfo(np.int64).min, np.iinfo(np.int64).max, -1, 2**32, 1):
+        if not idx.size:
+            break
+        bad = idx.copy().reshape(-1)
+        e = int(rng.integers(bad.size))
+        if bad[e] == value:
+            continue
+        bad[e] = value
+        errors = []
+        for backend in ("numpy", "numba"):
+            with cpu.use_backend(backend), pytest.raises(ValueError) as info:
+                get_codec("maxpool_index").encode_cpu(bad.reshape(idx.shape), **p)
+            errors.append(str(info.value))
+        assert errors[0] == errors[1] and f"flat position {e} " in errors[0]
+
+
+_WARM_ORDER = """
+import sys
+from onnxcomp.custom_ops import cpu
+cpu.warm_up(["maxpool_index", "sparse", "sz"])
+print(" ".join(sorted(cpu._modules)))
+"""
+
+
+@numba_only
+def test_warm_up_loads_when_loaded_kernels_after_numba() -> None:
+    """A graph with sz (numba by default) and maxpool_index / sparse (numba once loaded): warm_up must load
+    every kernel the first step will call, whatever the names' order (sorted, maxpool and sparse come first)."""
+    env = {k: v for k, v in os.environ.items() if k != cpu.ENV_VAR}
+    out = subprocess.run([sys.executable, "-c", _WARM_ORDER], env=env, capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert {"maxpool", "sparse", "sz"} <= set(out)

@@ -301,3 +301,38 @@ def test_relumask_decodes_the_relu_mask(x: np.ndarray) -> None:
     mask = mask_codec.decode(payload)
     assert mask.dtype == np.bool_ and mask.shape == x.shape
     np.testing.assert_array_equal(mask, x > 0)
+
+
+@pytest.mark.parametrize("shape,params", [
+    ((2, 3, 8, 8), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),      # ResNet stem pool
+    ((1, 2, 9, 7), dict(kernel_shape=[3, 2], strides=[2, 3], pads=[1, 0, 1, 1])),      # 3-bit offsets
+    ((1, 2, 11, 10), dict(kernel_shape=[2, 3], strides=[1, 2], dilations=[2, 2], pads=[0, 1, 1, 0])),
+    ((1, 1, 12, 12), dict(kernel_shape=[2, 2], strides=[2, 2], pads=[1, 1, 0, 0])),    # 2-bit, top/left only
+])
+def test_maxpool_rejects_outside_tap_of_overhanging_window(shape: tuple[int, ...], params: dict[str, Any]) -> None:
+    """In a window that overhangs the input, a tap in the padding has a flat distance that aliases to a real
+    element (the row above, the previous plane, or the last column of the row before): the table lookup maps
+    it to a valid offset, so only the overhang check (``_Tables.edge_out``) can reject it. Every such alias of
+    every overhanging window must raise, at its own flat position, and the clean tensor must round-trip."""
+    rng = np.random.default_rng(1)
+    idx = mpi.reference_indices(rng.standard_normal(shape).astype(np.float32), **params)
+    p = dict(input_shape=list(shape), **params)
+    _roundtrip_maxpool(idx, p)
+    g = mpi.geometry(**p)
+    P, ohw = g.N * g.C, g.OH * g.OW
+    cases = 0
+    for pos in range(ohw):
+        oh, ow = divmod(pos, g.OW)
+        h0, w0 = oh * g.sh - g.pt, ow * g.sw - g.pl
+        for k in range(g.kh * g.kw):
+            h, w = h0 + (k // g.kw) * g.dh, w0 + (k % g.kw) * g.dw
+            if 0 <= h < g.H and 0 <= w < g.W:
+                continue
+            plane = int(rng.integers(P))
+            e = plane * ohw + pos
+            bad = idx.copy().reshape(-1)
+            bad[e] = plane * g.H * g.W + h * g.W + w  # the flat index the tap would have if it existed
+            with pytest.raises(ValueError, match=f"flat position {e} is not inside its pooling window"):
+                MAXPOOL.encode(bad.reshape(idx.shape), **p)
+            cases += 1
+    assert cases > 0

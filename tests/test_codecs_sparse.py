@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from onnxcomp.custom_ops import cpu
 from onnxcomp.custom_ops.base import KERNEL_DIR, Codec, get_codec
 from onnxcomp.custom_ops.sparse import CSR_ROW
 from onnxcomp.custom_ops.sparse_select import (
@@ -279,3 +280,16 @@ def test_gpu_non_contiguous_and_chooser(cp: Any) -> None:
         codec = get_codec(name)
         y = codec.decode(codec.encode(xd))
         np.testing.assert_array_equal(words_of(cp.asnumpy(y)), words_of(x.transpose(2, 0, 1)))
+
+
+def test_zvc_counted_encode_rejects_a_wrong_count() -> None:
+    """``encode_cpu_counted`` trusts the caller's count to size ``values``: a wrong one must raise, not leave
+    values unwritten or cut off (NumPy path; the compiled path counts for itself)."""
+    x = np.array([0.0, 1.0, 0.0, -0.0, np.nan, 0.0, 2.0], np.float32)
+    zvc = get_codec("zvc")
+    with cpu.use_backend("numpy"):
+        good = zvc.encode_cpu_counted(x, 4)
+        assert good[1].view(np.uint32).tobytes() == x[x.view(np.uint32) != 0].view(np.uint32).tobytes()
+        for nnz in (3, 5):
+            with pytest.raises(ValueError, match="nnz"):
+                zvc.encode_cpu_counted(x, nnz)

@@ -229,7 +229,7 @@ def _kernel_module(codec: str) -> str:
     """The ``custom_ops/cpu`` module (or "zfp") whose backend setting a codec follows under ``auto``."""
     if codec.startswith("dpr_"):
         return "dpr"
-    return {"signbits": "bits", "relumask": "bits", "bitmask": "bits", "maxpool_index": "bits", "zvc": "sparse",
+    return {"signbits": "bits", "relumask": "bits", "bitmask": "bits", "maxpool_index": "maxpool", "zvc": "sparse",
             "csr": "sparse", "sparse": "sparse"}.get(codec, codec)
 
 

@@ -5,10 +5,9 @@ compiled kernel when their module runs with numba and produce the same bytes (te
 
 The default backend, ``"auto"``, picks per kernel module: numba only for the modules in ``NUMBA_BY_DEFAULT``
 (dpr, sz, zfp: their compiled kernels encode 2-9x faster than NumPy at 1-16 MiB stashes on 2 cores), for
-``NUMBA_WHEN_LOADED`` (sparse) once numba is imported anyway, NumPy otherwise (bits, intervalmask: NumPy was as
-fast or faster; docs/cpu-codecs.md has the table), so a graph whose codecs are all NumPy-default never imports
-numba nor pays its ~125 MiB of RSS. Without numba
-installed everything is NumPy. ``ONNXCOMP_CODEC_BACKEND=numpy|numba|auto`` or ``set_backend`` /
+``NUMBA_WHEN_LOADED`` (sparse, maxpool) once numba is imported anyway, NumPy otherwise (bits, intervalmask: NumPy
+was as fast or faster; docs/cpu-codecs.md has the table), so a graph whose codecs are all NumPy-default never
+imports numba nor pays its ~125 MiB of RSS. Without numba installed everything is NumPy. ``ONNXCOMP_CODEC_BACKEND=numpy|numba|auto`` or ``set_backend`` /
 ``use_backend`` choose explicitly (``numba`` / ``numpy``: for every codec).
 
 Kernels are compiled on first use and cached on disk (``cache=True``): numba writes the cache into
@@ -45,8 +44,9 @@ NUMBA_BY_DEFAULT = frozenset({"dpr", "sz", "zfp"})
 # Kernel modules whose numba kernels are faster (sparse: ZVC/CSR 1.3-1.8x, docs/notes/codecspeed.md) but not by
 # enough to import numba for them alone (~125 MiB of RSS, docs/notes/lazynumba.md): under "auto" they run with
 # numba once the process has imported it anyway (a dpr / sz / zfp codec ran), else with NumPy. Same bytes.
-NUMBA_WHEN_LOADED = frozenset({"sparse"})
-_WHEN_LOADED_CODECS = frozenset({"zvc", "csr", "sparse"})  # the codecs whose kernels are in those modules
+# maxpool: the table lookup of maxpool_index's encoder (1.5-2x its NumPy path; docs: NOTES-codecthru.md).
+NUMBA_WHEN_LOADED = frozenset({"sparse", "maxpool"})
+_WHEN_LOADED_CODECS = frozenset({"zvc", "csr", "sparse", "maxpool_index"})  # whose kernels are in those modules
 ENV_VAR = "ONNXCOMP_CODEC_BACKEND"
 
 _lock = threading.Lock()
@@ -174,6 +174,9 @@ def warm_up(codecs: list[str] | None = None) -> None:
     from .. import REGISTRY
 
     rng = np.random.default_rng(0)
-    for codec in (REGISTRY.values() if codecs is None else [REGISTRY[c] for c in codecs]):
+    names = list(REGISTRY) if codecs is None else list(codecs)
+    # NUMBA_WHEN_LOADED codecs last: they pick numba only once another codec has imported it, and a kernel
+    # they would first meet inside a training step must be loaded here (sorted names put sparse before sz).
+    for codec in [REGISTRY[c] for c in sorted(names, key=lambda c: c in _WHEN_LOADED_CODECS)]:
         for x, params in codec.sample_inputs(rng)[:2]:
             codec.decode_cpu(codec.encode_cpu(x, **params), **params)

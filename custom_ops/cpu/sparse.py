@@ -18,25 +18,28 @@ ROWS_PER_TASK = CHUNK // ROW
 
 # Loops run over per-task slices (indices from 0): a loop from a computed offset keeps numba's negative-index
 # wraparound check and does not vectorise (custom_ops/cpu/dpr.py measured 1.4-4.7x).
+# (q * _PACK) >> 56 packs the eight 0/1 bytes of the little-endian uint64 q into one byte, byte j -> bit j (no
+# partial product reaches bits 56-63 except byte j's own; checked over all 256 patterns in the tests).
+_PACK = np.uint64(0x0102040810204080)
+
+
 @njit(parallel=True, cache=True, nogil=True)
 def _zvc_count(words, bitmap, counts):  # noqa: ANN001, ANN202
+    """Bitmap and per-chunk nonzero counts. The nonzero flags go to a task-local byte array first (a
+    vectorised loop, as is the count over it); each bitmap byte is then one multiply of eight flags. The
+    previous per-bit OR loop over the words ran ~1.5x slower."""
     for c in prange(counts.size):
         w = words[c * CHUNK:(c + 1) * CHUNK]
         bm = bitmap[c * (CHUNK // 8):(c + 1) * (CHUNK // 8)]
-        full = w.size // 8
-        cnt = 0
-        for b in range(full):
-            v = 0
-            for j in range(8):
-                v |= np.int64(w[b * 8 + j] != 0) << j
-            bm[b] = v
-        for b in range(full, bm.size):  # the last, partial byte
-            v = 0
-            for j in range(w.size - b * 8):
-                v |= np.int64(w[b * 8 + j] != 0) << j
-            bm[b] = v
+        nz = np.zeros(CHUNK, dtype=np.uint8)  # 0/1 per element, 0 past the end (the last byte's padding bits)
         for i in range(w.size):
-            cnt += w[i] != 0
+            nz[i] = w[i] != 0
+        cnt = 0
+        for i in range(w.size):
+            cnt += nz[i]
+        q = nz.view(np.uint64)
+        for b in range(bm.size):
+            bm[b] = np.uint8((q[b] * _PACK) >> np.uint64(56))
         counts[c] = cnt
 
 
