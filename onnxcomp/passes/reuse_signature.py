@@ -150,14 +150,20 @@ def _lift(node: ir.Node, k: int, editor: IrGraphEditor, graph: ir.Graph,
 
     key = _key(node)
     idx = _lifted_inputs(node, known)
-    made: list[ir.Node] = []
     for i in idx:
         v = node.inputs[i]
         if (v, k) not in views:
             start = len(editor.nodes)
             views[v, k] = editor.op("Unsqueeze", [v, axes], f"{v.name}_lift", elem(v), [1] * k + list(_shape(v, known)),
                                     out=f"{v.name}__lift{k}")
-            made += editor.nodes[start:]
+            # Right behind the viewed tensor's producer (or first, for a graph input or initializer), not in
+            # front of the reader: ORT's DEFAULT order walks a node's inputs by their producers' list
+            # positions, so a view placed by its reader would reorder the walk the reuse plan was replayed on.
+            made = editor.nodes[start:]
+            if v.producer() is not None:
+                graph.insert_after(v.producer(), made)
+            else:
+                graph.insert_before(next(iter(graph)), made)
         node.replace_input_with(i, views[v, k])
     if key in AXIS_OPS:
         axis = node.attributes["axis"].value if "axis" in node.attributes else AXIS_OPS[key]
@@ -167,8 +173,6 @@ def _lift(node: ir.Node, k: int, editor: IrGraphEditor, graph: ir.Graph,
         perm = list(node.attributes["perm"].value) if "perm" in node.attributes else \
             list(reversed(range(_rank(node.inputs[0], known))))
         node.attributes["perm"] = ir.AttrInt64s("perm", list(range(k)) + [p + k for p in perm])
-    if made:
-        graph.insert_before(node, made)
     after: list[ir.Node] = []
     for out in node.outputs:
         if not out.name:
