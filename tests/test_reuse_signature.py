@@ -250,7 +250,7 @@ def test_segment_plan_gives_each_stretch_its_own_shapes_and_changes_no_value() -
     assert {r["plan"] for r in p.call(ir.serde.deserialize_model(model)).records} == {expected}
 
     # The segment plan applied (the greedy one emptied): replayed as planned, same values on ORT.
-    p.plan = lambda m: ([], before, before, {}, {})   # noqa: ARG005
+    p.plan = lambda m, ctx=None: ([], before, before, {}, {})   # noqa: ARG005
     outcome = p.call(ir_model)
     assert outcome.modified and {r["plan"] for r in outcome.records} == {"segments"}
     rewritten = ir.serde.serialize_model(ir_model)

@@ -23,13 +23,16 @@ that, losses stay bit-identical (NOTES-reuse.md).
 
 For lossy graphs a second plan competes (``plan_segments``, NOTES-vit4x.md): the run order cut into stretches,
 each with shapes of its own, so ORT's freelist never hands a buffer from one stretch to the next; the plan
-with the lower replayed peak is applied. ViT-tiny ``dpr-fp8-src16`` under ORT's defaults: 24.2 → 16.9 MiB.
+with the lower replayed peak is applied. ViT-tiny ``dpr-fp8-src16`` under ORT's defaults: 24.2 → 16.7–17.4 MiB.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import onnx_ir as ir
 
+from ..planner.buffers import Buffer
 from ..planner.ort_reuse import Signature, ort_signatures, planned_live, reuse_plan
 from .base import OnnxcompPass, PassOutcome
 from .editor import IrGraphEditor, unique_name
@@ -53,6 +56,19 @@ SEGMENTS = 24
 
 
 Shapes = dict[str, tuple[int, ...]]   # static shapes the analysis inferred, by value name
+
+
+@dataclass
+class _Replay:
+    """What both plans replay on: the buffers in ORT's run order (``n`` steps), ORT's reuse key of each, the
+    producing step of each buffer, the run order's node names, static shapes and element types by value."""
+    n: int
+    buffers: list[Buffer]
+    base: dict[str, Signature | None]
+    producer: dict[str, int | None]
+    node_names: list[str]
+    known: Shapes
+    elems: dict[str, ir.DataType]
 
 
 def _shape(v: ir.Value | None, known: Shapes) -> tuple[int, ...] | None:
@@ -215,10 +231,11 @@ class ReuseSignaturePass(OnnxcompPass):
 
     def call(self, model: ir.Model) -> PassOutcome:
         outcome = PassOutcome(model, False)
-        chosen, before, after, known, elems = self.plan(model)
+        ctx = self._replay_context(model)
+        chosen, before, after, known, elems = self.plan(model, ctx)
         mode = "greedy"
         if not self.keep_fusions and self.segments > 0:
-            seg = self.plan_segments(model)
+            seg = self.plan_segments(model, ctx)
             if seg[0] and seg[2] < (after if chosen else before):
                 chosen, before, after, known, elems = seg
                 mode = "segments"
@@ -237,24 +254,31 @@ class ReuseSignaturePass(OnnxcompPass):
         outcome.modified = True
         return outcome
 
-    def plan(self, model: ir.Model) -> tuple[list[tuple[str, int]], int, int, Shapes, dict[str, ir.DataType]]:
-        """The nodes to lift (name, leading axes), the replayed reuse peak before and after, and the static
-        shapes the analysis inferred (what the lift needs where the graph declares none)."""
+    def _replay_context(self, model: ir.Model) -> _Replay:
+        """One analysis of ``model`` in ORT's run order, shared by both plans."""
         from ..analysis import analyze_model
         from ..analysis.execution_order import in_run_order
 
         proto = in_run_order(ir.serde.serialize_model(model), self.order)
-        n = len(proto.graph.node)
         analysis = analyze_model(proto)
-        buffers = [b for b in analysis.buffers()]
-        base = ort_signatures(analysis)
-        producer = {b.name: analysis.tensors[b.name].producer for b in buffers}
+        buffers = list(analysis.buffers())
+        return _Replay(
+            n=len(proto.graph.node), buffers=buffers, base=ort_signatures(analysis),
+            producer={b.name: analysis.tensors[b.name].producer for b in buffers},
+            node_names=[nd.name for nd in proto.graph.node],
+            known={name: tuple(t.type.shape) for name, t in analysis.tensors.items()
+                   if t.type.shape is not None and t.size_hint is None},
+            elems={name: ir.DataType.from_numpy(t.type.dtype) for name, t in analysis.tensors.items()})
+
+    def plan(self, model: ir.Model, ctx: _Replay | None = None) -> tuple[list[tuple[str, int]], int, int, Shapes,
+                                                                         dict[str, ir.DataType]]:
+        """The nodes to lift (name, leading axes), the replayed reuse peak before and after, and the static
+        shapes the analysis inferred (what the lift needs where the graph declares none)."""
+        ctx = ctx or self._replay_context(model)
+        n, buffers, base, producer = ctx.n, ctx.buffers, ctx.base, ctx.producer
+        node_names, known, elems = ctx.node_names, ctx.known, ctx.elems
         graph_outputs = set(model.graph.outputs)
         ir_nodes = {nd.name: nd for nd in model.graph if nd.name}
-        node_names = [nd.name for nd in proto.graph.node]
-        known = {name: tuple(t.type.shape) for name, t in analysis.tensors.items()
-                 if t.type.shape is not None and t.size_hint is None}
-        elems = {name: ir.DataType.from_numpy(t.type.dtype) for name, t in analysis.tensors.items()}
         ok = {}
 
         def can_lift(i: int | None) -> bool:
@@ -324,8 +348,8 @@ class ReuseSignaturePass(OnnxcompPass):
         chosen = sorted(((node_names[i], k) for i, k in level.items() if k), key=lambda c: position[c[0]])
         return chosen, first[0], best[0], known, elems
 
-    def plan_segments(self, model: ir.Model) -> tuple[list[tuple[str, int]], int, int, Shapes,
-                                                      dict[str, ir.DataType]]:
+    def plan_segments(self, model: ir.Model, ctx: _Replay | None = None) -> tuple[list[tuple[str, int]], int, int,
+                                                                                  Shapes, dict[str, ir.DataType]]:
         """Segment plan: cut ORT's run order into ``segments`` equal stretches and give every liftable node
         (a buffer of ``min_bytes`` or more, with a static shape) made in stretch s the leading axes s + 1.
 
@@ -336,23 +360,13 @@ class ReuseSignaturePass(OnnxcompPass):
         per stretch, a buffer can only pass between tensors of one stretch: what stays held is what a stretch
         needs at once, for the stretch's length. Same values (views; fusions as the lossy greedy plan). Returns
         what ``plan`` returns."""
-        from ..analysis import analyze_model
-        from ..analysis.execution_order import in_run_order
-
-        proto = in_run_order(ir.serde.serialize_model(model), self.order)
-        n = len(proto.graph.node)
-        analysis = analyze_model(proto)
-        buffers = analysis.buffers()
-        base = ort_signatures(analysis)
+        ctx = ctx or self._replay_context(model)
+        n, buffers, base, node_names, known = ctx.n, ctx.buffers, ctx.base, ctx.node_names, ctx.known
         graph_outputs = set(model.graph.outputs)
         ir_nodes = {nd.name: nd for nd in model.graph if nd.name}
-        node_names = [nd.name for nd in proto.graph.node]
-        known = {name: tuple(t.type.shape) for name, t in analysis.tensors.items()
-                 if t.type.shape is not None and t.size_hint is None}
-        elems = {name: ir.DataType.from_numpy(t.type.dtype) for name, t in analysis.tensors.items()}
         level: dict[int, int] = {}
         for b in buffers:
-            i = analysis.tensors[b.name].producer
+            i = ctx.producer[b.name]
             if i in level or b.size < self.min_bytes or base.get(b.name) is None:
                 continue
             nd = ir_nodes.get(node_names[i])
@@ -360,7 +374,7 @@ class ReuseSignaturePass(OnnxcompPass):
                 level[i] = 1 + (i * self.segments) // n
         sig = dict(base)
         for b in buffers:
-            k = level.get(analysis.tensors[b.name].producer, 0)
+            k = level.get(ctx.producer[b.name], 0)
             if k and sig.get(b.name) is not None:
                 item, shape = sig[b.name]
                 sig[b.name] = (item, (1,) * k + shape)
@@ -368,4 +382,4 @@ class ReuseSignaturePass(OnnxcompPass):
         after = int(planned_live(reuse_plan(buffers, n, sig), n).max())
         position = {nd.name: i for i, nd in enumerate(model.graph)}
         chosen = sorted(((node_names[i], k) for i, k in level.items()), key=lambda c: position[c[0]])
-        return chosen, before, after, known, elems
+        return chosen, before, after, known, ctx.elems
