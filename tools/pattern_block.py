@@ -9,8 +9,8 @@ live peak, the replayed reuse peak, and P with ORT's reuse off (every tensor its
     python tools/pattern_block.py MODEL.onnx [MODEL.onnx ...]
 
 A rough model (NOTES-vit4x.md): against P read from ORT's log (`ORT_LOG=1 python tools/arena_strategy_check.py
-DIR MODEL 1 -1`, the arena's first large extension) on ViT-tiny variants it was off by -1.5 to +1.5 MiB
-(13.99 measured / 14.83 predicted; 15.60 / 14.15; 20.8 / 21.5; reuse off 11.0 / 10.9): in-place reuse
+DIR MODEL 1 -1`, the arena's first large extension) on 20 ViT-tiny graphs it was off by -3.2 to +1.5 MiB (e.g.
+13.99 measured / 14.89 predicted; 15.60 / 14.15; 20.79 / 21.54; ORT reuse off 11.00 / 10.88): in-place reuse
 (MayInplace kernels) and ORT's own allocation order within a node are not modelled. Good enough to tell 11 from
 21 MiB, not to choose between plans 1 MiB apart.
 """
