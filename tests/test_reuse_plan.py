@@ -35,3 +35,28 @@ def test_newest_freed_buffer_first_and_no_reuse_of_other_sizes_or_empty_tensors(
     plan = tool.reuse_plan(buffers, 5)
     groups = sorted([b.name for b in p.values] for p in plan)
     assert groups == [["a"], ["b", "c"], ["d"], ["e"], ["f"]]      # b freed after a: c takes b's buffer
+
+
+def _pattern_tool():  # noqa: ANN202
+    path = Path(__file__).parents[1] / "tools" / "pattern_block.py"
+    spec = importlib.util.spec_from_file_location("pattern_block", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_pattern_block_best_fit_over_live_blocks():
+    """tools/pattern_block.py: a freed block's gap takes the next allocation that fits it (the smallest
+    waste); one that fits no gap goes after the highest live block; a chain of the reuse plan is one block."""
+    from onnxcomp.planner.ort_reuse import reuse_plan
+
+    tool = _pattern_tool()
+    # a (128 B) and b (64 B) live together; a dies; c (64 B) takes a's gap, d (256 B) fits none: goes on top.
+    buffers = [Buffer("a", 128, 0, 1), Buffer("b", 64, 0, 3), Buffer("c", 64, 2, 3), Buffer("d", 256, 2, 3)]
+    alone = reuse_plan(buffers, 4, {b.name: None for b in buffers})
+    assert tool.pattern_bytes(alone) == 128 + 64 + 256        # c at 0 (a's gap), d after b
+    assert live_bytes(buffers, 4).max() == 64 + 64 + 256      # a packing can never beat the live peak
+    # Reuse by size: y takes x's buffer, which is then held (dead) across z's life, so z cannot sit in it.
+    three = [Buffer("x", 100, 0, 0), Buffer("z", 96, 2, 3), Buffer("y", 100, 5, 5)]
+    assert tool.pattern_bytes(reuse_plan(three, 6)) == 2 * 128    # x and y one block held 0..5; z beside it
+    assert tool.pattern_bytes(reuse_plan(three, 6, {b.name: None for b in three})) == 128   # one offset in turn

@@ -194,3 +194,79 @@ def test_bias_gelu_fusion_kept_out_and_values_unchanged() -> None:
     feeds = {"x": np.random.default_rng(2).standard_normal((4, 6, 32)).astype(np.float32) * 3}
     for got, want in zip(_run(rewritten, feeds), _run(model, feeds)):
         np.testing.assert_array_equal(got, want)
+
+
+def _stretches_graph() -> onnx.ModelProto:
+    """Six residual steps of one shape, a Transpose read by a Relu (a plain copy) and one read by a MatMul (ORT
+    folds it into the product), then a "backward" of the same shape seeded by ``loss_grad``."""
+    x = helper.make_tensor_value_info("x", F, [64, 256])
+    seed = helper.make_tensor_value_info("loss_grad", F, [1])
+    y = helper.make_tensor_value_info("y", F, [64, 256])
+    w = helper.make_tensor("w", F, [256, 256], np.linspace(-1, 1, 256 * 256, dtype=np.float32))
+    nodes, h = [], "x"
+    for i in range(6):
+        nodes += [helper.make_node("Tanh", [h], [f"u{i}"], name=f"tanh{i}"),
+                  helper.make_node("Mul", [f"u{i}", f"u{i}"], [f"v{i}"], name=f"square{i}"),
+                  helper.make_node("Add", [f"v{i}", h], [f"h{i}"], name=f"add{i}")]
+        h = f"h{i}"
+    nodes += [helper.make_node("Transpose", [h], ["tt"], perm=[1, 0], name="t_copy"),
+              helper.make_node("Relu", ["tt"], ["rt"], name="relu_t"),
+              helper.make_node("Transpose", ["rt"], ["back"], perm=[1, 0], name="t_folded"),
+              helper.make_node("MatMul", ["back", "w"], ["p"], name="product"),
+              helper.make_node("ReduceSum", ["p"], ["s"], name="sum", keepdims=1),
+              helper.make_node("Mul", ["s", "loss_grad"], ["ds"], name="seeded")]
+    g = "ds"
+    for i in reversed(range(6)):
+        nodes += [helper.make_node("Mul", [f"u{i}", g], [f"g{i}"], name=f"grad{i}")]
+        g = f"g{i}"
+    nodes += [helper.make_node("Sigmoid", [g], ["y"], name="out")]
+    return _model(nodes, [x, seed], [y], [w])
+
+
+def test_segment_plan_gives_each_stretch_its_own_shapes_and_changes_no_value() -> None:
+    model = _stretches_graph()
+    ir_model = ir.serde.deserialize_model(model)
+    known = {"h5": (64, 256), "tt": (256, 64), "rt": (256, 64), "back": (64, 256)}
+    outs = set(ir_model.graph.outputs)
+    by_name = {n.name: n for n in ir_model.graph}
+    # Transposes: only in the segment plan, and only one no product reads (ORT folds that one into the GEMM).
+    assert not liftable(by_name["t_copy"], outs, known, keep_fusions=False)
+    assert liftable(by_name["t_copy"], outs, known, keep_fusions=False, transposes=True)
+    assert not liftable(by_name["t_folded"], outs, known, keep_fusions=False, transposes=True)
+
+    p = ReuseSignaturePass(min_bytes=0, keep_fusions=False, segments=4)
+    chosen, before, after, _, _ = p.plan_segments(ir_model)
+    levels = dict(chosen)
+    assert "t_copy" in levels and "t_folded" not in levels and "out" not in levels   # out: a graph output
+    assert set(levels.values()) <= set(range(1, 5)) and len(set(levels.values())) > 1
+    position = [n.name for n in ir_model.graph]
+    ks = [levels[n] for n in position if n in levels]
+    assert ks == sorted(ks)                       # a chain: ORT's DEFAULT order is the node list's
+    assert after <= before
+
+    # The pass applies whichever plan replays lower (ties: the greedy one, fewer views).
+    greedy = ReuseSignaturePass(min_bytes=0, keep_fusions=False, segments=0).plan(ir_model)
+    expected = "segments" if after < (greedy[2] if greedy[0] else greedy[1]) else "greedy"
+    assert {r["plan"] for r in p.call(ir.serde.deserialize_model(model)).records} == {expected}
+
+    # The segment plan applied (the greedy one emptied): replayed as planned, same values on ORT.
+    p.plan = lambda m, ctx=None: ([], before, before, {}, {})   # noqa: ARG005
+    outcome = p.call(ir_model)
+    assert outcome.modified and {r["plan"] for r in outcome.records} == {"segments"}
+    rewritten = ir.serde.serialize_model(ir_model)
+    onnx.checker.check_model(rewritten, full_check=True)
+    assert _replayed(rewritten)[0] == after
+    k = levels["t_copy"]
+    perm = next(n for n in rewritten.graph.node if n.name == "t_copy").attribute[0].ints
+    assert list(perm) == list(range(k)) + [k + 1, k]
+    feeds = {"x": np.random.default_rng(0).standard_normal((64, 256)).astype(np.float32),
+             "loss_grad": np.ones(1, np.float32)}
+    np.testing.assert_array_equal(_run(rewritten, feeds)[0], _run(model, feeds)[0])
+
+
+def test_exact_graphs_never_get_the_segment_plan() -> None:
+    ir_model = ir.serde.deserialize_model(_stretches_graph())
+    outcome = ReuseSignaturePass(min_bytes=0, segments=4).call(ir_model)   # keep_fusions: an exact graph
+    assert all(r["plan"] == "greedy" for r in outcome.records)
+    assert not any(n.op_type == "Transpose" and n.name == "t_copy" and len(n.attributes["perm"].value) > 2
+                   for n in ir_model.graph)

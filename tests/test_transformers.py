@@ -350,3 +350,41 @@ def test_dpr_mixed_holds_recompute_sources_wider(tiny_gpt):
     assert losses[0] == base_losses[0] == fp8_losses[0]     # DPR holds backward copies only
     np.testing.assert_allclose(losses, base_losses, rtol=2e-2)
     assert 0 < np.linalg.norm(params - base_params) < np.linalg.norm(fp8_params - base_params)
+
+
+def test_segment_reuse_plan_on_a_lossy_transformer(tiny_gpt, monkeypatch):
+    """The reuse pass's segment plan on a whole lossy transform (tiny GPT, every buffer considered): the plan
+    with the lower replayed ORT reuse peak is the one applied, and the segment plan's views change no loss
+    or parameter against the same transform without it (both may break the same MatMul fusions)."""
+    import functools
+
+    import onnxcomp.transform as tr
+    from onnxcomp.analysis import analyze_model
+    from onnxcomp.analysis.execution_order import in_run_order
+    from onnxcomp.passes.reuse_signature import ReuseSignaturePass
+    from onnxcomp.planner.ort_reuse import ort_signatures, planned_live, reuse_plan
+
+    def replayed(path):
+        m = in_run_order(onnx.load(str(path)), "default")
+        a = analyze_model(m)
+        return int(planned_live(reuse_plan(a.buffers(), len(m.graph.node), ort_signatures(a)),
+                                len(m.graph.node)).max())
+
+    monkeypatch.setattr(tr, "ReuseSignaturePass", functools.partial(ReuseSignaturePass, min_bytes=0, segments=0))
+    greedy = tr.transform(tiny_gpt, tiny_gpt / "seg-off.onnx", "dpr-fp8", min_bytes=0)
+    monkeypatch.setattr(tr, "ReuseSignaturePass", functools.partial(ReuseSignaturePass, min_bytes=0, segments=6))
+    seg = tr.transform(tiny_gpt, tiny_gpt / "seg-on.onnx", "dpr-fp8", min_bytes=0)
+    modes = {r["plan"] for r in seg.all_records if r.pass_name == "reuse_signature"}
+    assert len(modes) == 1
+    assert all(r["plan"] == "greedy" for r in greedy.all_records if r.pass_name == "reuse_signature")
+    if modes == {"segments"}:
+        assert replayed(tiny_gpt / "seg-on.onnx") < replayed(tiny_gpt / "seg-off.onnx")
+        ranks = [len(v.type.tensor_type.shape.dim) for v in onnx.load(str(tiny_gpt / "seg-on.onnx")).graph.value_info]
+        assert max(ranks) > 4                       # the later stretches' leading axes
+    else:
+        assert replayed(tiny_gpt / "seg-on.onnx") == replayed(tiny_gpt / "seg-off.onnx")
+    off_losses, off_params = _train(tiny_gpt, "seg-off.onnx", steps=2)
+    on_losses, on_params = _train(tiny_gpt, "seg-on.onnx", steps=2)
+    assert on_losses[0] == off_losses[0]
+    np.testing.assert_allclose(on_losses, off_losses, rtol=1e-6)
+    np.testing.assert_allclose(on_params, off_params, rtol=1e-5, atol=1e-7)

@@ -20,12 +20,19 @@ Views must not stand where ORT fuses ops, or ORT computes differently: a MatMul 
 becomes FusedMatMul(alpha), which scales inside the GEMM, and a Transpose feeding a MatMul is folded into it;
 those nodes are left alone (a view between MatMul and Mul changed GPT-tiny ``lossless``'s 4th loss). With
 that, losses stay bit-identical (NOTES-reuse.md).
+
+For lossy graphs a second plan competes (``plan_segments``, NOTES-vit4x.md): the run order cut into stretches,
+each with shapes of its own, so ORT's freelist never hands a buffer from one stretch to the next; the plan
+with the lower replayed peak is applied. ViT-tiny ``dpr-fp8-src16`` under ORT's defaults: 24.2 → 16.7–17.4 MiB.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import onnx_ir as ir
 
+from ..planner.buffers import Buffer
 from ..planner.ort_reuse import Signature, ort_signatures, planned_live, reuse_plan
 from .base import OnnxcompPass, PassOutcome
 from .editor import IrGraphEditor, unique_name
@@ -42,9 +49,26 @@ ELEMENTWISE = {("", op) for op in (
 AXIS_OPS = {("", "Softmax"): -1, ("", "LayerNormalization"): -1, (MS, "SoftmaxGrad_13"): -1, ("", "Concat"): None,
             ("", "Split"): 0}
 MIN_BYTES = 256 << 10   # buffers smaller than this are not worth a view (ViT-tiny: 0.5 MiB transients matter)
+# Stretches of the run order the segment plan gives shapes of their own (ranks grow by up to this many axes).
+# Measured on ViT-tiny dpr-fp8-src16 (ORT's pattern block, NOTES-vit4x.md): 8 → 19.1, 12 → 18.3 (Transposes
+# kept), 24 → 14.0 MiB (Transposes lifted), 48 → 16.7 MiB (all Transposes): a tuning constant, not a law.
+SEGMENTS = 24
 
 
 Shapes = dict[str, tuple[int, ...]]   # static shapes the analysis inferred, by value name
+
+
+@dataclass
+class _Replay:
+    """What both plans replay on: the buffers in ORT's run order (``n`` steps), ORT's reuse key of each, the
+    producing step of each buffer, the run order's node names, static shapes and element types by value."""
+    n: int
+    buffers: list[Buffer]
+    base: dict[str, Signature | None]
+    producer: dict[str, int | None]
+    node_names: list[str]
+    known: Shapes
+    elems: dict[str, ir.DataType]
 
 
 def _shape(v: ir.Value | None, known: Shapes) -> tuple[int, ...] | None:
@@ -80,18 +104,26 @@ def _fuses_with_matmul(node: ir.Node) -> bool:
     return False
 
 
+GEMMS = {("", "MatMul"), (MS, "FusedMatMul"), ("", "Gemm")}
+
+
 def liftable(node: ir.Node, graph_outputs: set[ir.Value], known: Shapes | None = None,
-             keep_fusions: bool = True) -> bool:
+             keep_fusions: bool = True, transposes: bool = False) -> bool:
     """True when ``node``'s outputs can take leading axes of 1 with the same values (see module), and views
     around it break no ORT fusion (``keep_fusions``; without it, for lossy graphs, a MatMul → scalar Mul/Div
-    pair may be split: the last bits of the product change). Transposes are never lifted: ORT then copies
-    them instead of folding them into the MatMul (ViT-tiny ``dpr-fp8`` under onnxcomp's settings: 9 → 14 MiB)."""
+    pair may be split: the last bits of the product change). A Transpose read by a MatMul/FusedMatMul/Gemm is
+    never lifted: ORT folds it into the product, and behind a view it copies it instead (ViT-tiny ``dpr-fp8``
+    under onnxcomp's settings: 9 → 14 MiB). Other Transposes (``transposes``: the segment plan) are plain
+    copies whatever the shape: lifting one shifts its ``perm`` and changes no value."""
     known = known or {}
     outs = [o for o in node.outputs if o.name]
     if not outs or any(o in graph_outputs or _shape(o, known) is None for o in outs) or \
             (keep_fusions and _fuses_with_matmul(node)):
         return False
     key, r = _key(node), _rank(outs[0], known)
+    if key == ("", "Transpose"):
+        return transposes and not any(_key(u.node) in GEMMS for o in outs for u in o.uses()) and \
+            all(v is not None and _rank(v, known) == r for v in node.inputs)
     if key in ELEMENTWISE or key in AXIS_OPS:   # not Transpose: ORT folds it into FusedMatMul's transA/B
         return all(_rank(o, known) == r for o in outs) and \
             all(v is None or (_rank(v, known) is not None and _rank(v, known) <= r) for v in node.inputs)
@@ -102,7 +134,13 @@ def liftable(node: ir.Node, graph_outputs: set[ir.Value], known: Shapes | None =
         if (ra or 0) < 2 or not (rb == 2 or ra == rb == r):
             return False
         attrs = {k: v.value for k, v in node.attributes.items()}
-        return not any(attrs.get(k, 0) for k in ("transA", "transBatchA", "transBatchB"))
+        if any(attrs.get(k, 0) for k in ("transA", "transBatchA", "transBatchB")):
+            return False
+        # The segment plan (``transposes``) also keeps ORT's Transpose → MatMul folding: a view between them
+        # makes ORT copy the Transpose and run a plain GEMM, which sums in another order (last bits).
+        lifted = [node.inputs[0]] + ([node.inputs[1]] if rb == r else [])
+        return not (transposes and any(v.producer() is not None and _key(v.producer()) == ("", "Transpose")
+                                       for v in lifted))
     return False
 
 
@@ -128,14 +166,20 @@ def _lift(node: ir.Node, k: int, editor: IrGraphEditor, graph: ir.Graph,
 
     key = _key(node)
     idx = _lifted_inputs(node, known)
-    made: list[ir.Node] = []
     for i in idx:
         v = node.inputs[i]
         if (v, k) not in views:
             start = len(editor.nodes)
             views[v, k] = editor.op("Unsqueeze", [v, axes], f"{v.name}_lift", elem(v), [1] * k + list(_shape(v, known)),
                                     out=f"{v.name}__lift{k}")
-            made += editor.nodes[start:]
+            # Right behind the viewed tensor's producer (or first, for a graph input or initializer), not in
+            # front of the reader: ORT's DEFAULT order walks a node's inputs by their producers' list
+            # positions, so a view placed by its reader would reorder the walk the reuse plan was replayed on.
+            made = editor.nodes[start:]
+            if v.producer() is not None:
+                graph.insert_after(v.producer(), made)
+            else:
+                graph.insert_before(next(iter(graph)), made)
         node.replace_input_with(i, views[v, k])
     if key in AXIS_OPS:
         axis = node.attributes["axis"].value if "axis" in node.attributes else AXIS_OPS[key]
@@ -145,8 +189,6 @@ def _lift(node: ir.Node, k: int, editor: IrGraphEditor, graph: ir.Graph,
         perm = list(node.attributes["perm"].value) if "perm" in node.attributes else \
             list(reversed(range(_rank(node.inputs[0], known))))
         node.attributes["perm"] = ir.AttrInt64s("perm", list(range(k)) + [p + k for p in perm])
-    if made:
-        graph.insert_before(node, made)
     after: list[ir.Node] = []
     for out in node.outputs:
         if not out.name:
@@ -175,17 +217,28 @@ class ReuseSignaturePass(OnnxcompPass):
     full_check = False   # adds zero-copy views and shifts axes: wiring and shapes are checked by the replay
     max_rounds = 40
 
-    def __init__(self, order: str = "default", min_bytes: int = MIN_BYTES, keep_fusions: bool = True) -> None:
+    def __init__(self, order: str = "default", min_bytes: int = MIN_BYTES, keep_fusions: bool = True,
+                 segments: int = SEGMENTS) -> None:
         super().__init__()
         self.order = order
         self.min_bytes = min_bytes
+        # Lossy graphs only (keep_fusions False): the segment plan (see ``plan_segments``) with this many
+        # stretches of the run order, taken where its replayed peak is lower than the greedy plan's; 0: never.
+        self.segments = segments
         # False only for graphs that are lossy anyway: views may then break ORT's MatMul fusions (last-bit
         # differences in a product; NOTES-reuse.md measured GPT-tiny dpr-fp8 114.3 vs 120.7 MiB that way).
         self.keep_fusions = keep_fusions
 
     def call(self, model: ir.Model) -> PassOutcome:
         outcome = PassOutcome(model, False)
-        chosen, before, after, known, elems = self.plan(model)
+        ctx = self._replay_context(model)
+        chosen, before, after, known, elems = self.plan(model, ctx)
+        mode = "greedy"
+        if not self.keep_fusions and self.segments > 0:
+            seg = self.plan_segments(model, ctx)
+            if seg[0] and seg[2] < (after if chosen else before):
+                chosen, before, after, known, elems = seg
+                mode = "segments"
         if not chosen:
             return outcome
         graph = model.graph
@@ -197,28 +250,35 @@ class ReuseSignaturePass(OnnxcompPass):
             outcome.records.append(PassRecord("moved", self.name, name, {
                 "node": name, "op": by_name[name].op_type, "pass": self.name, "leading_axes": k,
                 "reshaped": "leading axes of 1: ORT's buffer reuse no longer matches it to other tensors",
-                "predicted_reuse_peak_bytes": [int(before), int(after)]}))
+                "predicted_reuse_peak_bytes": [int(before), int(after)], "plan": mode}))
         outcome.modified = True
         return outcome
 
-    def plan(self, model: ir.Model) -> tuple[list[tuple[str, int]], int, int, Shapes, dict[str, ir.DataType]]:
-        """The nodes to lift (name, leading axes), the replayed reuse peak before and after, and the static
-        shapes the analysis inferred (what the lift needs where the graph declares none)."""
+    def _replay_context(self, model: ir.Model) -> _Replay:
+        """One analysis of ``model`` in ORT's run order, shared by both plans."""
         from ..analysis import analyze_model
         from ..analysis.execution_order import in_run_order
 
         proto = in_run_order(ir.serde.serialize_model(model), self.order)
-        n = len(proto.graph.node)
         analysis = analyze_model(proto)
-        buffers = [b for b in analysis.buffers()]
-        base = ort_signatures(analysis)
-        producer = {b.name: analysis.tensors[b.name].producer for b in buffers}
+        buffers = list(analysis.buffers())
+        return _Replay(
+            n=len(proto.graph.node), buffers=buffers, base=ort_signatures(analysis),
+            producer={b.name: analysis.tensors[b.name].producer for b in buffers},
+            node_names=[nd.name for nd in proto.graph.node],
+            known={name: tuple(t.type.shape) for name, t in analysis.tensors.items()
+                   if t.type.shape is not None and t.size_hint is None},
+            elems={name: ir.DataType.from_numpy(t.type.dtype) for name, t in analysis.tensors.items()})
+
+    def plan(self, model: ir.Model, ctx: _Replay | None = None) -> tuple[list[tuple[str, int]], int, int, Shapes,
+                                                                         dict[str, ir.DataType]]:
+        """The nodes to lift (name, leading axes), the replayed reuse peak before and after, and the static
+        shapes the analysis inferred (what the lift needs where the graph declares none)."""
+        ctx = ctx or self._replay_context(model)
+        n, buffers, base, producer = ctx.n, ctx.buffers, ctx.base, ctx.producer
+        node_names, known, elems = ctx.node_names, ctx.known, ctx.elems
         graph_outputs = set(model.graph.outputs)
         ir_nodes = {nd.name: nd for nd in model.graph if nd.name}
-        node_names = [nd.name for nd in proto.graph.node]
-        known = {name: tuple(t.type.shape) for name, t in analysis.tensors.items()
-                 if t.type.shape is not None and t.size_hint is None}
-        elems = {name: ir.DataType.from_numpy(t.type.dtype) for name, t in analysis.tensors.items()}
         ok = {}
 
         def can_lift(i: int | None) -> bool:
@@ -287,3 +347,39 @@ class ReuseSignaturePass(OnnxcompPass):
         position = {nd.name: i for i, nd in enumerate(model.graph)}
         chosen = sorted(((node_names[i], k) for i, k in level.items() if k), key=lambda c: position[c[0]])
         return chosen, first[0], best[0], known, elems
+
+    def plan_segments(self, model: ir.Model, ctx: _Replay | None = None) -> tuple[list[tuple[str, int]], int, int,
+                                                                                  Shapes, dict[str, ir.DataType]]:
+        """Segment plan: cut ORT's run order into ``segments`` equal stretches and give every liftable node
+        (a buffer of ``min_bytes`` or more, with a static shape) made in stretch s the leading axes s + 1.
+
+        ORT's freelist hands a tensor the most recently freed buffer of its shape, however long ago that was
+        freed; a shape shared by tensors all over the step therefore keeps its buffers from its first tensor's
+        birth to its last one's death, dead in between (ViT-tiny: every block's [16, 64, 128] transients in one
+        pool, the next block's attention backward waiting on buffers freed in the previous one's). With a shape
+        per stretch, a buffer can only pass between tensors of one stretch: what stays held is what a stretch
+        needs at once, for the stretch's length. Same values (views; fusions as the lossy greedy plan). Returns
+        what ``plan`` returns."""
+        ctx = ctx or self._replay_context(model)
+        n, buffers, base, node_names, known = ctx.n, ctx.buffers, ctx.base, ctx.node_names, ctx.known
+        graph_outputs = set(model.graph.outputs)
+        ir_nodes = {nd.name: nd for nd in model.graph if nd.name}
+        level: dict[int, int] = {}
+        for b in buffers:
+            i = ctx.producer[b.name]
+            if i in level or b.size < self.min_bytes or base.get(b.name) is None:
+                continue
+            nd = ir_nodes.get(node_names[i])
+            if nd is not None and liftable(nd, graph_outputs, known, self.keep_fusions, transposes=True):
+                level[i] = 1 + (i * self.segments) // n
+        sig = dict(base)
+        for b in buffers:
+            k = level.get(ctx.producer[b.name], 0)
+            if k and sig.get(b.name) is not None:
+                item, shape = sig[b.name]
+                sig[b.name] = (item, (1,) * k + shape)
+        before = int(planned_live(reuse_plan(buffers, n, base), n).max())
+        after = int(planned_live(reuse_plan(buffers, n, sig), n).max())
+        position = {nd.name: i for i, nd in enumerate(model.graph)}
+        chosen = sorted(((node_names[i], k) for i, k in level.items()), key=lambda c: position[c[0]])
+        return chosen, before, after, known, ctx.elems
