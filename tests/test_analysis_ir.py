@@ -164,3 +164,47 @@ def test_planner_entry_points_take_the_ir_model() -> None:
         assert planned_peak(model, order) == planned_peak(proto, order)
         run = in_run_order(proto, order)
         assert int(np.max(predicted_live(run, eager_accumulation=False)[1])) > 0
+
+
+# CONV_POOL with the pool recomputed in backward for its indices only (as a row-split block does): its values r
+# are read by nothing; the forward pool's output p has an unread view (Flatten) beside its readers.
+_UNREAD = """
+<ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
+train (float[2,3,8,8] input, float[4,3,3,3] w1, float[4,3,3,3] w1_buf, bool lazy_reset_grad, float loss_grad)
+      => (bool w1_flag)
+{
+  x = Conv <pads=[1,1,1,1]> (input, w1)
+  y = Relu (x)
+  p = MaxPool <kernel_shape=[2,2], strides=[2,2]> (y)
+  p_flat = Flatten (p)
+  loss = ReduceSum <keepdims=0> (p)
+  p_shape = Shape (p)
+  dp = Expand (loss_grad, p_shape)
+  r, ridx = MaxPool <kernel_shape=[2,2], strides=[2,2]> (y)
+  dy = MaxPoolGrad (dp, ridx)
+  dx = com.microsoft.ReluGrad (dy, x)
+  dinput, w1_grad = com.microsoft.ConvGrad <pads=[1,1,1,1], strides=[1,1], kernel_shape=[3,3]> (dx, input, w1)
+  w1_flag = com.microsoft.InPlaceAccumulatorV2 (w1_buf, w1_grad, lazy_reset_grad)
+}
+"""
+
+
+def test_an_unread_buffer_is_held_to_the_end_of_the_step() -> None:
+    model = parse(_UNREAD)
+    model.graph.node[-2].output[0] = ""          # ORT's gradient graph leaves the input's gradient out
+    a = analyze_ir(_ir(model))
+    last = a.n_steps - 1
+    spans = {b.name: (b.start, b.end) for b in a.buffers()}
+    # ORT frees a buffer after its last reader only: the unread pool values stay allocated to the step's end.
+    assert a.unread("r") and spans["r"] == (a.tensors["r"].producer, last)
+    assert not a.unread("ridx") and spans["ridx"][1] == a.tensors["ridx"].consumers[-1] < last
+    # A view's producer reads the buffer it views: an unread view does not hold its buffer to the end.
+    assert a.tensors["p_flat"].alias_of == "p" and "p_flat" not in spans and spans["p"][1] < last
+    # The accumulator writes into the persistent gradient buffer; its flag is a graph output.
+    assert not a.unread("w1_flag")
+    _, live = predicted_live(model, eager_accumulation=False)
+    r_bytes = a.tensors["r"].nbytes
+    assert r_bytes == 2 * 4 * 4 * 4 * 4
+    # At the last step (the accumulator) r and the unread loss are still allocated beside the weight gradient the
+    # accumulator reads.
+    assert a.unread("loss") and live[last] == r_bytes + a.tensors["loss"].nbytes + a.tensors["w1_grad"].nbytes

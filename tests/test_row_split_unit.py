@@ -234,6 +234,67 @@ def test_pass_replaces_backward_accumulates_in_place_and_keeps_output_names(vari
     assert clones and all(boundary.is_backward(k) for k in clones)
 
 
+# Conv -> Relu -> MaxPool ending the chain (as a conv stack's block does): every backward block recomputes the
+# pool for its indices only.
+_POOL_LAST = f"""
+<ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
+train (float[2,3,12,6] input, float[4,3,3,3] w1, float[4,3,3,3] w1_buf, bool lazy_reset_grad, float loss_grad)
+      => (float loss, bool w1_out)
+{{
+  x = Conv <{_CONV}> (input, w1)
+  y = Relu (x)
+  p, idx = MaxPool <kernel_shape=[2,2], strides=[2,2]> (y)
+  pp = Mul (p, p)
+  loss = ReduceSum <keepdims=0> (pp)
+  two = Constant <value = float {{2.0}}> ()
+  g2 = Mul (loss_grad, two)
+  p_grad = Mul (p, g2)
+  y_grad = MaxPoolGrad <kernel_shape=[2,2], strides=[2,2]> (p_grad, idx)
+  x_grad = com.microsoft.ReluGrad (y_grad, x)
+  input_grad, w1_grad = com.microsoft.ConvGrad <{_CONV}> (x_grad, input, w1)
+  w1_out = com.microsoft.InPlaceAccumulatorV2 (w1_buf, w1_grad, lazy_reset_grad)
+}}
+"""
+
+
+def _pool_last() -> onnx.ModelProto:
+    model = onnx.parser.parse_model(_POOL_LAST)
+    for k, node in enumerate(model.graph.node):
+        node.name = f"{node.op_type}_{k}"
+        if node.output[0] == "input_grad":
+            node.output[0] = ""
+    return model
+
+
+@pytest.mark.parametrize("graph,variant,split_forward", [("pool_last", "overl", False), ("pool_last", "overl", True),
+                                                         ("pool_last", "2ps", False), ("acc_chain", "2ps", False)])
+def test_recomputed_pool_values_are_read_and_freed(graph: str, variant: str, split_forward: bool) -> None:
+    """Every block recomputes the chain's MaxPool (for its indices where the pool ends the chain; in 2PS both
+    outputs, one of them read). What nothing reads would stay allocated until the step ends (ORT frees a buffer
+    after its last reader; analysis ``unread``): the pass makes the read output wait for it, so it is freed
+    before the pool's results are used, under both orders."""
+    import onnx_ir as ir
+
+    from onnxcomp.passes.base import run_passes
+    from onnxcomp.passes.default_order import dead_nodes
+
+    m = _ir(_pool_last() if graph == "pool_last" else _acc_chain())
+    run_passes(m, [RowSplitPass(rows=3, variant=variant, checkpoints=1, split_forward=split_forward)])
+    assert not dead_nodes(m.graph)                     # the readers are not leaves DefaultOrderPass deletes
+    out = ir.serde.serialize_model(m)
+    a = analyze_model(out)
+    recomputed = [n for k, n in enumerate(out.graph.node) if n.op_type == "MaxPool" and a.boundary.is_backward(k)]
+    assert len(recomputed) >= 3 and all(len(n.output) == 2 for n in recomputed)
+    held = {n: t.nbytes for n, t in a.tensors.items() if a.unread(n)}
+    assert not [n for n, size in held.items() if size > 1], held     # at most one-element leftovers
+    spans = {b.name: b for b in a.buffers()}
+    for pool in recomputed:
+        y, idx = pool.output
+        assert spans[y].end < a.n_steps - 1 and spans[idx].end < a.n_steps - 1
+        if variant == "overl":   # read for its indices only: the values are freed before the indices are read
+            assert spans[y].end < min(a.tensors[idx].consumers)
+
+
 def test_no_chain_is_an_honest_no_op() -> None:
     from graphs import two_conv
 

@@ -149,6 +149,52 @@ class IrGraphEditor:
             total = self.op("Add", [total, z], "gate_sum", ir.DataType.INT64, [1])
         return total
 
+    # -- releases ------------------------------------------------------------------------------------------
+    def release_unread(self, keep: set[ir.Value] | frozenset[ir.Value] = frozenset()) -> list[ir.Value]:
+        """Make the outputs of this editor's nodes that no node reads be read, and return them. ORT releases a
+        buffer after its last reader and makes its releases from readers only (onnxruntime 1.19,
+        allocation_planner.cc ``GenerateDeallocationPlan``): an output nothing reads -- a recomputed MaxPool's
+        values where only its indices are needed -- stays allocated until the run ends (analysis:
+        ``GraphAnalysis.unread``). A reader that is itself read by nothing would not do: it is a leaf, which
+        ORT's DEFAULT order runs after the whole backward pass, and DefaultOrderPass deletes it as dead. So the
+        node's outputs that *are* read wait for the unread ones instead: their readers get
+        ``gate(read, after=unread)`` (a zero-copy view), whose trigger is the unread outputs' last reader,
+        placed right behind the node. Under either order the unread buffers are freed before the node's results
+        are first used. ``keep``: values that will be read (a tensor about to take over an original's
+        readers). Left alone: graph outputs, outputs written in place (``INPLACE_OPS``: views of persistent
+        buffers), values of at most one element (the gate holds as much), untyped ones, and nodes none of
+        whose outputs is read yet (dead, or read only through ``keep``)."""
+        from ..analysis.training_graph import INPLACE_OPS
+
+        def worth(v: ir.Value) -> bool:
+            if not v.name or v.uses() or v in keep or v in self.graph.outputs or v.dtype is None:
+                return False
+            return v.shape is None or not v.shape.is_static() or \
+                int(np.prod([int(d) for d in v.shape], dtype=np.int64)) > 1
+
+        released: list[ir.Value] = []
+        behind: dict[ir.Node, list[ir.Node]] = {}
+        for node in list(self.nodes):
+            if node.op_type in INPLACE_OPS:
+                continue
+            unread = [v for v in node.outputs if worth(v)]
+            read = [v for v in node.outputs if v.uses()]
+            if not unread or not read:
+                continue
+            made = len(self.nodes)
+            zero = self.zero_after_all(unread)
+            for value in read:
+                readers = list(value.uses())
+                gated = self.gate(value, unread[0], zero=zero, name=f"{value.name}_after_unread")
+                for user, index in readers:
+                    user.replace_input_with(index, gated)
+            behind[node] = self.nodes[made:]
+            del self.nodes[made:]
+            released += unread
+        if behind:
+            self.nodes[:] = [n for node in self.nodes for n in (node, *behind.get(node, ()))]
+        return released
+
     # -- copies --------------------------------------------------------------------------------------------
     def clone(self, node: ir.Node, inputs: list[ir.Value | None],
               outputs: list[tuple[str, ir.DataType, list[int] | None] | None], *, name: str) -> ir.Node:

@@ -513,6 +513,9 @@ def emit_segment(editor: IrGraphEditor, analysis: GraphAnalysis, layers: list[La
     writer = SegmentWriter(editor, _Segment(layers, R, analysis, accumulators))
     info = writer.overl() if variant == "overl" else writer.twops()
     writer.finish_params()
+    # A block's recomputed MaxPool is read for its indices only: its values, unread, would stay allocated to the
+    # end of the step (ORT frees a buffer after its last reader), one per block.
+    editor.release_unread(keep={t.new for t in writer.takeovers})
     edit.remove.update(lay.grad for lay in layers)
     edit.at[min((lay.grad for lay in layers), key=edit.position.__getitem__)] = editor.nodes
     edit.takeovers += writer.takeovers
@@ -525,6 +528,7 @@ def emit_forward_split(writer: SegmentWriter, editor: IrGraphEditor, variant: st
     takeovers = len(writer.takeovers)
     writer.ed = editor
     writer.forward_split(variant)
+    editor.release_unread(keep={t.new for t in writer.takeovers[takeovers:]})
     layers = writer.L
     edit.remove.update(lay.fwd for lay in layers)
     edit.at[min((lay.fwd for lay in layers), key=edit.position.__getitem__)] = editor.nodes
