@@ -194,3 +194,49 @@ def test_bias_gelu_fusion_kept_out_and_values_unchanged() -> None:
     feeds = {"x": np.random.default_rng(2).standard_normal((4, 6, 32)).astype(np.float32) * 3}
     for got, want in zip(_run(rewritten, feeds), _run(model, feeds)):
         np.testing.assert_array_equal(got, want)
+
+
+MS_OPSETS = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+
+
+@pytest.mark.parametrize("case", ["batchnorm_internal", "batchnorm_grad", "relu_grad"])
+def test_channel_and_gradient_ops_change_no_value_with_axes_of_1(case: str) -> None:
+    """CNN ops the pass reshapes (trailing axes of 1 on BatchNorm's data tensors, leading ones on ReluGrad)
+    compute bit for bit the same on ORT (training build, defaults); the per-channel outputs keep their shapes."""
+    rng = np.random.default_rng(2)
+    shape, c = [4, 3, 5, 7], 3
+    x = helper.make_tensor_value_info("x", F, shape)
+    dy = helper.make_tensor_value_info("dy", F, shape)
+    chans = {n: helper.make_tensor(n, F, [c], v) for n, v in (
+        ("scale", rng.uniform(0.5, 2, c)), ("bias", rng.standard_normal(c)), ("mean", rng.standard_normal(c)),
+        ("var", rng.uniform(0.5, 2, c)))}
+    if case == "batchnorm_internal":
+        node = helper.make_node("BatchNormInternal", ["x", "scale", "bias", "mean", "var"],
+                                ["o", "rm", "rv", "sm", "si"], domain="com.microsoft", momentum=0.9, epsilon=1e-5)
+        outs = [shape, [c], [c], [c], [c]]
+    elif case == "batchnorm_grad":
+        node = helper.make_node("BatchNormalizationGrad", ["dy", "x", "scale", "mean", "var"], ["o", "ds", "db"],
+                                domain="com.microsoft", epsilon=1e-5)
+        outs = [shape, [c], [c]]
+    else:
+        node = helper.make_node("ReluGrad", ["dy", "x"], ["o"], domain="com.microsoft")
+        outs = [shape]
+    node.name = "op"
+    nodes = [node] + [helper.make_node("Identity", [o], [f"{o}_out"]) for o in node.output]
+    model = helper.make_model(helper.make_graph(
+        nodes, "g", [x, dy], [helper.make_tensor_value_info(f"{o}_out", F, s) for o, s in zip(node.output, outs)],
+        list(chans.values())), opset_imports=MS_OPSETS)
+    feeds = {"x": rng.standard_normal(shape).astype(np.float32), "dy": rng.standard_normal(shape).astype(np.float32)}
+    feeds["x"][0, 0, 0, :3] = [0.0, -0.0, np.nan]
+    ir_model = ir.serde.deserialize_model(model)
+    op = next(n for n in ir_model.graph if n.name == "op")
+    known = {n: tuple(s) for n, s in zip(node.output, outs)} | {"x": tuple(shape), "dy": tuple(shape)}
+    elems = {n: ir.DataType.FLOAT for n in known}
+    assert liftable(op, set(ir_model.graph.outputs), known)
+    _lift(op, 2, IrGraphEditor(ir_model.graph), ir_model.graph, {}, known, elems)
+    trailing = case != "relu_grad"
+    assert list(op.outputs[0].shape) == (shape + [1, 1] if trailing else [1, 1] + shape)
+    assert [o.name for o in op.outputs[1:]] == list(node.output[1:])     # per-channel outputs: untouched
+    lifted = ir.serde.serialize_model(ir_model)
+    for got, want in zip(_run(lifted, feeds), _run(model, feeds)):
+        np.testing.assert_array_equal(got, want)
