@@ -51,12 +51,16 @@ def test_signbits_encodes_after_the_relu_and_decodes_just_before_relugrad() -> N
     check_model(out, "signbits")
     (rec,) = result.records
     assert isinstance(rec, PassRecord) and rec.kind == "encoded" and rec.subject == "x" and result.modified
-    assert rec["codec"] == "relumask" and rec["encoded_tensor"] == "y"   # Relu is x's only forward reader
+    # Relu is x's only forward reader; ORT tests y > 0 in the graph and the bitmask codec packs the booleans
+    assert rec["codec"] == "bitmask" and rec["encoded_tensor"] == "y"
     (enc,), (dec,) = _ours(out, "encode"), _ours(out, "decode")
     made = _index(out)
     nodes = list(out.graph.node)
-    # Encoder right after the Relu, and the second Conv reads y through the encoder's anchor.
-    assert nodes.index(enc) == made["y"] + 1 and enc.input[contract.ENCODER_INPUT] == "y"
+    # Greater(y, 0) right after the Relu, the encoder right after it (reading the bool mask, not the float y),
+    # and the second Conv reads y through the encoder's anchor.
+    test = nodes[made[enc.input[contract.ENCODER_INPUT]]]
+    assert test.op_type == "Greater" and test.input[0] == "y" and nodes.index(test) == made["y"] + 1
+    assert nodes.index(enc) == made["y"] + 2
     conv2 = _node(out, "Conv_2")
     anchor = enc.output[contract.ENCODER_ANCHOR]
     assert nodes[made[conv2.input[0]]].op_type == "Reshape" and nodes[made[conv2.input[0]]].input[1] == anchor

@@ -19,7 +19,7 @@ MODES = ("off", "inline", "async")
 
 @pytest.fixture(scope="module")
 def encoded_dir(small_artifacts: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The small CNN with every stash encoded (relumask, maxpool_index, sparse; no recompute)."""
+    """The small CNN with every stash encoded (ReLU masks as bitmask, maxpool_index, sparse; no recompute)."""
     from onnxcomp.transform import transform
 
     out = tmp_path_factory.mktemp("store") / "art"
@@ -87,7 +87,7 @@ def test_a_worker_failure_is_one_op_error_naming_the_encoder(encoded_dir: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     session = _session(encoded_dir, "async")
     (x, y), (x2, y2) = _batches(2)
-    codec = get_codec("relumask")
+    codec = get_codec("bitmask")     # the ReLU masks' codec (it packs ORT's Greater(y, 0))
 
     def boom(x: np.ndarray, **params: object) -> tuple:
         raise ValueError("injected on the worker")
@@ -95,7 +95,7 @@ def test_a_worker_failure_is_one_op_error_naming_the_encoder(encoded_dir: Path,
     monkeypatch.setattr(codec, "encode_cpu", boom)
     with pytest.raises(OpError) as info:
         session.step(x, y)
-    assert info.value.op_type == "OnnxcompEncode_relumask"
+    assert info.value.op_type == "OnnxcompEncode_bitmask"
     assert info.value.tensor and "ValueError: injected on the worker" in info.value.cause
     assert payload_store.store().held() == 0
     monkeypatch.undo()
@@ -105,7 +105,7 @@ def test_a_worker_failure_is_one_op_error_naming_the_encoder(encoded_dir: Path,
 def test_a_stuck_worker_times_out_instead_of_hanging(encoded_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     session = _session(encoded_dir, "async")
     (x, y), = _batches(1)
-    codec = get_codec("relumask")
+    codec = get_codec("bitmask")
     orig = codec.encode_cpu
 
     def slow(x: np.ndarray, **params: object) -> tuple:

@@ -52,6 +52,12 @@ class Encoding:
     # Held by standard ONNX ops instead of PyOps (no bridge copies): "fp16" = Clip to ±65504 then Cast,
     # bit-identical to the dpr_fp16 codec except that ±Inf saturates too.
     native: str | None = None
+    # The encoder reads Greater(target, 0) (bool, one byte per element, computed by ORT) instead of the float
+    # target: the codec must take bool (``bitmask``). The PyOp bridge copies every input into a fresh array,
+    # so a float encoder input costs 4 bytes per element outside ORT's memory pattern while the encoder
+    # runs, on top of the pattern's block under ORT's default settings (ResNet-18 b32 64x64: the stem's
+    # 8 MiB ReLU input was the whole step's peak there).
+    sign_test: bool = False
 
 
 # Node-name suffix of a native encoder's first node: how later passes tell the stash is already taken.
@@ -272,11 +278,21 @@ def _encode_codec(site: _Site, stash: StashedTensor, enc: Encoding, pass_: Encod
     params = contract.params_value(enc.params)
 
     # Encoder right after the target's producer; then the gate's forward readers wait on it.
-    encoder = ed.untyped(contract.encode_op(enc.codec), [values[enc.target]], [*payload, anchor_name],
+    encoded = values[enc.target]
+    after = site.producer(enc.target)
+    if enc.sign_test:
+        _, tgt_shape = site.type_of(enc.target)
+        zero = ed.shared_tensor("onnxcomp_zero_f32", np.zeros((), dtype=np.float32))
+        test = ed.node("Greater", [encoded, zero], [(site.name(f"{base}__positive"), ir.DataType.BOOL, tgt_shape)],
+                       name=site.name(f"{base}__positive__greater"))
+        site.graph.insert_after(after, test)
+        site.encoders.add(test)
+        encoded, after = test.outputs[0], test
+    encoder = ed.untyped(contract.encode_op(enc.codec), [encoded], [*payload, anchor_name],
                          name=site.name(f"{base}__encode_{enc.codec}"), domain=contract.DOMAIN,
                          **{contract.PARAMS_ATTR: params})
     site.encoders.add(encoder)
-    site.graph.insert_after(site.producer(enc.target), encoder)
+    site.graph.insert_after(after, encoder)
     anchor = encoder.outputs[contract.ENCODER_ANCHOR]
     gate = values[enc.gate]
     gated_name = site.name(f"{enc.gate.replace('/', '_').strip('_')}__anchored")

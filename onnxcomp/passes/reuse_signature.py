@@ -326,15 +326,29 @@ class ReuseSignaturePass(OnnxcompPass):
                 # Either side of the peak: the tensors of this shape born up to it (the buffer then has a
                 # shape nothing after the peak asks for), else those born after it (they no longer ask for it).
                 same = [b for b in buffers if sig.get(b.name) == p.key]
-                # Then one tensor of the held buffer at a time: where a side also holds tensors no view can
-                # reshape (a Conv output, a MaxPoolGrad), moving one tensor off the shape can still free the
-                # buffer (the next tensor of the shape takes a buffer freed later, or none is needed).
+
+                def side(pool: list, before: bool, partial: bool) -> set[int]:
+                    """Producers of ``pool``'s tensors born up to the peak (``before``) or after it; with
+                    ``partial``, only those a view can reshape (None if that leaves none)."""
+                    group = {producer[b.name] for b in pool if (b.start <= at) == before}
+                    if partial:
+                        group = {i for i in group if can_lift(i) and not level.get(i)}
+                    return group
+
+                # Whole sides first (as before); then the liftable part of a side: where a side also holds
+                # tensors no view can reshape (a Conv output, a MaxPoolGrad), moving the rest off the shape
+                # still leaves one buffer fewer for the two sides to share (VGG-16: the ReLU outputs of a
+                # stage, which shared a second buffer with the stage's Conv outputs); then one tensor at a time.
                 singles = [{producer[b.name]} for b in p.values if producer.get(b.name) is not None and
                            producer[b.name] >= 0 and not level.get(producer[b.name])]
-                for group in ({producer[b.name] for b in same if b.start <= at},
-                              {producer[b.name] for b in same if b.start > at}, *singles):
-                    if not group or not all(can_lift(i) for i in group):
+                candidates = [side(same, True, False), side(same, False, False)]
+                for pool in (p.values, same):
+                    candidates += [side(pool, True, True), side(pool, False, True)]
+                seen: list[set[int]] = []
+                for group in (*candidates, *singles):
+                    if not group or group in seen or not all(can_lift(i) for i in group):
                         continue
+                    seen.append(group)
                     origin = base[next(b.name for b in same)]
                     k = fresh.get(origin, 0) + 1       # a shape no other tensor has
                     old = {i: level.get(i, 0) for i in group}
