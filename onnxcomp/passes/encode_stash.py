@@ -275,6 +275,17 @@ def _encode_codec(site: _Site, stash: StashedTensor, enc: Encoding, pass_: Encod
     payload = [site.name(f"{base}__{enc.codec}_p{k}") for k in range(len(payload_types))]
     anchor_name = site.name(f"{base}__{enc.codec}_anchor")
     enc.params = checked_params(enc.codec, enc.params, enc.source)
+    codec_obj = get_codec(enc.codec)
+    sized_by_data = any(shp is None and name != "shape" for name, shp in
+                        zip(codec_obj.payload_names, enc.payload_shapes or [None] * len(payload_types)))
+    if sized_by_data:
+        # A payload whose size depends on the data cannot be declared static: ORT allocates it outside its
+        # memory pattern, from its arena, during the step. Under ORT's default settings such an allocation
+        # opens a second arena region as large as the pattern's and the pattern block then alternates between
+        # the two, both resident (docs/notes/reuse.md, "2P"; MobileNetV2 b32 64x64 auto --exact: one 6 MiB
+        # sparse payload, growth 125.9 -> 207.0 MiB from the second step). The payload store holds it instead
+        # (runtime/payload_store.py, "inline": same codec call, same bytes) and ORT carries a token frame.
+        enc.params = {**enc.params, "store": "inline"}
     params = contract.params_value(enc.params)
 
     # Encoder right after the target's producer; then the gate's forward readers wait on it.
