@@ -51,6 +51,9 @@ CONTROL_PARAMS = frozenset({
     "summed",     # dY·X products summed into one weight-gradient value (MatMul/Gemm layers; conv: from dY)
     "tensor",     # the stash's name, for op error messages
     "max_bytes",  # the payload bytes the planner sized the stash to: the encoder loosens eb to stay within
+    "store",      # "inline": the payload store holds the payload and ORT carries a token frame, whatever the
+                  # run's store mode (a payload whose size depends on the data is allocated outside ORT's
+                  # memory pattern otherwise: passes/encode_stash.py)
 })
 # The param the controller overrides at run time (COMET's error bound).
 ERROR_BOUND_PARAM = "eb"

@@ -25,7 +25,7 @@ def assert_bit_identical(art: Path, model_file: str, steps: int = STEPS) -> None
 
 @pytest.mark.parametrize("policy, expected", [
     ("lossless", {None}),                                         # cheap layers recomputed, no codec needed
-    ("lossless-encode", {"relumask", "maxpool_index", "sparse"}),  # the encodings alone
+    ("lossless-encode", {"bitmask", "maxpool_index", "sparse"}),  # the encodings alone (ReLU masks: bitmask)
 ])
 def test_small_cnn_lossless_is_bit_identical(small_artifacts: Path, tmp_path: Path, policy: str,
                                              expected: set[str]) -> None:

@@ -107,7 +107,7 @@ def test_slices_the_encoded_tensors_not_their_decodes(small_artifacts: Path) -> 
     for n in chunk_relu:
         cast = made_by[n.input[1]]
         assert cast.op_type == "Cast" and made_by[cast.input[0]].op_type == "Slice"
-        assert made_by[made_by[cast.input[0]].input[0]].op_type == "OnnxcompDecode_relumask"
+        assert made_by[made_by[cast.input[0]].input[0]].op_type == "OnnxcompDecode_bitmask"
     n, c, h, w = analyze_model(out).tensors[STEM_INPUT].shape
     full = n * c * h * w * 4
     float_full = [t for t in analyze_model(out).tensors.values()

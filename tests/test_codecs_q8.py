@@ -187,7 +187,7 @@ def test_q8_policy_trains_close_to_baseline(small_artifacts: Any, tmp_path: Any)
     out = tmp_path / "q8"
     result = transform(small_artifacts, out, "q8", min_bytes=0)
     codecs = {r["codec"] for r in result.records}
-    assert "q8" in codecs and "relumask" in codecs        # ReluGrad keeps exact signs, the rest is q8
+    assert "q8" in codecs and "bitmask" in codecs         # ReluGrad keeps exact signs, the rest is q8
     base = train(small_artifacts, steps=4, data="synthetic", seed=1, progress=False)
     q8 = train(out, steps=4, data="synthetic", seed=1, progress=False)
     # The forward pass is untouched (FP32): the first loss is bit-identical; later ones drift a little.

@@ -155,7 +155,7 @@ def test_leaky_relu_grad_reads_the_sign_bits_as_float() -> None:
     out = result.model
     check_model(out, "signbits")
     (rec,) = result.records
-    assert rec["tensor"] == "y" and rec["codec"] == "relumask" and rec["encoded_tensor"] == "y"
+    assert rec["tensor"] == "y" and rec["codec"] == "bitmask" and rec["encoded_tensor"] == "y"
     grad = next(n for n in out.graph.node if n.op_type == "LeakyReluGrad")
     cast = next(n for n in out.graph.node if grad.input[1] in n.output)
     (dec,) = _ours(out, "decode")
@@ -253,8 +253,8 @@ def mix_artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                                       "inputs": ["input"], "labels": "labels"})
     result = transform(art, art / "enc.onnx", "lossless-encode", min_bytes=0)
     codecs = {r["codec"] for r in result.records}
-    assert {"relumask", "intervalmask", "bitmask", "maxpool_index"} <= codecs, codecs
-    kinds = {r["pattern"].split("→")[0] for r in result.records if r["codec"] in ("relumask", "intervalmask")}
+    assert {"intervalmask", "bitmask", "maxpool_index"} <= codecs, codecs
+    kinds = {r["pattern"].split("→")[0] for r in result.records if r["codec"] in ("bitmask", "intervalmask")}
     assert {"LeakyRelu-output", "Clip-mask"} <= kinds
     return art
 

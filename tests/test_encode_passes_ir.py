@@ -112,7 +112,7 @@ def test_in_place_on_ir_reports_modified_honestly() -> None:
     relu_grad = model.graph.node("ReluGrad_7")
     mask_float = relu_grad.inputs[1]
     assert mask_float.producer().op_type == "Cast" and mask_float.producer().inputs[0].producer().op_type == \
-        contract.decode_op("relumask")
+        contract.decode_op("bitmask")
     before = onnx.printer.to_text(ir.serde.serialize_model(model))
     again = SignBitsPass()(model)
     assert not again.modified and not again.records

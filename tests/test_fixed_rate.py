@@ -32,7 +32,9 @@ def test_zfp_policy_encodes_float_stashes_and_trains(small_artifacts: Path, tmp_
     assert by_codec.get("zfp") and "maxpool_index" in by_codec
     for r in by_codec["zfp"]:  # the plan's size is the payload's size: fixed rate, exact before any data
         layout = zfp.layout_of(tuple(r["shape"]))
-        assert r["params"] == {"rate": 8, "tensor": r["tensor"]}  # the stash's name names it in op errors
+        # the stash's name names it in op errors; the outlier payloads are sized by the data: the payload store
+        # holds them (ORT would allocate them outside its memory pattern)
+        assert r["params"] == {"rate": 8, "tensor": r["tensor"], "store": "inline"}
         assert r["predicted_bytes"] == zfp.ZFP().predicted_nbytes(tuple(r["shape"]), rate=8)
         assert r["predicted_bytes"] <= 0.75 * r["original_bytes"] and layout.nblocks > 0
     model = onnx.load(str(out / "training_model.onnx"))

@@ -40,7 +40,7 @@ def test_dpr_policy_reduces_only_the_backward_copy(small_artifacts: Path, tmp_pa
     assert relu_grads
     for n in relu_grads:   # every ReluGrad reads a float copy of a sign-bit mask, never a lossy copy
         mask = cast_of[n.input[1]]
-        assert decoded_by[slice_of.get(mask, mask)] == "OnnxcompDecode_relumask"
+        assert decoded_by[slice_of.get(mask, mask)] == "OnnxcompDecode_bitmask"
     base = train(small_artifacts, steps=4, data="synthetic", seed=1, progress=False)
     lossy = train(out, steps=4, data="synthetic", seed=1, progress=False)
     # The forward pass is untouched (FP32), so the first loss is bit-identical; later ones drift a little.
@@ -53,7 +53,7 @@ def test_comet_policy_trains_and_adapts_bounds(small_artifacts: Path, tmp_path: 
     out = tmp_path / "comet"
     result = transform(small_artifacts, out, "comet", min_bytes=0, eb=1e-4)
     codecs = _codecs(result)
-    assert "sz" in codecs and "relumask" in codecs
+    assert "sz" in codecs and "bitmask" in codecs
     layers = bounded_layers(out / "training_model.onnx")
     assert layers and all(layer.eb0 == 1e-4 and layer.adaptive for layer in layers)
     model = onnx.load(str(out / "training_model.onnx"))

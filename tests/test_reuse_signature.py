@@ -264,9 +264,168 @@ def test_segment_plan_gives_each_stretch_its_own_shapes_and_changes_no_value() -
     np.testing.assert_array_equal(_run(rewritten, feeds)[0], _run(model, feeds)[0])
 
 
+MS_OPSETS = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+
+
+@pytest.mark.parametrize("case", ["batchnorm_internal", "batchnorm_grad", "relu_grad"])
+def test_channel_and_gradient_ops_change_no_value_with_axes_of_1(case: str) -> None:
+    """CNN ops the pass reshapes (trailing axes of 1 on BatchNorm's data tensors, leading ones on ReluGrad)
+    compute bit for bit the same on ORT (training build, defaults); the per-channel outputs keep their shapes."""
+    rng = np.random.default_rng(2)
+    shape, c = [4, 3, 5, 7], 3
+    x = helper.make_tensor_value_info("x", F, shape)
+    dy = helper.make_tensor_value_info("dy", F, shape)
+    chans = {n: helper.make_tensor(n, F, [c], v) for n, v in (
+        ("scale", rng.uniform(0.5, 2, c)), ("bias", rng.standard_normal(c)), ("mean", rng.standard_normal(c)),
+        ("var", rng.uniform(0.5, 2, c)))}
+    if case == "batchnorm_internal":
+        node = helper.make_node("BatchNormInternal", ["x", "scale", "bias", "mean", "var"],
+                                ["o", "rm", "rv", "sm", "si"], domain="com.microsoft", momentum=0.9, epsilon=1e-5)
+        outs = [shape, [c], [c], [c], [c]]
+    elif case == "batchnorm_grad":
+        node = helper.make_node("BatchNormalizationGrad", ["dy", "x", "scale", "mean", "var"], ["o", "ds", "db"],
+                                domain="com.microsoft", epsilon=1e-5)
+        outs = [shape, [c], [c]]
+    else:
+        node = helper.make_node("ReluGrad", ["dy", "x"], ["o"], domain="com.microsoft")
+        outs = [shape]
+    node.name = "op"
+    nodes = [node] + [helper.make_node("Identity", [o], [f"{o}_out"]) for o in node.output]
+    model = helper.make_model(helper.make_graph(
+        nodes, "g", [x, dy], [helper.make_tensor_value_info(f"{o}_out", F, s) for o, s in zip(node.output, outs)],
+        list(chans.values())), opset_imports=MS_OPSETS)
+    feeds = {"x": rng.standard_normal(shape).astype(np.float32), "dy": rng.standard_normal(shape).astype(np.float32)}
+    feeds["x"][0, 0, 0, :3] = [0.0, -0.0, np.nan]
+    ir_model = ir.serde.deserialize_model(model)
+    op = next(n for n in ir_model.graph if n.name == "op")
+    known = {n: tuple(s) for n, s in zip(node.output, outs)} | {"x": tuple(shape), "dy": tuple(shape)}
+    elems = {n: ir.DataType.FLOAT for n in known}
+    assert liftable(op, set(ir_model.graph.outputs), known)
+    _lift(op, 2, IrGraphEditor(ir_model.graph), ir_model.graph, {}, known, elems)
+    trailing = case != "relu_grad"
+    assert list(op.outputs[0].shape) == (shape + [1, 1] if trailing else [1, 1] + shape)
+    assert [o.name for o in op.outputs[1:]] == list(node.output[1:])     # per-channel outputs: untouched
+    lifted = ir.serde.serialize_model(ir_model)
+    for got, want in zip(_run(lifted, feeds), _run(model, feeds)):
+        np.testing.assert_array_equal(got, want)
+
+
+def _conv_stages() -> onnx.ModelProto:
+    """Two Conv → Relu stages (the Conv outputs share one buffer, the Relu outputs another), a large transient
+    made from a reduction of the last stage (the peak; the stages are dead there), then a "backward" of the same shape: a Mul and two Convs reading the ``loss_grad`` seed. ORT's
+    reuse plan hands both forward buffers to the backward tensors and holds them, dead, across the peak; no
+    side of the shape is liftable as a whole (Conv outputs on both)."""
+    rng = np.random.default_rng(3)
+    s = [4, 8, 16, 16]
+    x = helper.make_tensor_value_info("x", F, s)
+    seed = helper.make_tensor_value_info("loss_grad", F, [1])
+    y = helper.make_tensor_value_info("y", F, s)
+    w = helper.make_tensor("w", F, [8, 8, 3, 3], (rng.standard_normal(8 * 8 * 9) * 0.2).astype(np.float32))
+    reps = helper.make_tensor("reps", TensorProto.INT64, [4], [1, 1, 64, 64])
+    conv = {"pads": [1, 1, 1, 1], "kernel_shape": [3, 3]}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c1"], name="conv1", **conv),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w"], ["c2"], name="conv2", **conv),
+             helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+             helper.make_node("ReduceMax", ["r2"], ["m"], name="max", axes=[2, 3], keepdims=1),
+             helper.make_node("Tile", ["m", "reps"], ["big"], name="tile"),
+             helper.make_node("ReduceSum", ["big"], ["sum"], name="sum", keepdims=0),
+             helper.make_node("Mul", ["sum", "loss_grad"], ["ds"], name="seeded"),
+             helper.make_node("Mul", ["x", "ds"], ["g0"], name="scale"),
+             helper.make_node("Conv", ["g0", "w"], ["g1"], name="conv_b1", **conv),
+             helper.make_node("Conv", ["g1", "w"], ["g2"], name="conv_b2", **conv),
+             helper.make_node("Sigmoid", ["g2"], ["y"], name="out")]
+    return _model(nodes, [x, seed], [y], [w, reps])
+
+
+def test_the_liftable_part_of_a_side_releases_a_buffer_a_conv_keeps_the_shape_of() -> None:
+    model = _conv_stages()
+    before, at, plan = _replayed(model)
+    s_bytes = 4 * 8 * 16 * 16 * 4
+    assert sum(p.size for p in plan if p.dead_at(at)) == 2 * s_bytes       # both stage buffers held dead
+
+    ir_model = ir.serde.deserialize_model(model)
+    outcome = ReuseSignaturePass(min_bytes=0).call(ir_model)
+    assert outcome.modified
+    lifted = {r["node"] for r in outcome.records}
+    assert lifted and not lifted & {"conv1", "conv2", "conv_b1", "conv_b2"}
+    rewritten = ir.serde.serialize_model(ir_model)
+    onnx.checker.check_model(rewritten, full_check=True)
+    after, at2, plan2 = _replayed(rewritten)
+    assert after <= before - s_bytes
+    feeds = {"x": np.random.default_rng(0).standard_normal((4, 8, 16, 16)).astype(np.float32),
+             "loss_grad": np.ones(1, np.float32)}
+    np.testing.assert_array_equal(_run(rewritten, feeds)[0], _run(model, feeds)[0])
+
+
 def test_exact_graphs_never_get_the_segment_plan() -> None:
     ir_model = ir.serde.deserialize_model(_stretches_graph())
     outcome = ReuseSignaturePass(min_bytes=0, segments=4).call(ir_model)   # keep_fusions: an exact graph
     assert all(r["plan"] == "greedy" for r in outcome.records)
     assert not any(n.op_type == "Transpose" and n.name == "t_copy" and len(n.attributes["perm"].value) > 2
                    for n in ir_model.graph)
+
+
+def test_a_codec_decoder_takes_a_declared_shape_of_its_own_and_decodes_the_same_values() -> None:
+    """A Conv output (no view can reshape it) dies in the forward; the decoder of its sign bits, born after the
+    peak, would take its buffer and ORT would hold it across. The pass declares the decoder's output with a
+    leading axis of 1 (the PyOp still writes the same bytes; ORT's memory pattern places blocks by size) and
+    its reader reads a Reshape view: the replayed peak drops by the buffer and ORT (defaults, PyOps
+    registered) gives the same bits."""
+    from onnxcomp.custom_ops import contract
+    from onnxcomp.runtime import codec_ops
+    from onnxcomp.runtime.session import session_options
+
+    rng = np.random.default_rng(4)
+    s = [4, 8, 16, 16]
+    enc, dec = codec_ops.op_type_names("signbits")
+    attr = codec_ops.params_attr({})
+    conv = {"pads": [1, 1, 1, 1], "kernel_shape": [3, 3]}
+    w = helper.make_tensor("w", F, [8, 8, 3, 3], (rng.standard_normal(8 * 8 * 9) * 0.2).astype(np.float32))
+    reps = helper.make_tensor("reps", TensorProto.INT64, [4], [1, 1, 64, 64])
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", **conv),
+             helper.make_node(enc, ["c"], ["bits", "shape", "anchor"], domain=contract.DOMAIN, name="encode",
+                              params=attr),
+             # the forward reader reads c through the encoder's anchor, so the encoder runs in the forward
+             helper.make_node("Reshape", ["c", "anchor"], ["c_anchored"], name="anchored"),
+             helper.make_node("ReduceMax", ["c_anchored"], ["m"], name="max", axes=[2, 3], keepdims=1),
+             helper.make_node("Tile", ["m", "reps"], ["big"], name="tile"),
+             helper.make_node("ReduceSum", ["big"], ["sum"], name="sum", keepdims=0),
+             helper.make_node("Mul", ["sum", "loss_grad"], ["ds"], name="seeded"),
+             helper.make_node("Reshape", ["ds", "minus_one"], ["trigger"], name="trigger"),
+             helper.make_node(dec, ["bits", "shape", "trigger"], ["signs"], domain=contract.DOMAIN, name="decode",
+                              params=attr),
+             helper.make_node("Mul", ["signs", "ds"], ["y"], name="out")]
+    minus_one = helper.make_tensor("minus_one", TensorProto.INT64, [1], [-1])
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", F, s), helper.make_tensor_value_info("loss_grad", F, [1])],
+        [helper.make_tensor_value_info("y", F, s)], [w, reps, minus_one],
+        value_info=[helper.make_tensor_value_info("bits", TensorProto.UINT8, [4 * 8 * 16 * 16 // 8]),
+                    helper.make_tensor_value_info("shape", TensorProto.INT64, ["shape_len"]),
+                    helper.make_tensor_value_info("anchor", TensorProto.INT64, [4]),
+                    helper.make_tensor_value_info("c_anchored", F, s),
+                    helper.make_tensor_value_info("trigger", F, [1]),
+                    helper.make_tensor_value_info("signs", F, s)])
+    model = helper.make_model(graph, opset_imports=OPSETS + [helper.make_opsetid(contract.DOMAIN, 1)])
+    before, at, plan = _replayed(model)
+    s_bytes = 4 * 8 * 16 * 16 * 4
+    assert [[b.name for b in p.values] for p in plan if p.dead_at(at)] == [["c", "signs"]]
+
+    ir_model = ir.serde.deserialize_model(model)
+    outcome = ReuseSignaturePass(min_bytes=0).call(ir_model)
+    assert [r["node"] for r in outcome.records] == ["decode"]
+    rewritten = ir.serde.serialize_model(ir_model)
+    decoder = next(n for n in rewritten.graph.node if n.name == "decode")
+    declared = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in rewritten.graph.value_info}
+    assert declared[decoder.output[0]] == [1, *s]
+    after, _, _ = _replayed(rewritten)
+    assert after <= before - s_bytes
+
+    feeds = {"x": rng.standard_normal(s).astype(np.float32), "loss_grad": np.ones(1, np.float32)}
+
+    def run(m: onnx.ModelProto) -> np.ndarray:
+        so = session_options()      # onnxcomp's PyOps registered; arena, pattern, reuse on (ORT's defaults)
+        so.enable_cpu_mem_arena = so.enable_mem_pattern = True
+        return ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+    np.testing.assert_array_equal(run(rewritten), run(model))

@@ -52,6 +52,12 @@ class Encoding:
     # Held by standard ONNX ops instead of PyOps (no bridge copies): "fp16" = Clip to ±65504 then Cast,
     # bit-identical to the dpr_fp16 codec except that ±Inf saturates too.
     native: str | None = None
+    # The encoder reads Greater(target, 0) (bool, one byte per element, computed by ORT) instead of the float
+    # target: the codec must take bool (``bitmask``). The PyOp bridge copies every input into a fresh array,
+    # so a float encoder input costs 4 bytes per element outside ORT's memory pattern while the encoder
+    # runs, on top of the pattern's block under ORT's default settings (ResNet-18 b32 64x64: the stem's
+    # 8 MiB ReLU input was the whole step's peak there).
+    sign_test: bool = False
 
 
 # Node-name suffix of a native encoder's first node: how later passes tell the stash is already taken.
@@ -269,14 +275,35 @@ def _encode_codec(site: _Site, stash: StashedTensor, enc: Encoding, pass_: Encod
     payload = [site.name(f"{base}__{enc.codec}_p{k}") for k in range(len(payload_types))]
     anchor_name = site.name(f"{base}__{enc.codec}_anchor")
     enc.params = checked_params(enc.codec, enc.params, enc.source)
+    codec_obj = get_codec(enc.codec)
+    sized_by_data = any(shp is None and name != "shape" for name, shp in
+                        zip(codec_obj.payload_names, enc.payload_shapes or [None] * len(payload_types)))
+    if sized_by_data:
+        # A payload whose size depends on the data cannot be declared static: ORT allocates it outside its
+        # memory pattern, from its arena, during the step. Under ORT's default settings such an allocation
+        # opens a second arena region as large as the pattern's and the pattern block then alternates between
+        # the two, both resident (docs/notes/reuse.md, "2P"; MobileNetV2 b32 64x64 auto --exact: one 6 MiB
+        # sparse payload, growth 125.9 -> 207.0 MiB from the second step). The payload store holds it instead
+        # (runtime/payload_store.py, "inline": same codec call, same bytes) and ORT carries a token frame.
+        enc.params = {**enc.params, "store": "inline"}
     params = contract.params_value(enc.params)
 
     # Encoder right after the target's producer; then the gate's forward readers wait on it.
-    encoder = ed.untyped(contract.encode_op(enc.codec), [values[enc.target]], [*payload, anchor_name],
+    encoded = values[enc.target]
+    after = site.producer(enc.target)
+    if enc.sign_test:
+        _, tgt_shape = site.type_of(enc.target)
+        zero = ed.shared_tensor("onnxcomp_zero_f32", np.zeros((), dtype=np.float32))
+        test = ed.node("Greater", [encoded, zero], [(site.name(f"{base}__positive"), ir.DataType.BOOL, tgt_shape)],
+                       name=site.name(f"{base}__positive__greater"))
+        site.graph.insert_after(after, test)
+        site.encoders.add(test)
+        encoded, after = test.outputs[0], test
+    encoder = ed.untyped(contract.encode_op(enc.codec), [encoded], [*payload, anchor_name],
                          name=site.name(f"{base}__encode_{enc.codec}"), domain=contract.DOMAIN,
                          **{contract.PARAMS_ATTR: params})
     site.encoders.add(encoder)
-    site.graph.insert_after(site.producer(enc.target), encoder)
+    site.graph.insert_after(after, encoder)
     anchor = encoder.outputs[contract.ENCODER_ANCHOR]
     gate = values[enc.gate]
     gated_name = site.name(f"{enc.gate.replace('/', '_').strip('_')}__anchored")

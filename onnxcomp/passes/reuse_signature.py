@@ -34,6 +34,7 @@ import onnx_ir as ir
 
 from ..planner.buffers import Buffer
 from ..planner.ort_reuse import Signature, ort_signatures, planned_live, reuse_plan
+from ..custom_ops import contract
 from .base import OnnxcompPass, PassOutcome
 from .editor import IrGraphEditor, unique_name
 from .records import PassRecord
@@ -44,10 +45,15 @@ MS = "com.microsoft"
 ELEMENTWISE = {("", op) for op in (
     "Add", "Sub", "Mul", "Div", "Pow", "Where", "Cast", "Relu", "Erf", "Tanh", "Sigmoid", "Neg", "Sqrt", "Exp",
     "Log", "Abs", "Less", "Greater", "Equal", "And", "Or", "Not", "Dropout", "Sum")} | {
-    (MS, op) for op in ("Gelu", "FastGelu", "GeluGrad", "FastGeluGrad", "DropoutGrad", "BiasGelu")}
+    (MS, op) for op in ("Gelu", "FastGelu", "GeluGrad", "FastGeluGrad", "DropoutGrad", "BiasGelu", "ReluGrad")}
 # Ops with an axis attribute (and its default): a non-negative axis moves up with the leading axes.
 AXIS_OPS = {("", "Softmax"): -1, ("", "LayerNormalization"): -1, (MS, "SoftmaxGrad_13"): -1, ("", "Concat"): None,
             ("", "Split"): 0}
+# Ops over [N, C, spatial...] whose kernels flatten the spatial axes (ORT 1.19's CPU BatchNorm in training mode
+# and BatchNormalizationGrad: N, C, and the product of the rest): trailing axes of 1 on the listed inputs give the
+# same values, bit for bit (tests/test_reuse_signature.py), with trailing axes on the first output only (the
+# per-channel outputs keep their shapes). {op: indices of the inputs that take the axes}.
+TRAILING_OPS = {(MS, "BatchNormInternal"): (0,), (MS, "BatchNormalizationGrad"): (0, 1)}
 MIN_BYTES = 256 << 10   # buffers smaller than this are not worth a view (ViT-tiny: 0.5 MiB transients matter)
 # Stretches of the run order the segment plan gives shapes of their own (ranks grow by up to this many axes).
 # Measured on ViT-tiny dpr-fp8-src16 (ORT's pattern block, NOTES-vit4x.md): 8 → 19.1, 12 → 18.3 (Transposes
@@ -104,18 +110,53 @@ def _fuses_with_matmul(node: ir.Node) -> bool:
     return False
 
 
+def lift_kind(node: ir.Node) -> str:
+    """How ``node``'s outputs take the axes of 1: ``lead`` (leading axes; inputs through views), ``trail``
+    (trailing axes on a channel op's data input and first output), ``declared`` (a codec decoder: only its
+    output's declared shape changes; see ``_lift``)."""
+    key = _key(node)
+    if key in TRAILING_OPS:
+        return "trail"
+    if contract.is_decoder(node.domain, node.op_type):
+        return "declared"
+    return "lead"
+
+
+def lifted_outputs(node: ir.Node) -> list[int]:
+    """Indices of the outputs that take the axes (the data output of a channel op or decoder, else all)."""
+    if lift_kind(node) == "declared":
+        return [contract.DECODER_OUTPUT]
+    if lift_kind(node) == "trail":
+        return [0]
+    return [i for i, o in enumerate(node.outputs) if o.name]
+
+
 GEMMS = {("", "MatMul"), (MS, "FusedMatMul"), ("", "Gemm")}
 
 
 def liftable(node: ir.Node, graph_outputs: set[ir.Value], known: Shapes | None = None,
              keep_fusions: bool = True, transposes: bool = False) -> bool:
-    """True when ``node``'s outputs can take leading axes of 1 with the same values (see module), and views
+    """True when ``node``'s outputs can take axes of 1 with the same values (see module), and views
     around it break no ORT fusion (``keep_fusions``; without it, for lossy graphs, a MatMul → scalar Mul/Div
     pair may be split: the last bits of the product change). A Transpose read by a MatMul/FusedMatMul/Gemm is
     never lifted: ORT folds it into the product, and behind a view it copies it instead (ViT-tiny ``dpr-fp8``
     under onnxcomp's settings: 9 → 14 MiB). Other Transposes (``transposes``: the segment plan) are plain
-    copies whatever the shape: lifting one shifts its ``perm`` and changes no value."""
+    copies whatever the shape: lifting one shifts its ``perm`` and changes no value. Channel ops (BatchNorm in
+    training, its gradient) take trailing axes on their data tensors; a codec decoder's output only changes
+    its declared shape (the PyOp writes the same bytes, ORT's memory pattern places a block by its size, and
+    its readers read a Reshape view to the shape it had)."""
     known = known or {}
+    kind = lift_kind(node)
+    if kind != "lead":
+        outs = [node.outputs[i] for i in lifted_outputs(node) if i < len(node.outputs)]
+        if len(outs) != 1 or not outs[0].name or outs[0] in graph_outputs or _shape(outs[0], known) is None:
+            return False
+        if kind == "declared":
+            return True
+        r = len(_shape(outs[0], known))
+        idx = TRAILING_OPS[_key(node)]
+        return r >= 3 and all(i < len(node.inputs) and node.inputs[i] is not None and
+                              _shape(node.inputs[i], known) == _shape(outs[0], known) for i in idx)
     outs = [o for o in node.outputs if o.name]
     if not outs or any(o in graph_outputs or _shape(o, known) is None for o in outs) or \
             (keep_fusions and _fuses_with_matmul(node)):
@@ -145,21 +186,32 @@ def liftable(node: ir.Node, graph_outputs: set[ir.Value], known: Shapes | None =
 
 
 def _lifted_inputs(node: ir.Node, known: Shapes) -> list[int]:
-    """Indices of the inputs that get the leading axes: a MatMul's left input (and its right one when batched),
-    else the full-rank ones (lower-rank inputs broadcast from the right as before)."""
+    """Indices of the inputs that get the axes: a MatMul's left input (and its right one when batched), a
+    channel op's data inputs, none of a decoder's, else the full-rank ones (lower-rank inputs broadcast from
+    the right as before)."""
+    kind = lift_kind(node)
+    if kind == "declared":
+        return []
+    if kind == "trail":
+        return list(TRAILING_OPS[_key(node)])
     r = _rank(node.outputs[0], known)
     if _key(node) in (("", "MatMul"), (MS, "FusedMatMul")):
         return [0, 1] if _rank(node.inputs[1], known) == r else [0]
     return [i for i, v in enumerate(node.inputs) if v is not None and _rank(v, known) == r]
 
 
+def lifted_shape(shape: tuple[int, ...] | list[int], k: int, kind: str) -> list[int]:
+    """``shape`` with ``k`` axes of 1: trailing for a channel op, else leading."""
+    return list(shape) + [1] * k if kind == "trail" else [1] * k + list(shape)
+
+
 def _lift(node: ir.Node, k: int, editor: IrGraphEditor, graph: ir.Graph,
           views: dict[tuple[ir.Value, int], ir.Value], known: Shapes | None = None,
           elems: dict[str, ir.DataType] | None = None) -> None:
-    """Give ``node``'s outputs ``k`` leading axes of 1 (inputs through Unsqueeze views, readers through
+    """Give ``node``'s lifted outputs ``k`` axes of 1 (inputs through Unsqueeze views, readers through
     Reshape views back)."""
-    axes = editor.shared_const(f"onnxcomp_axes_lead{k}", list(range(k)))
     known, elems = known or {}, elems or {}
+    kind = lift_kind(node)
 
     def elem(v: ir.Value) -> ir.DataType:
         return v.dtype if v.dtype is not None else elems[v.name]
@@ -168,10 +220,16 @@ def _lift(node: ir.Node, k: int, editor: IrGraphEditor, graph: ir.Graph,
     idx = _lifted_inputs(node, known)
     for i in idx:
         v = node.inputs[i]
-        if (v, k) not in views:
+        view_key = (v, -k if kind == "trail" else k)
+        if view_key not in views:
+            shape = list(_shape(v, known))
+            where = list(range(len(shape), len(shape) + k)) if kind == "trail" else list(range(k))
+            axes = editor.shared_const(f"onnxcomp_axes_{'_'.join(map(str, where))}" if kind == "trail"
+                                       else f"onnxcomp_axes_lead{k}", where)
             start = len(editor.nodes)
-            views[v, k] = editor.op("Unsqueeze", [v, axes], f"{v.name}_lift", elem(v), [1] * k + list(_shape(v, known)),
-                                    out=f"{v.name}__lift{k}")
+            views[view_key] = editor.op("Unsqueeze", [v, axes], f"{v.name}_lift", elem(v),
+                                        lifted_shape(shape, k, kind),
+                                        out=f"{v.name}__lift{k}" + ("t" if kind == "trail" else ""))
             # Right behind the viewed tensor's producer (or first, for a graph input or initializer), not in
             # front of the reader: ORT's DEFAULT order walks a node's inputs by their producers' list
             # positions, so a view placed by its reader would reorder the walk the reuse plan was replayed on.
@@ -180,7 +238,7 @@ def _lift(node: ir.Node, k: int, editor: IrGraphEditor, graph: ir.Graph,
                 graph.insert_after(v.producer(), made)
             else:
                 graph.insert_before(next(iter(graph)), made)
-        node.replace_input_with(i, views[v, k])
+        node.replace_input_with(i, views[view_key])
     if key in AXIS_OPS:
         axis = node.attributes["axis"].value if "axis" in node.attributes else AXIS_OPS[key]
         if axis is not None and axis >= 0:
@@ -190,7 +248,8 @@ def _lift(node: ir.Node, k: int, editor: IrGraphEditor, graph: ir.Graph,
             list(reversed(range(_rank(node.inputs[0], known))))
         node.attributes["perm"] = ir.AttrInt64s("perm", list(range(k)) + [p + k for p in perm])
     after: list[ir.Node] = []
-    for out in node.outputs:
+    for i in lifted_outputs(node):
+        out = node.outputs[i]
         if not out.name:
             continue
         shape = list(_shape(out, known))
@@ -198,7 +257,7 @@ def _lift(node: ir.Node, k: int, editor: IrGraphEditor, graph: ir.Graph,
         original, dtype = out.name, elem(out)
         out.name = unique_name(f"{original}__lifted", editor.taken)
         out.type = ir.TensorType(dtype)
-        out.shape = ir.Shape([1] * k + shape)
+        out.shape = ir.Shape(lifted_shape(shape, k, kind))
         dims = editor.shared_const(f"onnxcomp_shape_{'x'.join(map(str, shape)) or 'scalar'}", shape, [len(shape)])
         start = len(editor.nodes)
         editor.taken.discard(original)
@@ -282,7 +341,7 @@ class ReuseSignaturePass(OnnxcompPass):
         ok = {}
 
         def can_lift(i: int | None) -> bool:
-            if i is None:
+            if i is None or i < 0:
                 return False
             name = node_names[i]
             if name not in ok:
@@ -293,13 +352,20 @@ class ReuseSignaturePass(OnnxcompPass):
         level: dict[int, int] = {}    # producer node (run-order index) → leading axes added
         fresh: dict[Signature, int] = {}   # per original signature: leading axes the last group got
 
+        def lifted_names(i: int) -> tuple[str, set[str]]:
+            """(lift kind, names of the outputs that take the axes) of the node at run-order index ``i``."""
+            nd = ir_nodes[node_names[i]]
+            return lift_kind(nd), {nd.outputs[j].name for j in lifted_outputs(nd)}
+
         def signatures() -> dict[str, Signature | None]:
             sig = dict(base)
             for b in buffers:
                 k = level.get(producer[b.name], 0)
                 if k and sig.get(b.name) is not None:
-                    item, shape = sig[b.name]
-                    sig[b.name] = (item, (1,) * k + shape)
+                    kind, names = lifted_names(producer[b.name])
+                    if b.name in names:
+                        item, shape = sig[b.name]
+                        sig[b.name] = (item, tuple(lifted_shape(shape, k, kind)))
             return sig
 
         def peak(sig: dict[str, Signature | None]) -> tuple[tuple[int, int], int, list]:
@@ -324,10 +390,29 @@ class ReuseSignaturePass(OnnxcompPass):
                 # Either side of the peak: the tensors of this shape born up to it (the buffer then has a
                 # shape nothing after the peak asks for), else those born after it (they no longer ask for it).
                 same = [b for b in buffers if sig.get(b.name) == p.key]
-                for group in ({producer[b.name] for b in same if b.start <= at},
-                              {producer[b.name] for b in same if b.start > at}):
-                    if not group or not all(can_lift(i) for i in group):
+
+                def side(pool: list, before: bool, partial: bool) -> set[int]:
+                    """Producers of ``pool``'s tensors born up to the peak (``before``) or after it; with
+                    ``partial``, only those a view can reshape (None if that leaves none)."""
+                    group = {producer[b.name] for b in pool if (b.start <= at) == before}
+                    if partial:
+                        group = {i for i in group if can_lift(i) and not level.get(i)}
+                    return group
+
+                # Whole sides first (as before); then the liftable part of a side: where a side also holds
+                # tensors no view can reshape (a Conv output, a MaxPoolGrad), moving the rest off the shape
+                # still leaves one buffer fewer for the two sides to share (VGG-16: the ReLU outputs of a
+                # stage, which shared a second buffer with the stage's Conv outputs); then one tensor at a time.
+                singles = [{producer[b.name]} for b in p.values if producer.get(b.name) is not None and
+                           producer[b.name] >= 0 and not level.get(producer[b.name])]
+                candidates = [side(same, True, False), side(same, False, False)]
+                for pool in (p.values, same):
+                    candidates += [side(pool, True, True), side(pool, False, True)]
+                seen: list[set[int]] = []
+                for group in (*candidates, *singles):
+                    if not group or group in seen or not all(can_lift(i) for i in group):
                         continue
+                    seen.append(group)
                     origin = base[next(b.name for b in same)]
                     k = fresh.get(origin, 0) + 1       # a shape no other tensor has
                     old = {i: level.get(i, 0) for i in group}
@@ -374,10 +459,13 @@ class ReuseSignaturePass(OnnxcompPass):
                 level[i] = 1 + (i * self.segments) // n
         sig = dict(base)
         for b in buffers:
-            k = level.get(ctx.producer[b.name], 0)
+            i = ctx.producer[b.name]
+            k = level.get(i, 0)
             if k and sig.get(b.name) is not None:
-                item, shape = sig[b.name]
-                sig[b.name] = (item, (1,) * k + shape)
+                nd = ir_nodes[node_names[i]]
+                if b.name in {nd.outputs[j].name for j in lifted_outputs(nd)}:
+                    item, shape = sig[b.name]
+                    sig[b.name] = (item, tuple(lifted_shape(shape, k, lift_kind(nd))))
         before = int(planned_live(reuse_plan(buffers, n, base), n).max())
         after = int(planned_live(reuse_plan(buffers, n, sig), n).max())
         position = {nd.name: i for i, nd in enumerate(model.graph)}

@@ -1,6 +1,7 @@
 """Pass: hold the tensor ReluGrad reads as one sign bit per element (Gist's Binarize).
 
-With ``mask`` (the default) the bits decode to a one-byte boolean mask (codec ``relumask``), and each
+With ``mask`` (the default) the bits decode to a one-byte boolean mask (the ``bitmask`` codec packing ORT's
+``Greater(X, 0)``: the same bits as ``relumask`` without a float copy into the PyOp bridge), and each
 ReluGrad(dY, X) reading it reads ``Cast(mask, float)`` instead (1.0 where X > 0: ReluGrad only tests
 X > 0, so the result is bit-identical). The PyOp bridge then copies a quarter of the bytes of a float
 decode. Where(mask, dY, 0) would be one op fewer, but ORT's CPU Where allocates two output-sized
@@ -30,6 +31,11 @@ class SignBitsPass(EncodeStashPass):
     def __init__(self, split_readers: bool = False, mask: bool = True) -> None:
         self.split_readers = split_readers
         self.codec = "relumask" if mask else "signbits"
+        # The mask form: ORT tests X > 0 in the graph (Greater, one byte per element) and the ``bitmask``
+        # codec packs those booleans: the same bits and the same bool decode as ``relumask``, but the PyOp
+        # bridge copies a bool input instead of a float one (encode_stash.Encoding.sign_test).
+        self._sign_test = mask
+        self._held_codec = "bitmask" if mask else "signbits"
 
     def finish(self, model: ir.Model) -> None:
         if self.codec == "relumask":
@@ -54,10 +60,10 @@ class SignBitsPass(EncodeStashPass):
                 return "shape unresolved"
             if stash.dtype != "float32":
                 return f"dtype {stash.dtype}: the signbits op takes float32"
-            return Encoding(stash.name, stash.name, stash.name, self.codec, {},
+            return Encoding(stash.name, stash.name, stash.name, self._held_codec, {},
                             [(numel(shape) + 7) // 8, 8 * len(shape)], _payload_shapes(shape),
                             f"sign bits for {'/'.join(sorted(signs))} only; {sorted(others)} left to later passes",
-                            readers=tuple(sorted(signs)))
+                            readers=tuple(sorted(signs)), sign_test=self._sign_test)
         if stash.use.float_tensor is False or stash.dtype != "float32":
             return f"dtype {stash.dtype}: the signbits op takes float32"
         codec_bytes = lambda shape: [(numel(shape) + 7) // 8, 8 * len(shape)]  # noqa: E731
@@ -72,8 +78,8 @@ class SignBitsPass(EncodeStashPass):
         shape = stash.shape
         if shape is None:
             return "shape unresolved"
-        return Encoding(stash.name, target, target, self.codec, {}, codec_bytes(shape),
-                        _payload_shapes(shape), note)
+        return Encoding(stash.name, target, target, self._held_codec, {}, codec_bytes(shape),
+                        _payload_shapes(shape), note, sign_test=self._sign_test)
 
 
 # Gradient ops that test only X > 0 of the input they get: fed Cast(mask, float), they compute the same bits
@@ -91,10 +97,11 @@ def _payload_shapes(shape: tuple[int, ...]) -> list[list[int] | None]:
 
 def _relugrad_reads_float_mask(graph: ir.Graph) -> None:
     """ReluGrad(dY, mask) → ReluGrad(dY, Cast(mask, float)) for every ReluGrad (or LeakyReluGrad) fed by a
-    relumask decoder; one Cast per mask, just before its first such reader."""
+    relumask or bitmask (sign-test) decoder; one Cast per mask, just before its first such reader."""
     editor = IrGraphEditor(graph, taken=set(), prefix="")
     order: dict[ir.Node, int] | None = None
-    for decoder in [n for n in graph if n.op_type == contract.decode_op("relumask")]:
+    mask_decoders = {contract.decode_op("relumask"), contract.decode_op("bitmask")}
+    for decoder in [n for n in graph if n.op_type in mask_decoders]:
         mask = decoder.outputs[contract.DECODER_OUTPUT]
         uses = [u for u in mask.uses() if u.node.op_type in _SIGN_GRADS and u.idx == 1]
         if not uses:

@@ -138,6 +138,8 @@ def _make_encode(codec: Codec) -> Callable[..., tuple[np.ndarray, ...]]:
         # The planner's payload size, kept (auto's sz variant): the bound loosens instead of the payload growing.
         cap = int(params["max_bytes"]) if key is not None and eb in params and "max_bytes" in params else None
         mode = payload_store.mode()
+        if mode == "off" and params.get("store") == "inline":    # the graph asks for it (contract.CONTROL_PARAMS)
+            mode = "inline"
         if mode != "off":
             # The bridge made x for this call (a fresh array it owns): the store may keep it past the return.
             held = x if x.flags.owndata else _copied(x)

@@ -1,0 +1,43 @@
+"""A CNN's lossless encodings under ORT's default session settings (arena, memory pattern, buffer reuse, DEFAULT
+order): the ReLU masks are tested in the graph (Greater) and packed by the bitmask codec, payloads whose size
+depends on the data are held by the payload store (ORT carries a token frame), and training stays bit-identical."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx
+import pytest
+
+from onnxcomp.custom_ops import contract
+from onnxcomp.runtime.measure import measure
+from onnxcomp.runtime.session import RuntimeSettings
+from onnxcomp.transform import transform
+
+ORT_DEFAULTS = RuntimeSettings(arena=True, mem_pattern=True, mem_reuse=True, execution_order="default")
+
+
+@pytest.fixture(scope="module")
+def cnn(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from conftest import build_small_artifacts
+
+    return build_small_artifacts(tmp_path_factory.mktemp("cnn_defaults"), batch=8, image=32, channels=(16, 32))
+
+
+def test_lossless_encode_under_ort_defaults_is_bit_identical(cnn: Path, tmp_path: Path) -> None:
+    out = tmp_path / "enc.onnx"
+    transform(cnn, out, "lossless-encode", min_bytes=0)
+    model = onnx.load(str(out), load_external_data=False)
+    made_by = {o: n for n in model.graph.node for o in n.output}
+    encoders = [(n, contract.codec_op(n.domain, n.op_type).codec) for n in model.graph.node
+                if contract.is_encoder(n.domain, n.op_type)]
+    params = {n.name: json.loads(n.attribute[0].s) for n, _ in encoders}
+    masks = [n for n, c in encoders if c == "bitmask"]
+    assert masks and all(made_by[n.input[0]].op_type == "Greater" for n in masks)   # a bool input, not floats
+    sparse = [n for n, c in encoders if c == "sparse"]
+    assert sparse and all(params[n.name].get("store") == "inline" for n in sparse)     # data-sized payloads
+    assert all("store" not in params[n.name] for n, c in encoders if c in ("bitmask", "maxpool_index"))
+
+    base = measure(cnn, steps=3, settings=ORT_DEFAULTS)
+    enc = measure(cnn, model=out, steps=3, settings=ORT_DEFAULTS)
+    assert len(set(base.losses)) > 1 and enc.losses == base.losses
