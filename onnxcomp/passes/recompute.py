@@ -477,6 +477,7 @@ class _Rewrite:
     clone_of: dict[ir.Value, ir.Value] = field(default_factory=dict)
     zero: dict[int, ir.Value] = field(default_factory=dict)       # consumer -> int64 [1] zero made from dY
     zero_like: dict[tuple[int, ir.DataType], ir.Value] = field(default_factory=dict)   # ... cast to a type
+    clones: list[ir.Node] = field(default_factory=list)           # every clone made, in order
 
     def editor(self, prefix: str = "onnxcomp") -> IrGraphEditor:
         return IrGraphEditor(self.graph, self.taken, prefix)
@@ -492,7 +493,29 @@ def _rewrite(graph: ir.Graph, analysis: GraphAnalysis, plans: list[_Plan], wante
     rw = _Rewrite(graph, list(graph), analysis, wanted, ir_taken_names(graph))
     records = [PassRecord("recomputed", RecomputePass.name, plan.stash.name, _rebuild(rw, plan)) for plan in plans]
     _drop_unread_optional_outputs(graph)
+    _release_unread_clones(rw)
     return records
+
+
+def _release_unread_clones(rw: _Rewrite) -> None:
+    """A clone read for some outputs only (a recomputed MaxPool whose indices MaxPoolGrad reads: its values,
+    a required output, are read by nothing) would hold the unread ones to the end of the step (ORT frees a
+    buffer after its last reader; ``GraphAnalysis.unread``): its read outputs wait for them instead
+    (``IrGraphEditor.release_unread``), gates placed right behind the clone."""
+    clones = [n for n in rw.clones if n.graph is rw.graph]
+    if not clones:
+        return
+    editor = rw.editor()
+    editor.nodes[:] = clones
+    editor.release_unread()
+    members = set(clones)
+    previous = None
+    for node in editor.nodes:
+        if node in members:
+            previous = node
+        else:
+            rw.graph.insert_after(previous, [node])
+            previous = node
 
 
 def _rebuild(rw: _Rewrite, plan: _Plan) -> dict[str, Any]:
@@ -557,6 +580,7 @@ def _clone(rw: _Rewrite, plan: _Plan, node: ir.Node, grad: ir.Value, local: dict
             originals.append(o)
     editor = rw.editor()
     copy = editor.clone(node, inputs, outputs, name=unique_name(f"{node.name or node.op_type}__recompute", rw.taken))
+    rw.clones.append(copy)
     out += editor.nodes
     local.update((o, c) for o, c in zip(originals, copy.outputs) if o is not None)
 
