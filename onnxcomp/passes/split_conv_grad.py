@@ -12,8 +12,9 @@ How: the input channels are independent in both of ConvGrad's products. For a bl
     dX = Concat(dX_j, axis=1);  dW = Concat(dW_j, axis=1)
 
 each with an im2col buffer 1/p the size. Extra memory: one X block (a copy, made just before its ConvGrad) and
-the blocks of dX and dW until their Concat (one extra dX, one extra dW): a ConvGrad is split only where the
-workspace saved is larger (batch-chunked ConvGrads, whose maps are small beside the one-image buffer). The blocks run in order (each X
+the blocks of dX and dW until their Concat (one extra dX, one extra dW): a ConvGrad is split only
+where the workspace saved is larger (batch-chunked ConvGrads, whose maps are small beside the one-image
+buffer). The blocks run in order (each X
 slice waits on the previous block's dW), so one workspace is alive at a time under either execution order.
 
 Every output element is the same reduction as before (over output pixels for dW, over output channels for
@@ -43,7 +44,25 @@ def conv_grad_workspace_bytes(node: ir.Node) -> int:
     dy, w = _static(node.inputs[0]), _static(node.inputs[2])
     if dy is None or w is None:
         return 0
+    return _workspace(tuple(dy), tuple(w))
+
+
+def _workspace(dy: tuple[int, ...], w: tuple[int, ...]) -> int:
     return int(np.prod(w[1:], dtype=np.int64) * np.prod(dy[2:], dtype=np.int64)) * 4
+
+
+def blocks_that_pay(dy: tuple[int, ...], x: tuple[int, ...], w: tuple[int, ...], needs_dx: bool,
+                    limit: int) -> int:
+    """How many input-channel blocks a ConvGrad of these shapes is split into at ``limit`` (0: none). Split
+    only where the workspace saved is more than the blocks hold beyond the unsplit op: one X block, and the
+    dX and dW blocks beside their Concats (one more dX, one more dW). A full-batch ConvGrad's dX usually
+    outweighs it; a batch-chunked one's (the chunked input chain's) does not."""
+    ws = _workspace(dy, w)
+    if ws <= limit:
+        return 0
+    parts = min(int(x[1]), math.ceil(ws / limit))
+    extra = (int(np.prod(x)) * 4 if needs_dx else 0) + int(np.prod(x)) * 4 // parts + int(np.prod(w)) * 4
+    return parts if parts > 1 and ws - ws // parts > extra else 0
 
 
 class SplitConvGradPass(OnnxcompPass):
@@ -66,34 +85,28 @@ class SplitConvGradPass(OnnxcompPass):
             if ws <= self.max_workspace_bytes:
                 continue
             why = _unsupported(grad)
+            if why is None and _static(grad.inputs[0]) is None:
+                why = "dY without a static shape"
             if why is not None:
                 outcome.skipped.append(Skipped(grad.name, PATTERN, why))
                 continue
-            cin = _static(grad.inputs[1])[1]
-            parts = min(cin, math.ceil(ws / self.max_workspace_bytes))
-            extra = _extra_bytes(grad, parts)
-            if ws - ws // parts <= extra:
+            parts = blocks_that_pay(tuple(_static(grad.inputs[0])), tuple(_static(grad.inputs[1])),
+                                    tuple(_static(grad.inputs[2])), bool(grad.outputs[0].name),
+                                    self.max_workspace_bytes)
+            if not parts:
                 # A full-batch ConvGrad: its dX blocks and their Concat (one more dX) outweigh the workspace
                 # saved. Batch-chunked ones (the chunked input chain's) are where it pays.
-                outcome.skipped.append(Skipped(grad.name, PATTERN, f"the blocks' copies ({extra} B) outweigh the "
-                                                                   f"workspace saved ({ws - ws // parts} B)"))
+                outcome.skipped.append(Skipped(grad.name, PATTERN, "the blocks' copies outweigh the workspace "
+                                                                   "saved"))
                 continue
             label = grad.name or grad.outputs[1].name      # unnamed nodes: the weight gradient names it
-            _split(graph, grad, even_bounds(cin, parts), taken)
+            _split(graph, grad, even_bounds(_static(grad.inputs[1])[1], parts), taken)
             outcome.records.append(PassRecord(
                 "blocked", self.name, label,
                 {"conv_grad": label, "input_channel_blocks": parts, "workspace_bytes": ws,
                  "block_workspace_bytes": ws // parts, "exact": False}))
         outcome.modified = bool(outcome.records)
         return outcome
-
-
-def _extra_bytes(grad: ir.Node, parts: int) -> int:
-    """What the blocks hold beyond the unsplit ConvGrad: one X block, and the dX and dW blocks beside their
-    Concats (one more dX and one more dW)."""
-    x, w = _static(grad.inputs[1]), _static(grad.inputs[2])
-    dx = int(np.prod(x)) * 4 if grad.outputs[0].name else 0
-    return dx + int(np.prod(x)) * 4 // parts + int(np.prod(w)) * 4
 
 
 def _unsupported(grad: ir.Node) -> str | None:

@@ -868,12 +868,36 @@ def _peak_region(model: onnx.ModelProto, live_at: int) -> str | None:
     return None
 
 
-def _conv_grad_workspace_at(model: onnx.ModelProto, live_at: int) -> int:
-    """The im2col workspace of the ConvGrad at ``live_at`` (0 for another op)."""
-    from .predict import conv_grad_workspace
+def _conv_weight_grad_among(model: onnx.ModelProto, bufs: list[Any]) -> bool:
+    """Is one of ``bufs`` a ConvGrad's weight gradient (a block of one after split_conv_weight)?"""
+    analysis = memo.analysis(model)
+    for b in bufs:
+        t = analysis.tensors.get(b.name)
+        prod = model.graph.node[t.producer] if t is not None and t.producer is not None else None
+        if prod is not None and prod.op_type == "ConvGrad" and len(prod.output) > 1 and prod.output[1] == b.name:
+            return True
+    return False
+
+
+def _conv_grad_split_pays(model: onnx.ModelProto, live_at: int, limit: int) -> bool:
+    """Is the node at ``live_at`` a ConvGrad that SplitConvGradPass would split at ``limit`` (a workspace above
+    it, more saved than its blocks' copies: passes/split_conv_grad.py's rule)?"""
+    from ..passes.split_conv_grad import blocks_that_pay
 
     node = model.graph.node[live_at] if live_at < len(model.graph.node) else None
-    return conv_grad_workspace(memo.analysis(model), node) if node is not None else 0
+    if node is None or node.op_type != "ConvGrad" or len(node.input) < 3:
+        return False
+    tensors = memo.analysis(model).tensors
+    shapes = [tensors[n].shape if n in tensors else None for n in node.input[:3]]
+    if any(sh is None for sh in shapes) or node_group(node) != 1:
+        return False
+    return blocks_that_pay(*(tuple(int(d) for d in sh) for sh in shapes), bool(node.output[0]), limit) > 1
+
+
+def node_group(node: onnx.NodeProto) -> int:
+    from ..passes.base import node_attr
+
+    return int(node_attr(node, "group", 1))
 
 
 def _input_blocks(model: onnx.ModelProto) -> list[Any]:
@@ -1003,7 +1027,11 @@ def _input_chain(model: onnx.ModelProto, target: int, further: bool = False, at_
     # allocator's mmap threshold (measure pins 128 KiB), where freed memory stays in the heap, so the step's
     # measured peak no longer follows the prediction (a 16-chunk plan of a tiny net: 0.57 MB predicted,
     # 3.3 MB measured); and every chunk grows the graph (MIN_CHUNK_WORKING_SET).
-    chunks = min(chunks, max(2, round(max(sets[:layers]) / MIN_CHUNK_WORKING_SET)))
+    # Taken further (stuck, through residual blocks): half that per chunk, so a small batch can go down to one
+    # image per chunk (wide_resnet_s: batch 8, 7.0 MiB largest unit; chunks of 2 images left its chain's
+    # backward above the target). Still 4x the allocator's mmap threshold.
+    per_chunk = max(1, MIN_CHUNK_WORKING_SET // 2 if cap == MAX_BLOCK_CHAIN_BATCHNORMS else MIN_CHUNK_WORKING_SET)
+    chunks = min(chunks, max(2, round(max(sets[:layers]) / per_chunk)))
     return layers, chunks
 
 
@@ -1235,9 +1263,10 @@ def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int,
             # The search starts over on the new graph: the lossy tiers the old peak forced may not be needed.
             chosen, correction = {}, 0
             continue
-        if not exact and not regions.split_conv_grad_bytes and _conv_grad_workspace_at(seen_out, at) > target // 8:
+        split_grad = int(max(MiB // 4, target // 16))
+        if not exact and not regions.split_conv_grad_bytes and _conv_grad_split_pays(seen_out, at, split_grad):
             # A ConvGrad's one-image im2col buffer at the peak: no stash option or batch chunk shrinks it.
-            regions.split_conv_grad_bytes = int(max(MiB // 4, target // 16))
+            regions.split_conv_grad_bytes = split_grad
             base = _make_base(model, regions, techniques, costs, exact, min_bytes, workspace_aware)
             options, ignore = (_chunked_options(base, costs) if regions.chunked else (base.options, None))
             chosen = {k: o for k, o in chosen.items() if o in options.get(k, [])}
@@ -1273,6 +1302,14 @@ def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int,
             options, ignore = (_chunked_options(base, costs) if regions.chunked else (base.options, None))
             # The search starts over on the new graph: the lossy tiers the old peak forced may not be needed.
             chosen, correction = {}, 0
+            continue
+        if not exact and regions.split_conv_bytes and regions.split_conv_bytes > MiB // 4 \
+                and _conv_weight_grad_among(seen_out, bufs[:3]):
+            # Stuck with a conv weight gradient's block still among the largest at the peak: smaller blocks.
+            regions.split_conv_bytes = max(MiB // 4, regions.split_conv_bytes // 2)
+            base = _make_base(model, regions, techniques, costs, exact, min_bytes, workspace_aware)
+            options, ignore = (_chunked_options(base, costs) if regions.chunked else (base.options, None))
+            chosen = {k: o for k, o in chosen.items() if o in options.get(k, [])}
             continue
         at_least = max(max(regions.input_chain_layers, 1) + 1, _chain_units_at_peak(model, bufs[:4]))
         if not exact and regions.input_block_chunks and regions.rows is None \
