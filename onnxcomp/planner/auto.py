@@ -868,17 +868,6 @@ def _peak_region(model: onnx.ModelProto, live_at: int) -> str | None:
     return None
 
 
-def _conv_weight_grad_among(model: onnx.ModelProto, bufs: list[Any]) -> bool:
-    """Is one of ``bufs`` a ConvGrad's weight gradient (a block of one after split_conv_weight)?"""
-    analysis = memo.analysis(model)
-    for b in bufs:
-        t = analysis.tensors.get(b.name)
-        prod = model.graph.node[t.producer] if t is not None and t.producer is not None else None
-        if prod is not None and prod.op_type == "ConvGrad" and len(prod.output) > 1 and prod.output[1] == b.name:
-            return True
-    return False
-
-
 def _conv_grad_split_pays(model: onnx.ModelProto, live_at: int, limit: int) -> bool:
     """Is the node at ``live_at`` a ConvGrad that SplitConvGradPass would split at ``limit`` (a workspace above
     it, more saved than its blocks' copies: passes/split_conv_grad.py's rule)?"""
@@ -1302,14 +1291,6 @@ def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int,
             options, ignore = (_chunked_options(base, costs) if regions.chunked else (base.options, None))
             # The search starts over on the new graph: the lossy tiers the old peak forced may not be needed.
             chosen, correction = {}, 0
-            continue
-        if not exact and regions.split_conv_bytes and regions.split_conv_bytes > MiB // 4 \
-                and _conv_weight_grad_among(seen_out, bufs[:3]):
-            # Stuck with a conv weight gradient's block still among the largest at the peak: smaller blocks.
-            regions.split_conv_bytes = max(MiB // 4, regions.split_conv_bytes // 2)
-            base = _make_base(model, regions, techniques, costs, exact, min_bytes, workspace_aware)
-            options, ignore = (_chunked_options(base, costs) if regions.chunked else (base.options, None))
-            chosen = {k: o for k, o in chosen.items() if o in options.get(k, [])}
             continue
         at_least = max(max(regions.input_chain_layers, 1) + 1, _chain_units_at_peak(model, bufs[:4]))
         if not exact and regions.input_block_chunks and regions.rows is None \
