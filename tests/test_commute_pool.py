@@ -30,8 +30,8 @@ def _graph(kernel: int = 1, pool_pads: str = "[0,0,0,0]") -> onnx.ModelProto:
     text = f"""
 <ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
 train (float[2,3,8,8] input, float[4,3,3,3] w1, float[5,4,{kernel},{kernel}] w2, float[5] b2, float[2,5,4,4] r,
-       float loss_grad) => (float loss, float[2,3,8,8] dinput, float[4,3,3,3] w1_grad, float[5,4,{kernel},{kernel}] w2_grad,
-       float[5] b2_grad)
+       float loss_grad) => (float loss, float[2,3,8,8] dinput, float[4,3,3,3] w1_grad,
+       float[5,4,{kernel},{kernel}] w2_grad, float[5] b2_grad)
 {{
   x = Conv <pads=[1,1,1,1]> (input, w1)
   y = Relu (x)

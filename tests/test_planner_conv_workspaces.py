@@ -15,13 +15,15 @@ from onnxcomp.planner.auto import SEGMENTED_CONV_WORKSPACE, _conv_grad_split_pay
 def _conv_graph(filters: int, side: int, cin: int = 16, batch: int = 2) -> onnx.ModelProto:
     text = f"""
 <ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
-train (float[{batch},{cin},{side},{side}] input, float[{filters},{cin},3,3] w, float loss_grad) => (float[{filters},{cin},3,3] w_grad)
+train (float[{batch},{cin},{side},{side}] input, float[{filters},{cin},3,3] w, float loss_grad)
+      => (float[{filters},{cin},3,3] w_grad)
 {{
   y = Conv <pads=[1,1,1,1]> (input, w)
   loss = ReduceSum <keepdims=0> (y)
   y_shape = Shape (y)
   dy = Expand (loss_grad, y_shape)
-  dx, w_grad, db = com.microsoft.ConvGrad <pads=[1,1,1,1], strides=[1,1], dilations=[1,1], group=1, kernel_shape=[3,3]> (dy, input, w)
+  dx, w_grad, db = com.microsoft.ConvGrad <pads=[1,1,1,1], strides=[1,1], dilations=[1,1], group=1,
+                                           kernel_shape=[3,3]> (dy, input, w)
 }}
 """
     model = onnx.shape_inference.infer_shapes(onnx.parser.parse_model(text))

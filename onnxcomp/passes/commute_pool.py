@@ -127,7 +127,7 @@ class CommutePoolConvPass(OnnxcompPass):
             graph.remove([conv, pool, grad, pool_grad], safe=True)
             outcome.records.append(PassRecord(
                 "commuted", self.name, label,
-                {"pool": pool.name or y.name, "conv": label, "input": x.name, "held_for_weight_gradient": p.outputs[0].name,
-                 "exact": False}))
+                {"pool": pool.name or y.name, "conv": label, "input": x.name,
+                 "held_for_weight_gradient": p.outputs[0].name, "exact": False}))
         outcome.modified = bool(outcome.records)
         return outcome

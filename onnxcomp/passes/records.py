@@ -10,7 +10,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Kind = Literal["encoded", "recomputed", "row_split", "deferred", "chunked", "split_weight", "moved", "commuted", "blocked", "planned"]
+Kind = Literal["encoded", "recomputed", "row_split", "deferred", "chunked", "split_weight", "moved", "commuted",
+               "blocked", "planned"]
 
 # Plan-JSON section of each kind ("tensors": a stash held differently, the plan's main list).
 SECTIONS: dict[str, str] = {
