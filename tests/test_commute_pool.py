@@ -155,16 +155,17 @@ def test_densenet_trains_like_the_original(densenet: Path, tmp_path: Path) -> No
         np.testing.assert_allclose(stats[name], s, rtol=1e-5, atol=1e-6, err_msg=name)
 
 
-def test_lossy_planner_commutes_exact_never(densenet: Path) -> None:
-    from onnxcomp.planner.auto import Regions
+def test_planner_region_runs_the_pass_only_when_asked(densenet: Path) -> None:
+    from onnxcomp.planner.auto import Regions, apply, plan_auto
 
     model = onnx.load(str(densenet / "training_model.onnx"))
     assert not any(isinstance(p, CommutePoolConvPass) for p in Regions().first_passes())
-    assert any(isinstance(p, CommutePoolConvPass) for p in Regions(commute_pools=True).first_passes())
-    from onnxcomp.planner.auto import plan_auto
-
-    exact = plan_auto(model, 1 << 40, exact=True)
-    assert not exact.regions.commute_pools
-    lossy = plan_auto(model, 1 << 40)
-    assert lossy.regions.commute_pools
-    assert any(n.op_type == "ConvGrad" and n.input[1].endswith("/pooled") for n in lossy.model.graph.node)
+    asked = Regions(commute_pools=True)
+    assert any(isinstance(p, CommutePoolConvPass) for p in asked.first_passes())
+    out = apply(model, asked.first_passes()).model
+    assert sum(n.op_type == "ConvGrad" and n.input[1].endswith("/pooled") for n in out.graph.node) == 2
+    # plan_auto does not take it, lossy or exact (measured no gain on densenet_s: NOTES-widesuite.md)
+    for exact in (False, True):
+        plan = plan_auto(model, 1 << 40, exact=exact)
+        assert not plan.regions.commute_pools
+        assert not any(n.input[1:2] and n.input[1].endswith("/pooled") for n in plan.model.graph.node)

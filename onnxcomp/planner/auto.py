@@ -506,7 +506,8 @@ class Regions:
     # (passes/split_conv_grad.py): batch chunks do not shrink that one-image buffer.
     split_conv_grad_bytes: int | None = None
     # Lossy only (rounding): 1x1 conv + non-overlapping average pool run as pool then conv, so the conv's
-    # weight gradient reads the pooled input (passes/commute_pool.py; DenseNet transitions).
+    # weight gradient reads the pooled input (passes/commute_pool.py; DenseNet transitions). Not enabled by
+    # plan_auto (measured no gain on densenet_s).
     commute_pools: bool = False
 
     def first_key(self) -> tuple[Any, ...]:
@@ -1193,7 +1194,10 @@ def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int,
     target = planning_target(budget, margin)
     costs = _Costs()
     techniques = encoding_techniques()
-    regions = Regions(joint_recompute=joint_recompute, rows=rows, extend=extend, commute_pools=not exact)
+    # commute_pools stays off: on densenet_s it lowered the predicted floor (16.4 -> 15.9 MiB) but the plans
+    # measured worse than without it (18.8 MiB budget: 16.41 vs 15.91 MiB; 17.8: 18.55 MiB, over budget;
+    # NOTES-widesuite.md). The region is there for an explicit Regions(commute_pools=True).
+    regions = Regions(joint_recompute=joint_recompute, rows=rows, extend=extend)
     if not exact and max(_input_block_forward_floor(model), _input_chain_floor(model)) > target:
         # The block's forward alone holds its conv and BatchNorm outputs together: above the target, no
         # per-stash option can help; chunk it from the start (saves the rounds that would find it).
