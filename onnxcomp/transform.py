@@ -70,7 +70,8 @@ class TransformResult:
                 "encoded": len(self.records), "before": self.before, "after": self.after,
                 "skipped": self.skipped, "left_alone": self.left_alone, "deferred": sections["deferred"],
                 "chunked": sections["chunked"], "split_weights": sections["split_weights"],
-                "moved": sections["moved"], "modified_by": self.modified_by,
+                "moved": sections["moved"], "commuted": sections["commuted"],
+                "blocked": sections["blocked"], "modified_by": self.modified_by,
                 **({"auto": sections["auto"][0]} if sections["auto"] else {})}
 
 

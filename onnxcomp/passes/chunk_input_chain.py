@@ -346,6 +346,17 @@ def _grow_block(entry: ir.Value, order: dict[ir.Node, int]) -> ResidualBlock | s
     readers = _forward_readers(exit_)
     if len(readers) == 1 and readers[0].op_type in _ACTS and _block_op(readers[0], produced) is None:
         nodes.append(readers[0])
+    elif exit_.producer() is not None and exit_.producer().op_type == "Add":
+        # A pre-activation block (WRN, ResNet v2) exits at its Add, whose gradient no backward op of its own
+        # reads (ORT passes it on by Identity), so a chain cannot end there: the next block's pre-activation
+        # BatchNorm [→ ReLU] joins, where it is the sum's only reader; the chain's output is then its output,
+        # whose gradient the activation's (or BatchNorm's) backward op reads.
+        for kinds in (("BatchNormInternal",), tuple(_ACTS)):
+            readers = _forward_readers(nodes[-1].outputs[0])
+            if len(readers) != 1 or readers[0].op_type not in kinds or _block_op(readers[0], produced) is not None:
+                break
+            nodes.append(readers[0])
+            produced.add(readers[0].outputs[0])
     return ResidualBlock(nodes, entry)
 
 

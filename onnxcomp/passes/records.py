@@ -10,7 +10,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Kind = Literal["encoded", "recomputed", "row_split", "deferred", "chunked", "split_weight", "moved", "planned"]
+Kind = Literal["encoded", "recomputed", "row_split", "deferred", "chunked", "split_weight", "moved", "commuted",
+               "blocked", "planned"]
 
 # Plan-JSON section of each kind ("tensors": a stash held differently, the plan's main list).
 SECTIONS: dict[str, str] = {
@@ -19,6 +20,8 @@ SECTIONS: dict[str, str] = {
     "chunked": "chunked",              # first-layer backwards run in batch chunks
     "split_weight": "split_weights",   # weights held as row blocks
     "moved": "moved",                  # accumulators moved behind their gradient
+    "commuted": "commuted",            # 1x1 conv + average pool swapped (passes/commute_pool.py)
+    "blocked": "blocked",              # ConvGrads run as input-channel blocks (passes/split_conv_grad.py)
     "planned": "auto",                 # the auto planner's decisions (planner/auto.py)
 }
 

@@ -502,11 +502,18 @@ class Regions:
     # With input_block_chunks: how many layers from the input run chunked (passes/chunk_input_chain.py);
     # 0 = the one input block of chunk_input_block.
     input_chain_layers: int = 0
+    # Lossy only: ConvGrads whose im2col workspace is above this run as input-channel blocks
+    # (passes/split_conv_grad.py): batch chunks do not shrink that one-image buffer.
+    split_conv_grad_bytes: int | None = None
+    # Lossy only (rounding): 1x1 conv + non-overlapping average pool run as pool then conv, so the conv's
+    # weight gradient reads the pooled input (passes/commute_pool.py; DenseNet transitions). Not enabled by
+    # plan_auto (measured no gain on densenet_s).
+    commute_pools: bool = False
 
     def first_key(self) -> tuple[Any, ...]:
         """What ``first_passes`` depends on (planner/memo.py keys the base graph by it)."""
         return (self.rows, self.input_block_chunks, self.split_weight_bytes, self.split_bit_identical,
-                self.split_conv_bytes, self.input_chain_layers)
+                self.split_conv_bytes, self.input_chain_layers, self.commute_pools, self.split_conv_grad_bytes)
 
     def first_passes(self) -> list[OnnxcompPass]:
         """The region techniques that rewrite the graph before anything is planned on it."""
@@ -521,6 +528,17 @@ class Regions:
             out.append(ChunkedInputChainPass(self.input_block_chunks, self.input_chain_layers))
         elif self.input_block_chunks:
             out.append(ChunkedInputBlockPass(self.input_block_chunks))
+        if self.commute_pools:
+            # After the row split and the input region (they find their convs on the planner's model, by
+            # structure), before weights are split (a split conv no longer matches).
+            from ..passes.commute_pool import CommutePoolConvPass
+
+            out.append(CommutePoolConvPass())
+        if self.split_conv_grad_bytes:
+            # After the input region: its per-chunk ConvGrads are what it splits.
+            from ..passes.split_conv_grad import SplitConvGradPass
+
+            out.append(SplitConvGradPass(self.split_conv_grad_bytes))
         if self.split_weight_bytes:
             out.append(SplitWeightPass(self.split_weight_bytes, bit_identical=self.split_bit_identical))
         if self.split_conv_bytes:
@@ -729,6 +747,10 @@ def _predicted_live_both_orders(model: onnx.ModelProto) -> tuple[onnx.ModelProto
     return seen, live
 
 
+# An upper bound on MLAS's segmented im2col buffer (per-thread 16K floats, two threads here).
+SEGMENTED_CONV_WORKSPACE = 128 << 10
+
+
 def conv_workspace(analysis: GraphAnalysis, node: onnx.NodeProto) -> int:
     """Bytes of ORT's CPU Conv im2col buffer for one image (0 where it needs none or a shape is unknown)."""
     from ..passes.base import node_attr
@@ -742,7 +764,15 @@ def conv_workspace(analysis: GraphAnalysis, node: onnx.NodeProto) -> int:
     pads = tuple(node_attr(node, "pads", [0] * 2 * len(kernel)))
     if all(k == 1 for k in kernel) and all(st == 1 for st in strides) and not any(pads):
         return 0
-    return int(np.prod(w.shape[1:], dtype=np.int64) * np.prod(y.shape[2:], dtype=np.int64)) * 4
+    full = int(np.prod(w.shape[1:], dtype=np.int64) * np.prod(y.shape[2:], dtype=np.int64)) * 4
+    # MLAS expands the whole image (OutputSize x K) only where the filters outnumber the output pixels; else
+    # it runs the expansion in segments of a small per-thread buffer (MlasConvPrepare's
+    # ExpandThenGemmSegmented). Measured with ORT 1.19.2 (NOTES-widesuite.md): a 64->64 3x3 conv at 40x40
+    # (3.5 MiB image expansion) peaked at its output plus < 0.1 MiB, at batch 1, 2 and 4.
+    filters = int(w.shape[0]) // max(1, int(node_attr(node, "group", 1)))
+    if filters <= int(np.prod(y.shape[2:], dtype=np.int64)):
+        return min(full, SEGMENTED_CONV_WORKSPACE)
+    return full
 
 
 def dominant_at_peak(model: onnx.ModelProto, top: int = 3) -> tuple[int, list[tuple[str, int]]]:
@@ -837,6 +867,27 @@ def _peak_region(model: onnx.ModelProto, live_at: int) -> str | None:
         if prod is not None and prod.op_type == "ConvGrad" and len(prod.output) > 1 and prod.output[1] == big.name:
             return "conv"
     return None
+
+
+def _conv_grad_split_pays(model: onnx.ModelProto, live_at: int, limit: int) -> bool:
+    """Is the node at ``live_at`` a ConvGrad that SplitConvGradPass would split at ``limit`` (a workspace above
+    it, more saved than its blocks' copies: passes/split_conv_grad.py's rule)?"""
+    from ..passes.split_conv_grad import blocks_that_pay
+
+    node = model.graph.node[live_at] if live_at < len(model.graph.node) else None
+    if node is None or node.op_type != "ConvGrad" or len(node.input) < 3:
+        return False
+    tensors = memo.analysis(model).tensors
+    shapes = [tensors[n].shape if n in tensors else None for n in node.input[:3]]
+    if any(sh is None for sh in shapes) or node_group(node) != 1:
+        return False
+    return blocks_that_pay(*(tuple(int(d) for d in sh) for sh in shapes), bool(node.output[0]), limit) > 1
+
+
+def node_group(node: onnx.NodeProto) -> int:
+    from ..passes.base import node_attr
+
+    return int(node_attr(node, "group", 1))
 
 
 def _input_blocks(model: onnx.ModelProto) -> list[Any]:
@@ -966,7 +1017,11 @@ def _input_chain(model: onnx.ModelProto, target: int, further: bool = False, at_
     # allocator's mmap threshold (measure pins 128 KiB), where freed memory stays in the heap, so the step's
     # measured peak no longer follows the prediction (a 16-chunk plan of a tiny net: 0.57 MB predicted,
     # 3.3 MB measured); and every chunk grows the graph (MIN_CHUNK_WORKING_SET).
-    chunks = min(chunks, max(2, round(max(sets[:layers]) / MIN_CHUNK_WORKING_SET)))
+    # Taken further (stuck, through residual blocks): half that per chunk, so a small batch can go down to one
+    # image per chunk (wide_resnet_s: batch 8, 7.0 MiB largest unit; chunks of 2 images left its chain's
+    # backward above the target). Still 4x the allocator's mmap threshold.
+    per_chunk = max(1, MIN_CHUNK_WORKING_SET // 2 if cap == MAX_BLOCK_CHAIN_BATCHNORMS else MIN_CHUNK_WORKING_SET)
+    chunks = min(chunks, max(2, round(max(sets[:layers]) / per_chunk)))
     return layers, chunks
 
 
@@ -1139,6 +1194,9 @@ def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int,
     target = planning_target(budget, margin)
     costs = _Costs()
     techniques = encoding_techniques()
+    # commute_pools stays off: on densenet_s it lowered the predicted floor (16.4 -> 15.9 MiB) but the plans
+    # measured worse than without it (18.8 MiB budget: 16.41 vs 15.91 MiB; 17.8: 18.55 MiB, over budget;
+    # NOTES-widesuite.md). The region is there for an explicit Regions(commute_pools=True).
     regions = Regions(joint_recompute=joint_recompute, rows=rows, extend=extend)
     if not exact and max(_input_block_forward_floor(model), _input_chain_floor(model)) > target:
         # The block's forward alone holds its conv and BatchNorm outputs together: above the target, no
@@ -1197,6 +1255,14 @@ def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int,
             options, ignore = (_chunked_options(base, costs) if regions.chunked else (base.options, None))
             # The search starts over on the new graph: the lossy tiers the old peak forced may not be needed.
             chosen, correction = {}, 0
+            continue
+        split_grad = int(max(MiB // 4, target // 16))
+        if not exact and not regions.split_conv_grad_bytes and _conv_grad_split_pays(seen_out, at, split_grad):
+            # A ConvGrad's one-image im2col buffer at the peak: no stash option or batch chunk shrinks it.
+            regions.split_conv_grad_bytes = split_grad
+            base = _make_base(model, regions, techniques, costs, exact, min_bytes, workspace_aware)
+            options, ignore = (_chunked_options(base, costs) if regions.chunked else (base.options, None))
+            chosen = {k: o for k, o in chosen.items() if o in options.get(k, [])}
             continue
         if not exact and where == "conv" and not regions.split_conv_bytes:
             regions.split_conv_bytes = int(max(MiB // 4, min(32 * MiB, budget // 8)))

@@ -1,0 +1,158 @@
+"""Pass: a ConvGrad whose im2col workspace is large runs as input-channel blocks.
+
+Why: ORT's CPU ConvGrad allocates, per call, an im2col buffer of (C_in/group)·kh·kw × H_out·W_out floats —
+one image's worth, whatever the batch. Batch chunking (the chunked input chain) shrinks every map but not this:
+on wide_resnet_s (batch 8, 40×40) the first block's 64→64 3×3 ConvGrad holds a 3.5 MiB buffer, the floor of
+the chunked chain's backward (docs/notes/suite4x.md, NOTES-widesuite.md).
+
+How: the input channels are independent in both of ConvGrad's products. For a block c ⊂ C_in,
+``dW[:, c] = dY ⋆ X[:, c]`` and ``dX[:, c] = Wᵀ[:, c] ⋆ dY`` read only X's and W's channels c. So
+
+    for each block j:  dX_j, dW_j [, dB] = ConvGrad(dY, X[:, c_j], W[:, c_j])     (dB from block 0 only)
+    dX = Concat(dX_j, axis=1);  dW = Concat(dW_j, axis=1)
+
+each with an im2col buffer 1/p the size. Extra memory: one X block (a copy, made just before its ConvGrad) and
+the blocks of dX and dW until their Concat (one extra dX, one extra dW): a ConvGrad is split only
+where the workspace saved is larger (batch-chunked ConvGrads, whose maps are small beside the one-image
+buffer). The blocks run in order (each X
+slice waits on the previous block's dW), so one workspace is alive at a time under either execution order.
+
+Every output element is the same reduction as before (over output pixels for dW, over output channels for
+dX); whether MLAS blocks those sums the same way for a narrower matrix is not guaranteed, so the planner uses
+it for lossy plans only. Grouped convs are left alone.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx_ir as ir
+
+from ..errors import OnnxcompError
+from .base import OnnxcompPass, PassOutcome, Skipped, even_bounds
+from .chunk_input_block import _static, _take_over
+from .editor import IrGraphEditor, ir_taken_names
+from .records import PassRecord
+from .split_weight import _slice
+
+PATTERN = "ConvGrad (im2col workspace above the limit)"
+
+
+def conv_grad_workspace_bytes(node: ir.Node) -> int:
+    """ORT's CPU ConvGrad im2col buffer for one image: (C_in/group)·kh·kw × H_out·W_out floats (0 if a shape is
+    unknown). The same formula as planner/predict.py's ``conv_grad_workspace``."""
+    dy, w = _static(node.inputs[0]), _static(node.inputs[2])
+    if dy is None or w is None:
+        return 0
+    return _workspace(tuple(dy), tuple(w))
+
+
+def _workspace(dy: tuple[int, ...], w: tuple[int, ...]) -> int:
+    return int(np.prod(w[1:], dtype=np.int64) * np.prod(dy[2:], dtype=np.int64)) * 4
+
+
+def blocks_that_pay(dy: tuple[int, ...], x: tuple[int, ...], w: tuple[int, ...], needs_dx: bool,
+                    limit: int) -> int:
+    """How many input-channel blocks a ConvGrad of these shapes is split into at ``limit`` (0: none). Split
+    only where the workspace saved is more than the blocks hold beyond the unsplit op: one X block, and the
+    dX and dW blocks beside their Concats (one more dX, one more dW). A full-batch ConvGrad's dX usually
+    outweighs it; a batch-chunked one's (the chunked input chain's) does not."""
+    ws = _workspace(dy, w)
+    if ws <= limit:
+        return 0
+    parts = min(int(x[1]), math.ceil(ws / limit))
+    extra = (int(np.prod(x)) * 4 if needs_dx else 0) + int(np.prod(x)) * 4 // parts + int(np.prod(w)) * 4
+    return parts if parts > 1 and ws - ws // parts > extra else 0
+
+
+class SplitConvGradPass(OnnxcompPass):
+    """``max_workspace_bytes``: the largest im2col buffer a ConvGrad may keep; larger ones are split into
+    ``ceil(workspace / max)`` input-channel blocks (at most C_in)."""
+
+    name = "split_conv_grad"
+
+    def __init__(self, max_workspace_bytes: int) -> None:
+        if max_workspace_bytes <= 0:
+            raise OnnxcompError(f"max_workspace_bytes must be > 0 (got {max_workspace_bytes})")
+        self.max_workspace_bytes = max_workspace_bytes
+
+    def call(self, model: ir.Model) -> PassOutcome:
+        outcome = PassOutcome(model, False)
+        graph = model.graph
+        taken = ir_taken_names(graph)
+        for grad in [n for n in graph if n.op_type == "ConvGrad"]:
+            ws = conv_grad_workspace_bytes(grad)
+            if ws <= self.max_workspace_bytes:
+                continue
+            why = _unsupported(grad)
+            if why is None and _static(grad.inputs[0]) is None:
+                why = "dY without a static shape"
+            if why is not None:
+                outcome.skipped.append(Skipped(grad.name, PATTERN, why))
+                continue
+            parts = blocks_that_pay(tuple(_static(grad.inputs[0])), tuple(_static(grad.inputs[1])),
+                                    tuple(_static(grad.inputs[2])), bool(grad.outputs[0].name),
+                                    self.max_workspace_bytes)
+            if not parts:
+                # A full-batch ConvGrad: its dX blocks and their Concat (one more dX) outweigh the workspace
+                # saved. Batch-chunked ones (the chunked input chain's) are where it pays.
+                outcome.skipped.append(Skipped(grad.name, PATTERN, "the blocks' copies outweigh the workspace "
+                                                                   "saved"))
+                continue
+            label = grad.name or grad.outputs[1].name      # unnamed nodes: the weight gradient names it
+            _split(graph, grad, even_bounds(_static(grad.inputs[1])[1], parts), taken)
+            outcome.records.append(PassRecord(
+                "blocked", self.name, label,
+                {"conv_grad": label, "input_channel_blocks": parts, "workspace_bytes": ws,
+                 "block_workspace_bytes": ws // parts, "exact": False}))
+        outcome.modified = bool(outcome.records)
+        return outcome
+
+
+def _unsupported(grad: ir.Node) -> str | None:
+    if grad.attributes.get_int("group", 1) != 1:
+        return "grouped conv (not handled)"
+    x, w = _static(grad.inputs[1]), _static(grad.inputs[2])
+    if x is None or w is None or len(x) != 4 or len(w) != 4:
+        return "X or W without a static 4-D shape"
+    if len(grad.inputs) != 3:
+        return "unexpected inputs"
+    return None
+
+
+def _split(graph: ir.Graph, grad: ir.Node, bounds: list[int], taken: set[str]) -> None:
+    dy, x, w = grad.inputs[:3]
+    xs, ws = _static(x), _static(w)
+    outs = list(grad.outputs) + [None] * (3 - len(grad.outputs))
+    dx, dw, db = (o if o is not None and o.name else None for o in outs[:3])
+    ed = IrGraphEditor(graph, taken, prefix=f"{grad.name or dw.name}_cin", sep="/")
+    f32 = ir.DataType.FLOAT
+    # Block j's slices of X and W wait on block j-1's dW (block 0's on dY): the copies are made when their
+    # ConvGrad can run, not hoisted, and one block's workspace is alive at a time.
+    dxs, dws, after = [], [], dy
+    for j in range(len(bounds) - 1):
+        lo, hi = bounds[j], bounds[j + 1]
+        zero = ed.zero_after(after, ir.DataType.FLOAT, base=ed.name(f"gate{j}"))
+        x_j = _slice(ed, ed.gate(x, after=after, shape=list(xs), zero=zero), lo, hi, 1, f"x{j}")
+        x_j.shape = ir.Shape([xs[0], hi - lo, *xs[2:]])
+        w_j = _slice(ed, ed.gate(w, after=after, shape=list(ws), zero=zero), lo, hi, 1, f"w{j}")
+        w_j.shape = ir.Shape([ws[0], hi - lo, *ws[2:]])
+        spec = [(ed.name(f"dx{j}"), f32, [xs[0], hi - lo, *xs[2:]]) if dx is not None else None,
+                (ed.name(f"dw{j}"), f32, [ws[0], hi - lo, *ws[2:]]),
+                (ed.name("db"), f32, [ws[0]]) if db is not None and j == 0 else None]
+        while spec and spec[-1] is None:
+            spec.pop()
+        part = ed.clone(grad, [dy, x_j, w_j], spec, name=ed.name(f"ConvGrad{j}"))
+        if dx is not None:
+            dxs.append(part.outputs[0])
+        dws.append(part.outputs[1])
+        if db is not None and j == 0:
+            _take_over(db, part.outputs[2])
+        after = part.outputs[1]
+    if dx is not None:
+        total = ed.op("Concat", dxs, "dx", f32, list(xs), axis=1)
+        _take_over(dx, total)
+    total_w = ed.op("Concat", dws, "dw", f32, list(ws), axis=1)
+    _take_over(dw, total_w)
+    graph.insert_before(grad, ed.nodes)
+    graph.remove(grad, safe=True)

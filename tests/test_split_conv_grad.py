@@ -1,0 +1,155 @@
+"""SplitConvGradPass: a ConvGrad with a large im2col workspace runs as input-channel blocks.
+
+Unit: a hand-written training graph's second ConvGrad (4 input channels, 3x3, 8x8: a 2.3 KB workspace) split
+into 2 and 4 blocks computes the same dX, dW, dB up to rounding, in the expected shape (slices of X and W,
+ConvGrads in order, Concats); ConvGrads under the limit and grouped convs are left alone. Integration: the
+wide ResNet's chunked input chain with its ConvGrads blocked trains like the original, and the planner's
+predicted workspace falls with the block count (the quantity the pass exists for)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx.helper
+import onnx.parser
+import onnx.shape_inference
+import pytest
+
+from onnxcomp.passes.split_conv_grad import SplitConvGradPass
+
+_C3 = 'pads=[1,1,1,1], strides=[1,1], dilations=[1,1], group={g}, kernel_shape=[3,3]'
+
+
+def _graph(group: int = 1) -> onnx.ModelProto:
+    """Conv → ReLU → Conv (bias) → ReduceSum(· * r) and ORT's backward; the gradients are graph outputs."""
+    c = _C3.format(g=1)
+    c2 = _C3.format(g=group)
+    text = f"""
+<ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
+train (float[2,3,8,8] input, float[4,3,3,3] w1, float[6,{4 // group},3,3] w2, float[6] b2, float[2,6,8,8] r,
+       float loss_grad) => (float loss, float[2,3,8,8] dinput, float[4,3,3,3] w1_grad,
+       float[6,{4 // group},3,3] w2_grad, float[6] b2_grad)
+{{
+  x = Conv <pads=[1,1,1,1]> (input, w1)
+  y = Relu (x)
+  z = Conv <pads=[1,1,1,1], group={group}> (y, w2, b2)
+  zr = Mul (z, r)
+  loss = ReduceSum <keepdims=0> (zr)
+  zr_shape = Shape (zr)
+  dzr = Expand (loss_grad, zr_shape)
+  dz = Mul (dzr, r)
+  dy, w2_grad, b2_grad = com.microsoft.ConvGrad <{c2}> (dz, y, w2)
+  dx = com.microsoft.ReluGrad (dy, x)
+  dinput, w1_grad, db1 = com.microsoft.ConvGrad <{c}> (dx, input, w1)
+}}
+"""
+    model = onnx.shape_inference.infer_shapes(onnx.parser.parse_model(text))
+    model.graph.value_info.extend(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, s)
+                                  for n, s in (("dz", [2, 6, 8, 8]), ("dy", [2, 4, 8, 8]), ("dx", [2, 4, 8, 8])))
+    return model
+
+
+def _run(model: onnx.ModelProto, group: int = 1) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(1)
+    feeds = {"input": rng.standard_normal((2, 3, 8, 8)), "w1": rng.standard_normal((4, 3, 3, 3)) * 0.3,
+             "w2": rng.standard_normal((6, 4 // group, 3, 3)), "b2": rng.standard_normal(6),
+             "r": rng.standard_normal((2, 6, 8, 8)), "loss_grad": np.array(1.0)}
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(["loss", "dinput", "w1_grad", "w2_grad", "b2_grad"],
+                    {k: v.astype(np.float32) for k, v in feeds.items()})
+
+
+# w2's ConvGrad: 4 input channels * 9 * 64 pixels * 4 B = 9216 B; w1's: 3 * 9 * 64 * 4 = 6912 B.
+@pytest.mark.parametrize(("limit", "blocks"), [(9216 // 2, 2), (9216 // 4, 4), (7000, 2)])
+def test_blocks_compute_the_same_gradients(limit: int, blocks: int) -> None:
+    result = SplitConvGradPass(limit).run(_graph())
+    recs = {r["conv_grad"]: r for r in result.records}
+    w2 = next(r for r in result.records if r["workspace_bytes"] == 9216)
+    assert w2["input_channel_blocks"] == blocks and w2["block_workspace_bytes"] == 9216 // blocks
+    # w1's ConvGrad (6912 B) is split only where it is above the limit
+    assert (len(recs) == 2) == (6912 > limit)
+    out = result.model
+    grads = [n for n in out.graph.node if n.op_type == "ConvGrad" and n.output[1].startswith("w2_grad_cin/")]
+    assert len(grads) == blocks
+    # each block reads a slice of X (y) and of W; dB comes from the first block only
+    assert all(n.input[1] != "y" and n.input[2] != "w2" for n in grads)
+    assert sum(1 for n in grads if len(n.output) > 2 and n.output[2]) == 1
+    concats = [n for n in out.graph.node if n.op_type == "Concat" and n.output[0] in ("dy", "w2_grad")]
+    assert len(concats) == 2
+    base, new = _run(_graph()), _run(out)
+    for a, b in zip(base, new):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(a).max())))
+
+
+def test_blocks_run_in_order() -> None:
+    out = SplitConvGradPass(9216 // 4).run(_graph()).model
+    grads = [n for n in out.graph.node if n.op_type == "ConvGrad" and n.output[1].startswith("w2_grad_cin/")]
+    # block j's X slice reads a view gated on block j-1's dW (block 0's on dY): one block's workspace at a
+    # time in either execution order
+    for prev, nxt in zip(grads, grads[1:]):
+        assert prev.output[1] in _upstream(out, nxt.input[1])
+    assert "dz" in _upstream(out, grads[0].input[1])
+
+
+def _upstream(model: onnx.ModelProto, value: str) -> set[str]:
+    producers = {o: n for n in model.graph.node for o in n.output}
+    seen, stack = set(), [value]
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if v in producers:
+            stack.extend(producers[v].input)
+    return seen
+
+
+def test_leaves_small_and_grouped_convgrads() -> None:
+    assert not SplitConvGradPass(1 << 20).run(_graph()).modified
+    result = SplitConvGradPass(1000).run(_graph(group=2))
+    assert any("grouped" in s.reason for s in result.skipped)
+    assert [r["workspace_bytes"] for r in result.records] == [6912]        # only w1's (group 1)
+    np.testing.assert_allclose(_run(result.model, group=2)[3], _run(_graph(group=2), group=2)[3], rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------- integration
+@pytest.fixture(scope="module")
+def wrn(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import torch
+
+    from conftest import artifacts_from_net
+    from onnxcomp.models.suite import build_suite_model
+
+    torch.manual_seed(0)
+    net = build_suite_model("wide_resnet_s", num_classes=10, width=0.5)
+    return artifacts_from_net(net, tmp_path_factory.mktemp("wrn_half"), batch=4, in_channels=3, height=16,
+                              width=16)
+
+
+def test_chunked_chain_with_blocked_convgrads_trains_like_the_original(wrn: Path, tmp_path: Path) -> None:
+    from onnxcomp.passes.chunk_input_chain import ChunkedInputChainPass
+    from onnxcomp.planner.predict import conv_grad_workspace
+    from onnxcomp.analysis import analyze_model
+
+    from test_chunk_input_chain import _train
+
+    chained = ChunkedInputChainPass(chunks=4, layers=3).run(onnx.load(str(wrn / "training_model.onnx"))).model
+    limit = 64 << 10
+    result = SplitConvGradPass(limit).run(chained)
+    assert len(result.records) >= 3
+    a_before, a_after = analyze_model(chained), analyze_model(result.model)
+    before = max(conv_grad_workspace(a_before, n) for n in chained.graph.node)
+    after = max(conv_grad_workspace(a_after, n) for n in result.model.graph.node)
+    # the largest workspace shrank; every blocked ConvGrad is within the limit (the others did not pay)
+    assert before > after and all(r["block_workspace_bytes"] <= limit for r in result.records)
+    path = tmp_path / "blocked.onnx"
+    onnx.save(result.model, str(path))
+    base_losses, base_grads, _ = _train(wrn, None, 2)
+    losses, grads, _ = _train(wrn, path, 2)
+    np.testing.assert_allclose(losses, base_losses, rtol=1e-4)
+    for name, g in base_grads.items():
+        np.testing.assert_allclose(grads[name], g, rtol=1e-3, atol=1e-5 * max(1.0, np.abs(g).max()), err_msg=name)
