@@ -130,7 +130,8 @@ def test_default_rule_drops_cheap_stashes(small_artifacts: Path) -> None:
         assert after.boundary.is_backward(after.tensors[r["recomputed_as"]].producer)
     # No clone output is left unread (ORT would hold it to the end of the step): a recomputed MaxPool read
     # only for its indices has its values released (``_release_unread_clones``).
-    assert not [n for n in after.tensors if "__recomputed" in n and after.unread(n)]
+    # (Per-channel statistics of a BatchNorm clone are below the gate's threshold and stay as they are.)
+    assert not [n for n in after.tensors if "__recomputed" in n and after.unread(n) and after.tensors[n].nbytes >= 64 << 10]
     # Conv outputs (not cheap) and BN statistics are kept, with a reason.
     reasons = {s.name: s.reason for s in result.skipped}
     assert "Conv" in reasons["/features/features.0/Conv_output_0"]

@@ -251,3 +251,23 @@ def test_concat_rebuilt_from_a_kept_stash_and_its_new_piece_kept_alive() -> None
 def test_extend_fraction_is_checked() -> None:
     with pytest.raises(Exception, match="extend_fraction"):
         RecomputePass(extend_fraction=1.0)
+
+
+def test_a_clone_read_for_its_indices_only_releases_its_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recomputed MaxPool is read for its indices only: ORT would hold its values, read by nothing, to the
+    end of the step. Above the size threshold its indices wait for the values through a gate instead (same
+    values, the unread buffer freed right behind the clone); below it (per-channel statistics) nothing changes."""
+    from onnxcomp.analysis.training_graph import analyze_model
+    from onnxcomp.passes import recompute
+
+    small = RecomputePass(min_bytes=0).run(conv_pool()).model
+    clone = [n for n in small.graph.node if n.op_type == "MaxPool"][1]
+    assert analyze_model(small).unread(clone.output[0])        # the test graph's pool is below the threshold
+    monkeypatch.setattr(recompute, "_RELEASE_BYTES", 0)
+    out = RecomputePass(min_bytes=0).run(conv_pool()).model
+    check_model(out, "recompute")
+    analysis = analyze_model(out)
+    clone = [n for n in out.graph.node if n.op_type == "MaxPool"][1]
+    assert not analysis.unread(clone.output[0])
+    pool_grad = _reader(out, "MaxPoolGrad")
+    assert pool_grad.input[1] != clone.output[1] and clone.output[1] in _upstream(out, pool_grad.input[1])

@@ -23,6 +23,7 @@ After an encoding policy, ``replace_encoded=True`` also recomputes tensors held 
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -497,12 +498,20 @@ def _rewrite(graph: ir.Graph, analysis: GraphAnalysis, plans: list[_Plan], wante
     return records
 
 
+_RELEASE_BYTES = 64 << 10
+
+
 def _release_unread_clones(rw: _Rewrite) -> None:
     """A clone read for some outputs only (a recomputed MaxPool whose indices MaxPoolGrad reads: its values,
     a required output, are read by nothing) would hold the unread ones to the end of the step (ORT frees a
     buffer after its last reader; ``GraphAnalysis.unread``): its read outputs wait for them instead
     (``IrGraphEditor.release_unread``), gates placed right behind the clone."""
-    clones = [n for n in rw.clones if n.graph is rw.graph]
+    def large_unread(node: ir.Node) -> bool:   # per-channel statistics a BatchNorm clone leaves are not worth a gate
+        return any(o.name and not o.uses() and o.shape is not None and o.shape.is_static() and
+                   math.prod(int(d) for d in o.shape) * o.dtype.itemsize >= _RELEASE_BYTES
+                   for o in node.outputs if o.dtype is not None)
+
+    clones = [n for n in rw.clones if n.graph is rw.graph and large_unread(n)]
     if not clones:
         return
     editor = rw.editor()
