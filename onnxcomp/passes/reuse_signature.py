@@ -59,6 +59,8 @@ MIN_BYTES = 256 << 10   # buffers smaller than this are not worth a view (ViT-ti
 # Measured on ViT-tiny dpr-fp8-src16 (ORT's pattern block, NOTES-vit4x.md): 8 → 19.1, 12 → 18.3 (Transposes
 # kept), 24 → 14.0 MiB (Transposes lifted), 48 → 16.7 MiB (all Transposes): a tuning constant, not a law.
 SEGMENTS = 24
+# Single-tensor candidates tried per held buffer and round (the greedy plan's last resort; see ``plan``).
+MAX_SINGLES = 8
 
 
 Shapes = dict[str, tuple[int, ...]]   # static shapes the analysis inferred, by value name
@@ -403,8 +405,12 @@ class ReuseSignaturePass(OnnxcompPass):
                 # tensors no view can reshape (a Conv output, a MaxPoolGrad), moving the rest off the shape
                 # still leaves one buffer fewer for the two sides to share (VGG-16: the ReLU outputs of a
                 # stage, which shared a second buffer with the stage's Conv outputs); then one tensor at a time.
-                singles = [{producer[b.name]} for b in p.values if producer.get(b.name) is not None and
-                           producer[b.name] >= 0 and not level.get(producer[b.name])]
+                # One at a time: the tensors born nearest the peak first, at most MAX_SINGLES (each is a replay
+                # of the whole step; a batch-chunked graph has hundreds per shape: ResNet-18's lossy plan took
+                # minutes here).
+                singles = [{producer[b.name]} for b in sorted(p.values, key=lambda b: abs(b.start - at))
+                           if producer.get(b.name) is not None and producer[b.name] >= 0 and
+                           not level.get(producer[b.name])][:MAX_SINGLES]
                 candidates = [side(same, True, False), side(same, False, False)]
                 for pool in (p.values, same):
                     candidates += [side(pool, True, True), side(pool, False, True)]
