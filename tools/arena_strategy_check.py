@@ -18,11 +18,11 @@ import sys
 from pathlib import Path
 
 import onnxruntime as ort
-from onnxruntime.training import api
 
 from onnxcomp.runtime.data import graph_data, synthetic_batches
 from onnxcomp.runtime.proc_memory import reset_hwm, status_bytes
 from onnxcomp.runtime.session import RuntimeSettings
+from onnxcomp.runtime.training_session import open_artifact_session
 
 
 def main(argv: list[str]) -> None:
@@ -34,11 +34,8 @@ def main(argv: list[str]) -> None:
         mem = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
         ort.create_and_register_allocator(mem, ort.OrtArenaCfg({"arena_extend_strategy": strategy}))
         so.add_session_config_entry("session.use_env_allocators", "1")
-    state = api.CheckpointState.load_checkpoint(str(d / "checkpoint"))
-    module = api.Module(str(model), state, None, "cpu", so)
-    optimizer = api.Optimizer(str(d / "optimizer_model.onnx"), module)
-    ort.set_seed(0)
-    module.train()
+    session = open_artifact_session(d, model, session_options=so, seed=0)
+    module, optimizer = session.module, session.optimizer
     spec = graph_data(d, model, list(module.input_names()))
     if spec.image.dtype.kind == "i":
         from onnxcomp.runtime.text_data import text_dataset

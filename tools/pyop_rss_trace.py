@@ -18,12 +18,12 @@ import sys
 from pathlib import Path
 
 import onnxruntime as ort
-from onnxruntime.training import api
 
 import onnxcomp.runtime.pyops as pyops
 from onnxcomp.runtime.data import graph_data, synthetic_batches
 from onnxcomp.runtime.proc_memory import reset_hwm, status_bytes
 from onnxcomp.runtime.session import RuntimeSettings
+from onnxcomp.runtime.training_session import open_artifact_session
 
 MIB = 2**20
 
@@ -50,11 +50,8 @@ def main(argv: list[str]) -> None:
         if defaults else RuntimeSettings()
     so = settings.session_options()      # imports the codec ops and installs onnxcomp's hook
     pyops.PyCustomOpDef.install_hooker(hook)
-    state = api.CheckpointState.load_checkpoint(str(d / "checkpoint"))
-    module = api.Module(str(model), state, None, "cpu", so)
-    optimizer = api.Optimizer(str(d / "optimizer_model.onnx"), module)
-    ort.set_seed(0)
-    module.train()
+    session = open_artifact_session(d, model, session_options=so, seed=0)
+    module, optimizer = session.module, session.optimizer
     spec = graph_data(d, model, list(module.input_names()))
     gen = synthetic_batches(spec.image.shape, spec.classes, 0, spec.image.dtype)
     batches = [next(gen) for _ in range(steps)]
