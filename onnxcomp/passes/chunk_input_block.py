@@ -51,24 +51,26 @@ _FORWARD_OPS = ("BatchNormInternal", "Relu", "MaxPool")
 
 
 @dataclass
-class InputBlock:
-    """The matched block: forward nodes in order and their backward counterparts."""
+class ConvLayer:
+    """Conv [→ BatchNorm] [→ activation] [→ MaxPool]: forward nodes and their backward counterparts (None where
+    absent). One matched layer of an input block here and of an input chain (passes/chunk_input_chain.py)."""
     conv: ir.Node
-    bn: ir.Node | None
-    relu: ir.Node | None
-    pool: ir.Node | None
     conv_grad: ir.Node
-    bn_grad: ir.Node | None
-    relu_grad: ir.Node | None
-    pool_grad: ir.Node | None
+    bn: ir.Node | None = None
+    act: ir.Node | None = None
+    pool: ir.Node | None = None
+    bn_grad: ir.Node | None = None
+    act_grad: ir.Node | None = None
+    pool_grad: ir.Node | None = None
 
     @property
     def forward(self) -> list[ir.Node]:
-        return [n for n in (self.conv, self.bn, self.relu, self.pool) if n is not None]
+        return [n for n in (self.conv, self.bn, self.act, self.pool) if n is not None]
 
     @property
     def backward(self) -> list[ir.Node]:
-        return [n for n in (self.pool_grad, self.relu_grad, self.bn_grad, self.conv_grad) if n is not None]
+        """Top down: the order the gradient flows through the layer."""
+        return [n for n in (self.pool_grad, self.act_grad, self.bn_grad, self.conv_grad) if n is not None]
 
     @property
     def output(self) -> ir.Value:
@@ -77,6 +79,13 @@ class InputBlock:
     @property
     def grad_top(self) -> ir.Value:
         return self.backward[0].inputs[0]
+
+    @property
+    def batchnorms(self) -> int:
+        return int(self.bn is not None)
+
+
+InputBlock = ConvLayer  # the first layer alone, its activation a ReLU
 
 
 def _static(value: ir.Value | None) -> list[int] | None:
@@ -142,7 +151,8 @@ def _match(conv: ir.Node) -> InputBlock | str:
     if (pool is not None and pool_grad is None) or (relu is not None and relu_grad is None) \
             or (bn is not None and bn_grad is None):
         return "the block's backward ops are not one MaxPoolGrad / ReluGrad / BatchNormalizationGrad each"
-    block = InputBlock(conv, bn, relu, pool, conv_grad, bn_grad, relu_grad, pool_grad)
+    block = InputBlock(conv, conv_grad, bn=bn, act=relu, pool=pool, bn_grad=bn_grad, act_grad=relu_grad,
+                       pool_grad=pool_grad)
     bwd = block.backward
     for upper, lower in zip(bwd, bwd[1:]):
         g = upper.outputs[0]
@@ -237,7 +247,7 @@ class _Emitter:
         out["x"] = self.conv(out["in"], n)
         out["y"] = self.normalise(out["x"], n)
         out["r"] = out["y"]
-        if self.b.relu is not None:
+        if self.b.act is not None:
             out["r"] = self.ed.op("Relu", [out["y"]], "relu", F32, [n, *self.conv_shape[1:]])
         out["p"] = out["r"]
         if self.b.pool is not None:
@@ -261,8 +271,8 @@ class _Emitter:
         if self.b.pool is not None:
             g = ed.clone(self.b.pool_grad, [g, head["i"]], [(ed.name("dpool"), F32, full)],
                          name=ed.name("pool_grad")).outputs[0]
-        if self.b.relu is not None:
-            g = ed.clone(self.b.relu_grad, [g, head["r"]], [(ed.name("drelu"), F32, full)],
+        if self.b.act is not None:
+            g = ed.clone(self.b.act_grad, [g, head["r"]], [(ed.name("drelu"), F32, full)],
                          name=ed.name("relu_grad")).outputs[0]
         return g
 

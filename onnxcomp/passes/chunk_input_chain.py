@@ -50,7 +50,7 @@ import numpy as np
 import onnx_ir as ir
 
 from .base import OnnxcompPass, PassOutcome, Skipped, even_bounds
-from .chunk_input_block import _only_reader, _static, _take_over, _update_running_statistics
+from .chunk_input_block import ConvLayer, _only_reader, _static, _take_over, _update_running_statistics
 from .editor import IrGraphEditor, ir_taken_names, unique_name
 from .records import PassRecord
 
@@ -60,34 +60,7 @@ F32, I64 = ir.DataType.FLOAT, ir.DataType.INT64
 _ACTS = {"Relu": "ReluGrad", "LeakyRelu": "LeakyReluGrad"}
 
 
-@dataclass
-class ChainLayer:
-    """One layer of the chain: forward nodes and their backward counterparts (None where absent)."""
-    conv: ir.Node
-    conv_grad: ir.Node
-    bn: ir.Node | None = None
-    act: ir.Node | None = None
-    pool: ir.Node | None = None
-    bn_grad: ir.Node | None = None
-    act_grad: ir.Node | None = None
-    pool_grad: ir.Node | None = None
-
-    @property
-    def forward(self) -> list[ir.Node]:
-        return [n for n in (self.conv, self.bn, self.act, self.pool) if n is not None]
-
-    @property
-    def backward(self) -> list[ir.Node]:
-        """Top down: the order the gradient flows through the layer."""
-        return [n for n in (self.pool_grad, self.act_grad, self.bn_grad, self.conv_grad) if n is not None]
-
-    @property
-    def output(self) -> ir.Value:
-        return self.forward[-1].outputs[0]
-
-    @property
-    def batchnorms(self) -> int:
-        return int(self.bn is not None)
+ChainLayer = ConvLayer
 
 
 @dataclass
