@@ -516,9 +516,9 @@ def _conv_forward_backward() -> onnx.ModelProto:
     """A forward Conv whose output ``c1`` (freed after its Relu) has the shape of the backward ConvGrad's ``dr``
     born after the step's peak (the wide ``c2`` and its gradient): ORT's reuse plan hands ``c1``'s buffer to
     ``dr`` and holds it, dead, across the peak. Weights are graph inputs, as in a training graph."""
-    ins = [helper.make_tensor_value_info("x", F, [8, 16, 16, 16]), helper.make_tensor_value_info("loss_grad", F, [1]),
-           helper.make_tensor_value_info("w1", F, [16, 16, 3, 3]), helper.make_tensor_value_info("w2", F, [64, 16, 3, 3])]
-    outs = [helper.make_tensor_value_info("y", F, [8, 16, 16, 16]), helper.make_tensor_value_info("dw2", F, [64, 16, 3, 3])]
+    ins = [helper.make_tensor_value_info(n, F, s) for n, s in (("x", [8, 16, 16, 16]), ("loss_grad", [1]),
+                                                                 ("w1", [16, 16, 3, 3]), ("w2", [64, 16, 3, 3]))]
+    outs = [helper.make_tensor_value_info(n, F, s) for n, s in (("y", [8, 16, 16, 16]), ("dw2", [64, 16, 3, 3]))]
     conv = dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1])
     nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", **conv),
              helper.make_node("Relu", ["c1"], ["r"], name="relu"),

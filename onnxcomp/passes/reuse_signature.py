@@ -14,8 +14,8 @@ values in the same memory order: elementwise ops (Add, Mul, Gelu, Dropout, ...) 
 their full-rank inputs, a MatMul (2-D weight, or batched) reads views of its inputs, Softmax/LayerNormalization/
 Concat/Split get their axis shifted, and every reader of an output reads a ``Reshape`` view back to the old
 shape. Channel ops (BatchNorm in training, its gradient) and convolutions (Conv, ConvGrad: see CONV_OPS) take
-*trailing* axes of 1 instead. Views are zero-copy in ORT (Reshape and Unsqueeze alias their input). A change is kept only if the
-replayed peak drops (or stays while less is held overall); the records carry the predicted peaks.
+*trailing* axes of 1 instead. Views are zero-copy in ORT (Reshape and Unsqueeze alias their input). A change is
+kept only if the replayed peak drops (or stays while less is held overall); the records carry the predicted peaks.
 
 Views must not stand where ORT fuses ops, or ORT computes differently: a MatMul followed by a scalar Mul/Div
 becomes FusedMatMul(alpha), which scales inside the GEMM, and a Transpose feeding a MatMul is folded into it;
@@ -169,7 +169,7 @@ def _within_max_axes(nodes: list[ir.Node], k: int, known: Shapes) -> bool:
 
 def _conv_liftable(node: ir.Node, graph_outputs: set[ir.Value], known: Shapes) -> bool:
     """A Conv / ConvGrad that can take trailing axes (see CONV_OPS): static shapes on the lifted inputs and
-    outputs, explicit padding (NOTSET or VALID), room for one more spatial axis, a weight that is not a constant
+    outputs, a 2-D convolution, explicit padding (NOTSET or VALID), a weight that is not a constant
     initializer (a training graph's parameters are graph inputs), no ORT fusion with a lone reader (forward Conv),
     and a ConvGrad without groups (grouped, ORT's N-D ConvGrad returns wrong gradients: tested)."""
     ins, outs = CONV_OPS[_key(node)]
@@ -178,8 +178,8 @@ def _conv_liftable(node: ir.Node, graph_outputs: set[ir.Value], known: Shapes) -
     if any(v is None or _shape(v, known) is None for v in values) or not lifted or \
             any(o in graph_outputs or _shape(o, known) is None for o in lifted):
         return False
-    if 0 not in lifted_outputs(node) or not (max_axes(node, known) or 0) >= 1:
-        return False
+    if 0 not in lifted_outputs(node) or _rank(node.inputs[0], known) != 4:
+        return False   # 2-D convolutions only: the forms checked bit for bit (1-D/3-D ones were not)
     pad = node.attributes["auto_pad"].value if "auto_pad" in node.attributes else "NOTSET"
     if (pad.decode() if isinstance(pad, bytes) else pad) not in ("NOTSET", "VALID"):
         return False
