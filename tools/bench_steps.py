@@ -143,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for r in result["rows"]:
         print(f"| {r['config']} | {r['backend']} | {r['wall_min_s']:.3f} / {r['wall_median_s']:.3f} s "
-              f"| {r['wall_min_ratio']:.2f}× / {r['wall_ratio']:.2f}× | {r['cpu_min_s']:.3f} / {r['cpu_median_s']:.3f} s "
+              f"| {r['wall_min_ratio']:.2f}× / {r['wall_ratio']:.2f}× "
+              f"| {r['cpu_min_s']:.3f} / {r['cpu_median_s']:.3f} s "
               f"| {r['cpu_min_ratio']:.2f}× / {r['cpu_ratio']:.2f}× | {r['kernel_median_s']:.3f} s "
               f"| {r['minor_faults_median']:.0f} |")
     if args.json is not None:

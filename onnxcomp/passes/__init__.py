@@ -123,7 +123,8 @@ _POLICIES = [
       for rate in FIXED_RATES),
     # Mesa: the float stashes DPR would take as 8-bit affine codes with a min and scale per channel (row).
     policy("q8", "Mesa-style 8-bit per-channel affine quantisation of the float stashes DPR would take",
-           *LOSSY_FIRST, CHUNKS_BEFORE_ENCODERS, Q8Pass, *LOSSY_ATTENTION_CHUNKS, MASK_GRAD, options=("min_bytes", "overrides", "split_weight_bytes")),
+           *LOSSY_FIRST, CHUNKS_BEFORE_ENCODERS, Q8Pass, *LOSSY_ATTENTION_CHUNKS, MASK_GRAD,
+           options=("min_bytes", "overrides", "split_weight_bytes")),
 ]
 # Per stash and backward region, the cheapest technique that makes the predicted step peak fit a budget
 # (onnxcomp/planner/auto.py; docs/auto-planner.md).
