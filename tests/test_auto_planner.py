@@ -301,3 +301,18 @@ def test_plan_is_no_higher_than_any_of_its_option_set_variants() -> None:
     for joint, extend in ((False, True), (False, False), (True, True)):
         variant = _plan_auto(model, 4 * KiB, True, 64 * KiB, DEFAULT_MARGIN, None, joint, False, None, extend)
         assert best.predicted_peak <= variant.predicted_peak
+
+
+def test_lossy_plans_end_with_mask_grad_exact_plans_never() -> None:
+    """A pipeline with a lossily held stash ends like the fixed lossy policies (ReluGrad on a sign mask as Mul,
+    passes/mask_grad.py); a pipeline of exact choices (every --exact plan) never runs that pass."""
+    from onnxcomp.passes import MaskGradPass
+    from onnxcomp.planner.auto import Regions, build_passes
+
+    techniques = encoding_techniques()
+    dpr = next(t for t in techniques if not t.exact)
+    exact = next(t for t in techniques if t.exact)
+    lossy = build_passes({"x": Option("x", dpr.name, False, 1, 1, 0.0, "")}, Regions(), techniques, 0)
+    assert isinstance(lossy[-1], MaskGradPass)
+    kept = build_passes({"x": Option("x", exact.name, True, 1, 1, 0.0, "")}, Regions(), techniques, 0)
+    assert not any(isinstance(p, MaskGradPass) for p in kept)

@@ -36,8 +36,10 @@ def test_dpr_policy_reduces_only_the_backward_copy(small_artifacts: Path, tmp_pa
     cast_of = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "Cast"}
     # (the first layer's backward runs in batch chunks: its ReluGrads read a Cast of a Slice of the mask)
     slice_of = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "Slice"}
-    relu_grads = [n for n in model.graph.node if n.op_type == "ReluGrad"]
-    assert relu_grads
+    # (the policy's last pass turns ReluGrad on a mask into Mul(dY, mask): passes/mask_grad.py)
+    masked = {r["node"] for r in result.all_records if r.pass_name == "mask_grad"}
+    relu_grads = [n for n in model.graph.node if n.op_type == "ReluGrad" or n.name in masked]
+    assert relu_grads and masked
     for n in relu_grads:   # every ReluGrad reads a float copy of a sign-bit mask, never a lossy copy
         mask = cast_of[n.input[1]]
         assert decoded_by[slice_of.get(mask, mask)] == "OnnxcompDecode_bitmask"

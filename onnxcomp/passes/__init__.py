@@ -13,6 +13,7 @@ from .error_bounded import ErrorBoundedPass
 from .fixed_rate import FIXED_RATES, FixedRatePass
 from .hoist_dropout import HoistDropoutDrawsPass
 from .interval_mask import IntervalMaskPass
+from .mask_grad import MaskGradPass
 from .maxpool_index import MaxPoolIndexPass
 from .policy import OPTIONS, Policy, Step, policy, step
 from .q8 import Q8Pass
@@ -57,6 +58,11 @@ HOIST_DRAWS = step(HoistDropoutDrawsPass, draw_bytes=8 << 20)
 LOSSY_ATTENTION_CHUNKS = (step(ChunkedAttentionBackwardPass),
                           step(ChunkedAttentionForwardPass, chunk_dropout_bytes=8 << 20))
 
+# Lossy policies, last: ReluGrad on a decoded sign mask as Mul(dY, mask) (ORT's ReluGrad branches per element;
+# same values, a masked zero's sign may differ: passes/mask_grad.py). After the chunked regions (their finder
+# looks for ReluGrad); never in an exact policy.
+MASK_GRAD = step(MaskGradPass)
+
 _POLICIES = [
     # Transformers: weight gradients early, LayerNorm / GELU outputs and attention probabilities (before and
     # after dropout) recomputed, Dropout masks as bits (passes/transformer.py).
@@ -78,7 +84,7 @@ _POLICIES = [
            options=("rows", "variant", "checkpoints", "budget_bytes", "min_bytes", "overrides")),
     policy("rows+comet", "LR-CNN row split, then COMET on the remaining stashes and batch-chunked backward "
            "regions", step(RowSplitPass, only_lowering=True), *LOSSY_FIRST, ErrorBoundedPass,
-           CHUNKS_BEFORE_ENCODERS, DprPass, SparsePass,
+           CHUNKS_BEFORE_ENCODERS, DprPass, SparsePass, MASK_GRAD,
            options=("rows", "variant", "checkpoints", "budget_bytes", "min_bytes", "overrides",
                     "split_weight_bytes", "eb", "adaptive", "dpr_format", "native")),
     policy("chunks", "backward regions down to the first layer in batch chunks, nothing else (exact up to "
@@ -95,7 +101,7 @@ _POLICIES = [
     # the image, so it needs no stash) before DPR reduces what is left: only regions over stashes already
     # encoded or recomputed (CHUNKS_BEFORE_ENCODERS).
     *(policy(f"dpr-{fmt}", f"Gist: lossless encodings, the rest of the float stashes in {fmt}", *LOSSY_FIRST,
-             CHUNKS_BEFORE_ENCODERS, step(DprPass, dpr_format=fmt), *LOSSY_ATTENTION_CHUNKS,
+             CHUNKS_BEFORE_ENCODERS, step(DprPass, dpr_format=fmt), *LOSSY_ATTENTION_CHUNKS, MASK_GRAD,
              options=("min_bytes", "overrides", "split_weight_bytes", "native"))
       for fmt in DPR_FORMATS),
     # Mixed: fp8, except the stashes recompute clones are rebuilt from (transformers: the LayerNorm inputs, from
@@ -103,21 +109,22 @@ _POLICIES = [
     # error reaches every rebuilt tensor (docs/notes/vitacc.md).
     *(policy(f"dpr-fp8-src{fmt[2:]}", f"dpr-fp8, but stashes that recomputation rebuilds tensors from in {fmt}",
              *LOSSY_FIRST, CHUNKS_BEFORE_ENCODERS, step(DprPass, dpr_format="fp8", dpr_source_format=fmt),
-             *LOSSY_ATTENTION_CHUNKS, options=("min_bytes", "overrides", "split_weight_bytes", "native"))
+             *LOSSY_ATTENTION_CHUNKS, MASK_GRAD, options=("min_bytes", "overrides", "split_weight_bytes", "native"))
       for fmt in ("fp16", "fp10")),
     # COMET: lossless where it applies, error-bounded conv/fc inputs, reduced precision elsewhere.
     policy("comet", "COMET: lossless where it applies, error-bounded conv/fc inputs, reduced precision "
            "elsewhere", *LOSSY_FIRST, ErrorBoundedPass, CHUNKS_BEFORE_ENCODERS, DprPass, SparsePass,
-           *LOSSY_ATTENTION_CHUNKS,
+           *LOSSY_ATTENTION_CHUNKS, MASK_GRAD,
            options=("min_bytes", "overrides", "split_weight_bytes", "eb", "adaptive", "dpr_format", "native")),
     # CSWAP+/FreeLunch: the float stashes DPR would take held by the fixed-rate zfp codec at N bits/value.
     *(policy(f"zfp-{rate}", f"fixed-rate zfp codec at {rate} bits/value for the float stashes DPR would take",
-             *LOSSY_FIRST, CHUNKS_BEFORE_ENCODERS, step(FixedRatePass, rate=rate), *LOSSY_ATTENTION_CHUNKS,
+             *LOSSY_FIRST, CHUNKS_BEFORE_ENCODERS, step(FixedRatePass, rate=rate), *LOSSY_ATTENTION_CHUNKS, MASK_GRAD,
              options=("min_bytes", "overrides", "split_weight_bytes"))
       for rate in FIXED_RATES),
     # Mesa: the float stashes DPR would take as 8-bit affine codes with a min and scale per channel (row).
     policy("q8", "Mesa-style 8-bit per-channel affine quantisation of the float stashes DPR would take",
-           *LOSSY_FIRST, CHUNKS_BEFORE_ENCODERS, Q8Pass, *LOSSY_ATTENTION_CHUNKS, options=("min_bytes", "overrides", "split_weight_bytes")),
+           *LOSSY_FIRST, CHUNKS_BEFORE_ENCODERS, Q8Pass, *LOSSY_ATTENTION_CHUNKS, MASK_GRAD,
+           options=("min_bytes", "overrides", "split_weight_bytes")),
 ]
 # Per stash and backward region, the cheapest technique that makes the predicted step peak fit a budget
 # (onnxcomp/planner/auto.py; docs/auto-planner.md).
@@ -139,6 +146,6 @@ def get_policy(name: str) -> Policy:
 __all__ = ["AttentionDropoutRecomputePass", "ChunkedAttentionBackwardPass", "ChunkedAttentionForwardPass", "AttentionProbsRecomputePass", "DropoutMaskPass",
            "EarlyWeightGradientPass", "HoistDropoutDrawsPass", "TransformerRecomputePass", "ChunkedBackwardPass", "ChunkedStemBackwardPass",
            "DeferWeightGradientPass", "DprPass", "RecomputePass", "RowSplitPass", "EagerAccumulationPass",
-           "ErrorBoundedPass", "FixedRatePass", "IntervalMaskPass", "MaxPoolIndexPass", "OnnxcompPass",
+           "ErrorBoundedPass", "FixedRatePass", "IntervalMaskPass", "MaskGradPass", "MaxPoolIndexPass", "OnnxcompPass",
            "PassOutcome", "Q8Pass", "POLICIES", "AutoPass", "OPTIONS", "PassResult", "Policy", "SignBitsPass", "Step",
            "get_policy", "Skipped", "SparsePass", "SplitWeightPass", "chunkable_regions", "row_split_candidates"]

@@ -592,9 +592,13 @@ def build_passes(chosen: dict[str, Option], regions: Regions, techniques: list[T
             passes.append(t.build(by_tech[t.name], min_bytes=min_bytes))
     # Transformers: attention in head/batch chunks, exact; last (passes/chunk_attention.py); then the large
     # Dropout draws at the step's start (passes/hoist_dropout.py, needs the masks as bits). No-op elsewhere.
-    from ..passes import ChunkedAttentionBackwardPass, ChunkedAttentionForwardPass, HoistDropoutDrawsPass
-    return passes + [ChunkedAttentionBackwardPass(min_bytes=min_bytes), ChunkedAttentionForwardPass(min_bytes=min_bytes),
-                     HoistDropoutDrawsPass()]
+    from ..passes import (ChunkedAttentionBackwardPass, ChunkedAttentionForwardPass, HoistDropoutDrawsPass,
+                          MaskGradPass)
+    passes += [ChunkedAttentionBackwardPass(min_bytes=min_bytes), ChunkedAttentionForwardPass(min_bytes=min_bytes),
+               HoistDropoutDrawsPass()]
+    # A lossy plan, like the fixed lossy policies: ReluGrad on a sign mask as Mul (passes/mask_grad.py: same
+    # values, a masked zero's sign may differ), so never in an exact plan.
+    return passes + [MaskGradPass()] if lossy_names else passes
 
 
 @dataclass
