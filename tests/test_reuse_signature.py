@@ -13,7 +13,6 @@ from onnxcomp.analysis import analyze_model
 from onnxcomp.analysis.execution_order import in_run_order
 from onnxcomp.passes.arena_scratch import ArenaScratchPass, fusable_bias_adds
 from onnxcomp.passes.editor import IrGraphEditor
-from onnxcomp.passes import reuse_signature
 from onnxcomp.passes.reuse_signature import ReuseSignaturePass, _lift, liftable
 from onnxcomp.planner.ort_reuse import ort_signatures, planned_live, reuse_plan
 
@@ -339,9 +338,7 @@ def _conv_stages() -> onnx.ModelProto:
     return _model(nodes, [x, seed], [y], [w, reps])
 
 
-def test_the_liftable_part_of_a_side_releases_a_buffer_a_conv_keeps_the_shape_of(monkeypatch) -> None:  # noqa: ANN001
-    # The partial-side search, as for an op no view can reshape: Convs as 3-D ops (ND_OPS) are switched off here.
-    monkeypatch.setattr(reuse_signature, "ND_OPS", {})
+def test_the_liftable_part_of_a_side_releases_a_buffer_a_conv_keeps_the_shape_of() -> None:
     model = _conv_stages()
     before, at, plan = _replayed(model)
     s_bytes = 4 * 8 * 16 * 16 * 4
@@ -369,7 +366,7 @@ def test_exact_graphs_never_get_the_segment_plan() -> None:
                    for n in ir_model.graph)
 
 
-def test_a_codec_decoder_takes_a_declared_shape_of_its_own_and_decodes_the_same_values(monkeypatch) -> None:  # noqa: ANN001
+def test_a_codec_decoder_takes_a_declared_shape_of_its_own_and_decodes_the_same_values() -> None:
     """A Conv output (no view can reshape it) dies in the forward; the decoder of its sign bits, born after the
     peak, would take its buffer and ORT would hold it across. The pass declares the decoder's output with a
     leading axis of 1 (the PyOp still writes the same bytes; ORT's memory pattern places blocks by size) and
@@ -379,8 +376,6 @@ def test_a_codec_decoder_takes_a_declared_shape_of_its_own_and_decodes_the_same_
     from onnxcomp.runtime import codec_ops
     from onnxcomp.runtime.session import session_options
 
-    # The decoder's own lift, as when the Conv cannot be lifted: Convs as 3-D ops (ND_OPS) are switched off here.
-    monkeypatch.setattr(reuse_signature, "ND_OPS", {})
     rng = np.random.default_rng(4)
     s = [4, 8, 16, 16]
     enc, dec = codec_ops.op_type_names("signbits")
@@ -513,81 +508,3 @@ def test_a_recomputed_leaky_relu_no_longer_holds_the_forward_ones_buffer() -> No
              "loss_grad": np.ones(1, np.float32)}
     np.testing.assert_array_equal(_run(rewritten, feeds)[0], _run(model, feeds)[0])
 
-
-@pytest.mark.parametrize("case", [(4, 8, 11, 11, 16, 3, 1, 1, 1), (2, 16, 10, 10, 32, 3, 2, 1, 1),
-                                  (2, 3, 13, 13, 8, 3, 2, 0, 1), (2, 8, 9, 9, 8, 3, 1, 1, 8),
-                                  (2, 12, 7, 7, 24, 1, 1, 0, 1)])
-def test_a_conv_as_a_3d_op_changes_no_value(case: tuple[int, ...]) -> None:
-    """A Conv lifted (a trailing spatial axis of 1: the 3-D op over [N, C, H, W, 1], kernel [M, C/g, kh, kw, 1])
-    gives ORT's bits (training build, defaults) for strides, paddings, a depthwise group and a 1x1 kernel, with a
-    bias; ConvGrad is not lifted (slow as a 3-D op: see ND_OPS)."""
-    n, c, h, w, m, k, s, p, g = case
-    rng = np.random.default_rng(5)
-    ho, wo = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
-    shapes = {"x": [n, c, h, w], "W": [m, c // g, k, k], "B": [m], "dy": [n, m, ho, wo], "y": [n, m, ho, wo],
-              "dx": [n, c, h, w], "dw": [m, c // g, k, k]}
-    attrs = {"kernel_shape": [k, k], "pads": [p, p, p, p], "strides": [s, s], "group": g}
-    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["y"], name="conv", **attrs),
-             helper.make_node("ConvGrad", ["dy", "x", "W"], ["dx", "dw"], name="conv_grad",
-                              domain="com.microsoft", **attrs)]
-    nodes += [helper.make_node("Identity", [o], [f"{o}_out"]) for o in ("y", "dx", "dw")]
-    model = helper.make_model(helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info(v, F, shapes[v]) for v in ("x", "W", "B", "dy")],
-        [helper.make_tensor_value_info(f"{o}_out", F, shapes[o]) for o in ("y", "dx", "dw")]),
-        opset_imports=MS_OPSETS)
-    feeds = {v: rng.standard_normal(shapes[v]).astype(np.float32) for v in ("x", "W", "B", "dy")}
-    ir_model = ir.serde.deserialize_model(model)
-    known = {v: tuple(sh) for v, sh in shapes.items()}
-    elems = {v: ir.DataType.FLOAT for v in known}
-    conv, grad = (next(nd for nd in ir_model.graph if nd.name == name) for name in ("conv", "conv_grad"))
-    assert not liftable(grad, set(ir_model.graph.outputs), known)
-    assert liftable(conv, set(ir_model.graph.outputs), known)
-    _lift(conv, 1, IrGraphEditor(ir_model.graph), ir_model.graph, {}, known, elems)
-    assert list(conv.attributes["kernel_shape"].value) == [k, k, 1]
-    assert list(conv.attributes["pads"].value) == [p, p, 0, p, p, 0]
-    assert list(conv.attributes["strides"].value) == [s, s, 1]
-    assert list(conv.outputs[0].shape) == shapes["y"] + [1] and conv.inputs[2].name == "B"   # bias: not viewed
-    lifted = ir.serde.serialize_model(ir_model)
-    onnx.checker.check_model(lifted)
-    for got, want in zip(_run(lifted, feeds), _run(model, feeds)):
-        np.testing.assert_array_equal(got, want)
-
-
-def test_a_recomputed_conv_no_longer_holds_the_forward_convs_buffer() -> None:
-    """wide_resnet_s's case in small: a forward Conv output dies early and a Conv of the same shape is recomputed
-    in the "backward" (after the peak, reading the seed); only Convs make that shape, so before ``ND_OPS`` nothing
-    could be lifted. The pass now runs one Conv as a 3-D op, the replayed peak drops by the buffer, same bits.
-    No Conv is lifted twice (MLAS: 3 spatial dimensions at most)."""
-    rng = np.random.default_rng(6)
-    s = [4, 8, 16, 16]
-    x = helper.make_tensor_value_info("x", F, s)
-    xb = helper.make_tensor_value_info("xb", F, [4, 4, 16, 16])
-    seed = helper.make_tensor_value_info("loss_grad", F, [1])
-    y = helper.make_tensor_value_info("y", F, s)
-    w = helper.make_tensor("w", F, [8, 8, 3, 3], (rng.standard_normal(8 * 8 * 9) * 0.2).astype(np.float32))
-    wb = helper.make_tensor("wb", F, [8, 4, 3, 3], (rng.standard_normal(8 * 4 * 9) * 0.2).astype(np.float32))
-    reps = helper.make_tensor("reps", TensorProto.INT64, [4], [1, 1, 64, 64])
-    conv = {"pads": [1, 1, 1, 1], "kernel_shape": [3, 3]}
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c1"], name="conv1", **conv),
-             helper.make_node("ReduceMax", ["c1"], ["m"], name="max", axes=[2, 3], keepdims=1),
-             helper.make_node("Tile", ["m", "reps"], ["big"], name="tile"),
-             helper.make_node("ReduceSum", ["big"], ["sum"], name="sum", keepdims=0),
-             helper.make_node("Mul", ["sum", "loss_grad"], ["ds"], name="seeded"),
-             helper.make_node("Mul", ["xb", "ds"], ["g0"], name="scale"),
-             helper.make_node("Conv", ["g0", "wb"], ["g1"], name="conv_recomputed", **conv),
-             helper.make_node("Sigmoid", ["g1"], ["y"], name="out")]
-    model = _model(nodes, [x, xb, seed], [y], [w, wb, reps])
-    s_bytes = 4 * 8 * 16 * 16 * 4
-    before, at, plan = _replayed(model)
-    assert [[b.name for b in p.values] for p in plan if p.dead_at(at) and p.size == s_bytes] == [["c1", "g1"]]
-    ir_model = ir.serde.deserialize_model(model)
-    outcome = ReuseSignaturePass(min_bytes=0).call(ir_model)
-    assert outcome.modified and {r["op"] for r in outcome.records} == {"Conv"}
-    assert all(r["leading_axes"] == 1 for r in outcome.records)
-    rewritten = ir.serde.serialize_model(ir_model)
-    onnx.checker.check_model(rewritten, full_check=True)
-    after, _, _ = _replayed(rewritten)
-    assert after <= before - s_bytes
-    feeds = {"x": rng.standard_normal(s).astype(np.float32), "loss_grad": np.ones(1, np.float32),
-             "xb": rng.standard_normal((4, 4, 16, 16)).astype(np.float32)}
-    np.testing.assert_array_equal(_run(rewritten, feeds)[0], _run(model, feeds)[0])

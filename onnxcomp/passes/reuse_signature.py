@@ -63,17 +63,6 @@ ELEMENTWISE |= {("", "LeakyRelu"), (MS, "LeakyReluGrad")}
 AXIS_OPS |= {(MS, "ConcatTraining"): None, (MS, "SplitTraining"): 0}
 # Outputs that keep their shape when an axis op is lifted: {op: index of the first output that stays}.
 UNLIFTED_TAIL = {(MS, "ConcatTraining"): 1}
-# Convolutions as N-D ops (NOTES-suitedefaults.md): a 2-D Conv over [N, C, H, W] is the 3-D Conv over [N, C, H, W, 1]
-# with a kernel [M, C/g, kh, kw, 1] (pads 0, stride 1, dilation 1 on the new axis): the same im2col columns in the
-# same order, the same GEMMs, the same bits on ORT 1.19's CPU Conv (tests/test_reuse_signature.py: strides, pads,
-# 1x1, a grouped Conv). So a Conv output, and a Conv recomputed in the backward, which ORT's reuse otherwise
-# chains across the peak by their shared shape (wide_resnet_s: 7.8 MiB of such buffers held dead), can take a
-# trailing axis of 1 like the channel ops. {op: (inputs that take the axis, outputs that do)}. One axis at most:
-# MLAS convolves up to 3 spatial dimensions. Measured, and left out: ConvGrad as a 3-D op gives the same bits too
-# (not with groups: another dX for a depthwise case) but runs 4-6x slower (ORT's generic N-D im2col/col2im; 3-D
-# Conv: 1.3-3x) and lowered no ORT-defaults figure beyond what the Convs alone did (ResNet-18 exact: 55.4 vs 55.2 MiB).
-ND_OPS = {("", "Conv"): ((0, 1), (0,))}
-ND_MAX_AXES = 1
 MIN_BYTES = 256 << 10   # buffers smaller than this are not worth a view (ViT-tiny: 0.5 MiB transients matter)
 # Stretches of the run order the segment plan gives shapes of their own (ranks grow by up to this many axes).
 # Measured on ViT-tiny dpr-fp8-src16 (ORT's pattern block, NOTES-vit4x.md): 8 → 19.1, 12 → 18.3 (Transposes
@@ -137,7 +126,7 @@ def lift_kind(node: ir.Node) -> str:
     (trailing axes on a channel op's data input and first output), ``declared`` (a codec decoder: only its
     output's declared shape changes; see ``_lift``)."""
     key = _key(node)
-    if key in TRAILING_OPS or key in ND_OPS:
+    if key in TRAILING_OPS:
         return "trail"
     if contract.is_decoder(node.domain, node.op_type):
         return "declared"
@@ -148,8 +137,6 @@ def lifted_outputs(node: ir.Node) -> list[int]:
     """Indices of the outputs that take the axes (the data output of a channel op or decoder, else all)."""
     if lift_kind(node) == "declared":
         return [contract.DECODER_OUTPUT]
-    if _key(node) in ND_OPS:
-        return [i for i in ND_OPS[_key(node)][1] if i < len(node.outputs) and node.outputs[i].name]
     if lift_kind(node) == "trail":
         return [0]
     stop = UNLIFTED_TAIL.get(_key(node), len(node.outputs))
@@ -172,8 +159,6 @@ def liftable(node: ir.Node, graph_outputs: set[ir.Value], known: Shapes | None =
     its readers read a Reshape view to the shape it had)."""
     known = known or {}
     kind = lift_kind(node)
-    if _key(node) in ND_OPS:
-        return nd_liftable(node, graph_outputs, known)
     if kind != "lead":
         outs = [node.outputs[i] for i in lifted_outputs(node) if i < len(node.outputs)]
         if len(outs) != 1 or not outs[0].name or outs[0] in graph_outputs or _shape(outs[0], known) is None:
@@ -212,35 +197,6 @@ def liftable(node: ir.Node, graph_outputs: set[ir.Value], known: Shapes | None =
     return False
 
 
-def nd_liftable(node: ir.Node, graph_outputs: set[ir.Value], known: Shapes) -> bool:
-    """Can this convolution run as the 3-D op with a trailing spatial axis of 1 (see ``ND_OPS``)? Two spatial
-    axes, static shapes on the viewed inputs and lifted outputs, none of them a graph output, explicit or VALID
-    padding (SAME_* would be recomputed on the new axis: also 0, but not worth trusting)."""
-    ins, outs = ND_OPS[_key(node)]
-    lifted = [node.outputs[i] for i in outs if i < len(node.outputs) and node.outputs[i].name]
-    if not lifted or any(o in graph_outputs or _shape(o, known) is None for o in lifted):
-        return False
-    if any(i >= len(node.inputs) or node.inputs[i] is None or _rank(node.inputs[i], known) != 4 for i in ins):
-        return False
-    pad = node.attributes["auto_pad"].value if "auto_pad" in node.attributes else "NOTSET"
-    return pad in ("NOTSET", "VALID") and all(_rank(o, known) == 4 for o in lifted)
-
-
-def _extend_conv_attributes(node: ir.Node, k: int) -> None:
-    """The 2-D convolution's attributes for ``k`` more spatial axes of size 1: kernel 1, no padding, stride and
-    dilation 1 there (pads are [begins..., ends...])."""
-    attrs = node.attributes
-    if "kernel_shape" in attrs:
-        attrs["kernel_shape"] = ir.AttrInt64s("kernel_shape", list(attrs["kernel_shape"].value) + [1] * k)
-    if "pads" in attrs:
-        pads = list(attrs["pads"].value)
-        half = len(pads) // 2
-        attrs["pads"] = ir.AttrInt64s("pads", pads[:half] + [0] * k + pads[half:] + [0] * k)
-    for name in ("strides", "dilations"):
-        if name in attrs:
-            attrs[name] = ir.AttrInt64s(name, list(attrs[name].value) + [1] * k)
-
-
 def _lifted_inputs(node: ir.Node, known: Shapes) -> list[int]:
     """Indices of the inputs that get the axes: a MatMul's left input (and its right one when batched), a
     channel op's data inputs, none of a decoder's, else the full-rank ones (lower-rank inputs broadcast from
@@ -248,8 +204,6 @@ def _lifted_inputs(node: ir.Node, known: Shapes) -> list[int]:
     kind = lift_kind(node)
     if kind == "declared":
         return []
-    if _key(node) in ND_OPS:
-        return list(ND_OPS[_key(node)][0])
     if kind == "trail":
         return list(TRAILING_OPS[_key(node)])
     r = _rank(node.outputs[0], known)
@@ -297,9 +251,7 @@ def _lift(node: ir.Node, k: int, editor: IrGraphEditor, graph: ir.Graph,
             else:
                 graph.insert_before(next(iter(graph)), made)
         node.replace_input_with(i, views[view_key])
-    if key in ND_OPS:
-        _extend_conv_attributes(node, k)
-    elif key in AXIS_OPS:
+    if key in AXIS_OPS:
         axis = node.attributes["axis"].value if "axis" in node.attributes else AXIS_OPS[key]
         if axis is not None and axis >= 0:
             node.attributes["axis"] = ir.AttrInt64("axis", axis + k)
@@ -479,8 +431,6 @@ class ReuseSignaturePass(OnnxcompPass):
                     seen.append(group)
                     origin = base[next(b.name for b in same)]
                     k = fresh.get(origin, 0) + 1       # a shape no other tensor has
-                    if k > ND_MAX_AXES and any(_key(ir_nodes[node_names[i]]) in ND_OPS for i in group):
-                        continue                       # a convolution takes one spatial axis more at most
                     old = {i: level.get(i, 0) for i in group}
                     level.update({i: k for i in group})
                     trial = signatures()
@@ -521,10 +471,7 @@ class ReuseSignaturePass(OnnxcompPass):
             if i in level or b.size < self.min_bytes or base.get(b.name) is None:
                 continue
             nd = ir_nodes.get(node_names[i])
-            # Convolutions stay out of the segment plan: one stretch's axes would give them up to SEGMENTS more
-            # spatial dimensions (ND_MAX_AXES).
-            if nd is not None and _key(nd) not in ND_OPS and \
-                    liftable(nd, graph_outputs, known, self.keep_fusions, transposes=True):
+            if nd is not None and liftable(nd, graph_outputs, known, self.keep_fusions, transposes=True):
                 level[i] = 1 + (i * self.segments) // n
         sig = dict(base)
         for b in buffers:
