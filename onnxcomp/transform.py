@@ -22,6 +22,7 @@ from .passes.base import OnnxcompPass, run_passes
 from .passes.arena_scratch import ArenaScratchPass
 from .passes.early_encode import EarlyEncodePass
 from .passes.masked_fill import MaskedFillPass
+from .passes.declare_shapes import DeclareShapesPass
 from .passes.default_order import DefaultOrderPass
 from .passes.reuse_signature import ReuseSignaturePass
 from .passes.records import PassRecord, by_section
@@ -160,9 +161,11 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
             # no kernel scratch outside ORT's memory pattern (passes/arena_scratch.py), ORT's buffer reuse kept
             # from holding forward buffers across the peak (passes/reuse_signature.py); masked fills without
             # Where, whose kernel allocates outside the pattern (passes/masked_fill.py); encoders of views
-            # ORT placed in backward run in the forward pass (passes/early_encode.py)
+            # ORT placed in backward run in the forward pass (passes/early_encode.py); last, the static shapes
+            # ORT's inference misses declared, so it plans those tensors in its pattern (passes/declare_shapes.py)
             last = run_passes(ir_model, [MaskedFillPass(), EarlyEncodePass(), ArenaScratchPass(),
-                                         DefaultOrderPass(), ReuseSignaturePass(keep_fusions=not _lossy(log.records))])
+                                         DefaultOrderPass(), ReuseSignaturePass(keep_fusions=not _lossy(log.records)),
+                                         DeclareShapesPass()])
             log.records += last.records
             log.modified_by += last.modified_by
         current = snapshot_of(ir_model)
