@@ -63,6 +63,23 @@ ELEMENTWISE |= {("", "LeakyRelu"), (MS, "LeakyReluGrad")}
 AXIS_OPS |= {(MS, "ConcatTraining"): None, (MS, "SplitTraining"): 0}
 # Outputs that keep their shape when an axis op is lifted: {op: index of the first output that stays}.
 UNLIFTED_TAIL = {(MS, "ConcatTraining"): 1}
+# Convolutions (forward and ORT's ConvGrad) take trailing spatial axes of size 1: a 2-D convolution of
+# [N, C, H, W] with a [K, C/g, kh, kw] kernel is the 3-D (4-D) one of [N, C, H, W, 1] with [K, C/g, kh, kw, 1]
+# (kernel, stride, dilation 1 and no padding on the new axes). ORT 1.19's CPU kernels compute it with the same
+# im2col + GEMM, bit for bit (tests/test_reuse_signature.py), as long as ORT does not lay the 2-D one out as
+# NCHWc: it only does that for a constant weight, and a training graph's weights are parameters. A forward Conv
+# ORT would fuse with an Add/Sum or a rounding activation that is its only reader is left alone: the fused kernel
+# accumulates (or rounds) its own way. A lone Relu/Clip reader is not a reason: the view between them unfuses
+# them, and the untouched training graph never had them fused (ReluGrad reads the Conv output as well), so the
+# lifted graph computes what the untouched one does (VGG-16 auto --exact: losses equal, NOTES-cnndefaults.md).
+# {op: (indices of the inputs that take the axes, of the outputs that do)}.
+CONV_OPS = {("", "Conv"): ((0, 1), (0,)), (MS, "ConvGrad"): ((0, 1, 2), (0, 1))}
+# Spatial axes a convolution may have once lifted: ORT 1.19's CPU Conv/ConvGrad were checked up to 4 (a 2-D
+# convolution with two trailing axes); more are not tried.
+MAX_CONV_SPATIAL = 4
+# Readers ORT's ConvActivationFusion / ConvAddActivationFusion merge into a Conv whose only reader they are, and
+# whose fused arithmetic may differ from the separate kernels' (see CONV_OPS).
+_CONV_FUSED_READERS = {("", op) for op in ("Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "Add", "Sum")}
 MIN_BYTES = 256 << 10   # buffers smaller than this are not worth a view (ViT-tiny: 0.5 MiB transients matter)
 # Stretches of the run order the segment plan gives shapes of their own (ranks grow by up to this many axes).
 # Measured on ViT-tiny dpr-fp8-src16 (ORT's pattern block, NOTES-vit4x.md): 8 → 19.1, 12 → 18.3 (Transposes
@@ -126,7 +143,7 @@ def lift_kind(node: ir.Node) -> str:
     (trailing axes on a channel op's data input and first output), ``declared`` (a codec decoder: only its
     output's declared shape changes; see ``_lift``)."""
     key = _key(node)
-    if key in TRAILING_OPS:
+    if key in TRAILING_OPS or key in CONV_OPS:
         return "trail"
     if contract.is_decoder(node.domain, node.op_type):
         return "declared"
@@ -137,10 +154,67 @@ def lifted_outputs(node: ir.Node) -> list[int]:
     """Indices of the outputs that take the axes (the data output of a channel op or decoder, else all)."""
     if lift_kind(node) == "declared":
         return [contract.DECODER_OUTPUT]
+    if _key(node) in CONV_OPS:
+        return [i for i in CONV_OPS[_key(node)][1] if i < len(node.outputs) and node.outputs[i].name]
     if lift_kind(node) == "trail":
         return [0]
     stop = UNLIFTED_TAIL.get(_key(node), len(node.outputs))
     return [i for i, o in enumerate(node.outputs) if o.name and i < stop]
+
+
+def max_axes(node: ir.Node, known: Shapes | None = None) -> int | None:
+    """The most axes of 1 ``node`` may take (a convolution: up to MAX_CONV_SPATIAL spatial axes in all); None:
+    no limit."""
+    if _key(node) not in CONV_OPS:
+        return None
+    r = _rank(node.inputs[0], known or {})
+    return None if r is None else max(MAX_CONV_SPATIAL - (r - 2), 0)
+
+
+def _within_max_axes(nodes: list[ir.Node], k: int, known: Shapes) -> bool:
+    """Whether every node of ``nodes`` may take ``k`` axes of 1 (see ``max_axes``)."""
+    return all(max_axes(nd, known) is None or k <= max_axes(nd, known) for nd in nodes)
+
+
+def _conv_liftable(node: ir.Node, graph_outputs: set[ir.Value], known: Shapes) -> bool:
+    """A Conv / ConvGrad that can take trailing axes (see CONV_OPS): static shapes on the lifted inputs and
+    outputs, explicit padding (NOTSET or VALID), room for one more spatial axis, a weight that is not a constant
+    initializer (a training graph's parameters are graph inputs), no ORT fusion with a lone reader (forward Conv),
+    and a ConvGrad without groups (grouped, ORT's N-D ConvGrad returns wrong gradients: tested)."""
+    ins, outs = CONV_OPS[_key(node)]
+    values = [node.inputs[i] if i < len(node.inputs) else None for i in ins]
+    lifted = [node.outputs[i] for i in lifted_outputs(node)]
+    if any(v is None or _shape(v, known) is None for v in values) or not lifted or \
+            any(o in graph_outputs or _shape(o, known) is None for o in lifted):
+        return False
+    if 0 not in lifted_outputs(node) or not (max_axes(node, known) or 0) >= 1:
+        return False
+    pad = node.attributes["auto_pad"].value if "auto_pad" in node.attributes else "NOTSET"
+    if (pad.decode() if isinstance(pad, bytes) else pad) not in ("NOTSET", "VALID"):
+        return False
+    group = node.attributes["group"].value if "group" in node.attributes else 1
+    if _key(node) == (MS, "ConvGrad") and group != 1:
+        return False   # ORT 1.19's ConvGrad with groups and a third spatial axis gives wrong gradients (tested)
+    weight = node.inputs[1] if _key(node) == ("", "Conv") else node.inputs[2]
+    if weight.is_initializer() and not weight.is_graph_input():
+        return False   # a constant weight: ORT runs the 2-D convolution as NCHWc, the lifted one would not be
+    if _key(node) == ("", "Conv"):
+        uses = list(node.outputs[0].uses())
+        if len(uses) == 1 and _key(uses[0].node) in _CONV_FUSED_READERS:
+            return False
+    return True
+
+
+def _widen_conv_attributes(node: ir.Node, k: int) -> None:
+    """Kernel, strides, dilations and pads of a convolution lifted by ``k`` trailing axes of 1 (kernel, stride
+    and dilation 1 and no padding on them)."""
+    for name in ("kernel_shape", "strides", "dilations"):
+        if name in node.attributes:
+            node.attributes[name] = ir.AttrInt64s(name, list(node.attributes[name].value) + [1] * k)
+    if "pads" in node.attributes:
+        pads = list(node.attributes["pads"].value)
+        half = len(pads) // 2
+        node.attributes["pads"] = ir.AttrInt64s("pads", pads[:half] + [0] * k + pads[half:] + [0] * k)
 
 
 GEMMS = {("", "MatMul"), (MS, "FusedMatMul"), ("", "Gemm")}
@@ -159,6 +233,8 @@ def liftable(node: ir.Node, graph_outputs: set[ir.Value], known: Shapes | None =
     its readers read a Reshape view to the shape it had)."""
     known = known or {}
     kind = lift_kind(node)
+    if _key(node) in CONV_OPS:
+        return _conv_liftable(node, graph_outputs, known)
     if kind != "lead":
         outs = [node.outputs[i] for i in lifted_outputs(node) if i < len(node.outputs)]
         if len(outs) != 1 or not outs[0].name or outs[0] in graph_outputs or _shape(outs[0], known) is None:
@@ -204,6 +280,8 @@ def _lifted_inputs(node: ir.Node, known: Shapes) -> list[int]:
     kind = lift_kind(node)
     if kind == "declared":
         return []
+    if _key(node) in CONV_OPS:
+        return list(CONV_OPS[_key(node)][0])
     if kind == "trail":
         return list(TRAILING_OPS[_key(node)])
     r = _rank(node.outputs[0], known)
@@ -255,6 +333,8 @@ def _lift(node: ir.Node, k: int, editor: IrGraphEditor, graph: ir.Graph,
         axis = node.attributes["axis"].value if "axis" in node.attributes else AXIS_OPS[key]
         if axis is not None and axis >= 0:
             node.attributes["axis"] = ir.AttrInt64("axis", axis + k)
+    elif key in CONV_OPS:
+        _widen_conv_attributes(node, k)
     elif key == ("", "Transpose"):
         perm = list(node.attributes["perm"].value) if "perm" in node.attributes else \
             list(reversed(range(_rank(node.inputs[0], known))))
@@ -431,6 +511,8 @@ class ReuseSignaturePass(OnnxcompPass):
                     seen.append(group)
                     origin = base[next(b.name for b in same)]
                     k = fresh.get(origin, 0) + 1       # a shape no other tensor has
+                    if not _within_max_axes([ir_nodes[node_names[i]] for i in group], k, known):
+                        continue
                     old = {i: level.get(i, 0) for i in group}
                     level.update({i: k for i in group})
                     trial = signatures()
@@ -471,8 +553,10 @@ class ReuseSignaturePass(OnnxcompPass):
             if i in level or b.size < self.min_bytes or base.get(b.name) is None:
                 continue
             nd = ir_nodes.get(node_names[i])
-            if nd is not None and liftable(nd, graph_outputs, known, self.keep_fusions, transposes=True):
-                level[i] = 1 + (i * self.segments) // n
+            k = 1 + (i * self.segments) // n
+            if nd is not None and liftable(nd, graph_outputs, known, self.keep_fusions, transposes=True) and \
+                    _within_max_axes([nd], k, known):
+                level[i] = k
         sig = dict(base)
         for b in buffers:
             i = ctx.producer[b.name]
