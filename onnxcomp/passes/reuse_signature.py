@@ -13,7 +13,8 @@ of the peak (born up to it, else born after it) leading axes of size 1 — a sha
 values in the same memory order: elementwise ops (Add, Mul, Gelu, Dropout, ...) read ``Unsqueeze`` views of
 their full-rank inputs, a MatMul (2-D weight, or batched) reads views of its inputs, Softmax/LayerNormalization/
 Concat/Split get their axis shifted, and every reader of an output reads a ``Reshape`` view back to the old
-shape. Views are zero-copy in ORT (Reshape and Unsqueeze alias their input). A change is kept only if the
+shape. Channel ops (BatchNorm in training, its gradient) and convolutions (Conv, ConvGrad: see CONV_OPS) take
+*trailing* axes of 1 instead. Views are zero-copy in ORT (Reshape and Unsqueeze alias their input). A change is kept only if the
 replayed peak drops (or stays while less is held overall); the records carry the predicted peaks.
 
 Views must not stand where ORT fuses ops, or ORT computes differently: a MatMul followed by a scalar Mul/Div
