@@ -152,7 +152,8 @@ def test_eager_accumulation_reports_modified_honestly() -> None:
 def test_policies_on_a_small_graph_report_in_one_schema(policy: str) -> None:
     result = transform_model(two_conv(), policy, min_bytes=0)
     check_model(result.model, policy)
-    last = {"masked_fill", "early_encode", "default_order", "arena_scratch", "reuse_signature"}   # transform's last passes
+    last = {"masked_fill", "early_encode", "default_order", "arena_scratch", "reuse_signature",
+            "declare_shapes"}   # transform's last passes
     names = {p.make.name for p in POLICIES[policy]} | last
     assert result.all_records and all(r.kind in SECTIONS and r.pass_name in names for r in result.all_records)
     assert set(result.modified_by) == {r.pass_name for r in result.all_records}
