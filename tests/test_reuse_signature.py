@@ -432,6 +432,85 @@ def test_a_codec_decoder_takes_a_declared_shape_of_its_own_and_decodes_the_same_
     np.testing.assert_array_equal(run(rewritten), run(model))
 
 
+
+
+@pytest.mark.parametrize("case", ["leaky_relu", "leaky_relu_grad", "concat_training", "split_training"])
+def test_suite_ops_change_no_value_with_leading_axes(case: str) -> None:
+    """LeakyRelu (and its gradient), ConcatTraining and SplitTraining (ORT's training forms of Concat/Split)
+    compute bit for bit the same with two leading axes of 1 (ORT training build, defaults); ConcatTraining's
+    per-input lengths keep their shape and values."""
+    rng = np.random.default_rng(4)
+    shape = [4, 6, 5, 7]
+    x = helper.make_tensor_value_info("x", F, shape)
+    dy = helper.make_tensor_value_info("dy", F, shape)
+    inits = []
+    if case == "leaky_relu":
+        node = helper.make_node("LeakyRelu", ["x"], ["o"], alpha=0.1)
+        outs = [shape]
+    elif case == "leaky_relu_grad":
+        node = helper.make_node("LeakyReluGrad", ["dy", "x"], ["o"], domain="com.microsoft", alpha=0.1)
+        outs = [shape]
+    elif case == "concat_training":
+        node = helper.make_node("ConcatTraining", ["x", "dy"], ["o", "lengths"], domain="com.microsoft", axis=1)
+        outs = [[4, 12, 5, 7], [2]]
+    else:
+        inits = [helper.make_tensor("split", TensorProto.INT64, [2], [2, 4])]
+        node = helper.make_node("SplitTraining", ["x", "split"], ["o", "o2"], domain="com.microsoft", axis=1)
+        outs = [[4, 2, 5, 7], [4, 4, 5, 7]]
+    node.name = "op"
+    types = [TensorProto.INT64 if o == "lengths" else F for o in node.output]
+    nodes = [node] + [helper.make_node("Identity", [o], [f"{o}_out"]) for o in node.output]
+    model = helper.make_model(helper.make_graph(
+        nodes, "g", [x, dy], [helper.make_tensor_value_info(f"{o}_out", t, s) for o, t, s in
+                              zip(node.output, types, outs)], inits), opset_imports=MS_OPSETS)
+    feeds = {"x": rng.standard_normal(shape).astype(np.float32), "dy": rng.standard_normal(shape).astype(np.float32)}
+    feeds["x"][0, 0, 0, :3] = [0.0, -0.0, np.nan]
+    ir_model = ir.serde.deserialize_model(model)
+    op = next(n for n in ir_model.graph if n.name == "op")
+    known = {n: tuple(s) for n, s in zip(node.output, outs)} | {"x": tuple(shape), "dy": tuple(shape)}
+    elems = {n: (ir.DataType.INT64 if n in ("lengths", "split") else ir.DataType.FLOAT) for n in [*known, "split"]}
+    assert liftable(op, set(ir_model.graph.outputs), known)
+    _lift(op, 2, IrGraphEditor(ir_model.graph), ir_model.graph, {}, known, elems)
+    assert list(op.outputs[0].shape) == [1, 1] + outs[0]
+    if case == "concat_training":
+        assert op.outputs[1].name == "lengths" and op.attributes["axis"].value == 3
+    lifted = ir.serde.serialize_model(ir_model)
+    for got, want in zip(_run(lifted, feeds), _run(model, feeds)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_recomputed_leaky_relu_no_longer_holds_the_forward_ones_buffer() -> None:
+    """leaky_vgg's case in small: a forward LeakyRelu output dies early, a LeakyRelu of the same shape is
+    recomputed in the "backward" (after the peak, reading the seed): ORT's reuse plan holds the forward buffer,
+    dead, across the peak. The pass lifts a LeakyRelu, the replayed peak drops by the buffer, same bits."""
+    x = helper.make_tensor_value_info("x", F, [64, 256])
+    seed = helper.make_tensor_value_info("loss_grad", F, [1])
+    y = helper.make_tensor_value_info("y", F, [64, 256])
+    w = helper.make_tensor("w", F, [256, 1024], np.linspace(-1, 1, 256 * 1024, dtype=np.float32))
+    nodes = [helper.make_node("LeakyRelu", ["x"], ["a"], name="act", alpha=0.1),
+             helper.make_node("MatMul", ["a", "w"], ["big"], name="up"),
+             helper.make_node("Relu", ["big"], ["wide"], name="relu"),
+             helper.make_node("ReduceSum", ["wide"], ["s"], name="sum", keepdims=1),
+             helper.make_node("Mul", ["s", "loss_grad"], ["ds"], name="seeded"),
+             helper.make_node("Add", ["x", "ds"], ["xs"], name="shift"),
+             helper.make_node("LeakyRelu", ["xs"], ["late"], name="act_recomputed", alpha=0.1),
+             helper.make_node("Mul", ["late", "x"], ["y"], name="out")]
+    model = _model(nodes, [x, seed], [y], [w])
+    before, at, plan = _replayed(model)
+    held = sum(p.size for p in plan if p.dead_at(at))
+    assert held >= 64 * 256 * 4
+    ir_model = ir.serde.deserialize_model(model)
+    outcome = ReuseSignaturePass(min_bytes=0).call(ir_model)
+    assert outcome.modified
+    assert {r["op"] for r in outcome.records} & {"LeakyRelu"}
+    rewritten = ir.serde.serialize_model(ir_model)
+    onnx.checker.check_model(rewritten, full_check=True)
+    after, _, _ = _replayed(rewritten)
+    assert after <= before - 64 * 256 * 4
+    feeds = {"x": np.random.default_rng(0).standard_normal((64, 256)).astype(np.float32),
+             "loss_grad": np.ones(1, np.float32)}
+    np.testing.assert_array_equal(_run(rewritten, feeds)[0], _run(model, feeds)[0])
+
 def _conv_case(op: str, group: int, stride: int, bias: bool) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """One Conv (or ConvGrad) with its weight a graph input, as in a training graph (ORT lays a 2-D convolution
     with a constant weight out as NCHWc, another kernel), followed by Identities (the op's outputs are no graph

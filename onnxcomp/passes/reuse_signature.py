@@ -55,6 +55,15 @@ AXIS_OPS = {("", "Softmax"): -1, ("", "LayerNormalization"): -1, (MS, "SoftmaxGr
 # same values, bit for bit (tests/test_reuse_signature.py), with trailing axes on the first output only (the
 # per-channel outputs keep their shapes). {op: indices of the inputs that take the axes}.
 TRAILING_OPS = {(MS, "BatchNormInternal"): (0,), (MS, "BatchNormalizationGrad"): (0, 1)}
+# More ops of the same two kinds, met in the architecture suite's exact plans (docs/notes/suitedefaults.md): LeakyRelu
+# and its gradient are element by element (leaky_vgg: a recomputed LeakyRelu in the backward took the forward one's
+# buffer, 6.1 MiB held dead across the peak); ORT's training forms of Concat and Split copy along ``axis`` like
+# Concat/Split (densenet_s). ConcatTraining's second output (the per-input lengths, rank 1) keeps its shape:
+# see ``lifted_outputs``.
+ELEMENTWISE |= {("", "LeakyRelu"), (MS, "LeakyReluGrad")}
+AXIS_OPS |= {(MS, "ConcatTraining"): None, (MS, "SplitTraining"): 0}
+# Outputs that keep their shape when an axis op is lifted: {op: index of the first output that stays}.
+UNLIFTED_TAIL = {(MS, "ConcatTraining"): 1}
 # Convolutions (forward and ORT's ConvGrad) take trailing spatial axes of size 1: a 2-D convolution of
 # [N, C, H, W] with a [K, C/g, kh, kw] kernel is the 3-D (4-D) one of [N, C, H, W, 1] with [K, C/g, kh, kw, 1]
 # (kernel, stride, dilation 1 and no padding on the new axes). ORT 1.19's CPU kernels compute it with the same
@@ -150,7 +159,8 @@ def lifted_outputs(node: ir.Node) -> list[int]:
         return [i for i in CONV_OPS[_key(node)][1] if i < len(node.outputs) and node.outputs[i].name]
     if lift_kind(node) == "trail":
         return [0]
-    return [i for i, o in enumerate(node.outputs) if o.name]
+    stop = UNLIFTED_TAIL.get(_key(node), len(node.outputs))
+    return [i for i, o in enumerate(node.outputs) if o.name and i < stop]
 
 
 def max_axes(node: ir.Node, known: Shapes | None = None) -> int | None:
@@ -236,7 +246,7 @@ def liftable(node: ir.Node, graph_outputs: set[ir.Value], known: Shapes | None =
         idx = TRAILING_OPS[_key(node)]
         return r >= 3 and all(i < len(node.inputs) and node.inputs[i] is not None and
                               _shape(node.inputs[i], known) == _shape(outs[0], known) for i in idx)
-    outs = [o for o in node.outputs if o.name]
+    outs = [node.outputs[i] for i in lifted_outputs(node)]
     if not outs or any(o in graph_outputs or _shape(o, known) is None for o in outs) or \
             (keep_fusions and _fuses_with_matmul(node)):
         return False
