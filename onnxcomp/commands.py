@@ -86,7 +86,8 @@ def cmd_transform(args: argparse.Namespace) -> int:
         cli_options["exact"] = True
     options.update({k: v for k, v in cli_options.items() if v is not None})
     result = transform(args.path, args.output, args.policy, model=args.model, force=args.force,
-                       batch=args.batch, allow_unresolved=args.allow_unresolved, **options)
+                       batch=args.batch, allow_unresolved=args.allow_unresolved, lift_convs=args.lift_convs,
+                       **options)
     summary = result.summary()
     if args.json:
         cli_args.print_json(summary | {"tensors": [r.to_dict() for r in result.records]})
@@ -279,6 +280,10 @@ def add_subcommands(sub: Any) -> None:
     auto = s.add_argument_group("--policy auto (docs/auto-planner.md)")
     auto.add_argument("--exact", action="store_true", help="only bit-identical techniques: scheduling, "
                       "recomputation, lossless encodings")
+    s.add_argument("--lift-convs", action="store_true",
+                   help="let the last pass run 2-D convolutions as 3-D ones where that stops ORT's buffer reuse "
+                   "holding dead buffers (less memory under ORT's default session settings, same bits; each such "
+                   "convolution runs 3-6x slower on ORT's CPU kernels)")
     s.add_argument("--force", action="store_true", help="allow replacing an existing output or the input")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_transform)

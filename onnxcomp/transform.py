@@ -141,11 +141,13 @@ def _lossy(records: list) -> bool:
 
 def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str = "model", *,
                     passes: list[OnnxcompPass] | None = None, base_dir: str | Path | None = None,
-                    **options: Any) -> TransformResult:
+                    lift_convs: bool = False, **options: Any) -> TransformResult:
     """Run a policy's passes on ``model`` (not mutated): loaded into onnx-ir once, the passes composed with
     onnx-ir's PassManager, one analysis per graph state (analysis.cached), serialised once at the end.
     ``base_dir``: where the model's external data files are (initializers kept there stay there, read only
-    when a pass asks for their values)."""
+    when a pass asks for their values). ``lift_convs``: let the reuse pass run 2-D convolutions as 3-D ones
+    where that frees buffers ORT's reuse would hold (less memory under ORT's defaults, each such convolution
+    3-6× slower on ORT's CPU kernels; passes/reuse_signature.py)."""
     external_dir = Path(base_dir).resolve() if base_dir is not None and has_external_data(model) else None
     ir_model = ir.serde.deserialize_model(model)
     if external_dir is not None:
@@ -164,7 +166,8 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
             # ORT placed in backward run in the forward pass (passes/early_encode.py); last, the static shapes
             # ORT's inference misses declared, so it plans those tensors in its pattern (passes/declare_shapes.py)
             last = run_passes(ir_model, [MaskedFillPass(), EarlyEncodePass(), ArenaScratchPass(),
-                                         DefaultOrderPass(), ReuseSignaturePass(keep_fusions=not _lossy(log.records)),
+                                         DefaultOrderPass(), ReuseSignaturePass(keep_fusions=not _lossy(log.records),
+                                                            lift_convs=lift_convs),
                                          DeclareShapesPass()])
             log.records += last.records
             log.modified_by += last.modified_by
@@ -202,7 +205,7 @@ def _atomic_write_text(path: Path, text: str, replace: bool = True) -> None:
 def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossless", *,
               model: str | None = None, force: bool = False, batch: int | None = None,
               allow_unresolved: bool = False, external_threshold: int = EXTERNAL_DATA_THRESHOLD,
-              **options: Any) -> TransformResult:
+              lift_convs: bool = False, **options: Any) -> TransformResult:
     """Transform a training graph file or artifact directory.
 
     ``output`` ending in ``.onnx`` is a model file (e.g. inside the artifact directory, next to the
@@ -213,6 +216,7 @@ def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossl
     ``batch`` fixes a dynamic batch axis first; a stash whose size stays unresolved is an error unless
     ``allow_unresolved``. Initializers of ``external_threshold`` bytes or more in all (default: what protobuf's
     2 GiB limit allows) go to a data file beside the graph, written with it as a set (``load.save_model``).
+    ``lift_convs``: see ``transform_model``.
     """
     from .static_batch import prepare_for_transform
 
@@ -239,7 +243,7 @@ def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossl
             if existing.exists() and not force and existing.resolve() != loaded.path.resolve():
                 raise OutputExistsError(existing, how="allow it with {force}", options=("force",))
         result = transform_model(loaded.model, policy, where=str(loaded.path), passes=passes,
-                                 base_dir=loaded.path.parent)
+                                 base_dir=loaded.path.parent, lift_convs=lift_convs)
         if result.splits and (not to_dir or loaded.artifact_dir is None
                               or loaded.artifact_dir.resolve() == out.resolve()):
             # Decided by the plan (policy auto), not asked for: the same rule as {split_weight_bytes}.

@@ -81,3 +81,23 @@ def test_measure_text_output_says_how_it_timed(small_artifacts: Path, capsys) ->
     assert "training-step peak:" in out and "MiB" in out and "step time (median):" in out
     assert "mmap threshold is pinned" in out and "onnxcomp train" in out
     assert "settings: arena=False" in out
+
+
+def test_lift_convs_reaches_the_reuse_pass_only_when_asked(small_artifacts: Path, tmp_path: Path,
+                                                            monkeypatch) -> None:
+    """`transform --lift-convs` is the one switch for the convolution lift (3-6x slower convolutions for memory
+    under ORT's defaults): off unless given, passed through to the ReuseSignaturePass transform runs last."""
+    from onnxcomp.passes.reuse_signature import ReuseSignaturePass
+
+    built: list[bool] = []
+    original_init = ReuseSignaturePass.__init__
+
+    def spy(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        built.append(self.lift_convs)
+
+    monkeypatch.setattr(ReuseSignaturePass, "__init__", spy)
+    assert main(["transform", str(small_artifacts), "-o", str(tmp_path / "a.onnx"), "--policy", "lossless"]) == 0
+    assert main(["transform", str(small_artifacts), "-o", str(tmp_path / "b.onnx"), "--policy", "lossless",
+                 "--lift-convs"]) == 0
+    assert built == [False, True]

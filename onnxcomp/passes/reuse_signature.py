@@ -222,7 +222,7 @@ GEMMS = {("", "MatMul"), (MS, "FusedMatMul"), ("", "Gemm")}
 
 
 def liftable(node: ir.Node, graph_outputs: set[ir.Value], known: Shapes | None = None,
-             keep_fusions: bool = True, transposes: bool = False) -> bool:
+             keep_fusions: bool = True, transposes: bool = False, convs: bool = True) -> bool:
     """True when ``node``'s outputs can take axes of 1 with the same values (see module), and views
     around it break no ORT fusion (``keep_fusions``; without it, for lossy graphs, a MatMul → scalar Mul/Div
     pair may be split: the last bits of the product change). A Transpose read by a MatMul/FusedMatMul/Gemm is
@@ -231,11 +231,11 @@ def liftable(node: ir.Node, graph_outputs: set[ir.Value], known: Shapes | None =
     copies whatever the shape: lifting one shifts its ``perm`` and changes no value. Channel ops (BatchNorm in
     training, its gradient) take trailing axes on their data tensors; a codec decoder's output only changes
     its declared shape (the PyOp writes the same bytes, ORT's memory pattern places a block by its size, and
-    its readers read a Reshape view to the shape it had)."""
+    its readers read a Reshape view to the shape it had). Convolutions only with ``convs`` (see CONV_OPS)."""
     known = known or {}
     kind = lift_kind(node)
     if _key(node) in CONV_OPS:
-        return _conv_liftable(node, graph_outputs, known)
+        return convs and _conv_liftable(node, graph_outputs, known)
     if kind != "lead":
         outs = [node.outputs[i] for i in lifted_outputs(node) if i < len(node.outputs)]
         if len(outs) != 1 or not outs[0].name or outs[0] in graph_outputs or _shape(outs[0], known) is None:
@@ -370,7 +370,7 @@ class ReuseSignaturePass(OnnxcompPass):
     max_rounds = 40
 
     def __init__(self, order: str = "default", min_bytes: int = MIN_BYTES, keep_fusions: bool = True,
-                 segments: int = SEGMENTS) -> None:
+                 segments: int = SEGMENTS, lift_convs: bool = False) -> None:
         super().__init__()
         self.order = order
         self.min_bytes = min_bytes
@@ -380,6 +380,10 @@ class ReuseSignaturePass(OnnxcompPass):
         # False only for graphs that are lossy anyway: views may then break ORT's MatMul fusions (last-bit
         # differences in a product; NOTES-reuse.md measured GPT-tiny dpr-fp8 114.3 vs 120.7 MiB that way).
         self.keep_fusions = keep_fusions
+        # Convolutions (CONV_OPS) are lifted only when asked: ORT 1.19's CPU kernels run the 3-D form 3× (Conv)
+        # to 6× (ConvGrad) slower than the 2-D one (ResNet-18 layer shapes, one thread), so the memory they free
+        # under ORT's defaults costs step time the planner does not see (ResNet-18 auto --exact: ~1.6× a step).
+        self.lift_convs = lift_convs
 
     def call(self, model: ir.Model) -> PassOutcome:
         outcome = PassOutcome(model, False)
@@ -439,7 +443,8 @@ class ReuseSignaturePass(OnnxcompPass):
             name = node_names[i]
             if name not in ok:
                 nd = ir_nodes.get(name)
-                ok[name] = nd is not None and liftable(nd, graph_outputs, known, self.keep_fusions)
+                ok[name] = nd is not None and liftable(nd, graph_outputs, known, self.keep_fusions,
+                                                       convs=self.lift_convs)
             return ok[name]
 
         level: dict[int, int] = {}    # producer node (run-order index) → leading axes added
@@ -555,7 +560,8 @@ class ReuseSignaturePass(OnnxcompPass):
                 continue
             nd = ir_nodes.get(node_names[i])
             k = 1 + (i * self.segments) // n
-            if nd is not None and liftable(nd, graph_outputs, known, self.keep_fusions, transposes=True) and \
+            if nd is not None and liftable(nd, graph_outputs, known, self.keep_fusions, transposes=True,
+                                              convs=self.lift_convs) and \
                     _within_max_axes([nd], k, known):
                 level[i] = k
         sig = dict(base)
