@@ -58,7 +58,14 @@ MIN_BYTES = 256 << 10   # buffers smaller than this are not worth a view (ViT-ti
 # Stretches of the run order the segment plan gives shapes of their own (ranks grow by up to this many axes).
 # Measured on ViT-tiny dpr-fp8-src16 (ORT's pattern block, NOTES-vit4x.md): 8 → 19.1, 12 → 18.3 (Transposes
 # kept), 24 → 14.0 MiB (Transposes lifted), 48 → 16.7 MiB (all Transposes): a tuning constant, not a law.
-SEGMENTS = 24
+# With the MLP backward batch-chunked (passes/chunk_mlp.py) more, shorter stretches do better (below): 64.
+SEGMENTS = 64
+# The segment plan's own size floor (the greedy plan keeps ``MIN_BYTES``): batch-chunked regions (chunk_mlp,
+# chunk_attention) leave many 64–128 KiB transients that pass between blocks like the large ones did. Measured
+# on ViT-tiny dpr-fp8-src16 with chunk_mlp (ORT's defaults, growth MiB; NOTES-vitmlp.md): 24/256 KiB 15.7,
+# 48/256 KiB 15.6, 24/128 KiB 15.0, 64/128 KiB 13.5, 48/64 KiB 13.3, 64/64 KiB 12.4–12.5, 128/64 KiB 12.2,
+# 64/32 KiB 12.4. A tuning constant like SEGMENTS, not a law.
+SEGMENT_MIN_BYTES = 64 << 10
 # Single-tensor candidates tried per held buffer and round (the greedy plan's last resort; see ``plan``).
 MAX_SINGLES = 8
 
@@ -279,13 +286,15 @@ class ReuseSignaturePass(OnnxcompPass):
     max_rounds = 40
 
     def __init__(self, order: str = "default", min_bytes: int = MIN_BYTES, keep_fusions: bool = True,
-                 segments: int = SEGMENTS) -> None:
+                 segments: int = SEGMENTS, segment_min_bytes: int = SEGMENT_MIN_BYTES) -> None:
         super().__init__()
         self.order = order
         self.min_bytes = min_bytes
         # Lossy graphs only (keep_fusions False): the segment plan (see ``plan_segments``) with this many
         # stretches of the run order, taken where its replayed peak is lower than the greedy plan's; 0: never.
         self.segments = segments
+        # The segment plan's floor: the lower of the two (a caller's min_bytes=0 considers every buffer).
+        self.segment_min_bytes = min(segment_min_bytes, min_bytes)
         # False only for graphs that are lossy anyway: views may then break ORT's MatMul fusions (last-bit
         # differences in a product; NOTES-reuse.md measured GPT-tiny dpr-fp8 114.3 vs 120.7 MiB that way).
         self.keep_fusions = keep_fusions
@@ -442,7 +451,7 @@ class ReuseSignaturePass(OnnxcompPass):
     def plan_segments(self, model: ir.Model, ctx: _Replay | None = None) -> tuple[list[tuple[str, int]], int, int,
                                                                                   Shapes, dict[str, ir.DataType]]:
         """Segment plan: cut ORT's run order into ``segments`` equal stretches and give every liftable node
-        (a buffer of ``min_bytes`` or more, with a static shape) made in stretch s the leading axes s + 1.
+        (a buffer of ``segment_min_bytes`` or more, with a static shape) made in stretch s the leading axes s + 1.
 
         ORT's freelist hands a tensor the most recently freed buffer of its shape, however long ago that was
         freed; a shape shared by tensors all over the step therefore keeps its buffers from its first tensor's
@@ -458,7 +467,7 @@ class ReuseSignaturePass(OnnxcompPass):
         level: dict[int, int] = {}
         for b in buffers:
             i = ctx.producer[b.name]
-            if i in level or b.size < self.min_bytes or base.get(b.name) is None:
+            if i in level or b.size < self.segment_min_bytes or base.get(b.name) is None:
                 continue
             nd = ir_nodes.get(node_names[i])
             if nd is not None and liftable(nd, graph_outputs, known, self.keep_fusions, transposes=True):
