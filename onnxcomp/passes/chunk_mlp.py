@@ -290,9 +290,17 @@ def find_mlp_regions(model: ir.Model, min_bytes: int = 256 * 1024, skipped: list
                         changed = True
         name = seed.name or seed.outputs[0].name
         sums = frozenset(v for n in members if roles[n][1] == "sum" for v in n.outputs if v.name)
-        if not sums:
+        # An MLP's backward: a weight gradient (a product summed over the rows) and a product of rows with a
+        # weight (dX, dH). Without them the rows are coupled only by reductions, e.g. the BatchNorm statistics
+        # of chunk_backward's own chunks (ResNet's ReluGrad → Sub/Mul → ReduceSum): nothing an MLP chunking is for.
+        if not any(_is_product(n) and roles[n][1] == "sum" for n in members):
             if skipped is not None:
-                skipped.append(Skipped(name, PATTERN, "no weight or bias gradient over the rows in its region"))
+                skipped.append(Skipped(name, PATTERN, "no weight gradient (a product summed over the rows) in "
+                                       "its region"))
+            continue
+        if not any(_is_product(n) and roles[n][1] == ROW for n in members):
+            if skipped is not None:
+                skipped.append(Skipped(name, PATTERN, "no product of its rows with a weight in its region"))
             continue
         inside = {v for n in members for v in n.outputs if v.name}
         slice_at: dict[ir.Value, int | None] = {}
@@ -355,11 +363,17 @@ class ChunkedMlpBackwardPass(OnnxcompPass):
                 n.inputs[1] for n in region.nodes if n.op_type == "Reshape" and n.inputs[1] is not None
                 and n.inputs[1].const_value is None and _const_ints(n.inputs[1]) is None))
             summed = sorted(v.name for v in sums)   # (before _emit renames the replaced values)
+            read = {v for n in region.nodes for v in n.inputs if v is not None}
             problem = _emit(graph, analysis, region, 0, k, taken, gates, backward, slice_at=slice_at, sums=sums,
                             drop_unread=True)
             if problem:
                 outcome.skipped.append(Skipped(region.name, PATTERN, problem))
                 continue
+            # The Reshapes' shape constants the chunks no longer read (each chunk reads its own shape).
+            inputs = set(graph.inputs)
+            for v in read:
+                if v.name in graph.initializers and v not in inputs and not list(v.uses()):
+                    del graph.initializers[v.name]
             outcome.records.append(PassRecord("chunked", self.name, region.name, {
                 "region": region.name, "pattern": PATTERN, "nodes": [n.name for n in region.nodes],
                 "op_types": [n.op_type for n in region.nodes], "leading_dims": [batch], "axis": 0,
