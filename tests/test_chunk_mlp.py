@@ -105,8 +105,9 @@ def test_chunked_mlp_backward_matches_the_unchunked_gradients(chunks):
     for name, e, g in zip(OUTPUTS, expected, got):
         assert g.shape == e.shape, name
         np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5, err_msg=name)
-    # The row outputs are computed by the same kernels on the same rows; only sums over rows are split.
-    np.testing.assert_array_equal(got[0], expected[0])
+    # The row output (dLN) comes from the same kernels on the same rows: bit-identical on ORT 1.19's CPU
+    # kernels; only the sums over rows (dW, db) are split and differ in the last bits.
+    np.testing.assert_array_equal(got[OUTPUTS.index("dln")], expected[OUTPUTS.index("dln")])
 
 
 def test_chunks_wait_for_the_gates_the_region_read():

@@ -42,7 +42,7 @@ from collections import deque
 import numpy as np
 import onnx_ir as ir
 
-from ..analysis import analysis_of
+from ..analysis import TensorClass, analysis_of
 from .base import OnnxcompPass, PassOutcome, Skipped
 from .chunk_attention import AttentionRegion, _emit, dtype_of, value_shapes
 from .chunk_backward.regions import is_trigger
@@ -307,9 +307,18 @@ def find_mlp_regions(model: ir.Model, min_bytes: int = 256 * 1024, skipped: list
         problem = None
         for n in members:
             for v, role in zip(n.inputs, roles[n][0]):
-                if v is None or v in inside:
+                if v is None:
+                    continue
+                if v in inside:
+                    # A member's rows read whole (a product's weight operand) would be one chunk's rows only.
+                    if role != ROW and v not in (n.inputs[1:2] if n.op_type == "Reshape" else ()):
+                        problem = f"{v.name!r} is made by rows in the region but read whole by {n.op_type}"
                     continue
                 pos = 0 if role == ROW else None
+                t = analysis.tensors.get(v.name)
+                if pos == 0 and t is not None and t.cls in (TensorClass.PARAMETER, TensorClass.CONSTANT):
+                    # First axis a multiple of the batch by coincidence: a weight is never cut by samples.
+                    problem = f"{v.name!r} is a parameter or constant, yet an operand cut by rows"
                 if slice_at.setdefault(v, pos) != pos:
                     problem = f"{v.name!r} is read by rows and whole"
         if problem:
