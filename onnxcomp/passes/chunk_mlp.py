@@ -38,11 +38,12 @@ would refuse that stash); decoded tensors are sliced.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 import numpy as np
 import onnx_ir as ir
 
-from ..analysis import TensorClass, analysis_of
+from ..analysis import GraphAnalysis, TensorClass, analysis_of
 from .base import OnnxcompPass, PassOutcome, Skipped
 from .chunk_attention import AttentionRegion, _emit, dtype_of, value_shapes
 from .chunk_backward.regions import is_trigger
@@ -78,7 +79,8 @@ def _const_ints(v: ir.Value | None) -> list[int] | None:
     return None if tensor is None else [int(x) for x in tensor.numpy().reshape(-1)]
 
 
-def row_roles(node: ir.Node, shape, batch: int) -> tuple[list[str | None], str] | None:
+def row_roles(node: ir.Node, shape: Callable[[ir.Value | None], tuple[int, ...] | None],
+              batch: int) -> tuple[list[str | None], str] | None:
     """How ``node`` works on rows (the first axis, a multiple of ``batch``): per input ``"row"`` (cut by
     chunk), ``"whole"`` (read whole: a weight, a bias, a scalar, a shape) or None (absent); and whether its
     outputs are rows (``"row"``) or sums over the rows (``"sum"``: each chunk's part added). None: not
@@ -158,11 +160,11 @@ def row_roles(node: ir.Node, shape, batch: int) -> tuple[list[str | None], str] 
     return None
 
 
-def _infer_rows(nodes: list[ir.Node], shapes: dict, analysis) -> None:
+def _infer_rows(nodes: list[ir.Node], shapes: dict[ir.Value, tuple[int, ...]], analysis: GraphAnalysis) -> None:
     """Shapes the analysis and ``value_shapes`` leave open, for the ops a region may hold: com.microsoft's
     elementwise ops (Gelu, GeluGrad: no ONNX shape inference) broadcast their inputs; a Reshape to a constant
     shape resolves its -1 / 0. In node order, so chains resolve."""
-    def known(v):
+    def known(v: ir.Value | None) -> tuple[int, ...] | None:
         if v is None:
             return None
         if v in shapes:
@@ -213,7 +215,7 @@ def find_mlp_regions(model: ir.Model, min_bytes: int = 256 * 1024, skipped: list
     shapes = value_shapes(analysis, nodes)
     _infer_rows(nodes, shapes, analysis)
 
-    def shape(v: ir.Value | None):
+    def shape(v: ir.Value | None) -> tuple[int, ...] | None:
         if v is None:
             return None
         if v in shapes:
