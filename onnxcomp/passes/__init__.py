@@ -5,6 +5,7 @@ from ..errors import OnnxcompError
 from .base import OnnxcompPass, PassOutcome, PassResult, Skipped
 from .chunk_attention import ChunkedAttentionBackwardPass, ChunkedAttentionForwardPass
 from .chunk_backward import ChunkedBackwardPass, chunkable_regions
+from .chunk_mlp import ChunkedMlpBackwardPass
 from .chunk_stem_backward import ChunkedStemBackwardPass
 from .defer_weight_grad import DeferWeightGradientPass
 from .dpr import DPR_FORMATS, DprPass
@@ -55,8 +56,11 @@ ATTENTION_CHUNKS = (step(ChunkedAttentionBackwardPass), step(ChunkedAttentionFor
 # Exact policies: the Dropout draws themselves (9 bytes per score, whole) at the step's start, in order, where
 # nothing else is alive; only where a draw is ≥ 8 MiB (passes/hoist_dropout.py).
 HOIST_DRAWS = step(HoistDropoutDrawsPass, draw_bytes=8 << 20)
+# Lossy policies also run each MLP's backward (fc1 recompute, activation gradient, the products and weight
+# gradients) in batch chunks, the weight gradients summed over chunks: not bit-identical (passes/chunk_mlp.py).
 LOSSY_ATTENTION_CHUNKS = (step(ChunkedAttentionBackwardPass),
-                          step(ChunkedAttentionForwardPass, chunk_dropout_bytes=8 << 20))
+                          step(ChunkedAttentionForwardPass, chunk_dropout_bytes=8 << 20),
+                          step(ChunkedMlpBackwardPass))
 
 # Lossy policies, last: ReluGrad on a decoded sign mask as Mul(dY, mask) (ORT's ReluGrad branches per element;
 # same values, a masked zero's sign may differ: passes/mask_grad.py). After the chunked regions (their finder
@@ -143,7 +147,7 @@ def get_policy(name: str) -> Policy:
         raise OnnxcompError(f"unknown policy {name!r}; choose one of: {', '.join(sorted(POLICIES))}") from None
 
 
-__all__ = ["AttentionDropoutRecomputePass", "ChunkedAttentionBackwardPass", "ChunkedAttentionForwardPass", "AttentionProbsRecomputePass", "DropoutMaskPass",
+__all__ = ["AttentionDropoutRecomputePass", "ChunkedAttentionBackwardPass", "ChunkedMlpBackwardPass", "ChunkedAttentionForwardPass", "AttentionProbsRecomputePass", "DropoutMaskPass",
            "EarlyWeightGradientPass", "HoistDropoutDrawsPass", "TransformerRecomputePass", "ChunkedBackwardPass", "ChunkedStemBackwardPass",
            "DeferWeightGradientPass", "DprPass", "RecomputePass", "RowSplitPass", "EagerAccumulationPass",
            "ErrorBoundedPass", "FixedRatePass", "IntervalMaskPass", "MaskGradPass", "MaxPoolIndexPass", "OnnxcompPass",

@@ -40,7 +40,7 @@ import onnx_ir as ir
 from ..analysis import GraphAnalysis, analysis_of
 from .base import OnnxcompPass, PassOutcome, Skipped, even_bounds
 from .chunk_backward.regions import is_trigger
-from .editor import IrGraphEditor, ir_taken_names, stable_toposort
+from .editor import IrGraphEditor, ir_taken_names, stable_toposort, unique_name
 from .records import PassRecord
 
 MS_DOMAIN = "com.microsoft"
@@ -289,9 +289,19 @@ def _leaves_and_returns(members: set[ir.Node], outputs: list[ir.Value]) -> bool:
 
 
 def _emit(graph: ir.Graph, analysis: GraphAnalysis, region: AttentionRegion, axis: int, k: int,
-          taken: set[str], first_after: list[ir.Value] = (), backward: set[ir.Node] = frozenset()) -> str | None:
+          taken: set[str], first_after: list[ir.Value] = (), backward: set[ir.Node] = frozenset(), *,
+          slice_at: dict[ir.Value, int | None] | None = None, sums: frozenset[ir.Value] = frozenset(),
+          drop_unread: bool = False) -> str | None:
     """Rewrite ``region`` in ``k`` chunks along leading axis ``axis``; returns why not, or None when done.
-    ``first_after``: values chunk 0 waits for too (an encoder's anchor, so it runs first)."""
+    ``first_after``: values chunk 0 waits for too (an encoder's anchor, so it runs first).
+
+    The batch-chunked MLP backward (passes/chunk_mlp.py) uses the same emission with three additions:
+    ``slice_at`` (each outside input's chunk position, or None to read it whole) where the positions are not
+    the attention's rank-aligned ones; a chunked tensor whose chunk axis is a multiple of ``extent`` (the
+    [batch·tokens, C] views of an MLP's GEMMs) is cut at the same fraction; ``sums``: outputs of nodes that
+    sum over the chunk axis (weight-gradient GEMMs, bias ReduceSums), added chunk by chunk instead of
+    concatenated; Reshape members read a shape of their chunk; ``drop_unread``: outputs after the first that
+    nothing reads (a recomputed LayerNormalization's mean and inverse deviation) are left out of the copies."""
     members = set(region.nodes)
     rank = len(region.leading) + 2
     extent = region.leading[axis]
@@ -307,10 +317,19 @@ def _emit(graph: ir.Graph, analysis: GraphAnalysis, region: AttentionRegion, axi
         return ir.DataType.from_numpy(dtype_of(analysis, v))
 
     # Inputs: sliced at their own position of the chunk axis, or read whole where they broadcast over it.
-    slice_at: dict[ir.Value, int | None] = {}
+    given = slice_at
+    slice_at = {}
     for n in region.nodes:
         for v in n.inputs:
             if v is None or v in inside or v in slice_at:
+                continue
+            if given is not None:
+                if v not in given:
+                    return f"input {v.name!r}: no chunk position given"
+                pos = given[v]
+                if pos is not None and ((dims := shape(v)) is None or dims[pos] % extent):
+                    return f"input {v.name!r}: axis {pos} is not a multiple of {extent}"
+                slice_at[v] = pos
                 continue
             dims = shape(v)
             if dims is None:
@@ -330,13 +349,19 @@ def _emit(graph: ir.Graph, analysis: GraphAnalysis, region: AttentionRegion, axi
         outside = [u for u in v.uses() if u.node not in members]
         timing = [u for u in outside if is_trigger(u.node.op_type, [i.name if i is not None else ""
                                                                       for i in u.node.inputs])]
+        if v in sums:
+            if len(outside) < len(list(v.uses())):
+                return f"the chunk sum {v.name!r} is read inside the region"
+            continue
         if v in graph_outputs or len(timing) < len(outside):
             concat.append(v)
         else:
             triggers += [(u.node, u.idx, v) for u in timing]
-    if not concat:
+    summed = [v for v in sorted(sums, key=lambda v: region.nodes.index(v.producer()))
+              if list(v.uses()) or v in graph_outputs]
+    if not concat and not summed:
         return "nothing inside it is read after it"
-    if _leaves_and_returns(members, concat):
+    if _leaves_and_returns(members, concat + summed):
         return ("an output of the region comes back into it through other nodes (e.g. a decoded stash a "
                 "recompute gate reads): chunks would form a cycle")
 
@@ -347,39 +372,65 @@ def _emit(graph: ir.Graph, analysis: GraphAnalysis, region: AttentionRegion, axi
     for v in first_after:
         z = editor.zero_after(v, ir.DataType.from_numpy(dtype_of(analysis, v)), base=editor.name("c0_after"))
         zero = z if zero is None else editor.op("Add", [zero, z], "c0_after_sum", ir.DataType.INT64, [1])
+    running: dict[ir.Value, ir.Value] = {}
     for c in range(k):
         a, b = bounds[c], bounds[c + 1]
         here: dict[ir.Value, ir.Value] = {}
-        start = editor.shared_const(f"{PREFIX}_i64_{a}", [a])
-        if zero is not None:    # chunk c waits for chunk c - 1's outputs (either execution order)
-            start = editor.op("Add", [start, zero], f"c{c}_start", ir.DataType.INT64, [1])
-        end = editor.shared_const(f"{PREFIX}_i64_{b}", [b])
+        starts: dict[int, ir.Value] = {}
+
+        def start_at(f: int) -> ir.Value:
+            """Chunk c's first index on an axis of ``f`` × extent (attention: f = 1)."""
+            if f not in starts:
+                s = editor.shared_const(f"{PREFIX}_i64_{a * f}", [a * f])
+                if zero is not None:    # chunk c waits for chunk c - 1's outputs (either execution order)
+                    s = editor.op("Add", [s, zero], f"c{c}_start", ir.DataType.INT64, [1])
+                starts[f] = s
+            return starts[f]
+
         for v, pos in slice_at.items():
             if pos is None:
                 here[v] = v
                 continue
             dims = list(shape(v))
-            dims[pos] = b - a
+            f = dims[pos] // extent
+            dims[pos] = (b - a) * f
             ax = editor.shared_const(f"{PREFIX}_i64_{pos}", [pos])
-            here[v] = editor.op("Slice", [v, start, end, ax], f"c{c}_{_short(v.name)}",
+            end = editor.shared_const(f"{PREFIX}_i64_{b * f}", [b * f])
+            here[v] = editor.op("Slice", [v, start_at(f), end, ax], f"c{c}_{_short(v.name)}",
                                 elem(v), dims)
         for n in region.nodes:
             outs = []
-            for v in n.outputs:
-                if not v.name:
+            for i, v in enumerate(n.outputs):
+                if not v.name or (drop_unread and i > 0 and not list(v.uses())):
                     outs.append(None)
                     continue
                 dims = list(shape(v))
-                dims[axis] = b - a
+                if v not in sums:
+                    dims[axis] = dims[axis] // extent * (b - a)
                 outs.append((editor.name(f"c{c}_{_short(v.name)}"), elem(v), dims))
-            copy = editor.clone(n, [here[v] if v is not None else None for v in n.inputs], outs,
-                                name=editor.name(f"c{c}_{_short(n.name)}"))
+            ins = [here[v] if v is not None else None for v in n.inputs]
+            if n.op_type == "Reshape" and n.domain in ("", "ai.onnx") and outs[0] is not None:
+                ins[1] = editor.shared_const(f"onnxcomp_shape_{'x'.join(map(str, outs[0][2]))}", outs[0][2])
+            # A Gemm's sum (Aᵀ·B over the rows, no C) adds the running sum itself: C = the sum so far, beta 1.
+            # ORT's CPU Gemm may write Y over C (MayInplace(2, 0)), so one buffer carries the sum through the
+            # chunks instead of a part and a sum per chunk.
+            accumulate = c > 0 and n.outputs[0] in sums and n.op_type == "Gemm" and len(ins) == 2
+            if accumulate:
+                ins.append(running[n.outputs[0]])
+            copy = editor.clone(n, ins, outs, name=editor.name(f"c{c}_{_short(n.name)}"))
+            if accumulate:
+                copy.attributes["beta"] = ir.AttrFloat32("beta", 1.0)
             for v, w in zip(n.outputs, copy.outputs):
-                if v.name:
+                if v.name and w.name:
                     here[v] = w
+        for v in summed:   # the chunks' partial sums added as they come (one running sum alive, not k parts)
+            carried = c > 0 and v.producer().op_type == "Gemm" and len(v.producer().inputs) == 2
+            running[v] = here[v] if c == 0 or carried else editor.op(
+                "Add", [running[v], here[v]], f"c{c}_sum_{_short(v.name)}", elem(v), list(shape(v)))
         copies.append(here)
         if c + 1 < k:
-            zero = editor.zero_after_all([here[v] for v in concat], base=editor.name(f"c{c}_done"))
+            zero = editor.zero_after_all([here[v] for v in concat] + [running[v] for v in summed],
+                                         base=editor.name(f"c{c}_done"))
     # The region's outputs: each concatenated under its own name (later passes and reports know them by it).
     for v in concat:
         name, dims, kind = v.name, list(shape(v)), elem(v)
@@ -388,6 +439,13 @@ def _emit(graph: ir.Graph, analysis: GraphAnalysis, region: AttentionRegion, axi
         whole = editor.op("Concat", [cp[v] for cp in copies], "", kind, dims,
                           out=name, axis=axis)
         v.replace_all_uses_with(whole, replace_graph_outputs=True)
+    for v in summed:   # the last running sum takes the original's name
+        name, total = v.name, running[v]
+        v.name = editor.name(f"replaced_{_short(name)}")
+        editor.taken.discard(name)
+        editor.taken.discard(total.name)
+        total.name = unique_name(name, editor.taken)
+        v.replace_all_uses_with(total, replace_graph_outputs=True)
     # Timing reads of a value inside: the latest backward input of the region of the same type (the incoming
     # gradient), so what they time (a mask decoder) runs before chunk 0, not amid its T² tensors; else chunk
     # 0's copy of the value.

@@ -24,7 +24,8 @@ that, losses stay bit-identical (NOTES-reuse.md).
 
 For lossy graphs a second plan competes (``plan_segments``, NOTES-vit4x.md): the run order cut into stretches,
 each with shapes of its own, so ORT's freelist never hands a buffer from one stretch to the next; the plan
-with the lower replayed peak is applied. ViT-tiny ``dpr-fp8-src16`` under ORT's defaults: 24.2 → 16.7–17.4 MiB.
+with the lower replayed peak is applied (the segment plan only when ``SEGMENT_MARGIN`` lower). ViT-tiny
+``dpr-fp8-src16`` under ORT's defaults: 24.2 → 16.7–17.4 MiB; with chunk_mlp and 64 stretches 12.4 MiB.
 """
 from __future__ import annotations
 
@@ -85,7 +86,19 @@ MIN_BYTES = 256 << 10   # buffers smaller than this are not worth a view (ViT-ti
 # Stretches of the run order the segment plan gives shapes of their own (ranks grow by up to this many axes).
 # Measured on ViT-tiny dpr-fp8-src16 (ORT's pattern block, NOTES-vit4x.md): 8 → 19.1, 12 → 18.3 (Transposes
 # kept), 24 → 14.0 MiB (Transposes lifted), 48 → 16.7 MiB (all Transposes): a tuning constant, not a law.
-SEGMENTS = 24
+# With the MLP backward batch-chunked (passes/chunk_mlp.py) more, shorter stretches do better (below): 64.
+SEGMENTS = 64
+# The segment plan's own size floor (the greedy plan keeps ``MIN_BYTES``): batch-chunked regions (chunk_mlp,
+# chunk_attention) leave many 64–128 KiB transients that pass between blocks like the large ones did. Measured
+# on ViT-tiny dpr-fp8-src16 with chunk_mlp (ORT's defaults, growth MiB; NOTES-vitmlp.md): 24/256 KiB 15.7,
+# 48/256 KiB 15.6, 24/128 KiB 15.0, 64/128 KiB 13.5, 48/64 KiB 13.3, 64/64 KiB 12.4–12.5, 128/64 KiB 12.2,
+# 64/32 KiB 12.4. A tuning constant like SEGMENTS, not a law.
+SEGMENT_MIN_BYTES = 64 << 10
+# The segment plan replaces the greedy one only where its replayed peak is this much lower: the replay is a
+# model (off by several percent against ORT's pattern block, NOTES-vit4x.md), and on MobileNetV2 dpr-fp8 a
+# segment plan replayed 1.3 % lower (69.24 vs 70.17 MB) measured 4.3 MiB *higher* under ORT's defaults
+# (176.2 vs 171.9 MiB, twice). ViT-tiny / GPT-tiny lossy: 31 % / 23 % lower (NOTES-vitmlp.md).
+SEGMENT_MARGIN = 0.05
 # Single-tensor candidates tried per held buffer and round (the greedy plan's last resort; see ``plan``).
 MAX_SINGLES = 8
 
@@ -370,13 +383,16 @@ class ReuseSignaturePass(OnnxcompPass):
     max_rounds = 40
 
     def __init__(self, order: str = "default", min_bytes: int = MIN_BYTES, keep_fusions: bool = True,
-                 segments: int = SEGMENTS, lift_convs: bool = False) -> None:
+                 segments: int = SEGMENTS, segment_min_bytes: int = SEGMENT_MIN_BYTES,
+                 lift_convs: bool = False) -> None:
         super().__init__()
         self.order = order
         self.min_bytes = min_bytes
         # Lossy graphs only (keep_fusions False): the segment plan (see ``plan_segments``) with this many
         # stretches of the run order, taken where its replayed peak is lower than the greedy plan's; 0: never.
         self.segments = segments
+        # The segment plan's floor: the lower of the two (a caller's min_bytes=0 considers every buffer).
+        self.segment_min_bytes = min(segment_min_bytes, min_bytes)
         # False only for graphs that are lossy anyway: views may then break ORT's MatMul fusions (last-bit
         # differences in a product; NOTES-reuse.md measured GPT-tiny dpr-fp8 114.3 vs 120.7 MiB that way).
         self.keep_fusions = keep_fusions
@@ -392,7 +408,7 @@ class ReuseSignaturePass(OnnxcompPass):
         mode = "greedy"
         if not self.keep_fusions and self.segments > 0:
             seg = self.plan_segments(model, ctx)
-            if seg[0] and seg[2] < (after if chosen else before):
+            if seg[0] and seg[2] < (1 - SEGMENT_MARGIN) * (after if chosen else before):
                 chosen, before, after, known, elems = seg
                 mode = "segments"
         if not chosen:
@@ -540,7 +556,7 @@ class ReuseSignaturePass(OnnxcompPass):
     def plan_segments(self, model: ir.Model, ctx: _Replay | None = None) -> tuple[list[tuple[str, int]], int, int,
                                                                                   Shapes, dict[str, ir.DataType]]:
         """Segment plan: cut ORT's run order into ``segments`` equal stretches and give every liftable node
-        (a buffer of ``min_bytes`` or more, with a static shape) made in stretch s the leading axes s + 1.
+        (a buffer of ``segment_min_bytes`` or more, with a static shape) made in stretch s the leading axes s + 1.
 
         ORT's freelist hands a tensor the most recently freed buffer of its shape, however long ago that was
         freed; a shape shared by tensors all over the step therefore keeps its buffers from its first tensor's
@@ -556,7 +572,7 @@ class ReuseSignaturePass(OnnxcompPass):
         level: dict[int, int] = {}
         for b in buffers:
             i = ctx.producer[b.name]
-            if i in level or b.size < self.min_bytes or base.get(b.name) is None:
+            if i in level or b.size < self.segment_min_bytes or base.get(b.name) is None:
                 continue
             nd = ir_nodes.get(node_names[i])
             k = 1 + (i * self.segments) // n
