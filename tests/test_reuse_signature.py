@@ -159,6 +159,50 @@ def test_views_that_would_break_a_matmul_fusion_are_not_made() -> None:
     assert lossy == {"transpose": False, "matmul": True, "scale": True, "relu": False}
 
 
+def test_a_scale_in_front_of_a_matmul_behind_an_identity_is_not_viewed_away() -> None:
+    """ORT's MatMulScaleFusion also folds a scalar Mul/Div *in front of* a MatMul into FusedMatMul's alpha, after
+    eliminating Identity nodes: the attention backward's dQ = FusedMatMul(Identity(Mul(dS, scale)), K). A view on
+    the product's input (or on the Mul's output) keeps the Mul apart, and the product rounds differently (checked
+    on ORT here; GPT-tiny ``lossless`` b16 T256 lost bit-identity that way, NOTES-gptexact.md). A Mul of two
+    tensors (no scale to fold) still may be viewed."""
+    x = helper.make_tensor_value_info("x", F, [2, 4, 64, 64])
+    k = helper.make_tensor_value_info("k", F, [2, 4, 32, 64])
+    y = helper.make_tensor_value_info("y", F, [2, 4, 64, 32])
+    z = helper.make_tensor_value_info("z", F, [2, 4, 64, 32])
+    scale = helper.make_tensor("scale", F, [], [0.17677669])
+    nodes = [helper.make_node("Mul", ["x", "scale"], ["s"], name="scale"),
+             helper.make_node("Identity", ["s"], ["i"], name="identity"),
+             helper.make_node("FusedMatMul", ["i", "k"], ["q"], domain="com.microsoft", transB=1, name="dq"),
+             helper.make_node("Identity", ["q"], ["y"]),
+             helper.make_node("Div", ["x", "scale"], ["d"], name="divide"),
+             helper.make_node("MatMul", ["d", "k_t"], ["p"], name="product"),
+             helper.make_node("Mul", ["x", "x"], ["sq"], name="square"),
+             helper.make_node("MatMul", ["sq", "k_t"], ["r"], name="plain"),
+             helper.make_node("Add", ["p", "r"], ["a"], name="add"),
+             helper.make_node("Identity", ["a"], ["z"]),
+             helper.make_node("Transpose", ["k"], ["k_t"], perm=[0, 1, 3, 2], name="transpose")]
+    model = _model(nodes, [x, k], [y, z], [scale])
+    four = {n: (2, 4, 64, 64) for n in ("x", "s", "i", "d", "sq")} | {n: (2, 4, 64, 32) for n in ("q", "p", "r", "a")} | \
+        {"k_t": (2, 4, 64, 32)}
+    ir_model = ir.serde.deserialize_model(model)
+    outs = set(ir_model.graph.outputs)
+    lift = {n.name: liftable(n, outs, four) for n in ir_model.graph if n.name}
+    assert lift == {"scale": False, "identity": False, "dq": False, "divide": False, "product": False,
+                    "square": True, "plain": True, "add": True, "transpose": False}
+    lossy = {n.name: liftable(n, outs, four, keep_fusions=False) for n in ir_model.graph if n.name}
+    assert lossy["scale"] and lossy["dq"] and lossy["divide"] and lossy["product"]
+    # Why: the view makes ORT run the scale and the product apart, and the product's bits change.
+    dq = next(n for n in ir_model.graph if n.name == "dq")
+    _lift(dq, 2, IrGraphEditor(ir_model.graph), ir_model.graph, {}, four | {"k": (2, 4, 32, 64)},
+          {n: ir.DataType.FLOAT for n in ("i", "k", "q")})
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((2, 4, 64, 64)).astype(np.float32),
+             "k": rng.standard_normal((2, 4, 32, 64)).astype(np.float32)}
+    fused, viewed = _run(model, feeds)[0], _run(ir.serde.serialize_model(ir_model), feeds)[0]
+    np.testing.assert_allclose(viewed, fused, rtol=1e-5, atol=1e-5)
+    assert not np.array_equal(viewed, fused)
+
+
 def test_only_lossy_transforms_let_the_reuse_pass_break_fusions() -> None:
     from onnxcomp.passes.records import PassRecord
     from onnxcomp.transform import _lossy

@@ -16,10 +16,11 @@ Concat/Split get their axis shifted, and every reader of an output reads a ``Res
 shape. Views are zero-copy in ORT (Reshape and Unsqueeze alias their input). A change is kept only if the
 replayed peak drops (or stays while less is held overall); the records carry the predicted peaks.
 
-Views must not stand where ORT fuses ops, or ORT computes differently: a MatMul followed by a scalar Mul/Div
-becomes FusedMatMul(alpha), which scales inside the GEMM, and a Transpose feeding a MatMul is folded into it;
-those nodes are left alone (a view between MatMul and Mul changed GPT-tiny ``lossless``'s 4th loss). With
-that, losses stay bit-identical (NOTES-reuse.md).
+Views must not stand where ORT fuses ops, or ORT computes differently: a MatMul followed *or preceded* by a
+scalar Mul/Div becomes FusedMatMul(alpha), which scales inside the GEMM (ORT looks through Identity nodes: it
+removes them first), and a Transpose feeding a MatMul is folded into it; those nodes are left alone (a view
+between MatMul and Mul changed GPT-tiny ``lossless``'s 4th loss, NOTES-reuse.md; one between the attention
+backward's scale Mul and its dQ product its 3rd, NOTES-gptexact.md). With that, losses stay bit-identical.
 
 For lossy graphs a second plan competes (``plan_segments``, NOTES-vit4x.md): the run order cut into stretches,
 each with shapes of its own, so ORT's freelist never hands a buffer from one stretch to the next; the plan
@@ -97,18 +98,65 @@ def _key(node: ir.Node) -> tuple[str, str]:
     return (node.domain if node.domain != "ai.onnx" else "", node.op_type)
 
 
+MATMULS = {("", "MatMul"), (MS, "FusedMatMul")}
+SCALES = {("", "Mul"), ("", "Div")}
+
+
+def _scalar_constant(v: ir.Value | None) -> bool:
+    """Is ``v`` a one-element constant (an initializer, or a Constant node's output): a scale ORT's
+    MatMulScaleFusion can fold into FusedMatMul's alpha?"""
+    if v is None:
+        return False
+    p = v.producer()
+    tensor = v.const_value if p is None else \
+        (p.attributes["value"].value if p.op_type == "Constant" and "value" in p.attributes else None)
+    return tensor is not None and tensor.size == 1
+
+
+def _past_identities(v: ir.Value | None) -> ir.Node | None:
+    """``v``'s producer, looking through Identity nodes (ORT eliminates them before it fuses)."""
+    p = v.producer() if v is not None else None
+    while p is not None and _key(p) == ("", "Identity"):
+        p = p.inputs[0].producer() if p.inputs and p.inputs[0] is not None else None
+    return p
+
+
+def _readers_past_identities(node: ir.Node) -> list[ir.Node]:
+    """The nodes that read ``node``'s outputs, looking through Identity nodes."""
+    readers, todo = [], [u.node for o in node.outputs for u in o.uses()]
+    while todo:
+        r = todo.pop()
+        if _key(r) == ("", "Identity"):
+            todo += [u.node for o in r.outputs for u in o.uses()]
+        else:
+            readers.append(r)
+    return readers
+
+
+def _scales_input(scale: ir.Node) -> bool:
+    """Could ORT fold ``scale`` (a Mul/Div feeding a MatMul) into the MatMul's alpha: a Mul by a scalar
+    constant, or a Div by one."""
+    ins = [v for v in scale.inputs if v is not None]
+    return any(_scalar_constant(v) for v in (ins if _key(scale) == ("", "Mul") else ins[1:]))
+
+
 def _fuses_with_matmul(node: ir.Node) -> bool:
-    """Would a view around ``node`` break ORT's MatMul → scalar Mul/Div fusion into FusedMatMul(alpha)? The
-    fused GEMM scales inside; a view between them makes ORT run MatMul then Mul, which rounds differently
-    (GPT-tiny ``lossless``: the 4th measured loss moved from 3.4111740589 to 3.4111738205)."""
-    matmuls = {("", "MatMul"), (MS, "FusedMatMul")}
+    """Would a view around ``node`` break ORT's MatMulScaleFusion, which folds scalar Mul/Div behind *and in
+    front of* a MatMul into FusedMatMul(alpha)? The fused GEMM scales inside; a view between them makes ORT
+    run MatMul and Mul apart, which rounds differently (GPT-tiny ``lossless``: a view between MatMul and Mul
+    moved the 4th measured loss from 3.4111740589 to 3.4111738205; a view on the attention backward's
+    FusedMatMul input dQ = (dS·scale)·K, the scale Mul in front of it behind an Identity, gave exactly the same
+    moved loss, NOTES-gptexact.md). ORT eliminates Identity nodes first, so they are looked through."""
     key = _key(node)
-    producers = [v.producer() for v in node.inputs if v is not None and v.producer() is not None]
-    readers = [u.node for o in node.outputs for u in o.uses()]
-    if key in matmuls:
-        return any(_key(c) in {("", "Mul"), ("", "Div")} for c in readers)
-    if key in {("", "Mul"), ("", "Div")}:
-        return any(_key(p) in matmuls for p in producers)
+    producers = [_past_identities(v) for v in node.inputs if v is not None]
+    readers = _readers_past_identities(node)
+    if key in MATMULS:
+        # Behind: any Mul/Div reader (as before); in front: a scalar Mul/Div feeding an input.
+        return any(_key(c) in SCALES for c in readers) or \
+            any(p is not None and _key(p) in SCALES and _scales_input(p) for p in producers)
+    if key in SCALES:
+        return any(p is not None and _key(p) in MATMULS for p in producers) or \
+            (_scales_input(node) and any(_key(c) in MATMULS for c in readers))
     return False
 
 
