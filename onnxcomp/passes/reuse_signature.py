@@ -140,20 +140,26 @@ def _scales_input(scale: ir.Node) -> bool:
     return any(_scalar_constant(v) for v in (ins if _key(scale) == ("", "Mul") else ins[1:]))
 
 
+def _scaled_inputs(node: ir.Node) -> set[int]:
+    """Indices of a MatMul's inputs that a scalar Mul/Div makes (past Identity nodes): ORT folds those scales
+    into the product's alpha, so no view may stand between (see ``_fuses_with_matmul``)."""
+    return {i for i, v in enumerate(node.inputs) if v is not None and (p := _past_identities(v)) is not None
+            and _key(p) in SCALES and _scales_input(p)}
+
+
 def _fuses_with_matmul(node: ir.Node) -> bool:
-    """Would a view around ``node`` break ORT's MatMulScaleFusion, which folds scalar Mul/Div behind *and in
+    """Would views around ``node`` break ORT's MatMulScaleFusion, which folds scalar Mul/Div behind *and in
     front of* a MatMul into FusedMatMul(alpha)? The fused GEMM scales inside; a view between them makes ORT
     run MatMul and Mul apart, which rounds differently (GPT-tiny ``lossless``: a view between MatMul and Mul
     moved the 4th measured loss from 3.4111740589 to 3.4111738205; a view on the attention backward's
     FusedMatMul input dQ = (dS·scale)·K, the scale Mul in front of it behind an Identity, gave exactly the same
-    moved loss, NOTES-gptexact.md). ORT eliminates Identity nodes first, so they are looked through."""
+    moved loss, NOTES-gptexact.md). ORT eliminates Identity nodes first, so they are looked through. A MatMul
+    whose *input* is scaled is not refused here: ``liftable`` lifts its other input alone (see there)."""
     key = _key(node)
     producers = [_past_identities(v) for v in node.inputs if v is not None]
     readers = _readers_past_identities(node)
     if key in MATMULS:
-        # Behind: any Mul/Div reader (as before); in front: a scalar Mul/Div feeding an input.
-        return any(_key(c) in SCALES for c in readers) or \
-            any(p is not None and _key(p) in SCALES and _scales_input(p) for p in producers)
+        return any(_key(c) in SCALES for c in readers)
     if key in SCALES:
         return any(p is not None and _key(p) in MATMULS for p in producers) or \
             (_scales_input(node) and any(_key(c) in MATMULS for c in readers))
@@ -227,18 +233,25 @@ def liftable(node: ir.Node, graph_outputs: set[ir.Value], known: Shapes | None =
         attrs = {k: v.value for k, v in node.attributes.items()}
         if any(attrs.get(k, 0) for k in ("transA", "transBatchA", "transBatchB")):
             return False
+        # An input a scalar Mul/Div makes keeps no view (ORT folds the scale into the product's alpha): a
+        # batched product lifts its other input alone, and ORT's MatMul broadcasts the unlifted one over the
+        # leading axes of 1, the same GEMM per batch index, bit for bit (tests/test_reuse_signature.py).
+        idx = _lifted_inputs(node, known, keep_fusions)
+        if keep_fusions and set(idx) & _scaled_inputs(node):
+            return False
         # The segment plan (``transposes``) also keeps ORT's Transpose → MatMul folding: a view between them
         # makes ORT copy the Transpose and run a plain GEMM, which sums in another order (last bits).
-        lifted = [node.inputs[0]] + ([node.inputs[1]] if rb == r else [])
+        lifted = [node.inputs[i] for i in idx]
         return not (transposes and any(v.producer() is not None and _key(v.producer()) == ("", "Transpose")
                                        for v in lifted))
     return False
 
 
-def _lifted_inputs(node: ir.Node, known: Shapes) -> list[int]:
-    """Indices of the inputs that get the axes: a MatMul's left input (and its right one when batched), a
-    channel op's data inputs, none of a decoder's, else the full-rank ones (lower-rank inputs broadcast from
-    the right as before)."""
+def _lifted_inputs(node: ir.Node, known: Shapes, keep_fusions: bool = True) -> list[int]:
+    """Indices of the inputs that get the axes: a MatMul's left input (and its right one when batched; with
+    ``keep_fusions``, of a batched product only those no scalar Mul/Div makes, if one is left), a channel op's
+    data inputs, none of a decoder's, else the full-rank ones (lower-rank inputs broadcast from the right as
+    before)."""
     kind = lift_kind(node)
     if kind == "declared":
         return []
@@ -246,7 +259,10 @@ def _lifted_inputs(node: ir.Node, known: Shapes) -> list[int]:
         return list(TRAILING_OPS[_key(node)])
     r = _rank(node.outputs[0], known)
     if _key(node) in (("", "MatMul"), (MS, "FusedMatMul")):
-        return [0, 1] if _rank(node.inputs[1], known) == r else [0]
+        if _rank(node.inputs[1], known) != r:
+            return [0]
+        unscaled = [i for i in (0, 1) if i not in _scaled_inputs(node)] if keep_fusions else [0, 1]
+        return unscaled or [0, 1]
     return [i for i, v in enumerate(node.inputs) if v is not None and _rank(v, known) == r]
 
 
@@ -257,7 +273,7 @@ def lifted_shape(shape: tuple[int, ...] | list[int], k: int, kind: str) -> list[
 
 def _lift(node: ir.Node, k: int, editor: IrGraphEditor, graph: ir.Graph,
           views: dict[tuple[ir.Value, int], ir.Value], known: Shapes | None = None,
-          elems: dict[str, ir.DataType] | None = None) -> None:
+          elems: dict[str, ir.DataType] | None = None, keep_fusions: bool = True) -> None:
     """Give ``node``'s lifted outputs ``k`` axes of 1 (inputs through Unsqueeze views, readers through
     Reshape views back)."""
     known, elems = known or {}, elems or {}
@@ -267,7 +283,7 @@ def _lift(node: ir.Node, k: int, editor: IrGraphEditor, graph: ir.Graph,
         return v.dtype if v.dtype is not None else elems[v.name]
 
     key = _key(node)
-    idx = _lifted_inputs(node, known)
+    idx = _lifted_inputs(node, known, keep_fusions)
     for i in idx:
         v = node.inputs[i]
         view_key = (v, -k if kind == "trail" else k)
@@ -355,7 +371,7 @@ class ReuseSignaturePass(OnnxcompPass):
         views: dict[tuple[ir.Value, int], ir.Value] = {}
         by_name = {n.name: n for n in graph if n.name}
         for name, k in chosen:
-            _lift(by_name[name], k, editor, graph, views, known, elems)
+            _lift(by_name[name], k, editor, graph, views, known, elems, self.keep_fusions)
             outcome.records.append(PassRecord("moved", self.name, name, {
                 "node": name, "op": by_name[name].op_type, "pass": self.name, "leading_axes": k,
                 "reshaped": "leading axes of 1: ORT's buffer reuse no longer matches it to other tensors",
