@@ -17,10 +17,11 @@ shape. Channel ops (BatchNorm in training, its gradient) and convolutions (Conv,
 *trailing* axes of 1 instead. Views are zero-copy in ORT (Reshape and Unsqueeze alias their input). A change is
 kept only if the replayed peak drops (or stays while less is held overall); the records carry the predicted peaks.
 
-Views must not stand where ORT fuses ops, or ORT computes differently: a MatMul followed by a scalar Mul/Div
-becomes FusedMatMul(alpha), which scales inside the GEMM, and a Transpose feeding a MatMul is folded into it;
-those nodes are left alone (a view between MatMul and Mul changed GPT-tiny ``lossless``'s 4th loss). With
-that, losses stay bit-identical (NOTES-reuse.md).
+Views must not stand where ORT fuses ops, or ORT computes differently: a MatMul followed *or preceded* by a
+scalar Mul/Div becomes FusedMatMul(alpha), which scales inside the GEMM (ORT looks through Identity nodes: it
+removes them first), and a Transpose feeding a MatMul is folded into it; those nodes are left alone (a view
+between MatMul and Mul changed GPT-tiny ``lossless``'s 4th loss, NOTES-reuse.md; one between the attention
+backward's scale Mul and its dQ product its 3rd, NOTES-gptexact.md). With that, losses stay bit-identical.
 
 For lossy graphs a second plan competes (``plan_segments``, NOTES-vit4x.md): the run order cut into stretches,
 each with shapes of its own, so ORT's freelist never hands a buffer from one stretch to the next; the plan
@@ -137,18 +138,71 @@ def _key(node: ir.Node) -> tuple[str, str]:
     return (node.domain if node.domain != "ai.onnx" else "", node.op_type)
 
 
+MATMULS = {("", "MatMul"), (MS, "FusedMatMul")}
+SCALES = {("", "Mul"), ("", "Div")}
+
+
+def _scalar_constant(v: ir.Value | None) -> bool:
+    """Is ``v`` a one-element constant (an initializer, or a Constant node's output): a scale ORT's
+    MatMulScaleFusion can fold into FusedMatMul's alpha?"""
+    if v is None:
+        return False
+    p = v.producer()
+    tensor = v.const_value if p is None else \
+        (p.attributes["value"].value if p.op_type == "Constant" and "value" in p.attributes else None)
+    return tensor is not None and tensor.size == 1
+
+
+def _past_identities(v: ir.Value | None) -> ir.Node | None:
+    """``v``'s producer, looking through Identity nodes (ORT eliminates them before it fuses)."""
+    p = v.producer() if v is not None else None
+    while p is not None and _key(p) == ("", "Identity"):
+        p = p.inputs[0].producer() if p.inputs and p.inputs[0] is not None else None
+    return p
+
+
+def _readers_past_identities(node: ir.Node) -> list[ir.Node]:
+    """The nodes that read ``node``'s outputs, looking through Identity nodes."""
+    readers, todo = [], [u.node for o in node.outputs for u in o.uses()]
+    while todo:
+        r = todo.pop()
+        if _key(r) == ("", "Identity"):
+            todo += [u.node for o in r.outputs for u in o.uses()]
+        else:
+            readers.append(r)
+    return readers
+
+
+def _scales_input(scale: ir.Node) -> bool:
+    """Could ORT fold ``scale`` (a Mul/Div feeding a MatMul) into the MatMul's alpha: a Mul by a scalar
+    constant, or a Div by one."""
+    ins = [v for v in scale.inputs if v is not None]
+    return any(_scalar_constant(v) for v in (ins if _key(scale) == ("", "Mul") else ins[1:]))
+
+
+def _scaled_inputs(node: ir.Node) -> set[int]:
+    """Indices of a MatMul's inputs that a scalar Mul/Div makes (past Identity nodes): ORT folds those scales
+    into the product's alpha, so no view may stand between (see ``_fuses_with_matmul``)."""
+    return {i for i, v in enumerate(node.inputs) if v is not None and (p := _past_identities(v)) is not None
+            and _key(p) in SCALES and _scales_input(p)}
+
+
 def _fuses_with_matmul(node: ir.Node) -> bool:
-    """Would a view around ``node`` break ORT's MatMul → scalar Mul/Div fusion into FusedMatMul(alpha)? The
-    fused GEMM scales inside; a view between them makes ORT run MatMul then Mul, which rounds differently
-    (GPT-tiny ``lossless``: the 4th measured loss moved from 3.4111740589 to 3.4111738205)."""
-    matmuls = {("", "MatMul"), (MS, "FusedMatMul")}
+    """Would views around ``node`` break ORT's MatMulScaleFusion, which folds scalar Mul/Div behind *and in
+    front of* a MatMul into FusedMatMul(alpha)? The fused GEMM scales inside; a view between them makes ORT
+    run MatMul and Mul apart, which rounds differently (GPT-tiny ``lossless``: a view between MatMul and Mul
+    moved the 4th measured loss from 3.4111740589 to 3.4111738205; a view on the attention backward's
+    FusedMatMul input dQ = (dS·scale)·K, the scale Mul in front of it behind an Identity, gave exactly the same
+    moved loss, NOTES-gptexact.md). ORT eliminates Identity nodes first, so they are looked through. A MatMul
+    whose *input* is scaled is not refused here: ``liftable`` lifts its other input alone (see there)."""
     key = _key(node)
-    producers = [v.producer() for v in node.inputs if v is not None and v.producer() is not None]
-    readers = [u.node for o in node.outputs for u in o.uses()]
-    if key in matmuls:
-        return any(_key(c) in {("", "Mul"), ("", "Div")} for c in readers)
-    if key in {("", "Mul"), ("", "Div")}:
-        return any(_key(p) in matmuls for p in producers)
+    producers = [_past_identities(v) for v in node.inputs if v is not None]
+    readers = _readers_past_identities(node)
+    if key in MATMULS:
+        return any(_key(c) in SCALES for c in readers)
+    if key in SCALES:
+        return any(p is not None and _key(p) in MATMULS for p in producers) or \
+            (_scales_input(node) and any(_key(c) in MATMULS for c in readers))
     return False
 
 
@@ -279,18 +333,25 @@ def liftable(node: ir.Node, graph_outputs: set[ir.Value], known: Shapes | None =
         attrs = {k: v.value for k, v in node.attributes.items()}
         if any(attrs.get(k, 0) for k in ("transA", "transBatchA", "transBatchB")):
             return False
+        # An input a scalar Mul/Div makes keeps no view (ORT folds the scale into the product's alpha): a
+        # batched product lifts its other input alone, and ORT's MatMul broadcasts the unlifted one over the
+        # leading axes of 1, the same GEMM per batch index, bit for bit (tests/test_reuse_signature.py).
+        idx = _lifted_inputs(node, known, keep_fusions)
+        if keep_fusions and set(idx) & _scaled_inputs(node):
+            return False
         # The segment plan (``transposes``) also keeps ORT's Transpose → MatMul folding: a view between them
         # makes ORT copy the Transpose and run a plain GEMM, which sums in another order (last bits).
-        lifted = [node.inputs[0]] + ([node.inputs[1]] if rb == r else [])
+        lifted = [node.inputs[i] for i in idx]
         return not (transposes and any(v.producer() is not None and _key(v.producer()) == ("", "Transpose")
                                        for v in lifted))
     return False
 
 
-def _lifted_inputs(node: ir.Node, known: Shapes) -> list[int]:
-    """Indices of the inputs that get the axes: a MatMul's left input (and its right one when batched), a
-    channel op's data inputs, none of a decoder's, else the full-rank ones (lower-rank inputs broadcast from
-    the right as before)."""
+def _lifted_inputs(node: ir.Node, known: Shapes, keep_fusions: bool = True) -> list[int]:
+    """Indices of the inputs that get the axes: a MatMul's left input (and its right one when batched; with
+    ``keep_fusions``, of a batched product only those no scalar Mul/Div makes, if one is left), a channel op's
+    data inputs, none of a decoder's, else the full-rank ones (lower-rank inputs broadcast from the right as
+    before)."""
     kind = lift_kind(node)
     if kind == "declared":
         return []
@@ -300,7 +361,10 @@ def _lifted_inputs(node: ir.Node, known: Shapes) -> list[int]:
         return list(TRAILING_OPS[_key(node)])
     r = _rank(node.outputs[0], known)
     if _key(node) in (("", "MatMul"), (MS, "FusedMatMul")):
-        return [0, 1] if _rank(node.inputs[1], known) == r else [0]
+        if _rank(node.inputs[1], known) != r:
+            return [0]
+        unscaled = [i for i in (0, 1) if i not in _scaled_inputs(node)] if keep_fusions else [0, 1]
+        return unscaled or [0, 1]
     return [i for i, v in enumerate(node.inputs) if v is not None and _rank(v, known) == r]
 
 
@@ -311,7 +375,7 @@ def lifted_shape(shape: tuple[int, ...] | list[int], k: int, kind: str) -> list[
 
 def _lift(node: ir.Node, k: int, editor: IrGraphEditor, graph: ir.Graph,
           views: dict[tuple[ir.Value, int], ir.Value], known: Shapes | None = None,
-          elems: dict[str, ir.DataType] | None = None) -> None:
+          elems: dict[str, ir.DataType] | None = None, keep_fusions: bool = True) -> None:
     """Give ``node``'s lifted outputs ``k`` axes of 1 (inputs through Unsqueeze views, readers through
     Reshape views back)."""
     known, elems = known or {}, elems or {}
@@ -321,7 +385,7 @@ def _lift(node: ir.Node, k: int, editor: IrGraphEditor, graph: ir.Graph,
         return v.dtype if v.dtype is not None else elems[v.name]
 
     key = _key(node)
-    idx = _lifted_inputs(node, known)
+    idx = _lifted_inputs(node, known, keep_fusions)
     for i in idx:
         v = node.inputs[i]
         view_key = (v, -k if kind == "trail" else k)
@@ -418,7 +482,7 @@ class ReuseSignaturePass(OnnxcompPass):
         views: dict[tuple[ir.Value, int], ir.Value] = {}
         by_name = {n.name: n for n in graph if n.name}
         for name, k in chosen:
-            _lift(by_name[name], k, editor, graph, views, known, elems)
+            _lift(by_name[name], k, editor, graph, views, known, elems, self.keep_fusions)
             outcome.records.append(PassRecord("moved", self.name, name, {
                 "node": name, "op": by_name[name].op_type, "pass": self.name, "leading_axes": k,
                 "reshaped": "leading axes of 1: ORT's buffer reuse no longer matches it to other tensors",
