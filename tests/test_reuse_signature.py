@@ -616,19 +616,18 @@ def test_convolutions_with_trailing_axes_change_no_value(op: str, group: int, st
     ir_model = ir.serde.deserialize_model(model)
     conv = next(n for n in ir_model.graph if n.name == "op")
     assert lift_kind(conv) == "trail" and max_axes(conv) == MAX_CONV_SPATIAL - 2
-    # A grouped ConvGrad is never offered (ORT's N-D ConvGrad with groups returns wrong gradients); the lift is
-    # still made here to show why.
+    # A grouped ConvGrad is never offered: ORT 1.19's N-D ConvGrad with groups returns wrong gradients and can
+    # corrupt the heap (a full test run aborted in free() after it), so it is not run here
+    # (docs/notes/cnndefaults.md records the wrong gradients it measured).
     assert liftable(conv, set(ir_model.graph.outputs)) is (op == "Conv" or group == 1)
+    if op == "ConvGrad" and group != 1:
+        return
     _lift(conv, k, IrGraphEditor(ir_model.graph), ir_model.graph, {})
     lifted = ir.serde.serialize_model(ir_model)
     onnx.checker.check_model(lifted)
     assert len(conv.outputs[0].shape) == 4 + k
     assert len(next(a for a in conv.attributes.values() if a.name == "kernel_shape").value) == 2 + k
-    results = list(zip(_run(lifted, feeds), _run(model, feeds)))
-    if op == "ConvGrad" and group != 1:     # what the exclusion guards against: wrong gradients
-        assert not all(np.array_equal(got, want) for got, want in results)
-        return
-    for got, want in results:
+    for got, want in zip(_run(lifted, feeds), _run(model, feeds)):
         np.testing.assert_array_equal(got, want)
 
 

@@ -45,7 +45,7 @@ import onnx_ir as ir
 
 from ..analysis import GraphAnalysis, TensorClass, analysis_of
 from .base import OnnxcompPass, PassOutcome, Skipped
-from .chunk_attention import AttentionRegion, _emit, dtype_of, value_shapes
+from .chunk_attention import AttentionRegion, _broadcast, _emit, dtype_of, value_shapes
 from .chunk_backward.regions import is_trigger
 from .editor import ir_taken_names
 from .records import PassRecord
@@ -178,15 +178,9 @@ def _infer_rows(nodes: list[ir.Node], shapes: dict[ir.Value, tuple[int, ...]], a
             continue
         ins = [known(v) for v in n.inputs if v is not None]
         if n.domain == MS_DOMAIN and n.op_type in _MS_ELEMENTWISE and ins and all(s is not None for s in ins):
-            rank = max(len(s) for s in ins)
-            dims = []
-            for k in range(rank):
-                ds = {s[k - rank + len(s)] for s in ins if k - rank + len(s) >= 0} - {1}
-                if len(ds) > 1:
-                    break
-                dims.append(ds.pop() if ds else 1)
-            else:
-                shapes[out] = tuple(dims)
+            dims = _broadcast(ins)
+            if dims is not None:
+                shapes[out] = dims
         elif n.op_type == "Reshape" and n.domain in ("", "ai.onnx") and ins and ins[0] is not None:
             target = _const_ints(n.inputs[1]) if len(n.inputs) > 1 else None
             if target is None or target.count(-1) > 1:
