@@ -32,6 +32,7 @@ would refuse that stash (see docs/chunking.md, "Where it runs in a policy"); dec
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,7 +41,7 @@ import onnx_ir as ir
 from ..analysis import GraphAnalysis, analysis_of
 from .base import OnnxcompPass, PassOutcome, Skipped, even_bounds
 from .chunk_backward.regions import is_trigger
-from .editor import IrGraphEditor, ir_taken_names, stable_toposort, unique_name
+from .editor import IrGraphEditor, const_array, ir_taken_names, stable_toposort, unique_name
 from .records import PassRecord
 
 MS_DOMAIN = "com.microsoft"
@@ -214,19 +215,24 @@ def dtype_of(analysis: GraphAnalysis, v: ir.Value) -> np.dtype:
     return np.dtype(np.float32)
 
 
+def shape_lookup(analysis: GraphAnalysis, shapes: dict[ir.Value, tuple[int, ...]]
+                 ) -> Callable[[ir.Value | None], tuple[int, ...] | None]:
+    """A value's static shape: from ``shapes`` (inferred here) first, else the analysis', else None."""
+    def known(v: ir.Value | None) -> tuple[int, ...] | None:
+        if v is None:
+            return None
+        if v in shapes:
+            return shapes[v]
+        t = analysis.tensors.get(v.name) if v.name else None
+        return t.shape if t is not None else None
+    return known
+
+
 def value_shapes(analysis: GraphAnalysis, nodes: list[ir.Node]) -> dict[ir.Value, tuple[int, ...]]:
     """Static shapes of the graph's values: the analysis' where it knows them, else inferred here for the
     separable ops (ORT's FusedMatMul, DropoutGrad, SoftmaxGrad have no ONNX shape inference)."""
     out: dict[ir.Value, tuple[int, ...]] = {}
-
-    def known(v: ir.Value | None) -> tuple[int, ...] | None:
-        if v is None:
-            return None
-        if v in out:
-            return out[v]
-        t = analysis.tensors.get(v.name) if v.name else None
-        return t.shape if t is not None else None
-
+    known = shape_lookup(analysis, out)
     for n in nodes:
         for v in n.outputs:
             s = known(v)
@@ -650,16 +656,8 @@ def _forward_site(analysis: GraphAnalysis, index: dict[ir.Node, int], shapes: di
 
 def _const_value(v: ir.Value | None) -> object:
     """The Python value of a one-element constant (initializer or Constant node), else None."""
-    if v is None:
-        return None
-    tensor = v.const_value
-    p = v.producer()
-    if tensor is None and p is not None and p.op_type == "Constant" and "value" in p.attributes:
-        tensor = p.attributes["value"].value
-    if tensor is None:
-        return None
-    array = tensor.numpy()
-    return array.reshape(-1)[0].item() if array.size == 1 else None
+    array = const_array(v)
+    return array.reshape(-1)[0].item() if array is not None and array.size == 1 else None
 
 
 def _prepare_forward(graph: ir.Graph, shapes: dict[ir.Value, tuple[int, ...]], chain: list[ir.Node],

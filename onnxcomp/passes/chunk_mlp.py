@@ -45,9 +45,9 @@ import onnx_ir as ir
 
 from ..analysis import GraphAnalysis, TensorClass, analysis_of
 from .base import OnnxcompPass, PassOutcome, Skipped
-from .chunk_attention import AttentionRegion, _broadcast, _emit, dtype_of, value_shapes
+from .chunk_attention import AttentionRegion, _broadcast, _emit, dtype_of, shape_lookup, value_shapes
 from .chunk_backward.regions import is_trigger
-from .editor import ir_taken_names
+from .editor import const_array, ir_taken_names
 from .records import PassRecord
 
 MS_DOMAIN = "com.microsoft"
@@ -69,14 +69,9 @@ def _attr(node: ir.Node, name: str, default: object) -> object:
 
 
 def _const_ints(v: ir.Value | None) -> list[int] | None:
-    """The int64 values of a constant (initializer or Constant node), else None."""
-    if v is None:
-        return None
-    tensor = v.const_value
-    p = v.producer()
-    if tensor is None and p is not None and p.op_type == "Constant" and "value" in p.attributes:
-        tensor = p.attributes["value"].value
-    return None if tensor is None else [int(x) for x in tensor.numpy().reshape(-1)]
+    """The integer values of a constant (initializer or Constant node), else None."""
+    array = const_array(v)
+    return None if array is None else [int(x) for x in array.reshape(-1)]
 
 
 def row_roles(node: ir.Node, shape: Callable[[ir.Value | None], tuple[int, ...] | None],
@@ -164,14 +159,7 @@ def _infer_rows(nodes: list[ir.Node], shapes: dict[ir.Value, tuple[int, ...]], a
     """Shapes the analysis and ``value_shapes`` leave open, for the ops a region may hold: com.microsoft's
     elementwise ops (Gelu, GeluGrad: no ONNX shape inference) broadcast their inputs; a Reshape to a constant
     shape resolves its -1 / 0. In node order, so chains resolve."""
-    def known(v: ir.Value | None) -> tuple[int, ...] | None:
-        if v is None:
-            return None
-        if v in shapes:
-            return shapes[v]
-        t = analysis.tensors.get(v.name) if v.name else None
-        return t.shape if t is not None else None
-
+    known = shape_lookup(analysis, shapes)
     for n in nodes:
         out = n.outputs[0] if n.outputs else None
         if out is None or not out.name or known(out) is not None:

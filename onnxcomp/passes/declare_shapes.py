@@ -25,6 +25,8 @@ the computation. Left alone: a declared shape, even a symbolic one (ORT reads it
 """
 from __future__ import annotations
 
+import math
+
 import onnx_ir as ir
 
 from .base import OnnxcompPass, PassOutcome
@@ -71,7 +73,7 @@ class DeclareShapesPass(OnnxcompPass):
         for value, shape, dtype in found:
             value.type = ir.TensorType(dtype)
             value.shape = ir.Shape(list(shape))
-        nbytes = sum(int(dtype.itemsize) * _count(shape) for _, shape, dtype in found)
+        nbytes = sum(int(dtype.itemsize) * math.prod(shape) for _, shape, dtype in found)
         outcome.records.append(PassRecord("moved", self.name, "value shapes", {
             "pass": self.name, "declared": len(found), "bytes": nbytes,
             "values": [v.name for v, _, _ in found],
@@ -80,9 +82,3 @@ class DeclareShapesPass(OnnxcompPass):
         outcome.modified = True
         return outcome
 
-
-def _count(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n

@@ -37,6 +37,17 @@ def unique_name(base: str, taken: set[str]) -> str:
     return name
 
 
+def const_array(v: ir.Value | None) -> np.ndarray | None:
+    """The values of a constant (initializer or Constant node), else None."""
+    if v is None:
+        return None
+    tensor = v.const_value
+    p = v.producer()
+    if tensor is None and p is not None and p.op_type == "Constant" and "value" in p.attributes:
+        tensor = p.attributes["value"].value
+    return None if tensor is None else tensor.numpy()
+
+
 def ir_taken_names(graph: ir.Graph) -> set[str]:
     """Every value and node name in use in the onnx-ir ``graph`` (what unique_name must avoid)."""
     names = {n.name for n in graph if n.name} | {v.name for n in graph for v in n.outputs if v.name}

@@ -39,7 +39,7 @@ from ..planner.buffers import Buffer
 from ..planner.ort_reuse import Signature, ort_signatures, planned_live, reuse_plan
 from ..custom_ops import contract
 from .base import OnnxcompPass, PassOutcome
-from .editor import IrGraphEditor, unique_name
+from .editor import IrGraphEditor, const_array, unique_name
 from .records import PassRecord
 
 MS = "com.microsoft"
@@ -145,12 +145,8 @@ SCALES = {("", "Mul"), ("", "Div")}
 def _scalar_constant(v: ir.Value | None) -> bool:
     """Is ``v`` a one-element constant (an initializer, or a Constant node's output): a scale ORT's
     MatMulScaleFusion can fold into FusedMatMul's alpha?"""
-    if v is None:
-        return False
-    p = v.producer()
-    tensor = v.const_value if p is None else \
-        (p.attributes["value"].value if p.op_type == "Constant" and "value" in p.attributes else None)
-    return tensor is not None and tensor.size == 1
+    array = const_array(v)
+    return array is not None and array.size == 1
 
 
 def _past_identities(v: ir.Value | None) -> ir.Node | None:
