@@ -13,8 +13,8 @@ from graphs import _CONV, TWO_CONV, parse
 from onnxcomp.cli import main
 from onnxcomp.errors import OnnxcompError
 from onnxcomp.passes import POLICIES, RowSplitPass
-from onnxcomp.planner.auto import (BudgetError, tightest_budget_for, Option, _Window, encoding_techniques, greedy, greedy_restarts, plan_auto,
-                                   virtual_live)
+from onnxcomp.planner.auto import (BudgetError, tightest_budget_for, Option, _Window, encoding_techniques, greedy,
+                                   greedy_restarts, plan_auto, virtual_live)
 from onnxcomp.planner.predict import predicted_peak
 from onnxcomp.transform import transform, transform_model
 
