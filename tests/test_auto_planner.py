@@ -13,8 +13,8 @@ from graphs import _CONV, TWO_CONV, parse
 from onnxcomp.cli import main
 from onnxcomp.errors import OnnxcompError
 from onnxcomp.passes import POLICIES, RowSplitPass
-from onnxcomp.planner.auto import (BudgetError, tightest_budget_for, Option, _Window, encoding_techniques, greedy, plan_auto,
-                                   virtual_live)
+from onnxcomp.planner.auto import (BudgetError, tightest_budget_for, Option, _Window, encoding_techniques, greedy,
+                                   greedy_restarts, plan_auto, virtual_live)
 from onnxcomp.planner.predict import predicted_peak
 from onnxcomp.transform import transform, transform_model
 
@@ -238,6 +238,43 @@ def test_greedy_stuck_keeps_its_lowest_curve() -> None:
     chosen, peak = greedy(base, windows, opt, {}, target=10)
     assert peak == 70 and set(chosen) == {"y"}
     assert virtual_live(base, windows, chosen).max() == peak
+
+
+
+def _blocked_by_a_cheap_choice() -> tuple[np.ndarray, dict[str, _Window], dict[str, list[Option]]]:
+    """c's sign bits are the cheapest per byte at the peak and are taken first; a's recomputation, which
+    reads c whole, then gains nothing (it would give c's saving back), though a rebuilt with c raw ends lower."""
+    base = np.array([10, 60, 100, 100, 60, 10], dtype=np.int64)
+    windows = {"a": _Window(0, 1, 4), "b": _Window(0, 2, 4), "c": _Window(0, 2, 4)}
+    opt = {"a": [Option("a", "recompute", True, 30, 0, 0.5, "", rebuilds=("a",), leaves=("c",))],
+           "b": [Option("b", "recompute", True, 20, 0, 0.5, "", rebuilds=("b",), leaves=("c",)),
+                 Option("b", "signbits", True, 20, 5, 0.1, "")],
+           "c": [Option("c", "signbits", True, 40, 5, 0.3, "")]}
+    return base, windows, opt
+
+
+def test_greedy_restarts_reach_below_a_greedy_blocked_by_its_first_choices() -> None:
+    base, windows, opt = _blocked_by_a_cheap_choice()
+    chosen, peak = greedy(base, windows, opt, {}, target=10)
+    assert peak == 70 and {(o.stash, o.technique) for o in chosen.values()} == {("b", "signbits"), ("c", "signbits")}
+    banned: set[tuple[str, str]] = set()
+    better, low = greedy_restarts(base, windows, opt, {}, target=10, banned=banned)
+    # a's recomputation forced in, c held raw; node 4 (60, no stash held there) is the floor.
+    assert low == 60 and {(o.stash, o.technique) for o in better.values()} == {("a", "recompute"), ("b", "signbits")}
+    assert virtual_live(base, windows, better).max() == low
+    # Banned options are not forced in: without a's recomputation nothing beats the greedy.
+    same, peak2 = greedy_restarts(base, windows, opt, {}, target=10, banned={("a", "recompute")})
+    assert peak2 == 70 and same == chosen
+
+
+def test_greedy_restarts_leave_a_greedy_that_meets_its_target_alone() -> None:
+    """Where the greedy meets the target, its (cheapest) choice is kept as it is; a restart that meets a target
+    the greedy misses is the one with the fewest seconds."""
+    base, windows, opt = _blocked_by_a_cheap_choice()
+    for target in (85, 70):
+        assert greedy_restarts(base, windows, opt, {}, target=target) == greedy(base, windows, opt, {}, target=target)
+    chosen, peak = greedy_restarts(base, windows, opt, {}, target=65)
+    assert peak <= 65 and sum(o.seconds for o in chosen.values()) == pytest.approx(0.6)
 
 
 # input -> Conv -> Relu (r) -> Conv (x) -> BatchNorm -> Relu (y) -> Conv. One joint RecomputePass run rebuilds
