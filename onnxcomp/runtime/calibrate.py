@@ -500,7 +500,7 @@ def calibrate(output: str | os.PathLike | None = None, *, plan: CalibrationPlan 
         what = plan.profile_dir or f"{plan.model} (batch {plan.model_batch}, {plan.model_image}x{plan.model_image})"
         say(f"profiling a training step of {what}")
         node_times, param_bytes = _profile_bundled(plan)
-        for name, (op, b, m) in node_times.features.items():
+        for name, (op, b, m, *_) in node_times.features.items():
             if name in node_times:
                 op_samples.append({"op": op, "nbytes": b, "macs": m, "seconds": node_times[name]})
         if param_bytes:
