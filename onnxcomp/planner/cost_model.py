@@ -429,11 +429,13 @@ def fit_op_types(samples: Iterable[tuple], min_samples: int = 3) -> dict[str, Li
 
 
 def profile_node_seconds(model_path_or_dir: str | os.PathLike, steps: int = 3, *, model: str | None = None,
-                         settings: Any = None, warmup: int = 1) -> NodeTimes:
+                         settings: Any = None, warmup: int | None = None) -> NodeTimes:
     """Per-node mean seconds of a training step from ORT's own profiler (``SessionOptions.enable_profiling``),
     in a fresh process (measure's allocator setting). model_path_or_dir: an artifact directory (graph
     ``training_model.onnx`` or ``model``) or a graph file inside one. settings: RuntimeSettings (default:
-    measure's). Returns a NodeTimes (a dict, with features and the step overhead)."""
+    measure's). warmup: steps run and discarded first (default: 2 with ORT's arena or memory pattern on, whose
+    second step still allocates, else 1; runtime.calibrate.settled_warmup). Returns a NodeTimes (a dict, with
+    features and the step overhead)."""
     from onnxcomp.runtime.calibrate import profile_training_step
 
     return profile_training_step(model_path_or_dir, steps=steps, model=model, settings=settings, warmup=warmup)
