@@ -332,3 +332,31 @@ def test_profiles_under_ort_arena_settings_discard_the_unsettled_second_step() -
     assert settled_warmup(RuntimeSettings()) == 1  # measure's settings: nothing to settle
     assert settled_warmup(RuntimeSettings(arena=True, mem_pattern=True, mem_reuse=True, execution_order="default")) == 2
     assert settled_warmup(RuntimeSettings(mem_pattern=True)) == 2
+
+
+def test_casts_are_priced_by_their_type_pair() -> None:
+    """A profile's cheap mask Casts (bool -> float) must not price a DPR Cast (float32 -> float16): the latter
+    has no same-kind node in the profile and comes from the calibrated Cast fit."""
+    from onnx import TensorProto, helper
+
+    from onnxcomp.planner.cost_model import node_features, op_kind
+
+    dtypes = {"m": "bool", "x": "float32", "h": "float16"}
+    unpack = helper.make_node("Cast", ["m"], ["f"], to=TensorProto.FLOAT, name="unpack")
+    encode = helper.make_node("Cast", ["x"], ["h"], to=TensorProto.FLOAT16, name="encode")
+    assert op_kind(unpack, {**dtypes, "f": "float32"}) == "Cast:bool->float32"
+    assert op_kind(encode, dtypes) == "Cast:float32->float16"
+    assert op_kind(helper.make_node("Relu", ["x"], ["y"]), dtypes) == "Relu"
+    cost = _cost_with({"Cast": (0.0, 1e-9, 0.0)})
+    mib = 1 << 20
+    masks = {f"mask{k}": ("Cast:bool->float32", (k + 1) * mib, 0.0) for k in range(4)}
+    times = NodeTimes({n: 1e-10 * f[1] for n, f in masks.items()}, features=masks)
+    assert cost.op_seconds(encode, mib, times, in_bytes=2 * mib, kind="Cast:float32->float16") == \
+        pytest.approx(1e-9 * 3 * mib)
+    assert cost.op_seconds(encode, mib, times, in_bytes=2 * mib, kind="Cast:bool->float32") == \
+        pytest.approx(1e-10 * 3 * mib)  # the same bytes as a mask unpack: the profile's own fit
+    # node_features records the kind, so a profile keys its Casts by type pair
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])
+    h = helper.make_tensor_value_info("h", TensorProto.FLOAT16, [4, 8])
+    model = helper.make_model(helper.make_graph([encode], "g", [x], [h]), opset_imports=[helper.make_opsetid("", 17)])
+    assert node_features(model)["encode"][0] == "Cast:float32->float16"

@@ -238,15 +238,18 @@ class CostModel:
                        key=lambda f: f.predict(codec_features(1 << 23, 1.0))) for d in DIRECTIONS}
 
     def op_seconds(self, node: onnx.NodeProto, out_bytes: int, node_seconds: dict[str, float] | None = None,
-                   macs: float = 0.0, in_bytes: int = 0, conv_work: tuple[float, float] = (0.0, 0.0)) -> float:
+                   macs: float = 0.0, in_bytes: int = 0, conv_work: tuple[float, float] = (0.0, 0.0),
+                   kind: str | None = None) -> float:
         """Seconds of one ORT node: its measured time when ``node_seconds`` (a profile) has its name, else the
         per-op-type model (a profile carrying features refits it on that graph first; see NodeTimes).
         out_bytes, in_bytes: bytes of the node's outputs and inputs (the model's size feature is their sum: give
         in_bytes too, or ops that read more than they write, like accumulators and gradients, come out low);
         macs: its multiply-accumulates (``node_macs``), 0 if unknown; conv_work: ``node_conv_work`` (weight-pass
-        bytes, GEMM calls) of a convolution, used with a profile."""
+        bytes, GEMM calls) of a convolution, used with a profile; kind: ``op_kind`` of the node (default its op
+        type): what the profile's times and refitted models are keyed by."""
         traffic = node_traffic(node, int(in_bytes), int(out_bytes))
-        if node_seconds is not None and node.name in node_seconds and _same_op(node, node_seconds):
+        kind = kind or node.op_type
+        if node_seconds is not None and node.name in node_seconds and _same_op(kind, node.name, node_seconds):
             return float(node_seconds[node.name])
         local = node_seconds.local_op_fits() if isinstance(node_seconds, NodeTimes) else {}
         here = local_op_features(traffic, macs, *conv_work)
@@ -254,8 +257,8 @@ class CostModel:
         if original is not None:  # a clone (recomputation, chunking): its original's time, scaled
             t = float(node_seconds[original])
             feats = getattr(node_seconds, "features", {}).get(original)
-            if feats is not None and feats[0] == node.op_type:
-                scaled = _scale_by_fit(local.get(node.op_type), t, local_op_features(*feats[1:]), here)
+            if feats is not None and feats[0] == kind:
+                scaled = _scale_by_fit(local.get(kind), t, local_op_features(*feats[1:]), here)
                 if scaled is not None:
                     return scaled
                 if feats[1] > 0 and traffic > 0:
@@ -268,9 +271,9 @@ class CostModel:
                 # its profiled time scaled by the refitted model (MACs, weight passes, calls), else per MAC
                 scaled = _scale_by_fit(local.get(node.op_type), t, local_op_features(*feats[1:]), here)
                 return scaled if scaled is not None else t * macs / feats[2]
-            if node.op_type in local:
-                return max(local[node.op_type].predict(here), 0.0)
-        fit = self.ops.get(node.op_type) or self.ops["*"]
+            if kind in local:
+                return max(local[kind].predict(here), 0.0)
+        fit = self.ops.get(kind) or self.ops.get(node.op_type) or self.ops["*"]
         # The calibrated fit, at the speed the profile saw (1.0 without a profile; see NodeTimes.slowdown).
         if not isinstance(node_seconds, NodeTimes):
             return max(fit.predict(op_features(traffic, macs)), 0.0)
@@ -283,12 +286,12 @@ class CostModel:
         return max(self.step_overhead.predict((1.0, float(param_bytes))), 0.0)
 
 
-def _same_op(node: onnx.NodeProto, node_seconds: dict[str, float]) -> bool:
-    """Whether the profiled node of ``node``'s name ran the same op. A pass may keep a node's name and change
-    what it runs (ReluGrad on a sign mask rewritten as Mul, passes/mask_grad.py): that node is new to the
-    profile, not the profiled one. True when the profile records no op types (a plain dict)."""
-    feats = getattr(node_seconds, "features", {}).get(node.name)
-    return feats is None or feats[0] == node.op_type
+def _same_op(kind: str, name: str, node_seconds: dict[str, float]) -> bool:
+    """Whether the profiled node ``name`` ran the same op (``op_kind``). A pass may keep a node's name and
+    change what it runs (ReluGrad on a sign mask rewritten as Mul, passes/mask_grad.py): that node is new to
+    the profile, not the profiled one. True when the profile records no op types (a plain dict)."""
+    feats = getattr(node_seconds, "features", {}).get(name)
+    return feats is None or feats[0] == kind
 
 
 def _scale_by_fit(fit: LinearFit | None, seconds: float, profiled: tuple[float, ...],
@@ -530,11 +533,22 @@ def node_conv_work(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...] | Non
     return float(x[0]) * float(w_bytes), float(x[0]) * float(group)
 
 
+def op_kind(node: onnx.NodeProto, dtypes: dict[str, str]) -> str:
+    """What a node's time is keyed by in a profile: its op type, except Cast, whose cost depends on the type
+    pair ("Cast:bool->float32" unpacks a mask at ~0.1 ns/B; "Cast:float32->float16", DPR's encoder, is a
+    conversion ORT 1.19.2 runs ~10× slower per byte). A profile's cheap mask Casts must not price a DPR Cast
+    (MobileNetV2 dpr-fp16 under ORT's defaults was predicted 27 % fast from them, NOTES-costall.md)."""
+    if node.op_type != "Cast" or not node.input:
+        return node.op_type
+    dst = dtypes.get(node.output[0], "?") if node.output else "?"
+    return f"Cast:{dtypes.get(node.input[0], '?')}->{dst}"
+
+
 def node_features(model: onnx.ModelProto) -> dict[str, tuple[str, int, float, float, float]]:
     """Per named node: (op type, bytes it reads and writes, MACs, weight-pass bytes, GEMM calls) from static
     shapes: the op model's inputs (the last two are node_conv_work's; 0 for ops other than convolutions)."""
-    shapes, nbytes = _tensor_shapes(model)
-    return {node.name: (node.op_type, node_traffic(node, sum(nbytes.get(t, 0) for t in node.input if t),
+    shapes, nbytes, dtypes = _tensor_shapes(model)
+    return {node.name: (op_kind(node, dtypes), node_traffic(node, sum(nbytes.get(t, 0) for t in node.input if t),
                                                    sum(nbytes.get(t, 0) for t in node.output if t)),
                         node_macs(node, shapes), *node_conv_work(node, shapes, nbytes))
             for node in model.graph.node if node.name}
@@ -548,14 +562,16 @@ def _pad_features(v: Iterable[Any]) -> tuple[str, int, float, float, float]:
     return str(v[0]), int(v[1]), float(v[2]), float(v[3]), float(v[4])
 
 
-def _tensor_shapes(model: onnx.ModelProto) -> tuple[dict[str, tuple[int, ...] | None], dict[str, int]]:
-    """(shape, bytes) of every tensor onnxcomp's analysis can resolve; codec payloads get no bytes."""
+def _tensor_shapes(model: onnx.ModelProto) -> tuple[dict[str, tuple[int, ...] | None], dict[str, int], dict[str, str]]:
+    """(shape, bytes, dtype name) of every tensor onnxcomp's analysis can resolve; codec payloads get no
+    bytes."""
     from onnxcomp.analysis.shapes import resolve_shapes
 
     types = resolve_shapes(model)
     shapes = {n: t.shape for n, t in types.items()}
     nbytes = {n: int(t.nbytes) for n, t in types.items() if t.nbytes is not None}
-    return shapes, nbytes
+    dtypes = {n: str(t.dtype) for n, t in types.items() if t.dtype is not None}
+    return shapes, nbytes, dtypes
 
 
 _RELU_LIKE = {"Relu", "LeakyRelu", "Clip", "MaxPool"}
@@ -579,7 +595,7 @@ def predict_step(model: onnx.ModelProto, cost: CostModel, node_seconds: dict[str
     stashed tensor name (default: 0.5 for outputs of ReLU-like ops, 1.0 otherwise)."""
     from onnxcomp.custom_ops.contract import codec_op, parse_params
 
-    shapes, nbytes = _tensor_shapes(model)
+    shapes, nbytes, dtypes = _tensor_shapes(model)
     producers = {o: n for n in model.graph.node for o in n.output if o}
     # Encoder input bytes by stash name, for decoders whose output shape inference could not reach.
     enc_bytes: dict[str, int] = {}
@@ -611,7 +627,7 @@ def predict_step(model: onnx.ModelProto, cost: CostModel, node_seconds: dict[str
             out_b = sum(nbytes.get(o, 0) for o in node.output if o)
             in_b = sum(nbytes.get(i, 0) for i in node.input if i)
             t = cost.op_seconds(node, out_b, node_seconds, macs=node_macs(node, shapes), in_bytes=in_b,
-                                conv_work=node_conv_work(node, shapes, nbytes))
+                                conv_work=node_conv_work(node, shapes, nbytes), kind=op_kind(node, dtypes))
             ort_total += t
         per_node[key] = t
     if isinstance(node_seconds, NodeTimes):
