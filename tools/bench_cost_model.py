@@ -96,7 +96,8 @@ def run(args: argparse.Namespace) -> None:
                     _save(out, data)
                     continue
                 rec.pop("error", None)
-                rec.update(measured_s=m.step_time_s, measured_steps_s=m.step_times_s, load=[load0, os.getloadavg()[0]])
+                rec.update(measured_s=m.step_time_s, measured_steps_s=m.step_times_s, load=[load0, os.getloadavg()[0]],
+                           peak_bytes=m.peak_bytes, growth_bytes=m.growth_bytes, measured_at=time.time())
             if args.codec_error and pred.codec_nodes and name == "measure" and ("codec_profile" not in rec or args.reprofile):
                 p = profile_node_seconds(art, model=g, steps=1, settings=settings)
                 measured = {n: p.get(n, 0.0) for n in pred.codec_nodes}

@@ -100,6 +100,15 @@ def op_features(nbytes: float, macs: float) -> tuple[float, float, float]:
     return 1.0, float(nbytes), float(macs)
 
 
+def local_op_features(nbytes: float, macs: float, weight_pass_bytes: float = 0.0,
+                      gemm_calls: float = 0.0) -> tuple[float, float, float, float, float]:
+    """Regressors of the op model refitted on a profile (NodeTimes.local_op_fits): op_features plus, for
+    convolutions, the bytes of weight streamed once per image (and dW accumulated once per image) and the
+    number of per-image, per-group GEMM calls (``node_conv_work``). Zero for every other op, so the columns
+    drop out of their fits."""
+    return 1.0, float(nbytes), float(macs), float(weight_pass_bytes), float(gemm_calls)
+
+
 # ------------------------------------------------------------------------------------------------ machine
 def machine_info() -> dict[str, Any]:
     """What a calibration is only valid for: core count, CPU model, codec backend."""
@@ -229,30 +238,42 @@ class CostModel:
                        key=lambda f: f.predict(codec_features(1 << 23, 1.0))) for d in DIRECTIONS}
 
     def op_seconds(self, node: onnx.NodeProto, out_bytes: int, node_seconds: dict[str, float] | None = None,
-                   macs: float = 0.0, in_bytes: int = 0) -> float:
+                   macs: float = 0.0, in_bytes: int = 0, conv_work: tuple[float, float] = (0.0, 0.0),
+                   kind: str | None = None) -> float:
         """Seconds of one ORT node: its measured time when ``node_seconds`` (a profile) has its name, else the
         per-op-type model (a profile carrying features refits it on that graph first; see NodeTimes).
         out_bytes, in_bytes: bytes of the node's outputs and inputs (the model's size feature is their sum: give
         in_bytes too, or ops that read more than they write, like accumulators and gradients, come out low);
-        macs: its multiply-accumulates (``node_macs``), 0 if unknown."""
+        macs: its multiply-accumulates (``node_macs``), 0 if unknown; conv_work: ``node_conv_work`` (weight-pass
+        bytes, GEMM calls) of a convolution, used with a profile; kind: ``op_kind`` of the node (default its op
+        type): what the profile's times and refitted models are keyed by."""
         traffic = node_traffic(node, int(in_bytes), int(out_bytes))
-        if node_seconds is not None and node.name in node_seconds:
+        kind = kind or node.op_type
+        if node_seconds is not None and node.name in node_seconds and _same_op(kind, node.name, node_seconds):
             return float(node_seconds[node.name])
+        local = node_seconds.local_op_fits() if isinstance(node_seconds, NodeTimes) else {}
+        here = local_op_features(traffic, macs, *conv_work)
         original = _original_name(node.name, node_seconds) if node_seconds else None
-        if original is not None:  # a clone (recomputation, chunking): its original's time, per output byte
+        if original is not None:  # a clone (recomputation, chunking): its original's time, scaled
             t = float(node_seconds[original])
             feats = getattr(node_seconds, "features", {}).get(original)
-            if feats is not None and feats[0] == node.op_type and feats[1] > 0 and traffic > 0:
-                t *= traffic / feats[1]
+            if feats is not None and feats[0] == kind:
+                scaled = _scale_by_fit(local.get(kind), t, local_op_features(*feats[1:]), here)
+                if scaled is not None:
+                    return scaled
+                if feats[1] > 0 and traffic > 0:
+                    t *= traffic / feats[1]
             return t
         if isinstance(node_seconds, NodeTimes):
             sibling = node_seconds.same_weights(node)
-            if sibling is not None and macs > 0:  # a row block / chunk of a profiled conv: its time per MAC
-                return float(node_seconds[sibling]) * macs / node_seconds.features[sibling][2]
-            local = node_seconds.local_op_fits()
-            if node.op_type in local:
-                return max(local[node.op_type].predict(op_features(traffic, macs)), 0.0)
-        fit = self.ops.get(node.op_type) or self.ops["*"]
+            if sibling is not None and macs > 0:  # a row block / chunk of a profiled conv
+                t, feats = float(node_seconds[sibling]), node_seconds.features[sibling]
+                # its profiled time scaled by the refitted model (MACs, weight passes, calls), else per MAC
+                scaled = _scale_by_fit(local.get(node.op_type), t, local_op_features(*feats[1:]), here)
+                return scaled if scaled is not None else t * macs / feats[2]
+            if kind in local:
+                return max(local[kind].predict(here), 0.0)
+        fit = self.ops.get(kind) or self.ops.get(node.op_type) or self.ops["*"]
         # The calibrated fit, at the speed the profile saw (1.0 without a profile; see NodeTimes.slowdown).
         if not isinstance(node_seconds, NodeTimes):
             return max(fit.predict(op_features(traffic, macs)), 0.0)
@@ -263,6 +284,28 @@ class CostModel:
     def overhead_seconds(self, param_bytes: int) -> float:
         """A step's time outside the training graph (optimizer, feeds) when the graph was not profiled."""
         return max(self.step_overhead.predict((1.0, float(param_bytes))), 0.0)
+
+
+def _same_op(kind: str, name: str, node_seconds: dict[str, float]) -> bool:
+    """Whether the profiled node ``name`` ran the same op (``op_kind``). A pass may keep a node's name and
+    change what it runs (ReluGrad on a sign mask rewritten as Mul, passes/mask_grad.py): that node is new to
+    the profile, not the profiled one. True when the profile records no op types (a plain dict)."""
+    feats = getattr(node_seconds, "features", {}).get(name)
+    return feats is None or feats[0] == kind
+
+
+def _scale_by_fit(fit: LinearFit | None, seconds: float, profiled: tuple[float, ...],
+                  new: tuple[float, ...]) -> float | None:
+    """A profiled node's ``seconds`` carried over to a variant of it (a clone, a row block, a batch chunk) by
+    the ratio of the fitted times: the profile's own time stays the anchor, the fit only says how much the
+    variant's work differs. None when there is no usable fit (fewer than 3 nodes of the type, or a fit that
+    predicts nothing for the profiled node)."""
+    if fit is None:
+        return None
+    base = fit.predict(profiled)
+    if base <= 0:
+        return None
+    return seconds * max(fit.predict(new), 0.0) / base
 
 
 # Passes name a node they clone "<original>__<what>" (then "_<k>" when taken): recompute, chunking.
@@ -289,14 +332,15 @@ def _short(exc: BaseException) -> str:
 # ------------------------------------------------------------------------------------------------ profiles
 class NodeTimes(dict):
     """``{node name: mean seconds}`` of one profiled training step, plus what the profile saw of each node
-    (``features[name] = (op_type, bytes read + written, macs)``) and the step's time outside the graph's nodes
-    (``overhead_seconds``: optimizer step, feeds; ``step_seconds``: the timed whole step)."""
+    (``features[name] = (op_type, bytes read + written, macs, weight-pass bytes, GEMM calls)``, see
+    node_features) and the step's time outside the graph's nodes (``overhead_seconds``: optimizer step, feeds;
+    ``step_seconds``: the timed whole step)."""
 
-    def __init__(self, times: dict[str, float] | None = None, *, features: dict[str, tuple[str, int, float]] | None = None,
+    def __init__(self, times: dict[str, float] | None = None, *, features: dict[str, tuple] | None = None,
                  step_seconds: float = 0.0, overhead_seconds: float = 0.0, settings: dict[str, Any] | None = None,
                  weights: dict[str, str] | None = None):
         super().__init__(times or {})
-        self.features = dict(features or {})
+        self.features = {k: _pad_features(v) for k, v in (features or {}).items()}
         self.weights = dict(weights or {})  # node name -> the parameter it convolves / multiplies with
         self.step_seconds = float(step_seconds)
         self.overhead_seconds = float(overhead_seconds)
@@ -308,7 +352,7 @@ class NodeTimes(dict):
     def dispatch_seconds(self) -> float:
         """Median profiled time of the nodes that move < 64 KiB and do no MACs: what any node costs ORT to run
         (0.0 when the profile has none)."""
-        tiny = [self[n] for n, (_, nbytes, macs) in self.features.items()
+        tiny = [self[n] for n, (_, nbytes, macs, *_) in self.features.items()
                 if nbytes < _TINY_BYTES and not macs and self.get(n, 0.0) > 0]
         return float(np.median(tiny)) if tiny else 0.0
 
@@ -321,7 +365,7 @@ class NodeTimes(dict):
         if self._slowdown is not None and self._slowdown[0] == id(cost):
             return self._slowdown[1]
         measured = fitted = 0.0
-        for name, (op, nbytes, macs) in self.features.items():
+        for name, (op, nbytes, macs, *_) in self.features.items():
             fit = cost.ops.get(op)
             if fit is None or macs or nbytes < _SLOWDOWN_MIN_BYTES or op in VIEW_OPS or self.get(name, 0.0) <= 0:
                 continue
@@ -332,10 +376,12 @@ class NodeTimes(dict):
         return factor
 
     def local_op_fits(self) -> dict[str, LinearFit]:
-        """Per op type, the op model refitted on this profile (op types with ≥ 3 profiled nodes)."""
+        """Per op type, the op model refitted on this profile (op types with ≥ 3 profiled nodes), over
+        local_op_features: a convolution's time also grows with the weight it streams per image and its GEMM
+        calls, which a row block or a batch chunk does not shrink the way it shrinks MACs."""
         if self._local is None:
-            self._local = fit_op_types(
-                (op, b, m, self[name]) for name, (op, b, m) in self.features.items() if name in self)
+            self._local = fit_op_types((op, *rest, self[name]) for name, (op, *rest) in self.features.items()
+                                       if name in self)
         return self._local
 
     def same_weights(self, node: onnx.NodeProto) -> str | None:
@@ -356,27 +402,29 @@ class NodeTimes(dict):
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "NodeTimes":
-        return cls(d["times"], features={k: (v[0], int(v[1]), float(v[2])) for k, v in d["features"].items()},
+        return cls(d["times"], features=d["features"],
                    step_seconds=d.get("step_seconds", 0.0), overhead_seconds=d.get("overhead_seconds", 0.0),
                    settings=d.get("settings"), weights=d.get("weights"))
 
 
-def fit_op_types(samples: Iterable[tuple[str, int, float, float]], min_samples: int = 3) -> dict[str, LinearFit]:
-    """Per op type, ``time ≈ a + b·bytes + c·macs`` from (op_type, bytes read + written, macs, seconds) samples;
-    a column constant over a type's samples is left out (coefficient 0; the intercept carries it)."""
-    by_type: dict[str, list[tuple[float, float, float]]] = {}
-    for op, b, m, t in samples:
-        if t > 0:
-            by_type.setdefault(op, []).append((float(b), float(m), float(t)))
+def fit_op_types(samples: Iterable[tuple], min_samples: int = 3) -> dict[str, LinearFit]:
+    """Per op type, ``time ≈ a + Σ coef·feature`` from (op_type, feature…, seconds) samples: (op, bytes read +
+    written, macs, seconds) gives the op_features model, (op, bytes, macs, weight-pass bytes, GEMM calls,
+    seconds) the local_op_features one. A column constant over a type's samples is left out (coefficient
+    0; the intercept carries it)."""
+    by_type: dict[str, list[tuple[float, ...]]] = {}
+    for op, *rest in samples:
+        if rest[-1] > 0:
+            by_type.setdefault(op, []).append(tuple(float(v) for v in rest))
     fits: dict[str, LinearFit] = {}
     for op, rows in by_type.items():
         if len(rows) < min_samples:
             continue
         arr = np.asarray(rows)
-        x = np.column_stack([np.ones(len(arr)), arr[:, 0], arr[:, 1]])
-        used = [0] + [j for j in (1, 2) if np.ptp(x[:, j]) > 0]
-        fit = fit_linear(x[:, used], arr[:, 2])
-        coef = [0.0, 0.0, 0.0]
+        x = np.column_stack([np.ones(len(arr)), arr[:, :-1]])
+        used = [0] + [j for j in range(1, x.shape[1]) if np.ptp(x[:, j]) > 0]
+        fit = fit_linear(x[:, used], arr[:, -1])
+        coef = [0.0] * x.shape[1]
         for j, c in zip(used, fit.coef):
             coef[j] = c
         fits[op] = LinearFit(tuple(coef), fit.r2, fit.mean_rel_err, fit.rae, fit.samples)
@@ -384,11 +432,13 @@ def fit_op_types(samples: Iterable[tuple[str, int, float, float]], min_samples: 
 
 
 def profile_node_seconds(model_path_or_dir: str | os.PathLike, steps: int = 3, *, model: str | None = None,
-                         settings: Any = None, warmup: int = 1) -> NodeTimes:
+                         settings: Any = None, warmup: int | None = None) -> NodeTimes:
     """Per-node mean seconds of a training step from ORT's own profiler (``SessionOptions.enable_profiling``),
     in a fresh process (measure's allocator setting). model_path_or_dir: an artifact directory (graph
     ``training_model.onnx`` or ``model``) or a graph file inside one. settings: RuntimeSettings (default:
-    measure's). Returns a NodeTimes (a dict, with features and the step overhead)."""
+    measure's). warmup: steps run and discarded first (default: 2 with ORT's arena or memory pattern on, whose
+    second step still allocates, else 1; runtime.calibrate.settled_warmup). Returns a NodeTimes (a dict, with
+    features and the step overhead)."""
     from onnxcomp.runtime.calibrate import profile_training_step
 
     return profile_training_step(model_path_or_dir, steps=steps, model=model, settings=settings, warmup=warmup)
@@ -414,6 +464,7 @@ def node_traffic(node: onnx.NodeProto, in_bytes: int, out_bytes: int) -> int:
 
 
 _MAC_OPS = {"Conv", "ConvGrad", "Gemm", "MatMul", "ConvTranspose", "FusedConv", "FusedGemm", "FusedMatMul"}
+_CONV_OPS = frozenset({"Conv", "FusedConv", "ConvTranspose", "ConvGrad"})
 
 
 def node_macs(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...] | None]) -> float:
@@ -460,22 +511,67 @@ def node_weights(model: onnx.ModelProto) -> dict[str, str]:
     return {n.name: w for n in model.graph.node if n.name and (w := weight_input(n)) is not None}
 
 
-def node_features(model: onnx.ModelProto) -> dict[str, tuple[str, int, float]]:
-    """Per named node: (op type, bytes it reads and writes, MACs) from static shapes: the op model's inputs."""
-    shapes, nbytes = _tensor_shapes(model)
-    return {node.name: (node.op_type, node_traffic(node, sum(nbytes.get(t, 0) for t in node.input if t),
+def node_conv_work(node: onnx.NodeProto, shapes: dict[str, tuple[int, ...] | None],
+                   nbytes: dict[str, int]) -> tuple[float, float]:
+    """(weight-pass bytes, GEMM calls) of a Conv / ConvGrad / ConvTranspose node; (0, 0) for other ops.
+
+    ORT's CPU convolution kernels run one im2col + GEMM per image and group: ConvGrad accumulates the whole
+    dW once per image and (for dX) reads the whole W once per image, Conv streams W once per image. Their
+    time therefore has a term in batch × weight bytes and one per GEMM call (batch × groups) besides the
+    MACs. A row block keeps the batch and the weight and only shrinks the MACs, so these are what a block
+    of a late, weight-heavy layer costs on top of its share of MACs (ResNet-18 at 64×64: layer4's ConvGrad
+    takes 2.5× layer1's at the same MACs)."""
+    if node.op_type not in _CONV_OPS:
+        return 0.0, 0.0
+    x_slot, w_slot = (1, 2) if node.op_type == "ConvGrad" else (0, 1)
+    if len(node.input) <= w_slot:
+        return 0.0, 0.0
+    x, w_bytes = shapes.get(node.input[x_slot]), nbytes.get(node.input[w_slot], 0)
+    if not x or not w_bytes:
+        return 0.0, 0.0
+    group = next((a.i for a in node.attribute if a.name == "group"), 1) or 1
+    return float(x[0]) * float(w_bytes), float(x[0]) * float(group)
+
+
+def op_kind(node: onnx.NodeProto, dtypes: dict[str, str]) -> str:
+    """What a node's time is keyed by in a profile: its op type, except Cast, whose cost depends on the type
+    pair ("Cast:bool->float32" unpacks a mask at ~0.1 ns/B; "Cast:float32->float16", DPR's encoder, is a
+    conversion ORT 1.19.2 runs ~10× slower per byte). A profile's cheap mask Casts must not price a DPR Cast
+    (MobileNetV2 dpr-fp16 under ORT's defaults was predicted 27 % fast from them, NOTES-costall.md)."""
+    if node.op_type != "Cast" or not node.input:
+        return node.op_type
+    dst = dtypes.get(node.output[0], "?") if node.output else "?"
+    return f"Cast:{dtypes.get(node.input[0], '?')}->{dst}"
+
+
+def node_features(model: onnx.ModelProto) -> dict[str, tuple[str, int, float, float, float]]:
+    """Per named node: (op type, bytes it reads and writes, MACs, weight-pass bytes, GEMM calls) from static
+    shapes: the op model's inputs (the last two are node_conv_work's; 0 for ops other than convolutions)."""
+    shapes, nbytes, dtypes = _tensor_shapes(model)
+    return {node.name: (op_kind(node, dtypes), node_traffic(node, sum(nbytes.get(t, 0) for t in node.input if t),
                                                    sum(nbytes.get(t, 0) for t in node.output if t)),
-                        node_macs(node, shapes)) for node in model.graph.node if node.name}
+                        node_macs(node, shapes), *node_conv_work(node, shapes, nbytes))
+            for node in model.graph.node if node.name}
 
 
-def _tensor_shapes(model: onnx.ModelProto) -> tuple[dict[str, tuple[int, ...] | None], dict[str, int]]:
-    """(shape, bytes) of every tensor onnxcomp's analysis can resolve; codec payloads get no bytes."""
+def _pad_features(v: Iterable[Any]) -> tuple[str, int, float, float, float]:
+    """A stored feature tuple as node_features makes it now (profiles saved before the conv-work columns
+    have three entries: those read 0)."""
+    v = list(v)
+    v += [0.0] * (5 - len(v))
+    return str(v[0]), int(v[1]), float(v[2]), float(v[3]), float(v[4])
+
+
+def _tensor_shapes(model: onnx.ModelProto) -> tuple[dict[str, tuple[int, ...] | None], dict[str, int], dict[str, str]]:
+    """(shape, bytes, dtype name) of every tensor onnxcomp's analysis can resolve; codec payloads get no
+    bytes."""
     from onnxcomp.analysis.shapes import resolve_shapes
 
     types = resolve_shapes(model)
     shapes = {n: t.shape for n, t in types.items()}
     nbytes = {n: int(t.nbytes) for n, t in types.items() if t.nbytes is not None}
-    return shapes, nbytes
+    dtypes = {n: str(t.dtype) for n, t in types.items() if t.dtype is not None}
+    return shapes, nbytes, dtypes
 
 
 _RELU_LIKE = {"Relu", "LeakyRelu", "Clip", "MaxPool"}
@@ -499,7 +595,7 @@ def predict_step(model: onnx.ModelProto, cost: CostModel, node_seconds: dict[str
     stashed tensor name (default: 0.5 for outputs of ReLU-like ops, 1.0 otherwise)."""
     from onnxcomp.custom_ops.contract import codec_op, parse_params
 
-    shapes, nbytes = _tensor_shapes(model)
+    shapes, nbytes, dtypes = _tensor_shapes(model)
     producers = {o: n for n in model.graph.node for o in n.output if o}
     # Encoder input bytes by stash name, for decoders whose output shape inference could not reach.
     enc_bytes: dict[str, int] = {}
@@ -530,7 +626,8 @@ def predict_step(model: onnx.ModelProto, cost: CostModel, node_seconds: dict[str
         else:
             out_b = sum(nbytes.get(o, 0) for o in node.output if o)
             in_b = sum(nbytes.get(i, 0) for i in node.input if i)
-            t = cost.op_seconds(node, out_b, node_seconds, macs=node_macs(node, shapes), in_bytes=in_b)
+            t = cost.op_seconds(node, out_b, node_seconds, macs=node_macs(node, shapes), in_bytes=in_b,
+                                conv_work=node_conv_work(node, shapes, nbytes), kind=op_kind(node, dtypes))
             ort_total += t
         per_node[key] = t
     if isinstance(node_seconds, NodeTimes):
