@@ -83,10 +83,11 @@ def test_measure_text_output_says_how_it_timed(small_artifacts: Path, capsys) ->
     assert "settings: arena=False" in out
 
 
-def test_lift_convs_reaches_the_reuse_pass_only_when_asked(small_artifacts: Path, tmp_path: Path,
-                                                            monkeypatch) -> None:
-    """`transform --lift-convs` is the one switch for the convolution lift (3-6x slower convolutions for memory
-    under ORT's defaults): off unless given, passed through to the ReuseSignaturePass transform runs last."""
+def test_lift_convs_reaches_the_reuse_pass_unless_turned_off(small_artifacts: Path, tmp_path: Path,
+                                                              monkeypatch) -> None:
+    """`transform --lift-convs/--no-lift-convs` is the one switch for the convolution lift (same bits, same kernel
+    time since the axis goes in front): on unless turned off, passed through to the ReuseSignaturePass transform
+    runs last."""
     from onnxcomp.passes.reuse_signature import ReuseSignaturePass
 
     built: list[bool] = []
@@ -100,4 +101,6 @@ def test_lift_convs_reaches_the_reuse_pass_only_when_asked(small_artifacts: Path
     assert main(["transform", str(small_artifacts), "-o", str(tmp_path / "a.onnx"), "--policy", "lossless"]) == 0
     assert main(["transform", str(small_artifacts), "-o", str(tmp_path / "b.onnx"), "--policy", "lossless",
                  "--lift-convs"]) == 0
-    assert built == [False, True]
+    assert main(["transform", str(small_artifacts), "-o", str(tmp_path / "c.onnx"), "--policy", "lossless",
+                 "--no-lift-convs"]) == 0
+    assert built == [True, True, False]

@@ -604,31 +604,76 @@ def _conv_case(op: str, group: int, stride: int, bias: bool) -> tuple[onnx.Model
     return model, feeds
 
 
-@pytest.mark.parametrize("op", ["Conv", "ConvGrad"])
 @pytest.mark.parametrize("group,stride,bias", [(1, 1, True), (2, 2, False), (8, 1, False)])
-@pytest.mark.parametrize("k", [1, 2])
-def test_convolutions_with_trailing_axes_change_no_value(op: str, group: int, stride: int, bias: bool,
-                                                         k: int) -> None:
-    """A 2-D Conv / ConvGrad lifted by one or two trailing spatial axes of 1 (a 3-D / 4-D convolution on ORT's
-    CPU kernels) gives every output bit for bit (zeros of both signs and a denormal in X); the weight gradient
-    reads back in the weight's shape; no more than MAX_CONV_SPATIAL spatial axes are offered."""
-    model, feeds = _conv_case(op, group, stride, bias)
+def test_a_conv_with_a_spatial_axis_in_front_changes_no_value(group: int, stride: int, bias: bool) -> None:
+    """A 2-D Conv lifted by a spatial axis of 1 in front of its own ([N, C, 1, H, W], kernel [1, kh, kw]: ORT's 3-D
+    Conv) gives its output bit for bit (zeros of both signs and a denormal in X, asymmetric pads, groups, depthwise);
+    one axis at most (MLAS convolves up to 3 spatial axes)."""
+    model, feeds = _conv_case("Conv", group, stride, bias)
     ir_model = ir.serde.deserialize_model(model)
     conv = next(n for n in ir_model.graph if n.name == "op")
-    assert lift_kind(conv) == "trail" and max_axes(conv) == MAX_CONV_SPATIAL - 2
-    # A grouped ConvGrad is never offered: ORT 1.19's N-D ConvGrad with groups returns wrong gradients and can
-    # corrupt the heap (a full test run aborted in free() after it), so it is not run here
-    # (docs/notes/cnndefaults.md records the wrong gradients it measured).
-    assert liftable(conv, set(ir_model.graph.outputs)) is (op == "Conv" or group == 1)
-    if op == "ConvGrad" and group != 1:
-        return
-    _lift(conv, k, IrGraphEditor(ir_model.graph), ir_model.graph, {})
+    assert lift_kind(conv) == "spatial" and max_axes(conv) == MAX_CONV_SPATIAL - 2 == 1
+    assert liftable(conv, set(ir_model.graph.outputs))
+    _lift(conv, 1, IrGraphEditor(ir_model.graph), ir_model.graph, {})
     lifted = ir.serde.serialize_model(ir_model)
     onnx.checker.check_model(lifted)
-    assert len(conv.outputs[0].shape) == 4 + k
-    assert len(next(a for a in conv.attributes.values() if a.name == "kernel_shape").value) == 2 + k
+    n, k = feeds["x"].shape[0], feeds["w"].shape[0]
+    assert list(conv.outputs[0].shape)[:3] == [n, k, 1] and len(conv.outputs[0].shape) == 5
+    attrs = {a.name: list(a.value) for a in conv.attributes.values() if a.name in ("kernel_shape", "pads", "strides")}
+    assert attrs["kernel_shape"] == [1, 3, 3] and attrs["strides"] == [1, stride, stride]
+    assert attrs["pads"] == [0, 1, 0, 0, 2, 1]
     for got, want in zip(_run(lifted, feeds), _run(model, feeds)):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("group,stride", [(1, 1), (2, 2), (8, 1)])
+def test_conv_grad_takes_a_declared_axis_and_computes_the_same(group: int, stride: int) -> None:
+    """ConvGrad's dX only gets a declared trailing axis (ORT plans with it; the 2-D kernel writes X's shape):
+    every output bit for bit, grouped and depthwise too, and no attribute or input of the node changes."""
+    model, feeds = _conv_case("ConvGrad", group, stride, False)
+    ir_model = ir.serde.deserialize_model(model)
+    grad = next(n for n in ir_model.graph if n.name == "op")
+    attrs = {a.name: a.value for a in grad.attributes.values()}
+    inputs = list(grad.inputs)
+    assert lift_kind(grad) == "declared-trail" and max_axes(grad) is None
+    assert liftable(grad, set(ir_model.graph.outputs), convs=False)      # not a convolution lift
+    _lift(grad, 1, IrGraphEditor(ir_model.graph), ir_model.graph, {})
+    lifted = ir.serde.serialize_model(ir_model)
+    onnx.checker.check_model(lifted)
+    assert list(grad.outputs[0].shape) == list(feeds["x"].shape) + [1]
+    assert list(grad.inputs) == inputs and {a.name: a.value for a in grad.attributes.values()} == attrs
+    assert list(grad.outputs[1].shape) == list(feeds["w"].shape)          # dW keeps its shape
+    for got, want in zip(_run(lifted, feeds), _run(model, feeds)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_max_pool_grad_takes_a_declared_axis_and_scatters_the_same() -> None:
+    """MaxPoolGrad makes dX with its declared shape (batch from dY) and scatters by MaxPool's flat indices: with
+    a declared trailing axis of 1 it writes the same bytes (ties, NaN-free data with repeated maxima), and readers
+    read a Reshape view back."""
+    rng = np.random.default_rng(5)
+    x = np.round(rng.standard_normal((4, 8, 12, 12)) * 2).astype(np.float32)    # ties: repeated maxima
+    dy = rng.standard_normal((4, 8, 6, 6)).astype(np.float32)
+    nodes = [helper.make_node("MaxPool", ["x"], ["y", "idx"], name="pool", kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("MaxPoolGrad", ["dy", "idx"], ["dx"], name="op", kernel_shape=[3, 3], strides=[2, 2],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Identity", ["dx"], ["dx_out"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", F, [4, 8, 12, 12]),
+                           helper.make_tensor_value_info("dy", F, [4, 8, 6, 6])],
+                   [helper.make_tensor_value_info("dx_out", F, [4, 8, 12, 12])])
+    # ORT's MaxPoolGrad kernel reads its output shape from the graph's declaration (it has no shape inference)
+    model.graph.value_info.append(helper.make_tensor_value_info("dx", F, [4, 8, 12, 12]))
+    ir_model = ir.serde.deserialize_model(model)
+    grad = next(n for n in ir_model.graph if n.name == "op")
+    assert lift_kind(grad) == "declared-trail" and liftable(grad, set(ir_model.graph.outputs), convs=False)
+    _lift(grad, 2, IrGraphEditor(ir_model.graph), ir_model.graph, {})
+    lifted = ir.serde.serialize_model(ir_model)
+    assert list(grad.outputs[0].shape) == [4, 8, 12, 12, 1, 1]
+    feeds = {"x": x, "dy": dy}
+    want = _run(model, feeds)[0]
+    np.testing.assert_array_equal(_run(lifted, feeds)[0], want)
+    assert np.count_nonzero(want) > 0
 
 
 def test_convs_ort_would_compute_another_way_are_not_lifted() -> None:
@@ -670,16 +715,22 @@ def _conv_forward_backward() -> onnx.ModelProto:
     return _model(nodes, ins, outs)
 
 
-def test_the_pass_lifts_a_convolution_to_release_a_forward_buffer() -> None:
+@pytest.mark.parametrize("lift_convs", [True, False])
+def test_the_pass_releases_a_forward_conv_buffer(lift_convs: bool) -> None:
+    """The forward Conv's buffer, held for the backward ConvGrad's dX across the peak, is released: by the Conv
+    taking a spatial axis (the forward side is tried first), or, with convolution lifts off, by ConvGrad's dX
+    taking a declared axis (its 2-D kernel unchanged). Replay down by the buffer, ORT's values bit for bit."""
     model = _conv_forward_backward()
     before, at, plan = _replayed(model)
     held = [[b.name for b in p.values] for p in plan if p.dead_at(at) and p.size > 0]
     assert held == [["c1", "dr"]]
-    assert not ReuseSignaturePass(min_bytes=0).call(ir.serde.deserialize_model(model)).modified  # not asked
     ir_model = ir.serde.deserialize_model(model)
-    outcome = ReuseSignaturePass(min_bytes=0, lift_convs=True).call(ir_model)
+    outcome = ReuseSignaturePass(min_bytes=0, lift_convs=lift_convs).call(ir_model)
     assert outcome.modified
-    assert {r["op"] for r in outcome.records} & {"Conv", "ConvGrad"}
+    ops = {r["op"] for r in outcome.records}
+    assert ("Conv" in ops and "ConvGrad" not in ops) if lift_convs else ops == {"ConvGrad"}
+    grad = next(n for n in ir_model.graph if n.name == "conv2_grad")
+    assert (grad.outputs[0].shape is None) if lift_convs else list(grad.outputs[0].shape) == [8, 16, 16, 16, 1]
     rewritten = ir.serde.serialize_model(ir_model)
     onnx.checker.check_model(rewritten)
     after, at2, plan2 = _replayed(rewritten)

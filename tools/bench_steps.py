@@ -16,6 +16,8 @@ settings are onnxcomp's defaults (arena off, mem pattern off, mem reuse off, pri
         comet=comet.onnx comet@numpy=comet.onnx comet+async=comet.onnx --steps 9 --json out.json
 
 ``+inline`` / ``+async`` run that configuration with the payload store (runtime.payload_store) in that mode.
+A FILE in another artifact directory (``plan=/tmp/out/training_model.onnx``: a transform that wrote its own
+checkpoint, e.g. with split weights) runs with that directory's checkpoint and optimizer.
 """
 from __future__ import annotations
 
@@ -68,8 +70,11 @@ def run(artifact_dir: Path, specs: list[str], steps: int, warmup: int, seed: int
         path = artifact_dir / file
         if not path.is_file():
             raise SystemExit(f"bench_steps: {path} does not exist")
-        session = open_artifact_session(artifact_dir, path, settings=settings)
-        spec = graph_data(artifact_dir, path, list(session.module.input_names()))
+        # A graph in another artifact directory (FILE given as a path: e.g. a plan that split weights, whose
+        # checkpoint differs from the baseline's) trains with that directory's checkpoint and optimizer.
+        home = path.parent if (path.parent / "checkpoint").exists() else artifact_dir
+        session = open_artifact_session(home, path, settings=settings)
+        spec = graph_data(home, path, list(session.module.input_names()))
         batches = synthetic_batches(spec.image.shape, spec.classes, seed, spec.image.dtype)
         sessions.append((label, backend, session, batches, store))
     ort.set_seed(seed)  # once, after every session exists: they share ORT's generator

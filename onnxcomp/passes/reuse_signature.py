@@ -13,8 +13,9 @@ of the peak (born up to it, else born after it) leading axes of size 1 — a sha
 values in the same memory order: elementwise ops (Add, Mul, Gelu, Dropout, ...) read ``Unsqueeze`` views of
 their full-rank inputs, a MatMul (2-D weight, or batched) reads views of its inputs, Softmax/LayerNormalization/
 Concat/Split get their axis shifted, and every reader of an output reads a ``Reshape`` view back to the old
-shape. Channel ops (BatchNorm in training, its gradient) and convolutions (Conv, ConvGrad: see CONV_OPS) take
-*trailing* axes of 1 instead. Views are zero-copy in ORT (Reshape and Unsqueeze alias their input). A change is
+shape. Channel ops (BatchNorm in training, its gradient) and forward convolutions (Conv, opt-in: see CONV_OPS)
+take *trailing* axes of 1 instead; ConvGrad's dX and MaxPoolGrad's dX only get a *declared* trailing axis, their
+2-D kernels unchanged (DECLARED_OPS). Views are zero-copy in ORT (Reshape and Unsqueeze alias their input). A change is
 kept only if the replayed peak drops (or stays while less is held overall); the records carry the predicted peaks.
 
 Views must not stand where ORT fuses ops, or ORT computes differently: a MatMul followed *or preceded* by a
@@ -66,20 +67,39 @@ ELEMENTWISE |= {("", "LeakyRelu"), (MS, "LeakyReluGrad")}
 AXIS_OPS |= {(MS, "ConcatTraining"): None, (MS, "SplitTraining"): 0}
 # Outputs that keep their shape when an axis op is lifted: {op: index of the first output that stays}.
 UNLIFTED_TAIL = {(MS, "ConcatTraining"): 1}
-# Convolutions (forward and ORT's ConvGrad) take trailing spatial axes of size 1: a 2-D convolution of
-# [N, C, H, W] with a [K, C/g, kh, kw] kernel is the 3-D (4-D) one of [N, C, H, W, 1] with [K, C/g, kh, kw, 1]
-# (kernel, stride, dilation 1 and no padding on the new axes). ORT 1.19's CPU kernels compute it with the same
-# im2col + GEMM, bit for bit (tests/test_reuse_signature.py), as long as ORT does not lay the 2-D one out as
-# NCHWc: it only does that for a constant weight, and a training graph's weights are parameters. A forward Conv
-# ORT would fuse with an Add/Sum or a rounding activation that is its only reader is left alone: the fused kernel
-# accumulates (or rounds) its own way. A lone Relu/Clip reader is not a reason: the view between them unfuses
+# Forward convolutions take a spatial axis of size 1 *in front of* their own (kind ``spatial``): a 2-D convolution
+# of [N, C, H, W] with a [K, C/g, kh, kw] kernel is the 3-D one of [N, C, 1, H, W] with [K, C/g, 1, kh, kw]
+# (kernel, stride, dilation 1 and no padding on the new axis). ORT 1.19's CPU Conv (MLAS) builds the same
+# columns (Vol2Col instead of Im2Col, the same values in the same order) and runs the same GEMMs: the same bits
+# (tests/test_reuse_signature.py), and about the same time, since Vol2Col's inner loop still copies rows of W
+# contiguous elements. The axis at the *end* ([N, C, H, W, 1], how this lift started) gives the same bits too, but
+# Vol2Col then copies one element per row: 2-3× the 2-D Conv's time on VGG-16's stage shapes (one thread,
+# NOTES-vggfast.md), which is why the lift was opt-in. Not when ORT would run the 2-D one another way: as NCHWc
+# (only for a constant weight; a training graph's weights are parameters), through MLAS's 2-D-only direct GEMM
+# (see ``_conv_liftable``), or fused with a lone Add/Sum or rounding activation reader (the fused kernel
+# accumulates or rounds its own way). A lone Relu/Clip reader is not a reason: the view between them unfuses
 # them, and the untouched training graph never had them fused (ReluGrad reads the Conv output as well), so the
 # lifted graph computes what the untouched one does (VGG-16 auto --exact: losses equal, NOTES-cnndefaults.md).
+# ORT's ConvGrad took a trailing axis once (its N-D form: same bits without groups, wrong gradients with groups,
+# ~6× slower per op, NOTES-cnndefaults.md); its dX now gets a declared axis instead (DECLARED_OPS), which keeps
+# the 2-D kernel and works for grouped convolutions as well.
 # {op: (indices of the inputs that take the axes, of the outputs that do)}.
-CONV_OPS = {("", "Conv"): ((0, 1), (0,)), (MS, "ConvGrad"): ((0, 1, 2), (0, 1))}
-# Spatial axes a convolution may have once lifted: ORT 1.19's CPU Conv/ConvGrad were checked up to 4 (a 2-D
-# convolution with two trailing axes); more are not tried.
-MAX_CONV_SPATIAL = 4
+CONV_OPS = {("", "Conv"): ((0, 1), (0,))}
+# Backward ops whose outputs take a *declared* trailing axis of 1, the kernel left as it is (kind
+# ``declared-trail``). ORT 1.19 registers no shape inference for them, so ORT plans (reuse key, memory pattern)
+# with the shape the graph declares, and their CPU kernels do not read it the way a view would: ``ConvGrad``
+# writes dX with X's shape whatever dX declares (``context->Output(0, X->Shape())``, the same 2-D im2col/GEMM as
+# before, so the same bits and the same speed), and ``MaxPoolGrad`` makes dX with the declared shape (its batch
+# axis taken from dY), zeroes it and scatters dY by MaxPool's absolute flat indices: the same bytes in the same
+# order (pool_gradient_op.cc). Trailing, not leading, axes: MaxPoolGrad overwrites the declared first axis with
+# dY's batch. Readers read a Reshape view back, as for every lift. This gives the backward side of a held
+# forward Conv buffer (VGG-16: MaxPoolGrad and ConvGrad outputs of a stage's shape) a shape of its own while the
+# fast 2-D kernels keep running; the Conv lift (CONV_OPS) is then only needed where the forward side is the one
+# to move. Checked on ORT (tests/test_reuse_signature.py). {op: indices of the outputs declared}.
+DECLARED_OPS = {("", "MaxPoolGrad"): (0,), (MS, "ConvGrad"): (0,)}
+# Spatial axes a convolution may have once lifted: MLAS runs convolutions of up to 3 spatial axes; ORT's Conv
+# takes a generic, slower im2col path beyond that, so a 2-D convolution takes one axis at most.
+MAX_CONV_SPATIAL = 3
 # Readers ORT's ConvActivationFusion / ConvAddActivationFusion merge into a Conv whose only reader they are, and
 # whose fused arithmetic may differ from the separate kernels' (see CONV_OPS).
 _CONV_FUSED_READERS = {("", op) for op in ("Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "Add", "Sum")}
@@ -204,10 +224,16 @@ def _fuses_with_matmul(node: ir.Node) -> bool:
 
 def lift_kind(node: ir.Node) -> str:
     """How ``node``'s outputs take the axes of 1: ``lead`` (leading axes; inputs through views), ``trail``
-    (trailing axes on a channel op's data input and first output), ``declared`` (a codec decoder: only its
-    output's declared shape changes; see ``_lift``)."""
+    (trailing axes on a channel op's data tensors), ``spatial`` (a convolution: new spatial axes in front of the
+    old ones, right after the channel axis; see CONV_OPS), ``declared`` (a codec decoder: only its
+    output's declared shape changes, leading axes; see ``_lift``), ``declared-trail`` (DECLARED_OPS: only the
+    declared shape of the listed outputs changes, trailing axes)."""
     key = _key(node)
-    if key in TRAILING_OPS or key in CONV_OPS:
+    if key in DECLARED_OPS:
+        return "declared-trail"
+    if key in CONV_OPS:
+        return "spatial"
+    if key in TRAILING_OPS:
         return "trail"
     if contract.is_decoder(node.domain, node.op_type):
         return "declared"
@@ -218,6 +244,8 @@ def lifted_outputs(node: ir.Node) -> list[int]:
     """Indices of the outputs that take the axes (the data output of a channel op or decoder, else all)."""
     if lift_kind(node) == "declared":
         return [contract.DECODER_OUTPUT]
+    if lift_kind(node) == "declared-trail":
+        return [i for i in DECLARED_OPS[_key(node)] if i < len(node.outputs) and node.outputs[i].name]
     if _key(node) in CONV_OPS:
         return [i for i in CONV_OPS[_key(node)][1] if i < len(node.outputs) and node.outputs[i].name]
     if lift_kind(node) == "trail":
@@ -241,10 +269,9 @@ def _within_max_axes(nodes: list[ir.Node], k: int, known: Shapes) -> bool:
 
 
 def _conv_liftable(node: ir.Node, graph_outputs: set[ir.Value], known: Shapes) -> bool:
-    """A Conv / ConvGrad that can take trailing axes (see CONV_OPS): static shapes on the lifted inputs and
-    outputs, a 2-D convolution, explicit padding (NOTSET or VALID), a weight that is not a constant
-    initializer (a training graph's parameters are graph inputs), no ORT fusion with a lone reader (forward Conv),
-    and a ConvGrad without groups (grouped, ORT's N-D ConvGrad returns wrong gradients: tested)."""
+    """A Conv that can take a spatial axis of 1 (see CONV_OPS): static shapes on the lifted inputs and outputs, a
+    2-D convolution, explicit padding (NOTSET or VALID), a weight that is not a constant initializer (a training
+    graph's parameters are graph inputs), no MLAS algorithm kept for 2-D ones, no ORT fusion with a lone reader."""
     ins, outs = CONV_OPS[_key(node)]
     values = [node.inputs[i] if i < len(node.inputs) else None for i in ins]
     lifted = [node.outputs[i] for i in lifted_outputs(node)]
@@ -256,29 +283,49 @@ def _conv_liftable(node: ir.Node, graph_outputs: set[ir.Value], known: Shapes) -
     pad = node.attributes["auto_pad"].value if "auto_pad" in node.attributes else "NOTSET"
     if (pad.decode() if isinstance(pad, bytes) else pad) not in ("NOTSET", "VALID"):
         return False
-    group = node.attributes["group"].value if "group" in node.attributes else 1
-    if _key(node) == (MS, "ConvGrad") and group != 1:
-        return False   # ORT 1.19's ConvGrad with groups and a third spatial axis gives wrong gradients (tested)
-    weight = node.inputs[1] if _key(node) == ("", "Conv") else node.inputs[2]
+    weight = node.inputs[1]
     if weight.is_initializer() and not weight.is_graph_input():
         return False   # a constant weight: ORT runs the 2-D convolution as NCHWc, the lifted one would not be
-    if _key(node) == ("", "Conv"):
-        uses = list(node.outputs[0].uses())
-        if len(uses) == 1 and _key(uses[0].node) in _CONV_FUSED_READERS:
-            return False
-    return True
+    if _mlas_2d_only(node, _shape(node.inputs[0], known), _shape(weight, known)):
+        return False
+    uses = list(node.outputs[0].uses())
+    return not (len(uses) == 1 and _key(uses[0].node) in _CONV_FUSED_READERS)
+
+
+def _mlas_2d_only(node: ir.Node, x: tuple[int, ...], w: tuple[int, ...]) -> bool:
+    """Might MLAS (ORT's CPU Conv) run this 2-D convolution with an algorithm it keeps for 2-D ones, so that
+    the 3-D form would sum in another order? ``MlasConvPrepare``: a direct GEMM when each group has one input
+    channel, no stride, padding or dilation and the kernel spans the input's width (or its height, one
+    column wide); newer MLAS builds add 2-D depthwise kernels (7×7 stride-2 channel-multiplier-2 ones on x86-64,
+    3×3 ones on ARM64/WASM). Any one-input-channel-per-group convolution matching those is left 2-D."""
+    import platform
+
+    attr = {a.name: a.value for a in node.attributes.values()}
+    kh, kw = w[2], w[3]
+    if w[1] != 1:
+        return False
+    strides = list(attr.get("strides", [1, 1]))
+    pads = list(attr.get("pads", [0, 0, 0, 0]))
+    dilations = list(attr.get("dilations", [1, 1]))
+    plain = strides == [1, 1] and not any(pads) and dilations == [1, 1]
+    if plain and (kw == x[3] or (kh == x[2] and kw == 1)):
+        return True
+    if attr.get("group", 1) > 1 and (kh, kw) == (7, 7) and w[0] // attr.get("group", 1) == 2:
+        return True
+    arm = platform.machine().lower() in ("arm64", "aarch64") or platform.machine().lower().startswith("wasm")
+    return arm and (kh, kw) == (3, 3) and w[0] // attr.get("group", 1) == 1 and dilations == [1, 1]
 
 
 def _widen_conv_attributes(node: ir.Node, k: int) -> None:
-    """Kernel, strides, dilations and pads of a convolution lifted by ``k`` trailing axes of 1 (kernel, stride
-    and dilation 1 and no padding on them)."""
+    """Kernel, strides, dilations and pads of a convolution lifted by ``k`` spatial axes of 1 in front of its
+    own (kernel, stride and dilation 1 and no padding on them; see CONV_OPS)."""
     for name in ("kernel_shape", "strides", "dilations"):
         if name in node.attributes:
-            node.attributes[name] = ir.AttrInt64s(name, list(node.attributes[name].value) + [1] * k)
+            node.attributes[name] = ir.AttrInt64s(name, [1] * k + list(node.attributes[name].value))
     if "pads" in node.attributes:
         pads = list(node.attributes["pads"].value)
         half = len(pads) // 2
-        node.attributes["pads"] = ir.AttrInt64s("pads", pads[:half] + [0] * k + pads[half:] + [0] * k)
+        node.attributes["pads"] = ir.AttrInt64s("pads", [0] * k + pads[:half] + [0] * k + pads[half:])
 
 
 GEMMS = {("", "MatMul"), (MS, "FusedMatMul"), ("", "Gemm")}
@@ -303,7 +350,7 @@ def liftable(node: ir.Node, graph_outputs: set[ir.Value], known: Shapes | None =
         outs = [node.outputs[i] for i in lifted_outputs(node) if i < len(node.outputs)]
         if len(outs) != 1 or not outs[0].name or outs[0] in graph_outputs or _shape(outs[0], known) is None:
             return False
-        if kind == "declared":
+        if kind in ("declared", "declared-trail"):
             return True
         r = len(_shape(outs[0], known))
         idx = TRAILING_OPS[_key(node)]
@@ -349,7 +396,7 @@ def _lifted_inputs(node: ir.Node, known: Shapes, keep_fusions: bool = True) -> l
     data inputs, none of a decoder's, else the full-rank ones (lower-rank inputs broadcast from the right as
     before)."""
     kind = lift_kind(node)
-    if kind == "declared":
+    if kind in ("declared", "declared-trail"):
         return []
     if _key(node) in CONV_OPS:
         return list(CONV_OPS[_key(node)][0])
@@ -365,12 +412,26 @@ def _lifted_inputs(node: ir.Node, known: Shapes, keep_fusions: bool = True) -> l
 
 
 def lifted_shape(shape: tuple[int, ...] | list[int], k: int, kind: str) -> list[int]:
-    """``shape`` with ``k`` axes of 1: trailing for a channel op, else leading."""
-    return list(shape) + [1] * k if kind == "trail" else [1] * k + list(shape)
+    """``shape`` with ``k`` axes of 1: trailing for a channel op and a ``declared-trail`` op, after the first two
+    (batch, channels) for a convolution (``spatial``), else leading."""
+    if kind in ("trail", "declared-trail"):
+        return list(shape) + [1] * k
+    if kind == "spatial":
+        return list(shape[:2]) + [1] * k + list(shape[2:])
+    return [1] * k + list(shape)
+
+
+def _new_axes(rank: int, k: int, kind: str) -> list[int]:
+    """Where ``lifted_shape`` puts the ``k`` axes of 1 of a rank-``rank`` tensor (Unsqueeze's ``axes``)."""
+    if kind in ("trail", "declared-trail"):
+        return list(range(rank, rank + k))
+    if kind == "spatial":
+        return list(range(2, 2 + k))
+    return list(range(k))
 
 
 def _lift(node: ir.Node, k: int, editor: IrGraphEditor, graph: ir.Graph,
-          views: dict[tuple[ir.Value, int], ir.Value], known: Shapes | None = None,
+          views: dict[tuple[ir.Value, int, str], ir.Value], known: Shapes | None = None,
           elems: dict[str, ir.DataType] | None = None, keep_fusions: bool = True) -> None:
     """Give ``node``'s lifted outputs ``k`` axes of 1 (inputs through Unsqueeze views, readers through
     Reshape views back)."""
@@ -384,16 +445,16 @@ def _lift(node: ir.Node, k: int, editor: IrGraphEditor, graph: ir.Graph,
     idx = _lifted_inputs(node, known, keep_fusions)
     for i in idx:
         v = node.inputs[i]
-        view_key = (v, -k if kind == "trail" else k)
+        view_key = (v, k, kind)
         if view_key not in views:
             shape = list(_shape(v, known))
-            where = list(range(len(shape), len(shape) + k)) if kind == "trail" else list(range(k))
-            axes = editor.shared_const(f"onnxcomp_axes_{'_'.join(map(str, where))}" if kind == "trail"
+            where = _new_axes(len(shape), k, kind)
+            axes = editor.shared_const(f"onnxcomp_axes_{'_'.join(map(str, where))}" if kind != "lead"
                                        else f"onnxcomp_axes_lead{k}", where)
             start = len(editor.nodes)
             views[view_key] = editor.op("Unsqueeze", [v, axes], f"{v.name}_lift", elem(v),
                                         lifted_shape(shape, k, kind),
-                                        out=f"{v.name}__lift{k}" + ("t" if kind == "trail" else ""))
+                                        out=f"{v.name}__lift{k}" + {"trail": "t", "spatial": "s"}.get(kind, ""))
             # Right behind the viewed tensor's producer (or first, for a graph input or initializer), not in
             # front of the reader: ORT's DEFAULT order walks a node's inputs by their producers' list
             # positions, so a view placed by its reader would reorder the walk the reuse plan was replayed on.
@@ -444,7 +505,7 @@ class ReuseSignaturePass(OnnxcompPass):
 
     def __init__(self, order: str = "default", min_bytes: int = MIN_BYTES, keep_fusions: bool = True,
                  segments: int = SEGMENTS, segment_min_bytes: int = SEGMENT_MIN_BYTES,
-                 lift_convs: bool = False) -> None:
+                 lift_convs: bool = True) -> None:
         super().__init__()
         self.order = order
         self.min_bytes = min_bytes
@@ -456,9 +517,10 @@ class ReuseSignaturePass(OnnxcompPass):
         # False only for graphs that are lossy anyway: views may then break ORT's MatMul fusions (last-bit
         # differences in a product; NOTES-reuse.md measured GPT-tiny dpr-fp8 114.3 vs 120.7 MiB that way).
         self.keep_fusions = keep_fusions
-        # Convolutions (CONV_OPS) are lifted only when asked: ORT 1.19's CPU kernels run the 3-D form 3× (Conv)
-        # to 6× (ConvGrad) slower than the 2-D one (ResNet-18 layer shapes, one thread), so the memory they free
-        # under ORT's defaults costs step time the planner does not see (ResNet-18 auto --exact: ~1.6× a step).
+        # Forward convolutions (CONV_OPS) may be lifted. With the new axis at the end (the first form) ORT 1.19
+        # ran them 2-3× slower (and ConvGrad 6×), so the lift was opt-in; with it in front of the spatial axes
+        # the kernel time is the 2-D one's (VGG-16 stage shapes, one thread; whole VGG-16 step 1.00-1.01× the
+        # unlifted plan's CPU time, NOTES-vggfast.md), so it is on unless asked off.
         self.lift_convs = lift_convs
 
     def call(self, model: ir.Model) -> PassOutcome:
@@ -475,7 +537,7 @@ class ReuseSignaturePass(OnnxcompPass):
             return outcome
         graph = model.graph
         editor = IrGraphEditor(graph)
-        views: dict[tuple[ir.Value, int], ir.Value] = {}
+        views: dict[tuple[ir.Value, int, str], ir.Value] = {}
         by_name = {n.name: n for n in graph if n.name}
         for name, k in chosen:
             _lift(by_name[name], k, editor, graph, views, known, elems, self.keep_fusions)
