@@ -7,8 +7,10 @@ arithmetic for every block runs as loops over the task's blocks on structure-of-
 coefficient position, one column per block), which LLVM vectorises: gather, block exponent, block floating
 point (float32 products by an exact power of two), ZFP's lifting in int32 (every intermediate is cast back to
 int32: numba widens int32 arithmetic to int64, which would halve the vector lanes), the groups' magnitude ORs;
-on decode the inverse lifting, the float conversion and the scatter. Per block, only the header, the step
-search (a few iterations) and the fixed-width packing of 16 fields run serially; there is no bit loop.
+the header fields, the step (closed form) and the fixed-width packing / unpacking of the 16 fields (per
+coefficient: widths, rounding, prefix-sum positions, then a select over the few words the positions reach);
+on decode also the inverse lifting, the float conversion and the scatter. There is no serial bit loop; what
+stays serial per block is the gather / scatter of its 16 values and the copy of its words.
 Imported only when numba is installed; ``custom_ops/zfp.py`` falls back to its vectorised NumPy coder otherwise.
 """
 from __future__ import annotations
@@ -110,21 +112,6 @@ def _gather(xb, n, h, w, two_d, b0, nb, v):
 
 
 @numba.njit(cache=True, inline="always")
-def _window(data, bit):
-    """64 stream bits from ``bit`` (bits past the data read as 0)."""
-    w = bit >> 5
-    off = np.uint64(bit & 31)
-    v = np.uint64(data[w])
-    if w + 1 < data.size:
-        v |= np.uint64(data[w + 1]) << np.uint64(32)
-    v >>= off
-    if off != 0 and w + 2 < data.size:
-        v |= np.uint64(data[w + 2]) << (np.uint64(64) - off)
-    return v
-
-
-
-@numba.njit(cache=True, inline="always")
 def _fwd4(q, a, b, c, d, nb):
     """ZFP's forward lifting on rows a, b, c, d of q (int32), for every block."""
     ra, rb, rc, rd = q[a], q[b], q[c], q[d]
@@ -163,23 +150,6 @@ def _inv4(q, a, b, c, d, nb):
 
 
 @numba.njit(cache=True, inline="always")
-def _step(D, gs, ng, avail):
-    """(s, bits left over) for declared bounds D[0..ng) (non-increasing): the smallest step exponent s whose
-    widths max(0, D_g - s + 1) fit in ``avail`` bits (zfp.py, step 5)."""
-    acc = 0
-    p = D[0]
-    while p >= 0:
-        a = 0
-        for g in range(ng):
-            a += gs[g] if D[g] >= p else 0
-        if acc + a > avail:
-            return p + 1, avail - acc
-        acc += a
-        p -= 1
-    return 0, avail - acc
-
-
-@numba.njit(cache=True, inline="always")
 def _bitlen32(v):
     """Bit length of 0 <= v < 2**31 (0 for 0), from the exponent of its exact float64: vectorises."""
     e = np.int32(np.int64(np.float64(v).view(np.uint64) >> np.uint64(52)) - 1022)
@@ -190,6 +160,31 @@ def _bitlen32(v):
 def _ceil_div(a, n):
     """ceil(max(a, 0) / n) for small integers, through an exactly rounded float64 quotient: vectorises."""
     return np.int32(math.floor(np.float64(max(a, np.int32(0)) + n - 1) / np.float64(n)))
+
+
+@numba.njit(cache=True, inline="always")
+def _closed_step(d0, d1, d2, d3, d4, n0, n1, n2, n3, n4, av):
+    """(s, U) from the declared bounds of up to 5 groups (sizes n, 0 for absent groups): see ``_header``."""
+    N1 = n0
+    S1 = np.int32(n0 * (d0 + 1))
+    N2 = np.int32(N1 + n1)
+    S2 = np.int32(S1 + n1 * (d1 + 1))
+    N3 = np.int32(N2 + n2)
+    S3 = np.int32(S2 + n2 * (d2 + 1))
+    N4 = np.int32(N3 + n3)
+    S4 = np.int32(S3 + n3 * (d3 + 1))
+    N5 = np.int32(N4 + n4)
+    S5 = np.int32(S4 + n4 * (d4 + 1))
+    s = max(max(_ceil_div(np.int32(S1 - av), N1), _ceil_div(np.int32(S2 - av), N2)),
+            max(max(_ceil_div(np.int32(S3 - av), N3), _ceil_div(np.int32(S4 - av), N4)),
+                _ceil_div(np.int32(S5 - av), N5)))
+    tot = max(max(max(np.int32(S1 - N1 * s), np.int32(S2 - N2 * s)), max(np.int32(S3 - N3 * s), np.int32(S4 - N4 * s))),
+              max(np.int32(S5 - N5 * s), np.int32(0)))
+    ne = (n0 if d0 >= s - 1 else np.int32(0)) + (n1 if d1 >= s - 1 else np.int32(0)) + \
+        (n2 if d2 >= s - 1 else np.int32(0)) + (n3 if d3 >= s - 1 else np.int32(0)) + \
+        (n4 if d4 >= s - 1 else np.int32(0))
+    u = min(np.int32(ne if s > 0 else 0), np.int32(av - tot))
+    return np.int32(s), np.int32(u)
 
 
 @numba.njit(cache=True, inline="always")
@@ -234,25 +229,7 @@ def _header(gm, amax, emax, exp_bias, exp_bits, lcap, gs, ng, avail, Dt, hcode, 
         if two:
             code |= np.uint32(np.uint32(f1) << np.uint32(exp_bits + 2)) | np.uint32(np.uint32(f2) << np.uint32(exp_bits + 4))
             code |= np.uint32(np.uint32(f3) << np.uint32(exp_bits + 6)) | np.uint32(np.uint32(f4) << np.uint32(exp_bits + 8))
-        N1 = n0
-        S1 = np.int32(n0 * (d0 + 1))
-        N2 = np.int32(N1 + n1)
-        S2 = np.int32(S1 + n1 * (d1 + 1))
-        N3 = np.int32(N2 + n2)
-        S3 = np.int32(S2 + n2 * (d2 + 1))
-        N4 = np.int32(N3 + n3)
-        S4 = np.int32(S3 + n3 * (d3 + 1))
-        N5 = np.int32(N4 + n4)
-        S5 = np.int32(S4 + n4 * (d4 + 1))
-        s = max(max(_ceil_div(np.int32(S1 - av), N1), _ceil_div(np.int32(S2 - av), N2)),
-                max(max(_ceil_div(np.int32(S3 - av), N3), _ceil_div(np.int32(S4 - av), N4)),
-                    _ceil_div(np.int32(S5 - av), N5)))
-        tot = max(max(max(np.int32(S1 - N1 * s), np.int32(S2 - N2 * s)), max(np.int32(S3 - N3 * s), np.int32(S4 - N4 * s))),
-                  max(np.int32(S5 - N5 * s), np.int32(0)))
-        ne = (n0 if d0 >= s - 1 else np.int32(0)) + (n1 if d1 >= s - 1 else np.int32(0)) + \
-            (n2 if d2 >= s - 1 else np.int32(0)) + (n3 if d3 >= s - 1 else np.int32(0)) + \
-            (n4 if d4 >= s - 1 else np.int32(0))
-        u = min(np.int32(ne if s > 0 else 0), np.int32(av - tot))
+        s, u = _closed_step(d0, d1, d2, d3, d4, n0, n1, n2, n3, n4, av)
         zero = amax[j] == 0
         hcode[j] = np.uint32(0) if zero else code
         sj[j] = np.int32(lc + 1) if zero else np.int32(s)
@@ -261,17 +238,14 @@ def _header(gm, amax, emax, exp_bias, exp_bits, lcap, gs, ng, avail, Dt, hcode, 
 
 
 @numba.njit(cache=True, inline="always")
-def _coef_width(i, dr, sj, uj, j):
-    """(bits, step exponent) of sequency position i of block j."""
-    up = np.int32(i < uj[j])
-    return np.int32(max(np.int32(dr[j] - sj[j] + 1), np.int32(0)) + up), np.int32(sj[j] - up)
-
-
-@numba.njit(cache=True, inline="always")
 def _pack(q, perm, gof, size, hdr, hcode, sj, uj, Dt, pos, vals, out, nb, nwb):
     """out[k, j] = word k of block j's bits (from its first bit): header, then every coefficient at its width.
-    Loops over the blocks (vectorised): coefficient i's field lands in word pos >> 5 and the next; the word
-    index differs between blocks, so every word the task's positions can reach is updated with a select."""
+    Loops over the blocks, each touching few arrays (LLVM vectorises a loop only while the runtime alias checks
+    between numba's arrays stay few: one loop doing all of this ran at scalar speed, ~2x slower): widths and
+    steps, rounding, positions, the range of words the positions reach, then per reachable word a select
+    (coefficient i's field lands in word pos >> 5 and the next; the word differs between blocks)."""
+    wrow = np.empty(pos.size, np.int32)
+    trow = np.empty(pos.size, np.int32)
     pst = np.empty(pos.size, np.int32)  # first bit of the current coefficient
     for k in range(nwb + 1):
         ok = out[k]
@@ -283,29 +257,40 @@ def _pack(q, perm, gof, size, hdr, hcode, sj, uj, Dt, pos, vals, out, nb, nwb):
         o0[j] = hcode[j]
     for i in range(size):
         qr, dr = q[perm[i]], Dt[gof[i]]
-        lo = np.int32(1 << 30)
-        hi = np.int32(0)
-        for j in range(nb):
-            ww, tt = _coef_width(i, dr, sj, uj, j)
-            c = qr[j]
-            r = np.int32(np.int32(c + np.int32(np.int32(np.int32(1) << tt) >> 1)) >> tt)
-            lim = np.int32(np.int32(np.int32(1) << ww) >> 1)
+        ii = np.int32(i)
+        for j in range(nb):  # bits and step exponent (the first uj[j] coefficients take a leftover bit)
+            up = np.int32(ii < uj[j])
+            wrow[j] = np.int32(max(np.int32(dr[j] - sj[j] + 1), np.int32(0)) + up)
+            trow[j] = np.int32(sj[j] - up)
+        for j in range(nb):  # round half up at the step, saturate to the width, keep the low w bits
+            tt = np.uint32(trow[j])
+            ww = np.uint32(wrow[j])
+            half = np.int32(np.uint32(np.uint32(1) << tt) >> np.uint32(1))
+            r = np.int32(np.int32(qr[j] + half) >> np.int32(tt))
+            lim = np.int32(np.uint32(np.uint32(1) << ww) >> np.uint32(1))
             r = min(max(r, np.int32(-lim)), np.int32(lim - 1))
-            vals[j] = np.uint32(np.uint32(r) & np.uint32(np.uint32(np.uint32(1) << np.uint32(ww)) - np.uint32(1)))
+            vals[j] = np.uint32(np.uint32(r) & np.uint32(np.uint32(np.uint32(1) << ww) - np.uint32(1)))
+        for j in range(nb):
             p = pos[j]
             pst[j] = p
-            pos[j] = np.int32(p + ww)
-            lo = min(lo, p if ww > 0 else np.int32(1 << 30))  # fields of no bits write nothing: zero
-            hi = max(hi, p if ww > 0 else np.int32(0))          # blocks must not widen the word range
+            pos[j] = np.int32(p + wrow[j])
+        lo = np.int32(1 << 30)
+        hi = np.int32(0)
+        for j in range(nb):  # fields of no bits write nothing: zero blocks must not widen the word range
+            p = pst[j]
+            nz = wrow[j] > 0
+            lo = min(lo, p if nz else np.int32(1 << 30))
+            hi = max(hi, p if nz else np.int32(0))
         for k in range(lo >> 5, min((hi >> 5) + 2, nwb + 1)):
             ok = out[k]
+            kk = np.int32(k)
             for j in range(nb):
                 p = pst[j]
                 wd = np.int32(p >> 5)
                 sh = np.uint32(p & 31)
                 v = vals[j]
-                lo_part = np.uint32(v << sh) & np.uint32(-np.int32(wd == k))
-                hi_part = np.uint32(np.uint32(v >> np.uint32(1)) >> np.uint32(31 - sh)) & np.uint32(-np.int32(wd + 1 == k))
+                lo_part = np.uint32(v << sh) if wd == kk else np.uint32(0)
+                hi_part = np.uint32(np.uint32(v >> np.uint32(1)) >> np.uint32(31 - sh)) if wd + 1 == kk else np.uint32(0)
                 ok[j] = np.uint32(ok[j] | lo_part | hi_part)
 
 
@@ -420,6 +405,16 @@ def decode(data, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, y
     avail = budget - hdr
     lcap = precision + 1
     ntasks = (nblocks + GROUP - 1) // GROUP
+    nwb = (budget + 31) // 32
+    gof = _GOF2 if two_d else _GOF1
+    two = ng > 1
+    n0 = np.int32(gs[0])
+    n1 = np.int32(gs[1]) if ng > 1 else np.int32(0)
+    n2 = np.int32(gs[2]) if ng > 2 else np.int32(0)
+    n3 = np.int32(gs[3]) if ng > 3 else np.int32(0)
+    n4 = np.int32(gs[4]) if ng > 4 else np.int32(0)
+    lc = np.int32(lcap)
+    av = np.int32(avail)
     bad = np.zeros(ntasks, np.uint8)
     for t in numba.prange(ntasks):
         b0 = t * GROUP
@@ -427,37 +422,82 @@ def decode(data, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, y
         q = np.zeros((16, GROUP), np.int32)
         out = np.empty((16, GROUP), np.float32)
         scale = np.zeros(GROUP, np.float64)
-        D = np.zeros(5, np.int64)
+        inw = np.zeros((nwb + 1, GROUP), np.uint32)  # block j's words, counted from its first bit
+        sj = np.zeros(GROUP, np.int32)
+        uj = np.zeros(GROUP, np.int32)
+        Dt = np.zeros((5, GROUP), np.int32)
+        wrow = np.empty(GROUP, np.int32)
+        trow = np.empty(GROUP, np.int32)
+        pst = np.empty(GROUP, np.int32)
+        pos = np.empty(GROUP, np.int32)
         for j in range(nb):
-            bit = (b0 + j) * budget
-            win = _window(data, bit)
-            efield = np.int64(win & np.uint64((1 << exp_bits) - 1))
-            if efield == 0:
-                continue  # scale 0: the block decodes to +0.0
+            start = (b0 + j) * budget
+            base = start >> 5
+            off = np.uint64(start & 31)
+            for k in range(nwb + 1):
+                lo = np.uint64(data[base + k]) if base + k < data.size else np.uint64(0)
+                hi = np.uint64(data[base + k + 1]) if base + k + 1 < data.size else np.uint64(0)
+                inw[k, j] = np.uint32(((hi << np.uint64(32)) | lo) >> off)
+        # header fields -> scale, declared bounds, step, U (as the encoder's _header, one loop over the blocks)
+        h0 = inw[0]
+        d0r, d1r, d2r, d3r, d4r = Dt[0], Dt[1], Dt[2], Dt[3], Dt[4]
+        for j in range(nb):
+            hw = h0[j]
+            efield = np.int32(hw & np.uint32((1 << exp_bits) - 1))
             if efield > 128 + exp_bias:
                 bad[t] = 1
-                efield = 128 + exp_bias
-            scale[j] = _POW2[efield - exp_bias - precision + _POW_OFF]
-            d0 = lcap
-            for g in range(ng):
-                d0 -= np.int64((win >> np.uint64(exp_bits + _FIELD_BITS * g)) & np.uint64(3))
-                D[g] = d0
-            s, left = _step(D, gs, ng, avail)
-            pos = bit + hdr
-            i = 0
-            for g in range(ng):
-                wg = max(0, D[g] - s + 1)
-                elig = s > 0 and D[g] >= s - 1
-                for _ in range(gs[g]):
-                    up = 1 if elig and left > 0 else 0
-                    left -= up
-                    ww = wg + up
-                    tt = s - up
-                    u = np.int64(_window(data, pos) & ((np.uint64(1) << np.uint64(ww)) - np.uint64(1)))
-                    sgn = (np.int64(1) << ww) >> 1
-                    q[perm[i], j] = np.int32(((u ^ sgn) - sgn) << tt)
-                    pos += ww
-                    i += 1
+                efield = np.int32(128 + exp_bias)
+            scale[j] = _POW2[efield - exp_bias - precision + _POW_OFF] if efield != 0 else 0.0
+            f0 = np.int32((hw >> np.uint32(exp_bits)) & np.uint32(3))
+            f1 = np.int32((hw >> np.uint32(exp_bits + 2)) & np.uint32(3)) if two else np.int32(0)
+            f2 = np.int32((hw >> np.uint32(exp_bits + 4)) & np.uint32(3)) if two else np.int32(0)
+            f3 = np.int32((hw >> np.uint32(exp_bits + 6)) & np.uint32(3)) if two else np.int32(0)
+            f4 = np.int32((hw >> np.uint32(exp_bits + 8)) & np.uint32(3)) if two else np.int32(0)
+            d0 = np.int32(lc - f0)
+            d1 = np.int32(d0 - f1)
+            d2 = np.int32(d1 - f2)
+            d3 = np.int32(d2 - f3)
+            d4 = np.int32(d3 - f4)
+            s, u = _closed_step(d0, d1, d2, d3, d4, n0, n1, n2, n3, n4, av)
+            zero = efield == 0
+            sj[j] = np.int32(lc + 1) if zero else s
+            uj[j] = np.int32(0) if zero else u
+            d0r[j], d1r[j], d2r[j], d3r[j], d4r[j] = d0, d1, d2, d3, d4
+            pos[j] = hdr
+        for i in range(size):
+            dr, qr = Dt[gof[i]], q[perm[i]]
+            ii = np.int32(i)
+            for j in range(nb):
+                up = np.int32(ii < uj[j])
+                wrow[j] = np.int32(max(np.int32(dr[j] - sj[j] + 1), np.int32(0)) + up)
+                trow[j] = np.int32(sj[j] - up)
+            lo = np.int32(1 << 30)
+            hi = np.int32(0)
+            for j in range(nb):
+                p = pos[j]
+                pst[j] = p
+                pos[j] = np.int32(p + wrow[j])
+                nz = wrow[j] > 0
+                lo = min(lo, p if nz else np.int32(1 << 30))
+                hi = max(hi, p if nz else np.int32(0))
+            for j in range(nb):
+                qr[j] = 0
+            for k in range(lo >> 5, min((hi >> 5) + 2, nwb + 1)):
+                ik = inw[k]
+                kk = np.int32(k)
+                for j in range(nb):
+                    p = pst[j]
+                    wd = np.int32(p >> 5)
+                    sh = np.uint32(p & 31)
+                    v = ik[j]
+                    lo_part = np.uint32(v >> sh) if wd == kk else np.uint32(0)
+                    hi_part = np.uint32(np.uint32(v << np.uint32(1)) << np.uint32(31 - sh)) if wd + 1 == kk else np.uint32(0)
+                    qr[j] = np.int32(np.uint32(qr[j]) | lo_part | hi_part)
+            for j in range(nb):  # keep the field's bits, sign-extend, scale by the step
+                ww = np.uint32(wrow[j])
+                raw = np.uint32(qr[j]) & np.uint32(np.uint32(np.uint32(1) << ww) - np.uint32(1))
+                sgn = np.uint32(np.uint32(np.uint32(1) << ww) >> np.uint32(1))
+                qr[j] = np.int32(np.int32(np.int32(raw ^ sgn) - np.int32(sgn)) << np.int32(trow[j]))
         if two_d:
             for c in range(4):
                 _inv4(q, c, c + 4, c + 8, c + 12, nb)
