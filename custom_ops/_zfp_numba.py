@@ -1,24 +1,16 @@
-"""Compiled CPU backend of the ``zfp`` codec: writes the same words as ``kernels/zfp.cu`` and the NumPy coder
-(``custom_ops/zfp.py`` has the format).
+"""Compiled CPU backend of the ``zfp`` codec (bitstream v3): writes the same words as ``kernels/zfp.cu`` and
+the NumPy coder (``custom_ops/zfp.py`` has the format).
 
 Work is split into tasks of GROUP blocks (``prange``: fixed rate puts block ``b`` at bit ``b · budget``, and a
 task's first bit is word-aligned, so tasks share no word). Inside a task, everything that is the same
 arithmetic for every block runs as loops over the task's blocks on structure-of-arrays tables (one row per
-coefficient position, one column per block), which LLVM vectorises:
-
-- encode: gather, block exponent, block-floating-point (integer shifts of the float32 mantissas: exactly
-  ``trunc(x · 2**(26 − emax))``), the decorrelating transform and negabinary in int32 (|coefficient| < 2**30),
-  then a 16×16 bit-matrix transpose (both 16-bit halves of the words at once) that turns the 16 coefficients
-  into the 32 bit planes;
-- decode: the same transpose back, negabinary, inverse transform (int64: a corrupt stream may decode to any
-  32-bit pattern) and the float conversion.
-
-Only the embedded bit-plane coder is serial per block. The encoder codes a plane without a loop over its
-runs: ZFP's group test writes the plane's bits from the first not-yet-significant coefficient up to its
-highest set bit with a 1 inserted before the first and after every set bit (the group bits), ending in a 0
-unless the last coefficient's implied 1 ends the plane; the insertion is one table lookup per byte (``_EXPAND``).
-The decoder reads each plane from one 64-bit window, a run (count-trailing-zeros) at a time; only the plane
-the budget cuts goes through the loop that checks every read against the budget.
+coefficient position, one column per block), which LLVM vectorises: gather, block exponent, block floating
+point (float32 products by an exact power of two), ZFP's lifting in int32 (every intermediate is cast back to
+int32: numba widens int32 arithmetic to int64, which would halve the vector lanes), the groups' magnitude ORs;
+the header fields, the step (closed form) and the fixed-width packing / unpacking of the 16 fields (per
+coefficient: widths, rounding, prefix-sum positions, then a select over the few words the positions reach);
+on decode also the inverse lifting, the float conversion and the scatter. There is no serial bit loop; what
+stays serial per block is the gather / scatter of its 16 values and the copy of its words.
 Imported only when numba is installed; ``custom_ops/zfp.py`` falls back to its vectorised NumPy coder otherwise.
 """
 from __future__ import annotations
@@ -31,46 +23,19 @@ from llvmlite import ir
 from numba.extending import intrinsic
 
 _PERM2 = np.array([0, 1, 4, 5, 2, 8, 6, 9, 3, 12, 10, 7, 13, 11, 14, 15], dtype=np.int64)
-_NB = np.int64(0xAAAAAAAA)
-_NB32 = np.uint32(0xAAAAAAAA)
+_PERM1 = np.array([0, 1, 2, 3], dtype=np.int64)
+# group sizes over the sequency-ordered coefficients (zfp.GROUPS_2D / GROUPS_1D) and each position's group
+_GS2 = np.array([1, 2, 3, 4, 6], dtype=np.int64)
+_GS1 = np.array([4], dtype=np.int64)
+_GOF2 = np.repeat(np.arange(5), _GS2).astype(np.int64)
+_GOF1 = np.zeros(4, dtype=np.int64)
+_FIELD_BITS = 2
 _F32_MAX = float(np.finfo(np.float32).max)
 GROUP = 256  # blocks per parallel task: a multiple of 8, so a task's first bit (b * rate * 4 or 16) is word-aligned
-# 2**e for the decoder's block scale factors, e in [-_POW_OFF, _POW_OFF]: x * 2**(emax - precision) is exact in
-# float64, so it equals ldexp without a libm call.
+# 2**e for the block scale factors, e in [-_POW_OFF, _POW_OFF]: x * 2**(emax - precision) is exact in float64,
+# so it equals ldexp without a libm call.
 _POW_OFF = 400
 _POW2 = np.array([math.ldexp(1.0, e) for e in range(-_POW_OFF, _POW_OFF + 1)], dtype=np.float64)
-# The 16x16 transpose's stages: (distance, mask of the bits that move, in both 16-bit halves of a word).
-_TRANSPOSE = ((8, 0x00FF00FF), (4, 0x0F0F0F0F), (2, 0x33333333), (1, 0x55555555))
-
-
-def _expand_table() -> np.ndarray:
-    """For every byte: its 8 bits, lowest first, with a 1 inserted after every set bit (8 + popcount bits)."""
-    out = np.zeros(256, dtype=np.uint64)
-    for v in range(256):
-        code, pos = 0, 0
-        for q in range(8):
-            bit = (v >> q) & 1
-            code |= bit << pos
-            pos += 1
-            if bit:
-                code |= 1 << pos
-                pos += 1
-        out[v] = code
-    return out
-
-
-_EXPAND = _expand_table()
-
-
-@intrinsic
-def _ctz(typingctx, x):  # noqa: ANN001, ANN202
-    """Count trailing zeros (x != 0): one instruction (LLVM's cttz)."""
-    sig = x(x)
-
-    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
-        return builder.cttz(args[0], ir.Constant(ir.IntType(1), 1))
-
-    return sig, codegen
 
 
 @intrinsic
@@ -86,7 +51,7 @@ def _clz(typingctx, x):  # noqa: ANN001, ANN202
 
 @intrinsic
 def _popcount(typingctx, x):  # noqa: ANN001, ANN202
-    """Number of set bits (LLVM's ctpop)."""
+    """Number of set bits (LLVM's ctpop). Not used here: cpu/sz.py imports it (with _clz) from this module."""
     sig = x(x)
 
     def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
@@ -148,92 +113,185 @@ def _gather(xb, n, h, w, two_d, b0, nb, v):
 
 @numba.njit(cache=True, inline="always")
 def _fwd4(q, a, b, c, d, nb):
-    """The forward lifting on rows a, b, c, d of q (int32), for every block."""
+    """ZFP's forward lifting on rows a, b, c, d of q (int32), for every block."""
     ra, rb, rc, rd = q[a], q[b], q[c], q[d]
     for j in range(nb):
-        a0, a1, a2, a3 = ra[j], rb[j], rc[j], rd[j]
-        d0 = a0 - a1
-        s0 = (a1 + (d0 >> 1)) << 1
-        d1 = a2 - a3
-        s1 = (a3 + (d1 >> 1)) << 1
-        dd = s0 - s1
-        ss = (s1 + (dd >> 1)) << 1
-        ra[j], rb[j], rc[j], rd[j] = ss, dd, d0, d1
+        x, y, z, w = ra[j], rb[j], rc[j], rd[j]
+        x = np.int32(np.int32(x + w) >> 1)
+        w = np.int32(w - x)
+        z = np.int32(np.int32(z + y) >> 1)
+        y = np.int32(y - z)
+        x = np.int32(np.int32(x + z) >> 1)
+        z = np.int32(z - x)
+        w = np.int32(np.int32(w + y) >> 1)
+        y = np.int32(y - w)
+        w = np.int32(w + np.int32(y >> 1))
+        y = np.int32(y - np.int32(w >> 1))
+        ra[j], rb[j], rc[j], rd[j] = x, y, z, w
 
 
 @numba.njit(cache=True, inline="always")
 def _inv4(q, a, b, c, d, nb):
+    """ZFP's inverse lifting (int32: cannot overflow for |coefficient| <= 2**27, see zfp.py)."""
     ra, rb, rc, rd = q[a], q[b], q[c], q[d]
     for j in range(nb):
-        ss, dd, d0, d1 = ra[j], rb[j], rc[j], rd[j]
-        s1 = (ss >> 1) - (dd >> 1)
-        s0 = dd + s1
-        a1 = (s0 >> 1) - (d0 >> 1)
-        a0 = d0 + a1
-        a3 = (s1 >> 1) - (d1 >> 1)
-        a2 = d1 + a3
-        ra[j], rb[j], rc[j], rd[j] = a0, a1, a2, a3
+        x, y, z, w = ra[j], rb[j], rc[j], rd[j]
+        y = np.int32(y + np.int32(w >> 1))
+        w = np.int32(w - np.int32(y >> 1))
+        y = np.int32(y + w)
+        w = np.int32(np.int32(w << 1) - y)
+        z = np.int32(z + x)
+        x = np.int32(np.int32(x << 1) - z)
+        y = np.int32(y + z)
+        z = np.int32(np.int32(z << 1) - y)
+        w = np.int32(w + x)
+        x = np.int32(np.int32(x << 1) - w)
+        ra[j], rb[j], rc[j], rd[j] = x, y, z, w
 
 
 @numba.njit(cache=True, inline="always")
-def _transpose(u, nb):
-    """Per block (column j of the uint32 rows u[0..15]): bit k of word i <-> bit i of word k, in the low and
-    the high 16-bit halves at once. Coefficients -> planes: word k holds plane k (low half) and plane k + 16
-    (high half); it is its own inverse."""
-    for d, mask in _TRANSPOSE:
-        m = np.uint32(mask)
-        sd = np.uint32(d)
-        for i in range(16):
-            if i & d:
-                continue
-            ra, rb = u[i], u[i + d]
+def _bitlen32(v):
+    """Bit length of 0 <= v < 2**31 (0 for 0), from the exponent of its exact float64: vectorises."""
+    e = np.int32(np.int64(np.float64(v).view(np.uint64) >> np.uint64(52)) - 1022)
+    return max(e, np.int32(0))
+
+
+@numba.njit(cache=True, inline="always")
+def _ceil_div(a, n):
+    """ceil(max(a, 0) / n) for small integers, through an exactly rounded float64 quotient: vectorises."""
+    return np.int32(math.floor(np.float64(max(a, np.int32(0)) + n - 1) / np.float64(n)))
+
+
+@numba.njit(cache=True, inline="always")
+def _closed_step(d0, d1, d2, d3, d4, n0, n1, n2, n3, n4, av):
+    """(s, U) from the declared bounds of up to 5 groups (sizes n, 0 for absent groups): see ``_header``."""
+    N1 = n0
+    S1 = np.int32(n0 * (d0 + 1))
+    N2 = np.int32(N1 + n1)
+    S2 = np.int32(S1 + n1 * (d1 + 1))
+    N3 = np.int32(N2 + n2)
+    S3 = np.int32(S2 + n2 * (d2 + 1))
+    N4 = np.int32(N3 + n3)
+    S4 = np.int32(S3 + n3 * (d3 + 1))
+    N5 = np.int32(N4 + n4)
+    S5 = np.int32(S4 + n4 * (d4 + 1))
+    s = max(max(_ceil_div(np.int32(S1 - av), N1), _ceil_div(np.int32(S2 - av), N2)),
+            max(max(_ceil_div(np.int32(S3 - av), N3), _ceil_div(np.int32(S4 - av), N4)),
+                _ceil_div(np.int32(S5 - av), N5)))
+    tot = max(max(max(np.int32(S1 - N1 * s), np.int32(S2 - N2 * s)), max(np.int32(S3 - N3 * s), np.int32(S4 - N4 * s))),
+              max(np.int32(S5 - N5 * s), np.int32(0)))
+    ne = (n0 if d0 >= s - 1 else np.int32(0)) + (n1 if d1 >= s - 1 else np.int32(0)) + \
+        (n2 if d2 >= s - 1 else np.int32(0)) + (n3 if d3 >= s - 1 else np.int32(0)) + \
+        (n4 if d4 >= s - 1 else np.int32(0))
+    u = min(np.int32(ne if s > 0 else 0), np.int32(av - tot))
+    return np.int32(s), np.int32(u)
+
+
+@numba.njit(cache=True, inline="always")
+def _header(gm, amax, emax, exp_bias, exp_bits, lcap, gs, ng, avail, Dt, hcode, sj, uj, nb):
+    """Per block, in one loop over the blocks with the (up to 5) groups unrolled into scalars (vectorises):
+    declared bounds D_g (suffix maxima of the groups' bit lengths, coded as 2-bit steps down from LCAP), the
+    header word, the step s and U, the number of leading coefficients that take one of the bits left over.
+
+    s in closed form: with S_k = sum_{g<k} n_g (D_g + 1) and N_k = sum_{g<k} n_g, the total at step p is
+    max_k (S_k - N_k p) (each term max(0, D_g - p + 1) is >= D_g - p + 1 and >= 0, with equality for the
+    groups still active, a prefix since D is non-increasing); it fits iff p >= (S_k - avail) / N_k for every
+    k. The eligible groups for leftover bits (D_g >= s - 1) are a prefix too. All-zero blocks: header 0, s
+    past every bound (no coefficient bits). Groups past ``ng`` (1-D blocks) have n = 0 and change nothing."""
+    n0 = np.int32(gs[0])
+    n1 = np.int32(gs[1]) if ng > 1 else np.int32(0)
+    n2 = np.int32(gs[2]) if ng > 2 else np.int32(0)
+    n3 = np.int32(gs[3]) if ng > 3 else np.int32(0)
+    n4 = np.int32(gs[4]) if ng > 4 else np.int32(0)
+    g0, g1, g2, g3, g4 = gm[0], gm[1], gm[2], gm[3], gm[4]
+    d0r, d1r, d2r, d3r, d4r = Dt[0], Dt[1], Dt[2], Dt[3], Dt[4]
+    two = ng > 1
+    cap = np.int32(3)
+    lc = np.int32(lcap)
+    av = np.int32(avail)
+    for j in range(nb):
+        m4 = _bitlen32(g4[j])
+        m3 = max(_bitlen32(g3[j]), m4)
+        m2 = max(_bitlen32(g2[j]), m3)
+        m1 = max(_bitlen32(g1[j]), m2)
+        m0 = max(_bitlen32(g0[j]), m1)
+        f0 = min(np.int32(lc - m0), cap)
+        d0 = np.int32(lc - f0)
+        f1 = min(np.int32(d0 - m1), cap)
+        d1 = np.int32(d0 - f1)
+        f2 = min(np.int32(d1 - m2), cap)
+        d2 = np.int32(d1 - f2)
+        f3 = min(np.int32(d2 - m3), cap)
+        d3 = np.int32(d2 - f3)
+        f4 = min(np.int32(d3 - m4), cap)
+        d4 = np.int32(d3 - f4)
+        code = np.uint32(emax[j] + exp_bias) | np.uint32(np.uint32(f0) << np.uint32(exp_bits))
+        if two:
+            code |= np.uint32(np.uint32(f1) << np.uint32(exp_bits + 2)) | np.uint32(np.uint32(f2) << np.uint32(exp_bits + 4))
+            code |= np.uint32(np.uint32(f3) << np.uint32(exp_bits + 6)) | np.uint32(np.uint32(f4) << np.uint32(exp_bits + 8))
+        s, u = _closed_step(d0, d1, d2, d3, d4, n0, n1, n2, n3, n4, av)
+        zero = amax[j] == 0
+        hcode[j] = np.uint32(0) if zero else code
+        sj[j] = np.int32(lc + 1) if zero else np.int32(s)
+        uj[j] = np.int32(0) if zero else np.int32(u)
+        d0r[j], d1r[j], d2r[j], d3r[j], d4r[j] = d0, d1, d2, d3, d4
+
+
+@numba.njit(cache=True, inline="always")
+def _pack(q, perm, gof, size, hdr, hcode, sj, uj, Dt, pos, vals, out, nb, nwb):
+    """out[k, j] = word k of block j's bits (from its first bit): header, then every coefficient at its width.
+    Loops over the blocks, each touching few arrays (LLVM vectorises a loop only while the runtime alias checks
+    between numba's arrays stay few: one loop doing all of this ran at scalar speed, ~2x slower): widths and
+    steps, rounding, positions, the range of words the positions reach, then per reachable word a select
+    (coefficient i's field lands in word pos >> 5 and the next; the word differs between blocks)."""
+    wrow = np.empty(pos.size, np.int32)
+    trow = np.empty(pos.size, np.int32)
+    pst = np.empty(pos.size, np.int32)  # first bit of the current coefficient
+    for k in range(nwb + 1):
+        ok = out[k]
+        for j in range(nb):
+            ok[j] = 0
+    o0 = out[0]
+    for j in range(nb):
+        pos[j] = hdr
+        o0[j] = hcode[j]
+    for i in range(size):
+        qr, dr = q[perm[i]], Dt[gof[i]]
+        ii = np.int32(i)
+        for j in range(nb):  # bits and step exponent (the first uj[j] coefficients take a leftover bit)
+            up = np.int32(ii < uj[j])
+            wrow[j] = np.int32(max(np.int32(dr[j] - sj[j] + 1), np.int32(0)) + up)
+            trow[j] = np.int32(sj[j] - up)
+        for j in range(nb):  # round half up at the step, saturate to the width, keep the low w bits
+            tt = np.uint32(trow[j])
+            ww = np.uint32(wrow[j])
+            half = np.int32(np.uint32(np.uint32(1) << tt) >> np.uint32(1))
+            r = np.int32(np.int32(qr[j] + half) >> np.int32(tt))
+            lim = np.int32(np.uint32(np.uint32(1) << ww) >> np.uint32(1))
+            r = min(max(r, np.int32(-lim)), np.int32(lim - 1))
+            vals[j] = np.uint32(np.uint32(r) & np.uint32(np.uint32(np.uint32(1) << ww) - np.uint32(1)))
+        for j in range(nb):
+            p = pos[j]
+            pst[j] = p
+            pos[j] = np.int32(p + wrow[j])
+        lo = np.int32(1 << 30)
+        hi = np.int32(0)
+        for j in range(nb):  # fields of no bits write nothing: zero blocks must not widen the word range
+            p = pst[j]
+            nz = wrow[j] > 0
+            lo = min(lo, p if nz else np.int32(1 << 30))
+            hi = max(hi, p if nz else np.int32(0))
+        for k in range(lo >> 5, min((hi >> 5) + 2, nwb + 1)):
+            ok = out[k]
+            kk = np.int32(k)
             for j in range(nb):
-                a, b = ra[j], rb[j]
-                t = ((a >> sd) ^ b) & m
-                rb[j] = b ^ t
-                ra[j] = a ^ (t << sd)
-
-
-@numba.njit(cache=True, inline="always")
-def _plane(v, k, j):
-    """Bit plane k of block j from the transposed words (bit i = coefficient i)."""
-    return np.uint64((v[k & 15, j] >> np.uint32(16 * (k >> 4))) & np.uint32(0xFFFF))
-
-
-@numba.njit(cache=True, inline="always")
-def _put(buf, wpos, acc, nacc, code, length):
-    """Append ``length`` (<= 33) bits to the register acc (nacc <= 31 bits pending), store its two words, and
-    advance past the full ones."""
-    acc |= code << np.uint64(nacc)
-    nacc += length
-    buf[wpos] = np.uint32(acc & np.uint64(0xFFFFFFFF))
-    buf[wpos + 1] = np.uint32(acc >> np.uint64(32))
-    adv = nacc >> 5
-    sh = np.uint64(16 * adv)  # two shifts: a 64-bit shift by 64 is undefined
-    return wpos + adv, (acc >> sh) >> sh, nacc & 31
-
-
-@numba.njit(cache=True, inline="always")
-def _plane_code(x, nsig, size):
-    """(code, length) of one bit plane x (bit i = coefficient i) given the nsig coefficients already
-    significant: their bits verbatim, then ZFP's group tests and runs (module doc). Afterwards the significant
-    ones are those up to the highest set bit of this plane or an earlier one."""
-    # branch-free (the cases are data-dependent and would mispredict): selects only
-    one = np.uint64(1)
-    verb = x & ((one << np.uint64(nsig)) - one)
-    r = x >> np.uint64(nsig)
-    nz = np.int64(r != 0)
-    pt = 63 - np.int64(_clz(r | one))  # highest set bit: every coefficient up to it becomes significant
-    low = r & np.uint64(0xFF)
-    e = _EXPAND[low] | (_EXPAND[(r >> np.uint64(8)) & np.uint64(0xFF)] << np.uint64(8 + np.int64(_popcount(low))))
-    full = pt + 1 + np.int64(_popcount(r))  # bits 0..pt, each set bit followed by a group 1
-    # the last coefficient's 1 is implied: neither it nor a group bit after it is written; otherwise the group
-    # bit after the last set bit is 0 and ends the plane
-    last = np.int64(pt == size - nsig - 1)
-    e &= (one << np.uint64(max(full - 1 - last, 0))) - one
-    length = full - 2 * last + 1 if nz else 1  # r == 0: one group test 0
-    code = verb | ((np.uint64(nz) | (e << one)) << np.uint64(nsig))
-    return code, nsig + length
+                p = pst[j]
+                wd = np.int32(p >> 5)
+                sh = np.uint32(p & 31)
+                v = vals[j]
+                lo_part = np.uint32(v << sh) if wd == kk else np.uint32(0)
+                hi_part = np.uint32(np.uint32(v >> np.uint32(1)) >> np.uint32(31 - sh)) if wd + 1 == kk else np.uint32(0)
+                ok[j] = np.uint32(ok[j] | lo_part | hi_part)
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
@@ -242,17 +300,33 @@ def encode(x, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, data
     ``precision`` must be 26 or less (int32 coefficients)."""
     size = 16 if two_d else 4
     budget = rate * size
+    perm = _PERM2 if two_d else _PERM1
+    gs = _GS2 if two_d else _GS1
+    gof = _GOF2 if two_d else _GOF1
+    ng = gs.size
+    hdr = exp_bits + _FIELD_BITS * ng
+    avail = budget - hdr
+    lcap = precision + 1
     xb = x.view(np.uint32)
     ntasks = (nblocks + GROUP - 1) // GROUP
     task_words = GROUP * budget // 32
+    nwb = (budget + 31) // 32  # words a block's bits span, counted from its first bit
     for t in numba.prange(ntasks):
         b0 = t * GROUP
         nb = min(nblocks, b0 + GROUP) - b0
-        v = np.zeros((16, GROUP), np.uint32)  # float bits, then negabinary coefficients, then bit planes
-        q = np.zeros((16, GROUP), np.int32)
+        v = np.zeros((16, GROUP), np.uint32)  # float bits
+        q = np.zeros((16, GROUP), np.int32)   # block-floating-point integers, then coefficients
         amax = np.zeros(GROUP, np.uint32)
         emax = np.zeros(GROUP, np.int32)
         scale = np.zeros(GROUP, np.float32)
+        gm = np.zeros((5, GROUP), np.int32)   # OR of each group's |coefficient|
+        hcode = np.zeros(GROUP, np.uint32)
+        sj = np.zeros(GROUP, np.int32)
+        uj = np.zeros(GROUP, np.int32)
+        Dt = np.zeros((5, GROUP), np.int32)
+        pos = np.zeros(GROUP, np.int32)
+        vals = np.zeros(GROUP, np.uint32)
+        out = np.zeros((nwb + 1, GROUP), np.uint32)
         buf = np.zeros(task_words + 3, np.uint32)
         _gather(xb, n, h, w, two_d, b0, nb, v)
         for k in range(size):  # the largest magnitude of every block
@@ -292,85 +366,31 @@ def encode(x, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, data
                 _fwd4(q, 4 * r, 4 * r + 1, 4 * r + 2, 4 * r + 3, nb)
             for c in range(4):
                 _fwd4(q, c, c + 4, c + 8, c + 12, nb)
-            for i in range(16):
-                row, qr = v[i], q[_PERM2[i]]
-                for j in range(nb):
-                    row[j] = (np.uint32(qr[j]) + _NB32) ^ _NB32
         else:
             _fwd4(q, 0, 1, 2, 3, nb)
-            for i in range(4):
-                row, qr = v[i], q[i]
-                for j in range(nb):
-                    row[j] = (np.uint32(qr[j]) + _NB32) ^ _NB32
-            for i in range(4, 16):
-                v[i, :nb] = 0
-        orm = np.zeros(GROUP, np.uint32)  # the OR of each block's coefficients: its highest nonempty plane
-        for k in range(size):
-            row = v[k]
+        for i in range(size):
+            qr, gr = q[perm[i]], gm[gof[i]]
             for j in range(nb):
-                orm[j] |= row[j]
-        _transpose(v, nb)  # v[k & 15] >> (16 * (k >> 4)): plane k
-        for j in range(nb):
-            if amax[j] == 0:
-                continue  # all-zero block: exponent field 0, nothing else (the buffer is zeroed)
-            start = j * budget
-            # the block's bits go through a register (acc holds bits nacc.. of word wpos on): plain stores,
-            # no read-modify-write of the word the previous code went into
-            wpos = start >> 5
-            nacc = start & 31
-            acc = np.uint64(buf[wpos])
-            wpos, acc, nacc = _put(buf, wpos, acc, nacc, np.uint64(emax[j] + exp_bias), exp_bits)
-            # the planes above the highest nonempty one are one 0 (group test) each
-            top = 63 - np.int64(_clz(np.uint64(orm[j]))) if orm[j] != 0 else -1
-            bit = exp_bits + 31 - top
-            wpos, acc, nacc = _put(buf, wpos, acc, nacc, np.uint64(0), min(31 - top, budget - exp_bits))
-            nsig = 0
-            seen = np.uint64(0)  # OR of the planes coded so far: nsig is its bit length (no serial chain
-            k = top              # through each plane's code)
-            while k >= 0 and bit < budget and nsig < size:  # planes with group tests
-                x_k = _plane(v, k, j)
-                code, length = _plane_code(x_k, nsig, size)
-                seen |= x_k
-                nsig = 64 - np.int64(_clz(seen)) if seen != 0 else 0
-                if length > budget - bit:  # cut at the budget
-                    length = budget - bit
-                    code &= (np.uint64(1) << np.uint64(length)) - np.uint64(1)
-                wpos, acc, nacc = _put(buf, wpos, acc, nacc, code, length)
-                bit += length
-                k -= 1
-            while k >= 0 and bit < budget:  # every coefficient significant: planes verbatim, 32 bits at a time
-                count = min(32 // size, k + 1)
-                chunk = np.uint64(0)
-                for i in range(count):
-                    chunk |= _plane(v, k - i, j) << np.uint64(size * i)
-                length = min(size * count, budget - bit)
-                chunk &= (np.uint64(1) << np.uint64(length)) - np.uint64(1)
-                wpos, acc, nacc = _put(buf, wpos, acc, nacc, chunk, length)
-                bit += length
-                k -= count
+                a = qr[j]
+                gr[j] |= np.int32(max(a, np.int32(-a)))
+        _header(gm, amax, emax, exp_bias, exp_bits, lcap, gs, ng, avail, Dt, hcode, sj, uj, nb)
+        _pack(q, perm, gof, size, hdr, hcode, sj, uj, Dt, pos, vals, out, nb, nwb)
+        if budget % 32 == 0:  # blocks start on word boundaries: plain stores
+            for j in range(nb):
+                for k in range(nwb):
+                    buf[j * nwb + k] = out[k, j]
+        else:
+            for j in range(nb):
+                start = j * budget
+                base = start >> 5
+                off = np.uint64(start & 31)
+                for k in range(nwb):
+                    wv = np.uint64(out[k, j]) << off
+                    buf[base + k] |= np.uint32(wv & np.uint64(0xFFFFFFFF))
+                    buf[base + k + 1] |= np.uint32(wv >> np.uint64(32))
         w0 = t * task_words
         for i in range(min(task_words, data.size - w0)):
             data[w0 + i] = buf[i]
-
-
-@numba.njit(cache=True, inline="always")
-def _window(data, bit):
-    """64 stream bits from ``bit`` (bits past the data read as 0)."""
-    w = bit >> 5
-    off = np.uint64(bit & 31)
-    v = np.uint64(data[w])
-    if w + 1 < data.size:
-        v |= np.uint64(data[w + 1]) << np.uint64(32)
-    v >>= off
-    if off != 0 and w + 2 < data.size:
-        v |= np.uint64(data[w + 2]) << (np.uint64(64) - off)
-    return v
-
-
-@numba.njit(cache=True, inline="always")
-def _peek(data, bit, nbits):
-    """The ``nbits`` (<= 32) stream bits from ``bit`` as an integer."""
-    return np.int64(_window(data, bit) & ((np.uint64(1) << np.uint64(nbits)) - np.uint64(1)))
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
@@ -378,109 +398,113 @@ def decode(data, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, y
     """Decode every block into y (float32[n]); returns False if an exponent field is out of range."""
     size = 16 if two_d else 4
     budget = rate * size
+    perm = _PERM2 if two_d else _PERM1
+    gs = _GS2 if two_d else _GS1
+    ng = gs.size
+    hdr = exp_bits + _FIELD_BITS * ng
+    avail = budget - hdr
+    lcap = precision + 1
     ntasks = (nblocks + GROUP - 1) // GROUP
+    nwb = (budget + 31) // 32
+    gof = _GOF2 if two_d else _GOF1
+    two = ng > 1
+    n0 = np.int32(gs[0])
+    n1 = np.int32(gs[1]) if ng > 1 else np.int32(0)
+    n2 = np.int32(gs[2]) if ng > 2 else np.int32(0)
+    n3 = np.int32(gs[3]) if ng > 3 else np.int32(0)
+    n4 = np.int32(gs[4]) if ng > 4 else np.int32(0)
+    lc = np.int32(lcap)
+    av = np.int32(avail)
     bad = np.zeros(ntasks, np.uint8)
     for t in numba.prange(ntasks):
         b0 = t * GROUP
         nb = min(nblocks, b0 + GROUP) - b0
-        u = np.zeros((16, GROUP), np.uint32)  # bit planes, then negabinary coefficients
-        q = np.empty((16, GROUP), np.int64)
+        q = np.zeros((16, GROUP), np.int32)
+        out = np.empty((16, GROUP), np.float32)
         scale = np.zeros(GROUP, np.float64)
+        inw = np.zeros((nwb + 1, GROUP), np.uint32)  # block j's words, counted from its first bit
+        sj = np.zeros(GROUP, np.int32)
+        uj = np.zeros(GROUP, np.int32)
+        Dt = np.zeros((5, GROUP), np.int32)
+        wrow = np.empty(GROUP, np.int32)
+        trow = np.empty(GROUP, np.int32)
+        pst = np.empty(GROUP, np.int32)
+        pos = np.empty(GROUP, np.int32)
         for j in range(nb):
-            bit = (b0 + j) * budget
-            end = bit + budget
-            efield = _peek(data, bit, exp_bits)
-            bit += exp_bits
-            if efield == 0:
-                continue  # scale 0: the block decodes to +0.0
+            start = (b0 + j) * budget
+            base = start >> 5
+            off = np.uint64(start & 31)
+            for k in range(nwb + 1):
+                lo = np.uint64(data[base + k]) if base + k < data.size else np.uint64(0)
+                hi = np.uint64(data[base + k + 1]) if base + k + 1 < data.size else np.uint64(0)
+                inw[k, j] = np.uint32(((hi << np.uint64(32)) | lo) >> off)
+        # header fields -> scale, declared bounds, step, U (as the encoder's _header, one loop over the blocks)
+        h0 = inw[0]
+        d0r, d1r, d2r, d3r, d4r = Dt[0], Dt[1], Dt[2], Dt[3], Dt[4]
+        for j in range(nb):
+            hw = h0[j]
+            efield = np.int32(hw & np.uint32((1 << exp_bits) - 1))
             if efield > 128 + exp_bias:
                 bad[t] = 1
-                efield = 128 + exp_bias
-            scale[j] = _POW2[efield - exp_bias - precision + _POW_OFF]
-            nsig = 0
-            k = 31
-            while k >= 0 and bit < end:
-                # the plane's bits come from one 64-bit window (a plane needs at most 33 bits)
-                win = _window(data, bit)
-                if end - bit >= 2 * size + 1:  # the whole plane (<= 2 * size + 1 - nsig bits) is inside the budget
-                    used = nsig
-                    xk = np.int64(win & ((np.uint64(1) << np.uint64(nsig)) - np.uint64(1)))
-                    j2 = nsig
-                    while j2 < size:
-                        g = (win >> np.uint64(used)) & np.uint64(1)
-                        used += 1
-                        if g == 0:  # group test 0 ends the plane
-                            break
-                        # positions j2 .. size-2 are scanned for the next 1; none: the last one is implied
-                        run = np.int64((win >> np.uint64(used)) & ((np.uint64(1) << np.uint64(size - 1 - j2)) - np.uint64(1)))
-                        z = np.int64(_ctz(run)) if run != 0 else size - 1 - j2
-                        xk |= np.int64(1) << (j2 + z)
-                        used += z + (run != 0)
-                        j2 += z + 1
-                    nsig = j2
-                    bit += used
-                    u[k & 15, j] |= np.uint32(xk) << np.uint32(16 * (k >> 4))
-                    k -= 1
-                    continue
-                avail = end - bit
-                used = 0
-                xk = np.int64(0)
-                live = True
-                if nsig > 0:  # verbatim bits of the coefficients already significant
-                    used = min(nsig, avail)
-                    xk = np.int64(win & ((np.uint64(1) << np.uint64(used)) - np.uint64(1)))
-                    live = used == nsig
-                j2 = nsig
-                while live and j2 < size:
-                    if used >= avail:
-                        live = False
-                        break
-                    g = (win >> np.uint64(used)) & np.uint64(1)
-                    used += 1
-                    if g == 0:  # group test 0 ends the plane
-                        break
-                    m = size - 1 - j2  # positions j2 .. size-2 are scanned for the next 1
-                    if m == 0:
-                        xk |= np.int64(1) << j2
-                        j2 = size
-                    else:
-                        look = min(m, avail - used)
-                        run = np.int64((win >> np.uint64(used)) & ((np.uint64(1) << np.uint64(look)) - np.uint64(1)))
-                        if run != 0:
-                            z = _ctz(run)
-                            xk |= np.int64(1) << (j2 + z)
-                            used += z + 1
-                            j2 += z + 1
-                        else:
-                            used += look
-                            if look < m:
-                                live = False
-                                break
-                            xk |= np.int64(1) << (size - 1)  # all zeros: the last one is implied
-                            j2 = size
-                    nsig = j2
-                bit += used
-                u[k & 15, j] |= np.uint32(xk) << np.uint32(16 * (k >> 4))
-                if not live:
-                    break
-                k -= 1
-        _transpose(u, nb)  # planes -> negabinary coefficients
-        if two_d:
-            for i in range(16):
-                ur, qr = u[i], q[_PERM2[i]]
+                efield = np.int32(128 + exp_bias)
+            scale[j] = _POW2[efield - exp_bias - precision + _POW_OFF] if efield != 0 else 0.0
+            f0 = np.int32((hw >> np.uint32(exp_bits)) & np.uint32(3))
+            f1 = np.int32((hw >> np.uint32(exp_bits + 2)) & np.uint32(3)) if two else np.int32(0)
+            f2 = np.int32((hw >> np.uint32(exp_bits + 4)) & np.uint32(3)) if two else np.int32(0)
+            f3 = np.int32((hw >> np.uint32(exp_bits + 6)) & np.uint32(3)) if two else np.int32(0)
+            f4 = np.int32((hw >> np.uint32(exp_bits + 8)) & np.uint32(3)) if two else np.int32(0)
+            d0 = np.int32(lc - f0)
+            d1 = np.int32(d0 - f1)
+            d2 = np.int32(d1 - f2)
+            d3 = np.int32(d2 - f3)
+            d4 = np.int32(d3 - f4)
+            s, u = _closed_step(d0, d1, d2, d3, d4, n0, n1, n2, n3, n4, av)
+            zero = efield == 0
+            sj[j] = np.int32(lc + 1) if zero else s
+            uj[j] = np.int32(0) if zero else u
+            d0r[j], d1r[j], d2r[j], d3r[j], d4r[j] = d0, d1, d2, d3, d4
+            pos[j] = hdr
+        for i in range(size):
+            dr, qr = Dt[gof[i]], q[perm[i]]
+            ii = np.int32(i)
+            for j in range(nb):
+                up = np.int32(ii < uj[j])
+                wrow[j] = np.int32(max(np.int32(dr[j] - sj[j] + 1), np.int32(0)) + up)
+                trow[j] = np.int32(sj[j] - up)
+            lo = np.int32(1 << 30)
+            hi = np.int32(0)
+            for j in range(nb):
+                p = pos[j]
+                pst[j] = p
+                pos[j] = np.int32(p + wrow[j])
+                nz = wrow[j] > 0
+                lo = min(lo, p if nz else np.int32(1 << 30))
+                hi = max(hi, p if nz else np.int32(0))
+            for j in range(nb):
+                qr[j] = 0
+            for k in range(lo >> 5, min((hi >> 5) + 2, nwb + 1)):
+                ik = inw[k]
+                kk = np.int32(k)
                 for j in range(nb):
-                    qr[j] = (np.int64(ur[j]) ^ _NB) - _NB
+                    p = pst[j]
+                    wd = np.int32(p >> 5)
+                    sh = np.uint32(p & 31)
+                    v = ik[j]
+                    lo_part = np.uint32(v >> sh) if wd == kk else np.uint32(0)
+                    hi_part = np.uint32(np.uint32(v << np.uint32(1)) << np.uint32(31 - sh)) if wd + 1 == kk else np.uint32(0)
+                    qr[j] = np.int32(np.uint32(qr[j]) | lo_part | hi_part)
+            for j in range(nb):  # keep the field's bits, sign-extend, scale by the step
+                ww = np.uint32(wrow[j])
+                raw = np.uint32(qr[j]) & np.uint32(np.uint32(np.uint32(1) << ww) - np.uint32(1))
+                sgn = np.uint32(np.uint32(np.uint32(1) << ww) >> np.uint32(1))
+                qr[j] = np.int32(np.int32(np.int32(raw ^ sgn) - np.int32(sgn)) << np.int32(trow[j]))
+        if two_d:
             for c in range(4):
                 _inv4(q, c, c + 4, c + 8, c + 12, nb)
             for r in range(4):
                 _inv4(q, 4 * r, 4 * r + 1, 4 * r + 2, 4 * r + 3, nb)
         else:
-            for i in range(4):
-                ur, qr = u[i], q[i]
-                for j in range(nb):
-                    qr[j] = (np.int64(ur[j]) ^ _NB) - _NB
             _inv4(q, 0, 1, 2, 3, nb)
-        out = u.view(np.float32)  # the coefficients are no longer needed: reuse their rows for the values
         for k in range(size):
             qr, orow = q[k], out[k]
             for j in range(nb):

@@ -7,45 +7,49 @@ Blocks. Dimensions of size 1 are dropped first (NCHW with H = W = 1 becomes (N, 
 dimensions left is a stack of ``P`` planes (the product of the leading dimensions) of ``H × W`` (the last two),
 cut into 4×4 blocks, plane-major, then block row, then block column; a tensor with fewer dimensions is cut
 into 1-D blocks of 4 (flattened C order). Partial blocks are padded by repeating the last valid row / column
-(element), which adds no high-frequency content. ``budget`` = rate · 16 (2-D) or rate · 4 (1-D) bits.
+(element). ``budget`` = rate · 16 (2-D) or rate · 4 (1-D) bits.
 
-Per block (both backends, bit for bit):
+Bitstream version 3 (v1's embedded bit-plane coder is gone: it coded one bit at a time and ran at ~0.07× copy
+bandwidth; v3 is block-adaptive but has no serial bit loop). Per block (every backend, bit for bit):
 
 1. Specials: NaN/±Inf are taken out of band (flat index + raw float32 bits, restored exactly on decode) and
    coded as 0.
 2. Block floating point: ``emax`` = frexp exponent of the block's largest magnitude (|x| < 2**emax);
-   ``q = trunc(x · 2**(28 − emax))`` in float64 (exact scaling, also for subnormals), so |q| < 2**28.
-   An all-zero block stores exponent field 0 and nothing else; otherwise the field is ``emax + 149``
-   (1..277), 9 bits.
-3. Decorrelating transform: the integer S-transform (two-level Haar lifting), exactly invertible on integers:
-   ``(a0, a1, a2, a3) -> (ss, dd, d0, d1)`` with ``d0 = a0 − a1, s0 = a1 + (d0 >> 1)``,
-   ``d1 = a2 − a3, s1 = a3 + (d1 >> 1)``, ``dd = s0 − s1, ss = s1 + (dd >> 1)`` (arithmetic shifts).
-   2-D blocks: along each row, then along each column (ZFP's order), |coefficient| < 2**30.
-   Coefficients are reordered by total sequency (ZFP's 2-D permutation) and mapped to negabinary
-   ``u = ((c + 0xAAAAAAAA) ^ 0xAAAAAAAA) mod 2**32``, so the sign needs no separate bit.
-4. Embedded bit-plane coding, planes 31 down to 0, with ZFP's group testing: ``n`` (0 at the start) counts
-   the leading coefficients already known to be significant. Per plane: its bits of coefficients
-   ``0..n−1`` verbatim; then, from position ``j = n``: a group bit "is any bit at position >= j set?"
-   (0 ends the plane), and if so the bits at ``j, j+1, ...`` up to and including the next 1, which makes
-   every coefficient up to it significant; repeat. The bit of coefficient 15 is never written when it must
-   be 1 (the group bit said so). This is ZFP's ``encode_ints`` bit for bit.
-5. Fixed rate: the stream of each block is cut at ``budget`` bits (zero-filled when shorter). The decoder
-   stops at the first bit it would read at or past the budget; undecoded bits are 0.
-
-Decode: negabinary back to int64, inverse permutation and transform in int64, ``y = q · 2**(emax − 28)`` in
-float64, saturated to ±FLT_MAX (finite in, finite out), rounded to float32 (RNE). Exact zeros come back as
-+0.0 (−0.0 too); NaN/±Inf come back with their exact bits.
+   ``q = trunc(x · 2**(26 − emax))`` (exact scaling, also for subnormals), so |q| < 2**26. An all-zero block
+   stores exponent field 0 and nothing else (the rest of its budget is zero); otherwise the field is
+   ``emax + 149`` (1..277), 9 bits.
+3. Decorrelating transform: ZFP's integer lifting (``fwd_lift`` of zfp 0.5+), along each row, then along
+   each column, int32 arithmetic (|c| <= 2**27, ``LCAP``): ``x += w; x >>= 1; w -= x; z += y; z >>= 1;
+   y -= z; x += z; x >>= 1; z -= x; w += y; w >>= 1; y -= w; w += y >> 1; y -= w >> 1``. It is not exactly
+   invertible (it drops low bits of q), far below any rate's quantisation step but at rates >= ~20 bits.
+   Coefficients are reordered by total sequency (ZFP's 2-D permutation).
+4. Groups. The sequency-ordered coefficients form groups of sizes ``GROUPS_2D`` = 1, 2, 3, 4, 6 (1-D: one
+   group of 4). ``L_g`` = bit length of the group's largest |c|; ``M_g`` = max(L_g, L_g+1, ...) (suffix
+   maximum, so M is non-increasing). Header after the exponent: ``e0 = min(LCAP − M_0, 3)`` (2 bits), then
+   per later group ``d_g = min(D_{g−1} − M_g, 3)`` (2 bits), where ``D_0 = LCAP − e0``, ``D_g = D_{g−1} −
+   d_g`` >= M_g: a declared bound on every |c| of group g of 2**D_g.
+5. Step. ``avail`` = budget − 9 − header bits. ``s`` = the smallest s in 0..LCAP+1 with
+   ``sum_g n_g · max(0, D_g − s + 1) <= avail``: every coefficient of group g gets ``w = max(0, D_g − s + 1)``
+   bits at step 2**s. The ``avail − sum`` bits left over go one each, in sequency order, to the coefficients
+   whose group has D_g >= s − 1 (when s > 0): those get w + 1 bits at step 2**(s − 1). The decoder computes
+   the same widths and steps from the header.
+6. Coefficients, in sequency order, each as ``w`` bits of two's complement of ``r = clamp((c + h) >> t,
+   −2**(w−1), 2**(w−1) − 1)`` (t its step exponent, h = 2**t // 2: round half up), lowest bit first; w = 0
+   writes nothing and decodes as 0. Decode: ``c = r · 2**t``, inverse lifting (``inv_lift``) in int32 (it
+   cannot overflow: |c| <= 2**27 and the inverse's gain is < 15), ``y = q · 2**(emax − 26)`` in float64,
+   saturated to ±FLT_MAX (finite in, finite out), rounded to float32 (RNE). Exact zeros come back as +0.0
+   (−0.0 too); NaN/±Inf come back with their exact bits. Bits after the last coefficient are zero.
 
 Payload (``payload_names``):
-  header       uint8[8]: b"ZF", version 1, rate (3..32), 4 zero bytes
+  header       uint8[8]: b"ZF", version 3, rate (3..32), 4 zero bytes
   data         uint32[ceil(nblocks · budget / 32)]; stream bit i is bit (i % 32) of word i // 32
   outlier_idx  int64[m]   ascending flat indices of NaN/±Inf elements
   outlier_bits uint32[m]  their raw float32 bits
   shape        int64[ndim]
 
-The NumPy backend works on chunks of blocks, one vector op per coefficient position and bit plane across
-every block of the chunk (the per-block serial state of the group test becomes per-block arrays); the
-CUDA kernel (``kernels/zfp.cu``) runs one thread per block and produces the same words.
+The NumPy backend works on chunks of blocks, one vector op per coefficient position (and per bit of a field
+when it writes the stream); the compiled CPU kernel (``_zfp_numba.py``) and the CUDA kernel
+(``kernels/zfp.cu``, one thread per block) produce the same words.
 """
 from __future__ import annotations
 
@@ -60,20 +64,31 @@ import numpy as np
 from . import gpu
 from .base import Codec, Payload, register
 
-VERSION = 1
+VERSION = 3                     # 1: embedded bit planes (main until 2026-11); 2: the unmerged `fixedrate` branch
 HEADER_BYTES = 8
 MIN_RATE, MAX_RATE = 3, 32
 PRECISION = 26                  # |q| < 2**PRECISION after block-floating-point scaling
+LCAP = PRECISION + 1            # |transform coefficient| <= 2**LCAP (ZFP's lifting has gain <= 1 per axis)
 EXP_BITS = 9                    # exponent field: 0 = all-zero block, else emax + EXP_BIAS
 EXP_BIAS = 149                  # frexp exponents of finite float32 magnitudes span -148..128
-PLANES = 32
-NEGABINARY = 0xAAAAAAAA
+FIELD_BITS = 2                  # e0 and every d_g: 0..3
+GROUPS_2D = (1, 2, 3, 4, 6)     # group sizes over the sequency-ordered coefficients
+GROUPS_1D = (4,)
 _MAGIC = b"ZF"
 _F32_MAX = float(np.finfo(np.float32).max)
 # ZFP's 2-D coefficient order by total sequency; entry = col + 4 * row of the transformed block.
 PERM_2D = np.array([0, 1, 4, 5, 2, 8, 6, 9, 3, 12, 10, 7, 13, 11, 14, 15], dtype=np.intp)
 PERM_1D = np.arange(4, dtype=np.intp)
-_BITLEN16 = np.frexp(np.arange(1 << 16, dtype=np.float64))[1].astype(np.int64)
+
+
+def groups(two_d: bool) -> tuple[int, ...]:
+    return GROUPS_2D if two_d else GROUPS_1D
+
+
+def header_bits(two_d: bool) -> int:
+    """Bits of a nonzero block's fixed fields: exponent, e0, one d_g per later group."""
+    return EXP_BITS + FIELD_BITS * len(groups(two_d))
+
 
 # The compiled block coder (same words) when numba is installed, else the vectorised NumPy coder below.
 # Imported on first use, not with the package: numba + LLVM add ~70 MiB of RSS on import and ~60 MiB more
@@ -133,12 +148,13 @@ def make_header(rate: int) -> np.ndarray:
 
 
 def parse_header(header: Any) -> int:
-    """The rate stored in a zfp header; ValueError if it is not a zfp v1 header."""
+    """The rate stored in a zfp header; ValueError if it is not a zfp v3 header."""
     h = np.asarray(header, dtype=np.uint8).reshape(-1)
     if h.size != HEADER_BYTES or bytes(h[:2]) != _MAGIC:
         raise ValueError("zfp: payload header is not a zfp header")
     if int(h[2]) != VERSION:
-        raise ValueError(f"zfp: unsupported payload version {int(h[2])}")
+        raise ValueError(f"zfp: unsupported payload version {int(h[2])} (this build reads version {VERSION}; "
+                         "payloads of other versions must be re-encoded)")
     return check_rate(int(h[3]))
 
 
@@ -192,61 +208,95 @@ def data_words(layout: Layout, rate: int) -> int:
 
 
 # -- integer transform ----------------------------------------------------------------------------------------
-def _fwd4(a0: np.ndarray, a1: np.ndarray, a2: np.ndarray, a3: np.ndarray) -> tuple[np.ndarray, ...]:
-    d0 = a0 - a1
-    s0 = (a1 + (d0 >> 1)) << 1
-    d1 = a2 - a3
-    s1 = (a3 + (d1 >> 1)) << 1
-    dd = s0 - s1
-    ss = (s1 + (dd >> 1)) << 1
-    return ss, dd, d0, d1
+def _fwd4(x: np.ndarray, y: np.ndarray, z: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, ...]:
+    """ZFP's forward lifting of (x, y, z, w) (integer arrays; arithmetic shifts)."""
+    x = x + w; x >>= 1; w = w - x  # noqa: E702
+    z = z + y; z >>= 1; y = y - z  # noqa: E702
+    x = x + z; x >>= 1; z = z - x  # noqa: E702
+    w = w + y; w >>= 1; y = y - w  # noqa: E702
+    w = w + (y >> 1); y = y - (w >> 1)  # noqa: E702
+    return x, y, z, w
 
 
-def _inv4(ss: np.ndarray, dd: np.ndarray, d0: np.ndarray, d1: np.ndarray) -> tuple[np.ndarray, ...]:
-    s1 = (ss >> 1) - (dd >> 1)
-    s0 = dd + s1
-    a1 = (s0 >> 1) - (d0 >> 1)
-    a0 = d0 + a1
-    a3 = (s1 >> 1) - (d1 >> 1)
-    a2 = d1 + a3
-    return a0, a1, a2, a3
+def _inv4(x: np.ndarray, y: np.ndarray, z: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, ...]:
+    """ZFP's inverse lifting."""
+    y = y + (w >> 1); w = w - (y >> 1)  # noqa: E702
+    y = y + w; w = (w << 1) - y  # noqa: E702
+    z = z + x; x = (x << 1) - z  # noqa: E702
+    y = y + z; z = (z << 1) - y  # noqa: E702
+    w = w + x; x = (x << 1) - w  # noqa: E702
+    return x, y, z, w
 
 
-def forward_transform(q: np.ndarray, two_d: bool) -> np.ndarray:
-    """int64 [B, 16] (col + 4·row) or [B, 4] blocks -> transformed coefficients, same layout."""
-    c = q.copy()
+def _apply(f: Any, c: np.ndarray, two_d: bool, rows_first: bool) -> np.ndarray:
+    c = c.copy()
     if not two_d:
-        c[:, 0], c[:, 1], c[:, 2], c[:, 3] = _fwd4(q[:, 0], q[:, 1], q[:, 2], q[:, 3])
+        c[:, 0], c[:, 1], c[:, 2], c[:, 3] = f(c[:, 0], c[:, 1], c[:, 2], c[:, 3])
         return c
-    for r in range(4):  # along x (each row)
-        i = 4 * r
-        c[:, i], c[:, i + 1], c[:, i + 2], c[:, i + 3] = _fwd4(c[:, i], c[:, i + 1], c[:, i + 2], c[:, i + 3])
-    for col in range(4):  # along y (each column)
-        c[:, col], c[:, col + 4], c[:, col + 8], c[:, col + 12] = _fwd4(
-            c[:, col], c[:, col + 4], c[:, col + 8], c[:, col + 12])
+    rows = [(4 * r, 4 * r + 1, 4 * r + 2, 4 * r + 3) for r in range(4)]
+    cols = [(k, k + 4, k + 8, k + 12) for k in range(4)]
+    for i0, i1, i2, i3 in (rows + cols if rows_first else cols + rows):
+        c[:, i0], c[:, i1], c[:, i2], c[:, i3] = f(c[:, i0], c[:, i1], c[:, i2], c[:, i3])
     return c
 
 
+def forward_transform(q: np.ndarray, two_d: bool) -> np.ndarray:
+    """int [B, 16] (col + 4·row) or [B, 4] blocks -> transformed coefficients, same layout (rows, then columns)."""
+    return _apply(_fwd4, q, two_d, rows_first=True)
+
+
 def inverse_transform(c: np.ndarray, two_d: bool) -> np.ndarray:
-    q = c.copy()
-    if not two_d:
-        q[:, 0], q[:, 1], q[:, 2], q[:, 3] = _inv4(c[:, 0], c[:, 1], c[:, 2], c[:, 3])
-        return q
-    for col in range(4):
-        q[:, col], q[:, col + 4], q[:, col + 8], q[:, col + 12] = _inv4(
-            q[:, col], q[:, col + 4], q[:, col + 8], q[:, col + 12])
-    for r in range(4):
-        i = 4 * r
-        q[:, i], q[:, i + 1], q[:, i + 2], q[:, i + 3] = _inv4(q[:, i], q[:, i + 1], q[:, i + 2], q[:, i + 3])
-    return q
+    """Columns, then rows: undoes ``forward_transform`` up to the low bits the forward lifting drops."""
+    return _apply(_inv4, c, two_d, rows_first=False)
 
 
-def to_negabinary(c: np.ndarray) -> np.ndarray:
-    return ((c + NEGABINARY) ^ NEGABINARY) & 0xFFFFFFFF
+def bit_length(a: np.ndarray) -> np.ndarray:
+    """Bit length of non-negative integers (< 2**52), 0 for 0."""
+    return np.frexp(np.asarray(a, dtype=np.float64))[1].astype(np.int64)
 
 
-def from_negabinary(u: np.ndarray) -> np.ndarray:
-    return (u ^ NEGABINARY) - NEGABINARY
+def declared_bounds(c: np.ndarray, two_d: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(fields [B, G], D [B, G]) of sequency-ordered coefficients c [B, size]: the header fields e0, d_1..
+    and the declared bit bounds D_g (module doc, step 4)."""
+    sizes = groups(two_d)
+    ends = np.cumsum(sizes)
+    mag = np.abs(c)
+    L = np.stack([bit_length(mag[:, e - n:e].max(axis=1)) for n, e in zip(sizes, ends)], axis=1)
+    M = np.maximum.accumulate(L[:, ::-1], axis=1)[:, ::-1]
+    cap = (1 << FIELD_BITS) - 1
+    fields = np.empty_like(M)
+    D = np.empty_like(M)
+    fields[:, 0] = np.minimum(LCAP - M[:, 0], cap)
+    D[:, 0] = LCAP - fields[:, 0]
+    for g in range(1, len(sizes)):
+        fields[:, g] = np.minimum(D[:, g - 1] - M[:, g], cap)
+        D[:, g] = D[:, g - 1] - fields[:, g]
+    return fields, D
+
+
+def bounds_from_fields(fields: np.ndarray) -> np.ndarray:
+    """D [B, G] from the header fields [B, G]."""
+    D = np.empty_like(fields)
+    D[:, 0] = LCAP - fields[:, 0]
+    for g in range(1, fields.shape[1]):
+        D[:, g] = D[:, g - 1] - fields[:, g]
+    return D
+
+
+def widths_and_steps(D: np.ndarray, two_d: bool, budget: int) -> tuple[np.ndarray, np.ndarray]:
+    """(w, t) int64 [B, size]: bits and step exponent of every sequency-ordered coefficient (module doc, 5)."""
+    sizes = np.array(groups(two_d), dtype=np.int64)
+    avail = budget - header_bits(two_d)
+    svals = np.arange(LCAP + 2, dtype=np.int64)
+    tot = (np.maximum(0, D[:, :, None] - svals + 1) * sizes[:, None]).sum(axis=1)  # [B, LCAP + 2]
+    s = (tot > avail).sum(axis=1)  # tot falls with s: the count of too-expensive steps is the first cheap one
+    of = np.repeat(np.arange(len(sizes)), sizes)
+    Dc = D[:, of]
+    w = np.maximum(0, Dc - s[:, None] + 1)
+    left = avail - w.sum(axis=1)
+    eligible = (Dc >= s[:, None] - 1) & (s[:, None] > 0)
+    up = eligible & (np.cumsum(eligible, axis=1) <= left[:, None])
+    return w + up, s[:, None] - up
 
 
 # -- blocks <-> tensor ----------------------------------------------------------------------------------------
@@ -295,6 +345,21 @@ def _scatter(y: np.ndarray, vals: np.ndarray, layout: Layout, b0: int, b1: int) 
 
 
 # -- the block coder, vectorised over blocks ------------------------------------------------------------------
+def _put_bits(bits: np.ndarray, pos: np.ndarray, val: np.ndarray, width: np.ndarray, sink: int) -> None:
+    """bits[b, pos[b] + k] = bit k of val[b] for k < width[b] (column ``sink`` takes the rest)."""
+    rows = np.arange(bits.shape[0])
+    for k in range(int(width.max(initial=0))):
+        bits[rows, np.where(k < width, pos + k, sink)] = (val >> k) & 1
+
+
+def _get_bits(padded: np.ndarray, pos: np.ndarray, width: np.ndarray) -> np.ndarray:
+    rows = np.arange(padded.shape[0])
+    out = np.zeros(padded.shape[0], dtype=np.int64)
+    for k in range(int(width.max(initial=0))):
+        out |= np.where(k < width, padded[rows, np.minimum(pos + k, padded.shape[1] - 1)], 0).astype(np.int64) << k
+    return out
+
+
 def _encode_chunk(v: np.ndarray, two_d: bool, budget: int) -> np.ndarray:
     """Stream bits uint8 [B, budget] of float32 blocks v [B, size] (specials already zeroed)."""
     nb, size = v.shape
@@ -303,45 +368,22 @@ def _encode_chunk(v: np.ndarray, two_d: bool, budget: int) -> np.ndarray:
     nonzero = amax > 0
     emax = np.frexp(amax)[1].astype(np.int64)
     q = np.trunc(np.ldexp(v.astype(np.float64), (PRECISION - emax)[:, None])).astype(np.int64)
-    u = to_negabinary(forward_transform(q, two_d)[:, perm])
-    # planes[:, k]: bit i = bit k of coefficient i
-    ks = np.arange(PLANES, dtype=np.int64)
-    planes = np.zeros((nb, PLANES), dtype=np.int64)
+    c = forward_transform(q, two_d)[:, perm]
+    fields, D = declared_bounds(c, two_d)
+    w, t = widths_and_steps(D, two_d, budget)
+    r = (c + ((1 << t) >> 1)) >> t
+    r = np.clip(r, -(1 << np.maximum(w - 1, 0)), (1 << np.maximum(w - 1, 0)) - 1)
+    bits = np.zeros((nb, budget + 1), dtype=np.uint8)  # column `budget`: sink for unused writes
+    pos = np.zeros(nb, dtype=np.int64)
+    fixed = [(np.where(nonzero, emax + EXP_BIAS, 0), EXP_BITS)] + [(fields[:, g], FIELD_BITS)
+                                                                  for g in range(fields.shape[1])]
+    for val, width in fixed:
+        _put_bits(bits, pos, val, np.where(nonzero, width, 0), budget)
+        pos += width
     for i in range(size):
-        planes |= ((u[:, i:i + 1] >> ks) & 1) << i
-    bits = np.zeros((nb, budget + 1), dtype=np.uint8)  # column `budget`: sink for cut-off bits
-    rows = np.arange(nb)
-    efield = np.where(nonzero, emax + EXP_BIAS, 0)
-    bits[:, :EXP_BITS] = (efield[:, None] >> np.arange(EXP_BITS)) & 1
-    pos = np.where(nonzero, EXP_BITS, budget).astype(np.int64)  # zero blocks: nothing more
-    n = np.zeros(nb, dtype=np.int64)
-
-    def put(mask: np.ndarray, val: np.ndarray) -> None:
-        nonlocal pos
-        bits[rows, np.where(mask, np.minimum(pos, budget), budget)] = val
-        pos += mask
-
-    for k in range(PLANES - 1, -1, -1):
-        live = pos < budget
-        if not live.any():
-            break
-        x = planes[:, k]
-        stopped = ~live
-        seg = np.ones(nb, dtype=bool)
-        for j in range(size):
-            xj = ((x >> j) & 1).astype(np.uint8)
-            new = (j >= n) & ~stopped
-            rem = (x >> j) != 0
-            group = new & seg
-            # first bit at this position: verbatim (j < n) or the group test (j >= n at a segment start)
-            put(((j < n) & live) | group, np.where(j < n, xj, rem.astype(np.uint8)))
-            stopped |= group & ~rem
-            new &= ~stopped
-            if j < size - 1:
-                put(new, xj)
-            seg = np.where(new, xj == 1, seg)
-        hi = _BITLEN16[x]
-        n = np.where((x >> n) != 0, hi, n)
+        wi = np.where(nonzero, w[:, i], 0)
+        _put_bits(bits, pos, r[:, i] & ((1 << wi) - 1), wi, budget)
+        pos += wi
     return bits[:, :budget]
 
 
@@ -352,52 +394,25 @@ def _decode_chunk(bits: np.ndarray, two_d: bool, budget: int) -> np.ndarray:
     perm = PERM_2D if two_d else PERM_1D
     padded = np.zeros((nb, budget + 1), dtype=np.uint8)  # column `budget` reads as 0
     padded[:, :budget] = bits
-    rows = np.arange(nb)
-    efield = (bits[:, :EXP_BITS].astype(np.int64) << np.arange(EXP_BITS)).sum(axis=1)
+    pos = np.zeros(nb, dtype=np.int64)
+    efield = _get_bits(padded, pos, np.full(nb, EXP_BITS))
     if efield.size and int(efield.max()) > 128 + EXP_BIAS:
         raise ValueError(f"zfp: block exponent field {int(efield.max())} out of range")
     nonzero = efield > 0
     emax = efield - EXP_BIAS
-    pos = np.full(nb, EXP_BITS, dtype=np.int64)
-    done = ~nonzero
-    n = np.zeros(nb, dtype=np.int64)
-    planes = np.zeros((nb, PLANES), dtype=np.int64)
-
-    def get(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(bit, read) where mask: a read at or past the budget ends the block instead."""
-        nonlocal pos, done
-        out = mask & (pos >= budget)
-        done |= out
-        read = mask & ~out
-        b = padded[rows, np.where(read, pos, budget)].astype(np.int64)
-        pos += read
-        return b, read
-
-    for k in range(PLANES - 1, -1, -1):
-        if done.all():
-            break
-        x = np.zeros(nb, dtype=np.int64)
-        stopped = np.zeros(nb, dtype=bool)
-        seg = np.ones(nb, dtype=bool)
-        for j in range(size):
-            b, read = get(~done & ((j < n) | (seg & ~stopped)))
-            x |= (b & read & (j < n)) << j
-            stopped |= read & (j >= n) & (b == 0)
-            new = (j >= n) & ~stopped & ~done
-            if j < size - 1:
-                b, read = get(new)
-                x |= (b & read) << j
-                seg = np.where(read, b == 1, seg)
-            else:
-                x |= new.astype(np.int64) << j  # implicit 1: the group test said one is left
-        planes[:, k] = x
-        n = np.where((x >> n) != 0, _BITLEN16[x], n)
-    u = np.zeros((nb, size), dtype=np.int64)
-    ks = np.arange(PLANES, dtype=np.int64)
+    pos += EXP_BITS
+    ng = len(groups(two_d))
+    fields = np.empty((nb, ng), dtype=np.int64)
+    for g in range(ng):
+        fields[:, g] = _get_bits(padded, pos, np.full(nb, FIELD_BITS))
+        pos += FIELD_BITS
+    w, t = widths_and_steps(bounds_from_fields(fields), two_d, budget)
+    c = np.zeros((nb, size), dtype=np.int64)
     for i in range(size):
-        u[:, i] = (((planes >> i) & 1) << ks).sum(axis=1)
-    c = np.empty_like(u)
-    c[:, perm] = from_negabinary(u)
+        u = _get_bits(padded, pos, w[:, i])
+        pos += w[:, i]
+        sign = np.where(w[:, i] > 0, 1 << np.maximum(w[:, i] - 1, 0), 0)
+        c[:, perm[i]] = ((u ^ sign) - sign) << t[:, i]
     q = inverse_transform(c, two_d)
     y = np.ldexp(q.astype(np.float64), (emax - PRECISION)[:, None])
     np.clip(y, -_F32_MAX, _F32_MAX, out=y)

@@ -67,23 +67,62 @@ def test_size_depends_only_on_shape_and_rate(shape: tuple[int, ...], rate: int) 
 
 # -- the bitstream ---------------------------------------------------------------------------------------
 def test_hand_worked_block() -> None:
-    # [1,1,1,1]: emax 1 (field 150), q = 2^25, transform -> (2^27, 0, 0, 0); 2^27 in negabinary is
-    # bits 27 and 28. Stream: 150 in 9 bits, planes 31-29 "0" (group test fails), plane 28 "1" (group) "1"
-    # (coefficient 0) "0" (group), plane 27 "1" (verbatim, coefficient 0) "0" (group), then "00" per plane.
+    # [1,1,1,1] (1-D, rate 8, budget 32): emax 1 (field 150), q = 2^25, lifting -> (2^25, 0, 0, 0): bit length
+    # 26, e0 = 27 - 26 = 1, D0 = 26. avail = 32 - 11 = 21: 4 * (27 - s) <= 21 -> s = 22, widths 5 (20 bits),
+    # one bit left over -> coefficient 0 gets 6 bits at step 2^21: r = (2^25 + 2^20) >> 21 = 16; the others 0.
     payload = ZFP.encode(np.ones(4, np.float32), rate=8)
-    assert payload[1].tolist() == [150 | 1 << 12 | 1 << 13 | 1 << 15]
+    assert payload[1].tolist() == [150 | 1 << 9 | 16 << 11]
     np.testing.assert_array_equal(ZFP.decode(payload), np.ones(4, np.float32))
-    assert payload[0].tobytes() == b"ZF\x01\x08\x00\x00\x00\x00"
+    assert payload[0].tobytes() == b"ZF\x03\x08\x00\x00\x00\x00"
 
 
-def test_transform_exactly_invertible() -> None:
+def test_old_versions_rejected_with_a_clear_error() -> None:
+    header, *rest = ZFP.encode(np.ones((4, 4), np.float32), rate=8)
+    for old in (1, 2):
+        stale = header.copy()
+        stale[2] = old
+        with pytest.raises(ValueError, match=f"version {old} .*re-encoded"):
+            ZFP.decode((stale, *rest))
+
+
+def test_transform_range_and_inverse() -> None:
+    """|coefficient| <= 2**LCAP for |q| < 2**PRECISION (the widths assume it); the inverse undoes the forward
+    lifting up to the low bits it drops; and the inverse of ANY coefficients within the bound stays inside
+    int32 (the compiled and CUDA decoders run it in 32 bits, also on corrupt streams)."""
     rng = np.random.default_rng(0)
-    q = rng.integers(-(1 << zfp.PRECISION) + 1, 1 << zfp.PRECISION, size=(5000, 16), dtype=np.int64)
+    m = (1 << zfp.PRECISION) - 1
+    signs = ((np.arange(1 << 16)[:, None] >> np.arange(16)) & 1) * 2 - 1  # every sign pattern of a 4x4 block
+    q = np.concatenate([rng.integers(-m, m + 1, size=(5000, 16)), signs * m, -signs * (m - 1)]).astype(np.int64)
     for two_d, width in ((True, 16), (False, 4)):
         c = zfp.forward_transform(q[:, :width], two_d)
-        assert np.abs(c).max() < 1 << 30  # the headroom the negabinary planes assume
-        np.testing.assert_array_equal(zfp.inverse_transform(c, two_d), q[:, :width])
-    np.testing.assert_array_equal(zfp.from_negabinary(zfp.to_negabinary(q)), q)
+        assert np.abs(c).max() <= 1 << zfp.LCAP
+        back = zfp.inverse_transform(c, two_d)
+        assert np.abs(back - q[:, :width]).max() <= 8
+        extreme = zfp.inverse_transform(signs[:, :width] * (1 << zfp.LCAP), two_d)
+        assert np.abs(extreme).max() < 1 << 31
+
+
+def test_declared_bounds_and_widths_fit_the_budget() -> None:
+    rng = np.random.default_rng(1)
+    m = (1 << zfp.PRECISION) - 1
+    for two_d, width in ((True, 16), (False, 4)):
+        c = rng.integers(-m, m + 1, size=(3000, width)) >> rng.integers(0, 27, size=(3000, width))
+        c = zfp.forward_transform(c, two_d)[:, zfp.PERM_2D if two_d else zfp.PERM_1D]
+        fields, D = zfp.declared_bounds(c, two_d)
+        assert fields.min() >= 0 and fields.max() <= 3
+        np.testing.assert_array_equal(zfp.bounds_from_fields(fields), D)
+        of = np.repeat(np.arange(len(zfp.groups(two_d))), zfp.groups(two_d))
+        assert (np.abs(c) <= (1 << D[:, of])).all()
+        assert (np.diff(D, axis=1) <= 0).all()
+        for rate in (zfp.MIN_RATE, 5, 8, 16, zfp.MAX_RATE):
+            budget = rate * width
+            w, t = zfp.widths_and_steps(D, two_d, budget)
+            assert (w.sum(axis=1) <= budget - zfp.header_bits(two_d)).all() and (t >= 0).all()
+            assert ((w + t == D[:, of] + 1) | (w == 0)).all()  # a field spans its group's bound exactly
+            # rounding to w bits at step 2**t loses at most half a step (or saturates at the top of the range)
+            r = np.clip((c + ((1 << t) >> 1)) >> t, -(1 << np.maximum(w - 1, 0)), (1 << np.maximum(w - 1, 0)) - 1)
+            err = np.abs(np.where(w > 0, r << t, 0) - c)
+            assert (err[w > 0] <= (1 << t[w > 0])).all()
 
 
 def _assert_compiled_matches_numpy(x: np.ndarray, rate: int) -> None:
@@ -257,6 +296,32 @@ def test_bad_params(params: dict[str, Any], match: str) -> None:
         ZFP.encode(np.ones(4, np.float32), **params)
 
 
+@pytest.mark.skipif(not zfp.USE_NUMBA, reason="numba not installed")
+@pytest.mark.parametrize("rate", [3, 8, 13, 32])
+@pytest.mark.parametrize("shape", [(3, 37, 45), (1031,)])
+def test_compiled_decoder_matches_numpy_on_random_words(shape: tuple[int, ...], rate: int) -> None:
+    """Random stream words (any header fields, any coefficients up to their bounds; exponent fields kept in
+    range): the compiled decoder's int32 inverse lifting gives the NumPy decoder's (int64) values bit for bit."""
+    rng = np.random.default_rng(rate)
+    header, data, idx, obits, shp = ZFP.encode(np.ones(shape, np.float32), rate=rate)
+    words = rng.integers(0, 1 << 32, size=data.size, dtype=np.uint64).astype(np.uint32)
+    layout = zfp.layout_of(shape)
+    budget = zfp.budget_bits(layout, rate)
+    bits = np.unpackbits(words.view(np.uint8), bitorder="little")
+    for b in range(layout.nblocks):  # exponent fields into 0..277 (the decoder rejects larger ones)
+        e = int(rng.integers(0, 128 + zfp.EXP_BIAS + 1))
+        bits[b * budget:b * budget + zfp.EXP_BITS] = (e >> np.arange(zfp.EXP_BITS)) & 1
+    words = np.packbits(bits, bitorder="little").view(np.uint32)
+    payload = (header, words, idx, obits, shp)
+    compiled = ZFP.decode(payload)
+    zfp.USE_NUMBA = False
+    try:
+        vectorised = ZFP.decode(payload)
+    finally:
+        zfp.USE_NUMBA = True
+    np.testing.assert_array_equal(compiled.view(np.uint32), vectorised.view(np.uint32))
+
+
 def test_bad_dtype_and_corrupt_payloads() -> None:
     with pytest.raises(ValueError, match="float32"):
         ZFP.encode(np.ones(4, np.float64), rate=8)
@@ -375,3 +440,43 @@ def test_bench_tool_smoke(tmp_path: Any) -> None:
     if any(r["method"].startswith("zfpy") for r in rows):
         assert {r["method"] for r in rows} >= {"zfpy 2-D", "zfpy N-D"}
     assert (tmp_path / "out" / "tables.md").read_text().startswith("## Summary")
+
+
+# -- the CUDA source, run on the host --------------------------------------------------------------------
+def test_cuda_source_compiled_as_host_cpp_matches_numpy(tmp_path: Any) -> None:
+    """kernels/zfp.cu compiled as plain C++ (tests/cuda_host_shim.h: one thread walks every block, atomics
+    are plain ORs) writes the NumPy coder's words and decodes them to the same values. Checks the kernel's
+    arithmetic where no GPU is available; FTZ, real atomics and launch geometry need the GPU tests above."""
+    import ctypes
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    cxx = shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("no host C++ compiler")
+    root = Path(__file__).resolve().parents[1]
+    src = tmp_path / "zfp_host.cpp"
+    src.write_text(f'#include "{root / "tests" / "cuda_host_shim.h"}"\n'
+                   f'#include "{root / "custom_ops" / "kernels" / "zfp.cu"}"\n')
+    lib_path = tmp_path / "libzfp_host.so"
+    subprocess.run([cxx, "-O1", "-std=c++17", "-shared", "-fPIC", "-o", str(lib_path), str(src)], check=True)
+    lib = ctypes.CDLL(str(lib_path))
+    p, i64, i32 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int
+    lib.zfp_encode.argtypes = [p, i64, i64, i64, i64, i32, i32, p]
+    lib.zfp_decode.argtypes = [p, i64, i64, i64, i64, i32, i32, p, p]
+    for x, rate in _gpu_cases():
+        layout = zfp.layout_of(x.shape)
+        flat = np.ascontiguousarray(x).reshape(-1)
+        want = ZFP.encode(x, rate=rate)
+        words = np.zeros(zfp.data_words(layout, rate), np.uint32)
+        lib.zfp_encode(flat.ctypes.data, flat.size, layout.height, layout.width, layout.nblocks, int(layout.two_d),
+                       rate, words.ctypes.data)
+        np.testing.assert_array_equal(words, want[1], err_msg=f"{x.shape} rate {rate}")
+        y = np.empty(flat.size, np.float32)
+        bad = np.zeros(1, np.int32)
+        lib.zfp_decode(words.ctypes.data, flat.size, layout.height, layout.width, layout.nblocks,
+                       int(layout.two_d), rate, y.ctypes.data, bad.ctypes.data)
+        y.view(np.uint32)[want[2]] = want[3]
+        assert not bad[0]
+        np.testing.assert_array_equal(y.view(np.uint32), ZFP.decode(want).reshape(-1).view(np.uint32))

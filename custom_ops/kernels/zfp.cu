@@ -1,41 +1,43 @@
-// zfp codec: fixed-rate ZFP-family coding of float32 blocks. One thread per block.
+// zfp codec, bitstream v3: fixed-rate ZFP-family coding of float32 blocks. One thread per block.
 // Bitstream must match the NumPy backend in custom_ops/zfp.py (see its docstring for the format):
 //   blocks: 4x4 over (H, W) planes (two_d = 1) or 4 consecutive elements (two_d = 0), edge-padded
-//   9-bit exponent field (0: all-zero block, else emax + 149), q = trunc(x * 2^(26 - emax)) in double,
-//   S-transform with doubled sums along rows then columns, sequency order, negabinary,
-//   bit planes 31..0 with ZFP's group testing, cut at budget = rate * block size bits.
+//   9-bit exponent field (0: all-zero block, else emax + 149), q = trunc(x * 2^(26 - emax)),
+//   ZFP's lifting along rows then columns, sequency order, groups of 1,2,3,4,6 coefficients (1-D: one of 4),
+//   2-bit fields e0, d_1.. of the declared bounds D_g, step s from the budget, leftover bits to the leading
+//   coefficients, every coefficient as w bits of two's complement of round-half-up(c / 2^t).
 // Stream bit i = bit (i % 32) of word i / 32; block b starts at bit b * budget. Non-finite inputs are coded
 // as 0 (the host keeps them out of band). `data` must be zeroed: words shared by two blocks are OR-ed in.
+// The lifting runs in 64-bit integers; its values stay within 32 bits (zfp.py), so it equals the CPU's int32.
 
 #define ZFP_PRECISION 26
+#define ZFP_LCAP 27
 #define ZFP_EXP_BITS 9
 #define ZFP_EXP_BIAS 149
-#define ZFP_NB 0xaaaaaaaaull
+#define ZFP_FIELD_BITS 2
 
 __constant__ int zfp_perm2[16] = {0, 1, 4, 5, 2, 8, 6, 9, 3, 12, 10, 7, 13, 11, 14, 15};
+__constant__ int zfp_gs2[5] = {1, 2, 3, 4, 6};
 
 __device__ __forceinline__ void zfp_fwd4(long long* p, int s)
 {
-    const long long a0 = p[0], a1 = p[s], a2 = p[2 * s], a3 = p[3 * s];
-    const long long d0 = a0 - a1;
-    const long long s0 = (a1 + (d0 >> 1)) * 2;
-    const long long d1 = a2 - a3;
-    const long long s1 = (a3 + (d1 >> 1)) * 2;
-    const long long dd = s0 - s1;
-    const long long ss = (s1 + (dd >> 1)) * 2;
-    p[0] = ss; p[s] = dd; p[2 * s] = d0; p[3 * s] = d1;
+    long long x = p[0], y = p[s], z = p[2 * s], w = p[3 * s];
+    x += w; x >>= 1; w -= x;
+    z += y; z >>= 1; y -= z;
+    x += z; x >>= 1; z -= x;
+    w += y; w >>= 1; y -= w;
+    w += y >> 1; y -= w >> 1;
+    p[0] = x; p[s] = y; p[2 * s] = z; p[3 * s] = w;
 }
 
 __device__ __forceinline__ void zfp_inv4(long long* p, int s)
 {
-    const long long ss = p[0], dd = p[s], d0 = p[2 * s], d1 = p[3 * s];
-    const long long s1 = (ss >> 1) - (dd >> 1);
-    const long long s0 = dd + s1;
-    const long long a1 = (s0 >> 1) - (d0 >> 1);
-    const long long a0 = d0 + a1;
-    const long long a3 = (s1 >> 1) - (d1 >> 1);
-    const long long a2 = d1 + a3;
-    p[0] = a0; p[s] = a1; p[2 * s] = a2; p[3 * s] = a3;
+    long long x = p[0], y = p[s], z = p[2 * s], w = p[3 * s];
+    y += w >> 1; w -= y >> 1;
+    y += w; w <<= 1; w -= y;
+    z += x; x <<= 1; x -= z;
+    y += z; z <<= 1; z -= y;
+    w += x; x <<= 1; x -= w;
+    p[0] = x; p[s] = y; p[2 * s] = z; p[3 * s] = w;
 }
 
 // Flat index of element k (col + 4 * row, or k for 1-D) of block b, edge-clamped.
@@ -82,27 +84,57 @@ __device__ __forceinline__ float zfp_to_float(double d)
     return __uint_as_float((d < 0.0 ? 0x80000000u : 0u) | m);            // m = 2^23: the smallest normal
 }
 
-struct ZfpWriter {
-    unsigned int* data;
-    unsigned long long bit;   // absolute stream position of the next bit
-    unsigned long long end;   // first bit past this block's budget
-    unsigned int acc;         // pending bits of word bit / 32
-    __device__ void flush() { if (acc) atomicOr(&data[(bit - 1) >> 5], acc); acc = 0; }
-    __device__ void put(unsigned int v)
-    {
-        if (bit >= end) { ++bit; return; }
-        acc |= (v & 1u) << (bit & 31);
-        ++bit;
-        if ((bit & 31) == 0) flush();
+__device__ __forceinline__ int zfp_bitlen(long long v)  // v >= 0
+{
+    return v ? 64 - __clzll(v) : 0;
+}
+
+// Step exponent s and U (coefficients that take a leftover bit) from the declared bounds D[0..ng).
+__device__ __forceinline__ void zfp_step(const int* D, int ng, const int* gs, int avail, int* s_out, int* u_out)
+{
+    int s = 0;
+    for (int p = 0; p <= ZFP_LCAP + 1; ++p) {  // the total falls with p: count the steps that do not fit
+        int tot = 0;
+        for (int g = 0; g < ng; ++g) tot += gs[g] * max(0, D[g] - p + 1);
+        s += tot > avail;
     }
-    __device__ void close() { if (bit > end) bit = end; if (bit & 31) flush(); }
-};
+    int tot = 0, ne = 0;
+    for (int g = 0; g < ng; ++g) {
+        tot += gs[g] * max(0, D[g] - s + 1);
+        if (s > 0 && D[g] >= s - 1) ne += gs[g];
+    }
+    *s_out = s;
+    *u_out = min(ne, avail - tot);
+}
+
+// OR the low `nbits` (<= 32) bits of v into the stream at bit `pos`.
+__device__ __forceinline__ void zfp_put(unsigned int* data, unsigned long long pos, unsigned int v, int nbits)
+{
+    if (nbits == 0 || v == 0u) return;
+    const int sh = (int)(pos & 31);
+    atomicOr(&data[pos >> 5], v << sh);
+    if (sh + nbits > 32) atomicOr(&data[(pos >> 5) + 1], v >> (32 - sh));
+}
+
+__device__ __forceinline__ unsigned int zfp_get(const unsigned int* data, unsigned long long pos, int nbits)
+{
+    if (nbits == 0) return 0u;
+    const int sh = (int)(pos & 31);
+    unsigned long long v = (unsigned long long)data[pos >> 5] >> sh;
+    if (sh + nbits > 32) v |= (unsigned long long)data[(pos >> 5) + 1] << (32 - sh);
+    return (unsigned int)(v & ((1ull << nbits) - 1ull));
+}
 
 extern "C" __global__ void zfp_encode(const float* __restrict__ x, long long n, long long h, long long w,
                                       long long nblocks, int two_d, int rate, unsigned int* __restrict__ data)
 {
     const int size = two_d ? 16 : 4;
+    const int ng = two_d ? 5 : 1;
+    const int gs1[1] = {4};
+    const int* gs = two_d ? zfp_gs2 : gs1;
     const long long budget = (long long)rate * size;
+    const int hdr = ZFP_EXP_BITS + ZFP_FIELD_BITS * ng;
+    const int avail = (int)budget - hdr;
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x; b < nblocks; b += stride) {
         double v[16];
@@ -113,120 +145,107 @@ extern "C" __global__ void zfp_encode(const float* __restrict__ x, long long n, 
             v[k] = zfp_to_double(fb);
             ab = max(ab, fb & 0x7fffffffu);
         }
-        ZfpWriter out{data, (unsigned long long)(b * budget), (unsigned long long)((b + 1) * budget), 0u};
         if (ab == 0u) continue;  // exponent field 0, the rest of the block stays zero
         // frexp exponent from the bits (subnormals included): amax < 2^emax
         const int emax = (ab >> 23) ? (int)(ab >> 23) - 126 : (32 - __clz(ab)) - 149;
-        const unsigned int efield = (unsigned int)(emax + ZFP_EXP_BIAS);
-        for (int i = 0; i < ZFP_EXP_BITS; ++i) out.put(efield >> i);
-        long long q[16];
+        long long q[16], c[16];
         for (int k = 0; k < size; ++k) q[k] = (long long)trunc(ldexp(v[k], ZFP_PRECISION - emax));
-        unsigned int u[16];
         if (two_d) {
             for (int r = 0; r < 4; ++r) zfp_fwd4(q + 4 * r, 1);
-            for (int c = 0; c < 4; ++c) zfp_fwd4(q + c, 4);
-            for (int i = 0; i < 16; ++i)
-                u[i] = (unsigned int)(((unsigned long long)(q[zfp_perm2[i]] + (long long)ZFP_NB) ^ ZFP_NB) & 0xffffffffull);
+            for (int cc = 0; cc < 4; ++cc) zfp_fwd4(q + cc, 4);
+            for (int i = 0; i < 16; ++i) c[i] = q[zfp_perm2[i]];
         } else {
             zfp_fwd4(q, 1);
-            for (int i = 0; i < 4; ++i)
-                u[i] = (unsigned int)(((unsigned long long)(q[i] + (long long)ZFP_NB) ^ ZFP_NB) & 0xffffffffull);
+            for (int i = 0; i < 4; ++i) c[i] = q[i];
         }
-        int nsig = 0;
-        for (int k = 31; k >= 0 && out.bit < out.end; --k) {
-            unsigned int xk = 0;
-            for (int i = 0; i < size; ++i) xk |= ((u[i] >> k) & 1u) << i;
-            int j = 0;
-            for (; j < nsig; ++j) out.put(xk >> j);            // already significant: verbatim
-            // group tests: "any 1 at >= j?", then the bits up to the next 1 (the last position's 1 implied)
-            while (j < size) {
-                const unsigned int rest = xk >> j;
-                out.put(rest != 0u);
-                if (!rest) break;
-                while (j < size - 1) {
-                    const unsigned int bit = (xk >> j) & 1u;
-                    out.put(bit);
-                    if (bit) break;
-                    ++j;
-                }
-                ++j;
-                nsig = j;
+        int L[5], D[5];
+        for (int g = 0, i = 0; g < ng; ++g) {
+            long long m = 0;
+            for (int k = 0; k < gs[g]; ++k, ++i) m = max(m, c[i] < 0 ? -c[i] : c[i]);
+            L[g] = zfp_bitlen(m);
+        }
+        for (int g = ng - 2; g >= 0; --g) L[g] = max(L[g], L[g + 1]);  // suffix maxima
+        unsigned int code = (unsigned int)(emax + ZFP_EXP_BIAS);
+        int f = min(ZFP_LCAP - L[0], 3);
+        D[0] = ZFP_LCAP - f;
+        code |= (unsigned int)f << ZFP_EXP_BITS;
+        for (int g = 1; g < ng; ++g) {
+            f = min(D[g - 1] - L[g], 3);
+            D[g] = D[g - 1] - f;
+            code |= (unsigned int)f << (ZFP_EXP_BITS + ZFP_FIELD_BITS * g);
+        }
+        unsigned long long pos = (unsigned long long)(b * budget);
+        zfp_put(data, pos, code, hdr);
+        pos += hdr;
+        int s, u;
+        zfp_step(D, ng, gs, avail, &s, &u);
+        for (int g = 0, i = 0; g < ng; ++g) {
+            for (int k = 0; k < gs[g]; ++k, ++i) {
+                const int up = i < u;
+                const int wd = max(0, D[g] - s + 1) + up, t = s - up;
+                long long r = (c[i] + ((1ll << t) >> 1)) >> t;
+                const long long lim = (1ll << wd) >> 1;
+                r = min(max(r, -lim), lim - 1);
+                zfp_put(data, pos, (unsigned int)((unsigned long long)r & ((1ull << wd) - 1ull)), wd);
+                pos += wd;
             }
         }
-        out.close();
     }
 }
-
-struct ZfpReader {
-    const unsigned int* data;
-    unsigned long long bit, end;
-    __device__ bool get(unsigned int* v)   // false once the budget is used up
-    {
-        if (bit >= end) return false;
-        *v = (data[bit >> 5] >> (bit & 31)) & 1u;
-        ++bit;
-        return true;
-    }
-};
 
 extern "C" __global__ void zfp_decode(const unsigned int* __restrict__ data, long long n, long long h, long long w,
                                       long long nblocks, int two_d, int rate, float* __restrict__ y,
                                       int* __restrict__ bad)
 {
     const int size = two_d ? 16 : 4;
+    const int ng = two_d ? 5 : 1;
+    const int gs1[1] = {4};
+    const int* gs = two_d ? zfp_gs2 : gs1;
     const long long budget = (long long)rate * size;
+    const int hdr = ZFP_EXP_BITS + ZFP_FIELD_BITS * ng;
+    const int avail = (int)budget - hdr;
     const long long stride = (long long)gridDim.x * blockDim.x;
     const double lim = 3.4028234663852886e38;  // FLT_MAX: finite in, finite out
     for (long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x; b < nblocks; b += stride) {
-        ZfpReader in{data, (unsigned long long)(b * budget), (unsigned long long)((b + 1) * budget)};
-        unsigned int efield = 0, t = 0;
-        for (int i = 0; i < ZFP_EXP_BITS; ++i) { in.get(&t); efield |= t << i; }
+        unsigned long long pos = (unsigned long long)(b * budget);
+        unsigned int efield = zfp_get(data, pos, ZFP_EXP_BITS);
         float out[16];
         if (efield == 0) {
             for (int k = 0; k < size; ++k) out[k] = 0.0f;
         } else {
             if (efield > 128 + ZFP_EXP_BIAS) { atomicOr(bad, 1); efield = 128 + ZFP_EXP_BIAS; }
             const int emax = (int)efield - ZFP_EXP_BIAS;
-            unsigned int u[16];
-            for (int i = 0; i < 16; ++i) u[i] = 0u;
-            int nsig = 0;
-            bool live = true;
-            for (int k = 31; k >= 0 && live; --k) {
-                unsigned int xk = 0, v = 0;
-                int j = 0;
-                for (; j < nsig && live; ++j) {
-                    live = in.get(&v);
-                    if (live) xk |= v << j;
-                }
-                while (live && j < size) {
-                    live = in.get(&v);
-                    if (!live || !v) break;
-                    while (j < size - 1) {
-                        live = in.get(&v);
-                        if (!live) break;
-                        if (v) { xk |= 1u << j; break; }
-                        ++j;
-                    }
-                    if (!live) break;
-                    if (j == size - 1) xk |= 1u << j;  // implied 1 at the last position
-                    ++j;
-                    nsig = j;
-                }
-                for (int i = 0; i < size; ++i) u[i] |= ((xk >> i) & 1u) << k;
+            pos += ZFP_EXP_BITS;
+            int D[5], d = ZFP_LCAP;
+            for (int g = 0; g < ng; ++g) {
+                d -= (int)zfp_get(data, pos, ZFP_FIELD_BITS);
+                pos += ZFP_FIELD_BITS;
+                D[g] = d;
             }
+            int s, u;
+            zfp_step(D, ng, gs, avail, &s, &u);
             long long q[16];
+            for (int g = 0, i = 0; g < ng; ++g) {
+                for (int k = 0; k < gs[g]; ++k, ++i) {
+                    const int up = i < u;
+                    const int wd = max(0, D[g] - s + 1) + up, t = s - up;
+                    const long long raw = (long long)zfp_get(data, pos, wd);
+                    pos += wd;
+                    const long long sgn = (1ll << wd) >> 1;
+                    const long long cval = ((raw ^ sgn) - sgn) * (1ll << t);
+                    q[two_d ? zfp_perm2[i] : i] = cval;
+                }
+            }
             if (two_d) {
-                for (int i = 0; i < 16; ++i) q[zfp_perm2[i]] = (long long)(u[i] ^ (unsigned int)ZFP_NB) - (long long)ZFP_NB;
-                for (int c = 0; c < 4; ++c) zfp_inv4(q + c, 4);
+                for (int cc = 0; cc < 4; ++cc) zfp_inv4(q + cc, 4);
                 for (int r = 0; r < 4; ++r) zfp_inv4(q + 4 * r, 1);
             } else {
-                for (int i = 0; i < 4; ++i) q[i] = (long long)(u[i] ^ (unsigned int)ZFP_NB) - (long long)ZFP_NB;
                 zfp_inv4(q, 1);
             }
             for (int k = 0; k < size; ++k) {
-                double d = ldexp((double)q[k], emax - ZFP_PRECISION);
-                d = fmin(fmax(d, -lim), lim);
-                out[k] = zfp_to_float(d);
+                double dv = ldexp((double)q[k], emax - ZFP_PRECISION);
+                dv = fmin(fmax(dv, -lim), lim);
+                out[k] = zfp_to_float(dv);
             }
         }
         for (int k = 0; k < size; ++k)
