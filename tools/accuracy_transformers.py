@@ -181,8 +181,8 @@ def report(model: str, work: Path, policies: list[str], seeds: list[int], out: P
     base = {s: _final(r, key) for s, r in runs["baseline"].items()}
     unit = "pp" if key == "accuracy" else "%"
     lines = [f"| policy | final {label} (mean ± std) | Δ vs baseline, paired by seed (mean ± standard error; "
-             "sd; worst) | per seed | last 3 evaluations (mean over seeds) | step time (median) |",
-             "|---|---|---|---|---|---|"]
+             "sd; worst) | per seed | last 3 evaluations (mean over seeds) | final test cross-entropy (mean) | "
+             "step time (median) |", "|---|---|---|---|---|---|---|"]
     table: dict[str, Any] = {}
     for policy, by_seed in runs.items():
         finals = {s: _final(r, key) for s, r in by_seed.items()}
@@ -203,6 +203,9 @@ def report(model: str, work: Path, policies: list[str], seeds: list[int], out: P
                          "delta_sd": sd if deltas else None,
                          "delta_se": sd / len(deltas) ** 0.5 if len(deltas) > 1 else None,
                          "last_evaluations_mean": tail,
+                         # the eval loss as well: a continuous figure, where accuracy moves in whole test samples
+                         "final_eval_loss_mean": statistics.fmean(r["val_loss_history"][-1][1]
+                                                                  for r in by_seed.values()),
                          "step_time_s": statistics.median(r["step_time_s"] for r in by_seed.values())}
         t = table[policy]
         if policy == "baseline":
@@ -214,7 +217,7 @@ def report(model: str, work: Path, policies: list[str], seeds: list[int], out: P
             paired_cell = "— | "
         lines.append(f"| {policy} | {t['mean']:.3f} ± {t['std']:.3f} | " + paired_cell
                      + ", ".join(f"s{s}: {v:.3f}" for s, v in sorted(finals.items()))
-                     + " | " + ", ".join(f"{v:.3f}" for v in tail)
+                     + " | " + ", ".join(f"{v:.3f}" for v in tail) + f" | {t['final_eval_loss_mean']:.4f}"
                      + f" | {1000 * t['step_time_s']:.0f} ms |")
     md = "\n".join(lines) + "\n"
     (out / f"accuracy_{model}.md").write_text(md)
