@@ -182,7 +182,7 @@ def report(model: str, work: Path, policies: list[str], seeds: list[int], out: P
     unit = "pp" if key == "accuracy" else "%"
     lines = [f"| policy | final {label} (mean ± std) | Δ vs baseline, paired by seed (mean ± standard error; "
              "sd; worst) | per seed | last 3 evaluations (mean over seeds) | final test cross-entropy (mean) | "
-             "step time (median) |", "|---|---|---|---|---|---|---|"]
+             "training loss, last 10 % of steps (mean) | step time (median) |", "|---|---|---|---|---|---|---|---|"]
     table: dict[str, Any] = {}
     for policy, by_seed in runs.items():
         finals = {s: _final(r, key) for s, r in by_seed.items()}
@@ -206,6 +206,8 @@ def report(model: str, work: Path, policies: list[str], seeds: list[int], out: P
                          # the eval loss as well: a continuous figure, where accuracy moves in whole test samples
                          "final_eval_loss_mean": statistics.fmean(r["val_loss_history"][-1][1]
                                                                   for r in by_seed.values()),
+                         "train_loss_tail_mean": statistics.fmean(
+                             statistics.fmean(r["losses"][-max(1, len(r["losses"]) // 10):]) for r in by_seed.values()),
                          "step_time_s": statistics.median(r["step_time_s"] for r in by_seed.values())}
         t = table[policy]
         if policy == "baseline":
@@ -218,6 +220,7 @@ def report(model: str, work: Path, policies: list[str], seeds: list[int], out: P
         lines.append(f"| {policy} | {t['mean']:.3f} ± {t['std']:.3f} | " + paired_cell
                      + ", ".join(f"s{s}: {v:.3f}" for s, v in sorted(finals.items()))
                      + " | " + ", ".join(f"{v:.3f}" for v in tail) + f" | {t['final_eval_loss_mean']:.4f}"
+                     + f" | {t['train_loss_tail_mean']:.4f}"
                      + f" | {1000 * t['step_time_s']:.0f} ms |")
     md = "\n".join(lines) + "\n"
     (out / f"accuracy_{model}.md").write_text(md)
