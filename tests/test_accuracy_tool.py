@@ -42,11 +42,13 @@ def test_perturbed_artifacts_move_every_trainable_parameter_by_one_ulp(small_art
         assert np.array_equal(np.nextafter(old, towards), new), name
         up, down = up + int((new > old).sum()), down + int((new < old).sum())
     assert up > 0 and down > 0        # random directions, not a uniform scaling
-    # The eval model and graphs are carried; the exact graph then trains from the nudged start: same first
-    # loss to ~1e-6 (the perturbation is rounding-level) but not bit-identical (it is a perturbation at all).
+    # The eval model and graphs are carried; the exact graph then trains from the nudged start: the same
+    # losses to ~1e-5 over a few steps (the perturbation is rounding-level) but not bit-identical (it is a
+    # perturbation at all; a single forward can round back to the same loss, hence several steps).
     assert (out / "training_model.onnx").exists() and (out / "eval_model.onnx").exists()
-    first = [train(d, steps=1, data="synthetic", seed=0, progress=False).losses[0] for d in (small_artifacts, out)]
-    assert first[0] != first[1] and abs(first[0] - first[1]) <= 1e-5 * abs(first[0])
+    runs = [train(d, steps=4, data="synthetic", seed=0, progress=False).losses for d in (small_artifacts, out)]
+    assert runs[0] != runs[1]
+    assert max(abs(a - b) / abs(a) for a, b in zip(*runs)) <= 1e-5
     # made once: a second call reuses the copy
     stamp = (out / "checkpoint").stat().st_mtime_ns
     assert tool._perturbed_artifacts(small_artifacts, tmp_path) == out
