@@ -8,6 +8,11 @@ present, so policies and seeds can be added by later invocations (and a cut-shor
 each seed thin), a table of the final metric (mean ± std, paired deltas vs baseline by seed; Markdown) and
 every number (JSON).
 
+The pseudo-policy ``exact-ulp`` is the noise floor of a paired comparison: the untouched (exact) graph from
+initial parameters each moved by one ulp in a random direction (a fixed draw, not the run seed). Any rounding-level
+change of a step knocks a training off its exact trajectory just as much; what the final metric then moves by
+under the same batches and dropout stream is what a lossy policy's paired delta must be judged against.
+
     onnxcomp artifacts --model vit_tiny --batch 16 --image 32 --classes 10 -o art/vit
     onnxcomp artifacts --model gpt_tiny --batch 16 --seq 128 --classes 96 -o art/gpt
     python tools/accuracy_transformers.py --model vit_tiny --art art/vit --steps 200 --eval-every 25 \\
@@ -43,9 +48,57 @@ def _write_json(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
+# Pseudo-policy: the exact graph from one-ulp-perturbed initial parameters (see the module docstring).
+PERTURBED = "exact-ulp"
+PERTURB_SEED = 20261124
+
+
+def _perturbed_artifacts(art: Path, work: Path) -> Path:
+    """A copy of ``art`` whose checkpoint has every trainable parameter moved by one ulp (float32
+    nextafter, towards +inf or -inf at random, fixed draw); made once into ``work``. Written the way
+    onnxcomp.runtime.checkpoint writes split checkpoints (Parameter.data's setter segfaults here)."""
+    import shutil
+
+    import numpy as np
+    import onnx
+    from onnxruntime.training.api import CheckpointState
+    from onnxruntime.training.onnxblock.checkpoint_utils import save_checkpoint
+
+    out = work / f"artifacts-{PERTURBED}"
+    if (out / "checkpoint").exists():
+        return out
+    tmp = work / f".artifacts-{PERTURBED}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(art, tmp)
+    state = CheckpointState.load_checkpoint(str(art / "checkpoint"))
+    rng = np.random.default_rng(PERTURB_SEED)
+    trainable: list[onnx.TensorProto] = []
+    frozen: list[onnx.TensorProto] = []
+    for name, param in state.parameters:
+        data = np.array(param.data)
+        if param.requires_grad:
+            if data.dtype != np.float32:
+                raise SystemExit(f"{art}: parameter {name} is {data.dtype}; the one-ulp perturbation assumes float32")
+            direction = np.where(rng.random(data.shape) < 0.5, -np.inf, np.inf).astype(np.float32)
+            data = np.nextafter(data, direction).astype(np.float32)
+        (trainable if param.requires_grad else frozen).append(onnx.numpy_helper.from_array(data, name))
+    if not trainable:
+        raise SystemExit(f"{art}: no trainable parameter to perturb")
+    properties = list(state.properties)
+    (tmp / "checkpoint").unlink()
+    save_checkpoint((trainable, frozen), str(tmp / "checkpoint"))
+    if properties:
+        new = CheckpointState.load_checkpoint(str(tmp / "checkpoint"))
+        for key, value in properties:
+            new.properties[key] = value
+        CheckpointState.save_checkpoint(new, str(tmp / "checkpoint"))
+    os.replace(tmp, out)
+    return out
+
+
 def _graph(art: Path, policy: str, work: Path) -> str | None:
     """The training graph of ``policy`` (None: the artifacts' own), transformed once into ``work``."""
-    if policy == "baseline":
+    if policy in ("baseline", PERTURBED):
         return None
     from onnxcomp.transform import transform
 
@@ -61,11 +114,16 @@ def _graph(art: Path, policy: str, work: Path) -> str | None:
 def run_one(model: str, art: Path, policy: str, seed: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from onnxcomp.runtime.train import train
 
+    from onnxcomp.runtime.session import RuntimeSettings
+
     data = METRICS[model][0]
     graph = _graph(art, policy, work)
+    if policy == PERTURBED:
+        art = _perturbed_artifacts(art, work)
     t0 = time.perf_counter()
     res = train(art, model=graph, steps=args.steps, data=data, seed=seed, eval_every=args.eval_every,
-                progress=False, learning_rate=args.lr, warmup_steps=args.warmup)
+                progress=False, learning_rate=args.lr, warmup_steps=args.warmup,
+                settings=RuntimeSettings(intra_threads=args.intra_threads))
     d = res.to_dict()
     d["wall_s"] = time.perf_counter() - t0
     d["policy"], d["model_name"] = policy, model
@@ -122,8 +180,9 @@ def report(model: str, work: Path, policies: list[str], seeds: list[int], out: P
 
     base = {s: _final(r, key) for s, r in runs["baseline"].items()}
     unit = "pp" if key == "accuracy" else "%"
-    lines = [f"| policy | final {label} (mean ± std) | Δ vs baseline, paired by seed (mean, worst) | per seed | "
-             "step time (median) |", "|---|---|---|---|---|"]
+    lines = [f"| policy | final {label} (mean ± std) | Δ vs baseline, paired by seed (mean ± standard error; "
+             "sd; worst) | per seed | last 3 evaluations (mean over seeds) | final test cross-entropy (mean) | "
+             "training loss, last 10 % of steps (mean) | step time (median) |", "|---|---|---|---|---|---|---|---|"]
     table: dict[str, Any] = {}
     for policy, by_seed in runs.items():
         finals = {s: _final(r, key) for s, r in by_seed.items()}
@@ -133,14 +192,35 @@ def report(model: str, work: Path, policies: list[str], seeds: list[int], out: P
         else:                   # relative change of the loss, %
             deltas = [100 * (finals[s] - base[s]) / base[s] for s in paired]
         worst = (min(deltas) if higher else max(deltas)) if deltas else float("nan")
+        sd = statistics.stdev(deltas) if len(deltas) > 1 else float("nan")
         vals = list(finals.values())
+        # Whether the runs have settled: the last three evaluations, each averaged over the seeds.
+        curves = [_curve(r, key)[1] for r in by_seed.values()]
+        tail = [statistics.fmean(c[i] for c in curves) for i in range(-min(3, min(map(len, curves))), 0)]
         table[policy] = {"finals": finals, "deltas": dict(zip(paired, deltas)), "mean": statistics.fmean(vals),
                          "std": statistics.stdev(vals) if len(vals) > 1 else 0.0,
+                         "delta_mean": statistics.fmean(deltas) if deltas else None,
+                         "delta_sd": sd if deltas else None,
+                         "delta_se": sd / len(deltas) ** 0.5 if len(deltas) > 1 else None,
+                         "last_evaluations_mean": tail,
+                         # the eval loss as well: a continuous figure, where accuracy moves in whole test samples
+                         "final_eval_loss_mean": statistics.fmean(r["val_loss_history"][-1][1]
+                                                                  for r in by_seed.values()),
+                         "train_loss_tail_mean": statistics.fmean(
+                             statistics.fmean(r["losses"][-max(1, len(r["losses"]) // 10):]) for r in by_seed.values()),
                          "step_time_s": statistics.median(r["step_time_s"] for r in by_seed.values())}
         t = table[policy]
-        lines.append(f"| {policy} | {t['mean']:.3f} ± {t['std']:.3f} | "
-                     + (f"{statistics.fmean(deltas):+.3f} {unit}, worst {worst:+.3f} {unit} | " if deltas else "— | ")
+        if policy == "baseline":
+            paired_cell = "— | "
+        elif deltas:
+            paired_cell = (f"{t['delta_mean']:+.3f} ± {t['delta_se'] or float('nan'):.3f} {unit}; sd {sd:.3f}; "
+                           f"worst {worst:+.3f} {unit} | ")
+        else:
+            paired_cell = "— | "
+        lines.append(f"| {policy} | {t['mean']:.3f} ± {t['std']:.3f} | " + paired_cell
                      + ", ".join(f"s{s}: {v:.3f}" for s, v in sorted(finals.items()))
+                     + " | " + ", ".join(f"{v:.3f}" for v in tail) + f" | {t['final_eval_loss_mean']:.4f}"
+                     + f" | {t['train_loss_tail_mean']:.4f}"
                      + f" | {1000 * t['step_time_s']:.0f} ms |")
     md = "\n".join(lines) + "\n"
     (out / f"accuracy_{model}.md").write_text(md)
@@ -159,7 +239,11 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=None, help="learning rate (default: the optimizer model's)")
     ap.add_argument("--warmup", type=int, default=None,
                     help="linear warm-up steps, then linear decay to ~0 at the last step (default: constant rate)")
-    ap.add_argument("--policies", nargs="+", default=["baseline", "dpr-fp16", "dpr-fp8", "comet"])
+    ap.add_argument("--intra-threads", type=int, default=None,
+                    help="ORT intra-op threads per run (default: ORT's; 1 avoids spinning on a loaded machine)")
+    ap.add_argument("--policies", nargs="+", default=["baseline", "dpr-fp16", "dpr-fp8", "comet"],
+                    help=f"policies to train; {PERTURBED!r}: the exact graph from one-ulp-perturbed initial "
+                         "parameters (the paired comparison's noise floor)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/onnxcomp-accuracy-transformers"))
     ap.add_argument("--out", type=Path, default=Path("docs/transformers"))
@@ -169,7 +253,8 @@ def main() -> None:
         sys.exit(f"{args.art}: no training_model.onnx; make the artifacts with `onnxcomp artifacts --model "
                  f"{args.model} ... -o {args.art}` first")
     schedule = "" if args.warmup is None else f"-lr{args.lr}-warmup{args.warmup}"
-    work = args.workdir / f"{args.model}-{args.art.resolve().name}-{args.steps}steps{schedule}"
+    threads = "" if args.intra_threads is None else f"-threads{args.intra_threads}"   # may change rounding
+    work = args.workdir / f"{args.model}-{args.art.resolve().name}-{args.steps}steps{schedule}{threads}"
     if not args.report:
         for seed in args.seeds:          # seed-major: a cut-short invocation still has every policy paired
             for policy in args.policies:
