@@ -54,9 +54,28 @@ def test_pattern_block_best_fit_over_live_blocks():
     # a (128 B) and b (64 B) live together; a dies; c (64 B) takes a's gap, d (256 B) fits none: goes on top.
     buffers = [Buffer("a", 128, 0, 1), Buffer("b", 64, 0, 3), Buffer("c", 64, 2, 3), Buffer("d", 256, 2, 3)]
     alone = reuse_plan(buffers, 4, {b.name: None for b in buffers})
-    assert tool.pattern_bytes(alone) == 128 + 64 + 256        # c at 0 (a's gap), d after b
+    assert tool.pattern_bytes(alone, counters=False) == 128 + 64 + 256     # c at 0 (a's gap), d after b
+    assert tool.pattern_bytes(alone) == 128 + 64 + 256        # no chain: program counters change nothing
     assert live_bytes(buffers, 4).max() == 64 + 64 + 256      # a packing can never beat the live peak
     # Reuse by size: y takes x's buffer, which is then held (dead) across z's life, so z cannot sit in it.
     three = [Buffer("x", 100, 0, 0), Buffer("z", 96, 2, 3), Buffer("y", 100, 5, 5)]
-    assert tool.pattern_bytes(reuse_plan(three, 6)) == 2 * 128    # x and y one block held 0..5; z beside it
+    # x and y one block held 0..5; z beside it
+    assert tool.pattern_bytes(reuse_plan(three, 6), counters=False) == 2 * 128
     assert tool.pattern_bytes(reuse_plan(three, 6, {b.name: None for b in three})) == 128   # one offset in turn
+
+
+def test_pattern_block_with_program_counters_fills_a_chains_dead_stretch():
+    """tools/pattern_block.py, ``counters=True`` (ORT's training build plans the pattern with program counters):
+    a block held by a reuse chain whose tensors are all dead while a new tensor lives does not occupy its
+    offsets for that tensor; one whose tensors overlap it does."""
+    from onnxcomp.planner.ort_reuse import reuse_plan
+
+    tool = _pattern_tool()
+    three = [Buffer("x", 100, 0, 0), Buffer("z", 96, 2, 3), Buffer("y", 100, 5, 5)]
+    plan = reuse_plan(three, 6)
+    assert sorted(len(p.values) for p in plan) == [1, 2]          # x and y one chain, z alone
+    assert tool.pattern_bytes(plan, counters=False) == 2 * 128    # chain whole: z beside it
+    assert tool.pattern_bytes(plan, counters=True) == 128         # z lives in the chain's dead stretch
+    # z now overlaps y's life: the chain's offsets are taken while z lives, so z goes beside it again.
+    overlapping = [Buffer("x", 100, 0, 0), Buffer("z", 96, 2, 5), Buffer("y", 100, 5, 5)]
+    assert tool.pattern_bytes(reuse_plan(overlapping, 6), counters=True) == 2 * 128

@@ -2,9 +2,15 @@
 
 Model: ORT's buffer-reuse plan replayed on the planner's buffers (`planner/ort_reuse.py`: a chain of tensors
 sharing one buffer is one allocation from its first tensor's birth to its last one's death), then ORT's
-MemPatternPlanner without program counters: in run order, each allocation takes the best-fitting gap between
-the blocks still live (else the end), each block leaves after its last reader. Also printed: the DEFAULT-order
-live peak, the replayed reuse peak, and P with ORT's reuse off (every tensor its own allocation).
+MemPatternPlanner: in run order, each allocation takes the best-fitting gap between the blocks still live (or the
+stretch above the highest one, if it wastes less; else the end), each block leaves after its last reader. Also
+printed: the DEFAULT-order live peak, the replayed reuse peak, P as an inference build would plan it (a reuse chain
+one occupied block from its first birth to its last death, ``pattern_chains_whole``) and P with ORT's reuse off
+(every tensor its own allocation). ``pattern`` uses program counters, as ORT's training build does (see
+``pattern_bytes``): against P read from ORT's log on the architecture suite's 12 graphs (6 baselines, 6 ``auto
+--exact``; NOTES-suitedef2.md) it is off by -4.1 to +3.7 MiB (mean |error| 1.6), the chains-whole variant by 0 to
++17.9 (mean 4.0). Still rough: the replay models no ORT fusion (a Conv and its lone Relu/Add reader run as one
+FusedConv, so the Conv's output never exists) and no in-place reuse.
 
     python tools/pattern_block.py MODEL.onnx [MODEL.onnx ...]
 
@@ -26,11 +32,33 @@ from onnxcomp.planner.ort_reuse import Physical
 ALIGN = 64   # ORT rounds every planned allocation up to kAllocAlignment
 
 
-def pattern_bytes(plan: Sequence[Physical], align: int = ALIGN) -> int:
-    """Size of the block a best-fit placement of ``plan``'s allocations needs (see module docstring)."""
+def _overlap(a: Sequence[tuple[int, int]], b: Sequence[tuple[int, int]]) -> bool:
+    """ORT's ``OverlappingTimeSchedules``: do two sorted lists of [start, end] steps (ends inclusive) meet?"""
+    i = j = 0
+    while i < len(a) and j < len(b):
+        if a[i][0] <= b[j][0]:
+            if a[i][1] >= b[j][0]:
+                return True
+            i += 1
+        else:
+            if b[j][1] >= a[i][0]:
+                return True
+            j += 1
+    return False
+
+
+def pattern_bytes(plan: Sequence[Physical], align: int = ALIGN, counters: bool = True) -> int:
+    """Size of the block ORT's MemPatternPlanner gives ``plan``'s allocations (see module docstring).
+
+    ``counters`` (ORT's training build: ``GeneratePatternGroupCache`` builds its planner with program counters):
+    a block still held by a reuse chain whose tensors' [birth, death] intervals all miss the new allocation's
+    intervals does not count as occupied, so the chain's dead stretches take other tensors. Without it, a chain
+    is one occupied block from its first tensor's birth to its last one's death (the inference build)."""
     born: dict[int, list[int]] = defaultdict(list)
     dies: dict[int, list[int]] = defaultdict(list)
+    spans: list[list[tuple[int, int]]] = []
     for i, p in enumerate(plan):
+        spans.append(sorted((b.start, b.end) for b in p.values) or [(p.start, p.end)])
         if p.size > 0:
             born[p.start].append(i)
             dies[p.end].append(i)
@@ -39,16 +67,22 @@ def pattern_bytes(plan: Sequence[Physical], align: int = ALIGN) -> int:
     for step in sorted(set(born) | set(dies)):
         for i in born.get(step, []):
             size = -(-plan[i].size // align) * align
-            current, waste, best, at = 0, None, 0, len(blocks)
-            for k, (off, sz, _) in enumerate(blocks):
+            current, waste, best = 0, None, None
+            for off, sz, j in blocks:
+                if counters and not _overlap(spans[i], spans[j]):
+                    continue      # held, but by tensors that are dead whenever this one lives
                 if off >= current:
                     gap = off - current
                     if gap >= size and (waste is None or gap - size < waste):
-                        waste, best, at = gap - size, current, k
+                        waste, best = gap - size, current
                 current = max(current, off + sz)
-            if waste is None:      # no gap fits: after the highest live block
-                best, at = current, len(blocks)
+            if current < total and total - current >= size and (waste is None or total - current - size < waste):
+                best = current      # the stretch between the highest occupied block and the block's end
+            if best is None:      # no gap fits: after the highest occupied block
+                best = current
             total = max(total, best + size)
+            at = next((k for k, (off, sz, _) in enumerate(blocks) if off > best or (off == best and sz >= size)),
+                      len(blocks))
             blocks.insert(at, (best, size, i))
         gone = set(dies.get(step, []))
         if gone:
@@ -71,7 +105,8 @@ def report(path: Path) -> dict[str, int]:
     plan = reuse_plan(buffers, n, ort_signatures(analysis))
     alone = reuse_plan(buffers, n, {b.name: None for b in buffers})
     return {"live_peak": int(live_bytes(buffers, n).max()), "reuse_peak": int(planned_live(plan, n).max()),
-            "pattern": pattern_bytes(plan), "pattern_without_reuse": pattern_bytes(alone)}
+            "pattern": pattern_bytes(plan), "pattern_chains_whole": pattern_bytes(plan, counters=False),
+            "pattern_without_reuse": pattern_bytes(alone)}
 
 
 def main() -> None:
