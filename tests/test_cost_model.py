@@ -230,6 +230,26 @@ def test_a_slow_profile_slows_the_calibrated_predictions_of_new_nodes() -> None:
     assert cost.op_seconds(cast, mib, same, in_bytes=2 * mib) == pytest.approx(2e-9 * 3 * mib)
 
 
+def test_slowdown_is_the_median_op_type_not_the_heaviest() -> None:
+    """One heavy op type that runs near its fit must not set the speed of every new node: the slowdown is
+    the median of the per-type ratios (here 0.25, 0.25 and 1.0 -> 0.25), where one pooled ratio would be
+    dominated by the 100x heavier "Slow" nodes (~0.99)."""
+    from onnx import helper
+
+    cost = _cost_with({"Add": (0.0, 1e-9, 0.0), "Relu": (0.0, 1e-9, 0.0), "Slow": (0.0, 1e-9, 0.0),
+                       "Mul": (0.0, 1e-9, 0.0)})
+    mib = 1 << 20
+    feats = ({f"add{k}": ("Add", 2 * mib, 0.0) for k in range(2)}
+             | {f"relu{k}": ("Relu", 2 * mib, 0.0) for k in range(2)}
+             | {f"slow{k}": ("Slow", 200 * mib, 0.0) for k in range(2)})
+    times = NodeTimes({f"add{k}": 0.25 * 2 * mib * 1e-9 for k in range(2)}
+                      | {f"relu{k}": 0.25 * 2 * mib * 1e-9 for k in range(2)}
+                      | {f"slow{k}": 200 * mib * 1e-9 for k in range(2)}, features=feats)
+    assert times.slowdown(cost) == pytest.approx(0.25)
+    mul = helper.make_node("Mul", ["x", "y"], ["z"], name="new_mul")
+    assert cost.op_seconds(mul, mib, times, in_bytes=2 * mib) == pytest.approx(0.25 * 3 * mib * 1e-9)
+
+
 def test_codec_ops_are_predicted_at_the_profiled_speed(small_artifacts: Path) -> None:
     from onnxcomp.transform import transform_model
 

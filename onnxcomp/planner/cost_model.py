@@ -357,21 +357,27 @@ class NodeTimes(dict):
         return float(np.median(tiny)) if tiny else 0.0
 
     def slowdown(self, cost: "CostModel") -> float:
-        """How much slower than ``cost``'s calibration this profile ran the memory-bound ops both know:
-        Σ profiled / Σ fitted seconds over its nodes without MACs that move ≥ 1 MiB and whose op type has a
-        calibrated fit. Nodes the profile cannot time (new op types, codec ops) are predicted from the
-        calibration; scaled by this they run at the speed of the profiled step (load, cache, allocator)
-        instead of the calibration run's. 1.0 when no node qualifies; clamped to [0.2, 50]."""
+        """How much slower than ``cost``'s calibration this profile ran the memory-bound ops both know: per
+        op type, Σ profiled / Σ fitted seconds over its nodes without MACs that move ≥ 1 MiB and whose op
+        type has a calibrated fit; the median over those op types. Nodes the profile cannot time (new op
+        types, codec ops) are predicted from the calibration; scaled by this they run at the speed of the
+        profiled step (load, allocator) instead of the calibration run's. The median over types, not one
+        pooled ratio: the pooled one is the heaviest type's (ResNet-18's ReluGrads, 60 % of the seconds, ran
+        at 0.70× their fit under ORT's arena while Add / Sum / BatchNorm ran at 0.16-0.32×; the new Mul /
+        Slice / Cast nodes a lossy policy adds ran at 0.17-0.28×, NOTES-costfit.md). 1.0 when no node
+        qualifies; clamped to [0.2, 50]."""
         if self._slowdown is not None and self._slowdown[0] == id(cost):
             return self._slowdown[1]
-        measured = fitted = 0.0
+        measured: dict[str, float] = {}
+        fitted: dict[str, float] = {}
         for name, (op, nbytes, macs, *_) in self.features.items():
             fit = cost.ops.get(op)
             if fit is None or macs or nbytes < _SLOWDOWN_MIN_BYTES or op in VIEW_OPS or self.get(name, 0.0) <= 0:
                 continue
-            measured += self[name]
-            fitted += max(fit.predict(op_features(nbytes, 0.0)), 0.0)
-        factor = min(max(measured / fitted, 0.2), 50.0) if measured > 0 and fitted > 0 else 1.0
+            measured[op] = measured.get(op, 0.0) + self[name]
+            fitted[op] = fitted.get(op, 0.0) + max(fit.predict(op_features(nbytes, 0.0)), 0.0)
+        ratios = [measured[op] / fitted[op] for op in measured if measured[op] > 0 and fitted[op] > 0]
+        factor = min(max(float(np.median(ratios)), 0.2), 50.0) if ratios else 1.0
         self._slowdown = (id(cost), factor)
         return factor
 
