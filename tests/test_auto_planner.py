@@ -353,3 +353,27 @@ def test_lossy_plans_end_with_mask_grad_exact_plans_never() -> None:
     assert isinstance(lossy[-1], MaskGradPass)
     kept = build_passes({"x": Option("x", exact.name, True, 1, 1, 0.0, "")}, Regions(), techniques, 0)
     assert not any(isinstance(p, MaskGradPass) for p in kept)
+
+
+def test_transformer_passes_join_the_plan_only_on_transformer_graphs() -> None:
+    """auto composes the exact transformer passes (passes/transformer.py) where the graph differentiates a
+    LayerNorm or a Softmax; a CNN graph never gets them."""
+    from onnx import TensorProto, helper
+
+    from onnxcomp.passes import TRANSFORMER_EXACT
+    from onnxcomp.planner.auto import Regions, _has_transformer_gradients, build_passes, encoding_techniques
+
+    def graph_with(op: str, domain: str) -> onnx.ModelProto:
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])
+        node = helper.make_node(op, ["x"], ["y"], domain=domain)
+        return helper.make_model(helper.make_graph([node], "g", [x], [y]))
+
+    assert _has_transformer_gradients(graph_with("SoftmaxGrad_13", "com.microsoft"))
+    assert _has_transformer_gradients(graph_with("LayerNormalizationGrad", "com.microsoft"))
+    assert not _has_transformer_gradients(graph_with("ReluGrad", "com.microsoft"))
+    techniques = encoding_techniques()
+    with_t = {type(p) for p in build_passes({}, Regions(transformer=True), techniques, 64 * 1024)}
+    without = {type(p) for p in build_passes({}, Regions(), techniques, 64 * 1024)}
+    assert set(TRANSFORMER_EXACT) <= with_t
+    assert not set(TRANSFORMER_EXACT) & without

@@ -571,6 +571,11 @@ class Regions:
     # weight gradient reads the pooled input (passes/commute_pool.py; DenseNet transitions). Not enabled by
     # plan_auto (measured no gain on densenet_s).
     commute_pools: bool = False
+    # Transformer graphs (LayerNorm / Softmax gradients present): the exact transformer passes of the fixed
+    # policies (passes/transformer.py: early weight gradients, LayerNorm / GELU / linear / attention-probability
+    # recomputation, dropout masks as bits) run after the planned recomputations; tried only where a plan
+    # without them misses its budget (they cost recomputation time).
+    transformer: bool = False
 
     def first_key(self) -> tuple[Any, ...]:
         """What ``first_passes`` depends on (planner/memo.py keys the base graph by it)."""
@@ -628,6 +633,11 @@ def build_passes(chosen: dict[str, Option], regions: Regions, techniques: list[T
         ops = CHEAP_OPS | {"Conv"} if by_tech.get(RECOMPUTE_CONV) else CHEAP_OPS
         passes.append(RecomputePass(tensors=sorted(rebuilt), ops=ops,
                                     extend_fraction=EXTEND_FRACTION if regions.extend else 0.0))
+    if regions.transformer:
+        from ..passes import TRANSFORMER_EXACT
+
+        passes += [cls(min_bytes=min_bytes) if "min_bytes" in _inspect.signature(cls).parameters else cls()
+                   for cls in TRANSFORMER_EXACT]
     lossy_names = {o.stash for o in chosen.values() if not o.exact}
     if lossy_names:
         # A lossy copy could flip a tiny positive to zero and change ReluGrad's mask: ReluGrad readers of
@@ -658,6 +668,12 @@ def build_passes(chosen: dict[str, Option], regions: Regions, techniques: list[T
                           MaskGradPass)
     passes += [ChunkedAttentionBackwardPass(min_bytes=min_bytes), ChunkedAttentionForwardPass(min_bytes=min_bytes),
                HoistDropoutDrawsPass()]
+    if regions.transformer and lossy_names:
+        # As the fixed lossy policies: each MLP's backward in batch chunks (weight gradients summed over the
+        # chunks: rounding only, so never in an exact plan; passes/chunk_mlp.py).
+        from ..passes import ChunkedMlpBackwardPass
+
+        passes.append(ChunkedMlpBackwardPass())
     # A lossy plan, like the fixed lossy policies: ReluGrad on a sign mask as Mul (passes/mask_grad.py: same
     # values, a masked zero's sign may differ), so never in an exact plan.
     return passes + [MaskGradPass()] if lossy_names else passes
@@ -694,7 +710,7 @@ def _evaluate(model: onnx.ModelProto, chosen: dict[str, Option], regions: Region
         return (applied, *predicted_live_both_orders(applied.model))
 
     key = (id(model), min_bytes, tuple(t.name for t in techniques), regions.first_key(), regions.chunked,
-           regions.extend, frozenset((o.stash, o.technique) for o in chosen.values()))
+           regions.extend, regions.transformer, frozenset((o.stash, o.technique) for o in chosen.values()))
     applied, seen, live = memo.cached("auto.evaluate", key, run, model)
     return applied, seen, live.copy()
 
@@ -1240,10 +1256,14 @@ def plan_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_b
     #   it is never taken (31.6 MiB floor predicted, against 24.5 MiB without the extension).
     # - joint_recompute=True: recomputations sized as one joint rewrite makes them (a MaxPool mask free
     #   beside its output) are optimistic, yet the greedy sometimes ends lower with them.
+    # - transformer=True (graphs with LayerNorm / Softmax gradients only): the exact transformer passes.
     plan: AutoPlan | None = None
-    for joint, extend in ((False, True), (False, False), (True, True)):
+    variants = [(False, True, False), (False, False, False), (True, True, False)]
+    if _has_transformer_gradients(model):
+        variants.append((False, True, True))
+    for joint, extend, transformer in variants:
         other = _plan_auto(model, budget, exact, min_bytes, margin, progress, joint_recompute=joint,
-                           workspace_aware=workspace_aware, rows=rows, extend=extend)
+                           workspace_aware=workspace_aware, rows=rows, extend=extend, transformer=transformer)
         if plan is None or other.fits or other.predicted_peak < plan.predicted_peak:
             plan = other
         if plan.fits:
@@ -1252,8 +1272,18 @@ def plan_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_b
     return plan
 
 
+def _has_transformer_gradients(model: onnx.ModelProto) -> bool:
+    """Whether the training graph differentiates a LayerNorm or a Softmax (what the transformer passes rebuild)."""
+    return any(n.op_type in _TRANSFORMER_GRAD_OPS for n in model.graph.node)
+
+
+_TRANSFORMER_GRAD_OPS = frozenset({"LayerNormalizationGrad", "SimplifiedLayerNormalizationGrad", "SoftmaxGrad",
+                                   "SoftmaxGrad_13"})
+
+
 def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int, margin: float, progress: Any,
-               joint_recompute: bool, workspace_aware: bool, rows: Any = None, extend: bool = True) -> AutoPlan:
+               joint_recompute: bool, workspace_aware: bool, rows: Any = None, extend: bool = True,
+               transformer: bool = False) -> AutoPlan:
     say = progress or (lambda _m: None)
     _, untouched = predicted_live(model, eager_accumulation=False)
     baseline_peak = int(untouched.max()) if len(untouched) else 0
@@ -1263,7 +1293,7 @@ def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int,
     # commute_pools stays off: on densenet_s it lowered the predicted floor (16.4 -> 15.9 MiB) but the plans
     # measured worse than without it (18.8 MiB budget: 16.41 vs 15.91 MiB; 17.8: 18.55 MiB, over budget;
     # NOTES-widesuite.md). The region is there for an explicit Regions(commute_pools=True).
-    regions = Regions(joint_recompute=joint_recompute, rows=rows, extend=extend)
+    regions = Regions(joint_recompute=joint_recompute, rows=rows, extend=extend, transformer=transformer)
     if not exact and max(_input_block_forward_floor(model), _input_chain_floor(model)) > target:
         # The block's forward alone holds its conv and BatchNorm outputs together: above the target, no
         # per-stash option can help; chunk it from the start (saves the rounds that would find it).
