@@ -23,7 +23,7 @@ from .base import OnnxcompPass, PassOutcome
 from .records import PassRecord
 
 _ACCUMULATORS = ("InPlaceAccumulatorV2", "InPlaceAccumulator")
-_TRANSFORMER_GRADS = ("LayerNormalizationGrad", "SimplifiedLayerNormalizationGrad", "SoftmaxGrad", "SoftmaxGrad_13")
+TRANSFORMER_GRADS = ("LayerNormalizationGrad", "SimplifiedLayerNormalizationGrad", "SoftmaxGrad", "SoftmaxGrad_13")
 
 
 class EarlyWeightGradientPass(OnnxcompPass):
@@ -34,7 +34,7 @@ class EarlyWeightGradientPass(OnnxcompPass):
         outcome = PassOutcome(model, False)
         graph = model.graph
         nodes = list(graph)
-        if not any(n.op_type in _TRANSFORMER_GRADS for n in nodes):
+        if not any(n.op_type in TRANSFORMER_GRADS for n in nodes):
             return outcome
         analysis = analysis_of(model)      # node indices are the IR graph's
         index = {n: i for i, n in enumerate(nodes)}

@@ -636,8 +636,10 @@ def build_passes(chosen: dict[str, Option], regions: Regions, techniques: list[T
     if regions.transformer:
         from ..passes import TRANSFORMER_EXACT
 
-        passes += [cls(min_bytes=min_bytes) if "min_bytes" in _inspect.signature(cls).parameters else cls()
-                   for cls in TRANSFORMER_EXACT]
+        from ..passes.policy import step
+
+        passes += [s(**({"min_bytes": min_bytes} if "min_bytes" in s.takes() else {}))
+                   for s in map(step, TRANSFORMER_EXACT)]
     lossy_names = {o.stash for o in chosen.values() if not o.exact}
     if lossy_names:
         # A lossy copy could flip a tiny positive to zero and change ReluGrad's mask: ReluGrad readers of
@@ -1274,11 +1276,9 @@ def plan_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_b
 
 def _has_transformer_gradients(model: onnx.ModelProto) -> bool:
     """Whether the training graph differentiates a LayerNorm or a Softmax (what the transformer passes rebuild)."""
-    return any(n.op_type in _TRANSFORMER_GRAD_OPS for n in model.graph.node)
+    from ..passes.early_weight_grad import TRANSFORMER_GRADS
 
-
-_TRANSFORMER_GRAD_OPS = frozenset({"LayerNormalizationGrad", "SimplifiedLayerNormalizationGrad", "SoftmaxGrad",
-                                   "SoftmaxGrad_13"})
+    return any(n.op_type in TRANSFORMER_GRADS for n in model.graph.node)
 
 
 def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int, margin: float, progress: Any,
