@@ -24,6 +24,7 @@ from .passes.early_encode import EarlyEncodePass
 from .passes.masked_fill import MaskedFillPass
 from .passes.declare_shapes import DeclareShapesPass
 from .passes.default_order import DefaultOrderPass
+from .passes.grad_buffer_order import GradBufferOrderPass, align_eval_inputs
 from .passes.reuse_signature import ReuseSignaturePass
 from .passes.records import PassRecord, by_section
 from .passes.split_weight import WeightSplit
@@ -277,8 +278,30 @@ def _write_set(result: TransformResult, loaded: Any, stage: Path, out: Path, ext
             src = loaded.artifact_dir / name
             if src.exists() and not (stage / name).exists() and not (out / name).exists():
                 (shutil.copytree if src.is_dir() else shutil.copy2)(src, stage / name)
+    if result.modified_by:
+        _order_parameters(result, stage)
     _write_model_and_plan(result, loaded, stage / TRAINING_MODEL, out / TRAINING_MODEL, replace=True,
                           external_threshold=external_threshold)
+
+
+def _order_parameters(result: TransformResult, stage: Path) -> None:
+    """The parameters listed so that ORT's arena keeps room for the first step's convolution scratch
+    (passes/grad_buffer_order.py), with the eval model in ``stage`` listing them in the same order (ORT's
+    EvalStep feeds the training graph's parameter order). Only here, where the artifact set is written together:
+    a training graph written alone would leave an eval model elsewhere in the old order."""
+    ordered = GradBufferOrderPass().run(result.model)
+    if not ordered.changed:
+        return
+    eval_path = stage / "eval_model.onnx"
+    if eval_path.exists():
+        eval_model = onnx.load(str(eval_path), load_external_data=False)
+        if align_eval_inputs(ordered.model, eval_model):
+            tmp = eval_path.with_name(eval_path.name + ".tmp")   # a new file: stage's copy may be a hard link
+            onnx.save(eval_model, str(tmp))
+            tmp.replace(eval_path)
+    result.model = ordered.model
+    result.all_records += ordered.records
+    result.modified_by.append(GradBufferOrderPass.name)
 
 
 def _write_model_and_plan(result: TransformResult, loaded: Any, path: Path, final: Path, replace: bool,
