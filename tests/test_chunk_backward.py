@@ -362,7 +362,7 @@ def _unfold_centring(model: onnx.ModelProto) -> onnx.ModelProto:
 @pytest.mark.parametrize("chunks", [2, 3])
 def test_recomputed_bn_input_is_centred_by_the_conv_bias_bit_for_bit(chunks: int) -> None:
     """Where the stem's BN input is recomputed by a bias-free Conv, x − μ comes out of that Conv with −μ as its
-    bias (no full-size Conv output beside a Sub's: two fresh chunk buffers fewer per chunk and pass). The
+    bias (no full-size Conv output beside a Sub's: one fresh chunk buffer fewer per chunk and pass). The
     gradients are bit-identical to the Sub form ORT runs on the same graph otherwise."""
     model = _parse(BN_STEM)
     out = ChunkedStemBackwardPass(chunks=chunks, force=True).run(model).model

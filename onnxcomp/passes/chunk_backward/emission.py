@@ -165,9 +165,8 @@ class _ChunkedChain:
         """The chunk of x − μ (the BN input, centred). Rebuilt from the image by the stem's forward Conv
         where the BN input is recomputed, with −μ as that Conv's bias when it has none: MLAS adds the bias
         after the accumulation, and ``acc + (−μ)`` is ``acc − μ`` exactly in IEEE arithmetic, so the values
-        are the ones ``Sub(Conv(img), μ)`` gives, without the full-size Conv output beside the Sub's (two
-        fresh chunk buffers per chunk and pass fewer: under a pinned mmap threshold every one is page
-        faults). Else the BN input's chunk (sliced or recomputed) minus μ."""
+        are the ones ``Sub(Conv(img), μ)`` gives, with one full-size chunk output per chunk and pass fewer
+        (the Conv's beside the Sub's: under a pinned mmap threshold every fresh buffer is page faults). Else the BN input's chunk (sliced or recomputed) minus μ."""
         b, bn = self.b, self.ops[self.bn_at]
         shp = [hi - lo, *self.shape_of(bn.inputs[1])[1:]]
         rc = self.recompute
