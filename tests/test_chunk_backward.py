@@ -332,3 +332,67 @@ def test_a_refused_trial_leaves_the_graph_as_it_was() -> None:
     assert "would not lower the predicted bytes" in log.skipped[-1]["reason"]
     assert [(n.op_type, n.name, tuple(v.name for v in n.inputs if v is not None)) for n in model.graph] == before
     assert _readers_outside(model) == []
+
+
+def _unfold_centring(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The region as it was emitted before the centring was folded into the recomputing Conv: each chunk Conv
+    with a (negated-mean) bias becomes ``Sub(Conv(img, W), μ)``, μ the BN's saved mean as [1, C, 1, 1]."""
+    from onnx import helper
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    made = {o: n for n in out.graph.node for o in n.output}
+    bn = next(n for n in _parse(BN_STEM).graph.node if n.op_type == "BatchNormalizationGrad")
+    nodes = []
+    out.graph.initializer.append(onnx.numpy_helper.from_array(np.array([1, -1, 1, 1], np.int64), "t_c11"))
+    nodes.append(helper.make_node("Reshape", [bn.input[3], "t_c11"], ["t_mean4"], name="t_mean4"))
+    for n in out.graph.node:
+        if n.op_type == "Conv" and n.name.startswith(PREFIX) and len(n.input) == 3:
+            assert made[n.input[2]].op_type == "Neg"
+            plain = helper.make_node("Conv", list(n.input[:2]), [n.output[0] + "_raw"], name=n.name + "_raw")
+            plain.attribute.extend(n.attribute)
+            nodes += [plain, helper.make_node("Sub", [plain.output[0], "t_mean4"], [n.output[0]], name=n.name + "_sub")]
+        else:
+            nodes.append(n)
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    return out
+
+
+@pytest.mark.parametrize("chunks", [2, 3])
+def test_recomputed_bn_input_is_centred_by_the_conv_bias_bit_for_bit(chunks: int) -> None:
+    """Where the stem's BN input is recomputed by a bias-free Conv, x − μ comes out of that Conv with −μ as its
+    bias (no full-size Conv output beside a Sub's: one fresh chunk buffer fewer per chunk and pass). The
+    gradients are bit-identical to the Sub form ORT runs on the same graph otherwise."""
+    model = _parse(BN_STEM)
+    out = ChunkedStemBackwardPass(chunks=chunks, force=True).run(model).model
+    check_model(out, "chunk_backward test")
+    convs = _ops(out, "Conv")
+    assert len(convs) == 2 * chunks and all(len(n.input) == 3 for n in convs)
+    assert not _ops(out, "Sub")                         # nothing centres x after the Conv any more
+    reference = _unfold_centring(out)
+    assert len(_ops(reference, "Sub")) == 2 * chunks
+    feeds = _feeds(model)
+    for seed in range(3):
+        feeds = _feeds(model, seed)
+        feeds["input"] *= np.float32(10.0 ** seed)      # offsets and magnitudes where rounding would show
+        new, ref = _run(out, feeds), _run(reference, feeds)
+        for name in ref:
+            assert np.array_equal(new[name].view(np.uint32), ref[name].view(np.uint32)), name
+
+
+def test_a_conv_with_its_own_bias_keeps_the_sub() -> None:
+    """(Conv + b) − μ is not Conv + (b − μ) in float: a recomputing Conv that has a bias keeps the Sub."""
+    text = BN_STEM.replace("float[6] gamma,", "float[6] b1, float[6] gamma,").replace(
+        "x = Conv <{_CONV}> (input, w1)".format(_CONV=_CONV), f"x = Conv <{_CONV}> (input, w1, b1)")
+    assert "(input, w1, b1)" in text
+    model = _parse(text)
+    (rec,) = ChunkedStemBackwardPass(chunks=2, force=True).run(model).records
+    out = ChunkedStemBackwardPass(chunks=2, force=True).run(model).model
+    convs = _ops(out, "Conv")
+    assert len(convs) == 4 and all(n.input[2] == "b1" for n in convs)
+    assert len([n for n in _ops(out, "Sub") if "x_centred" in n.output[0]]) == 4
+    feeds = _feeds(model)
+    base, new = _run(model, feeds), _run(out, feeds)
+    for name in base:
+        np.testing.assert_allclose(new[name], base[name], rtol=1e-5, atol=1e-6 * max(1.0, float(np.abs(base[name]).max())))

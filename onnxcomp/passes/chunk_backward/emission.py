@@ -161,14 +161,24 @@ class _ChunkedChain:
         after = list(self.sums.values()) + list(extra)
         return self.b.zero_after_all(after, F)
 
-    def x_chunk(self, lo: int, hi: int, gate: ir.Value | None) -> ir.Value:
-        """The BN input's chunk: sliced, or rebuilt from the image chunk by the stem's forward Conv."""
-        bn = self.ops[self.bn_at]
-        if self.recompute is None:
-            return self.chunk(bn.inputs[1], lo, hi, gate)
-        img = self.chunk(self.recompute.inputs[0], lo, hi, gate)
-        return self.b.op("Conv", [img, *self.recompute.inputs[1:]], "x_recomputed", F,
-                         [hi - lo, *self.shape_of(bn.inputs[1])[1:]], **dict(self.recompute.attributes))
+    def centred_x_chunk(self, lo: int, hi: int, gate: ir.Value | None) -> ir.Value:
+        """The chunk of x − μ (the BN input, centred). Rebuilt from the image by the stem's forward Conv
+        where the BN input is recomputed, with −μ as that Conv's bias when it has none: MLAS adds the bias
+        after the accumulation, and ``acc + (−μ)`` is ``acc − μ`` exactly in IEEE arithmetic, so the values
+        are the ones ``Sub(Conv(img), μ)`` gives, with one full-size chunk output per chunk and pass fewer
+        (the Conv's beside the Sub's: under a pinned mmap threshold every fresh buffer is page faults). Else the BN input's chunk (sliced or recomputed) minus μ."""
+        b, bn = self.b, self.ops[self.bn_at]
+        shp = [hi - lo, *self.shape_of(bn.inputs[1])[1:]]
+        rc = self.recompute
+        if rc is not None and (len(rc.inputs) < 3 or rc.inputs[2] is None):
+            img = self.chunk(rc.inputs[0], lo, hi, gate)
+            return b.op("Conv", [img, rc.inputs[1], self.neg_mean], "x_centred", F, shp, **dict(rc.attributes))
+        if rc is None:
+            x = self.chunk(bn.inputs[1], lo, hi, gate)
+        else:
+            img = self.chunk(rc.inputs[0], lo, hi, gate)
+            x = b.op("Conv", [img, *rc.inputs[1:]], "x_recomputed", F, shp, **dict(rc.attributes))
+        return b.op("Sub", [x, self.mean4], "x_centred", F, shp)
 
     # -- the passes --------------------------------------------------------------------------------------
     def emit(self) -> None:
@@ -199,6 +209,7 @@ class _ChunkedChain:
         self.chan = [1, c, 1, 1]
         shape_c11 = b.const("c11", I64, [1, c, 1, 1])
         axes = b.const("axes", I64, [0, 2, 3])
+        self.mean4 = self.neg_mean = None
         sum_g = sum_gx = None
         gate = b.zero_after(self.grad_in, self.grad_elem)
         for lo, hi in self.spans:
@@ -206,13 +217,9 @@ class _ChunkedChain:
             g = self.chunk(self.grad_in, lo, hi, gate)
             for i in range(self.bn_at):
                 g = self.op(i, g, lo, hi, gate, params=True)
-            x = self.x_chunk(lo, hi, gate)
             if sum_g is None:   # after the first slices, so that decoders stay right before their readers
-                gated_c11 = b.op("Add", [shape_c11, gate], "c11_gated", I64, [4])
-                self.mean4 = b.op("Reshape", [bn.inputs[3], gated_c11], "mean", F, self.chan)
-                self.inv4 = b.op("Reshape", [bn.inputs[4], gated_c11], "inv_std", F, self.chan)
-                self.scale4 = b.op("Reshape", [bn.inputs[2], gated_c11], "scale", F, self.chan)
-            xc = b.op("Sub", [x, self.mean4], "x_centred", F, shp)
+                self.per_channel_views(shape_c11, gate)
+            xc = self.centred_x_chunk(lo, hi, gate)
             gx = b.op("Mul", [g, xc], "g_x", F, shp)
             sg = b.op("ReduceSum", [g, axes], "sum_g_part", F, self.chan, keepdims=1)
             sgx = b.op("ReduceSum", [gx, axes], "sum_gx_part", F, self.chan, keepdims=1)
@@ -220,6 +227,21 @@ class _ChunkedChain:
             sum_gx = sgx if sum_gx is None else b.op("Add", [sum_gx, sgx], "sum_gx", F, self.chan)
             gate = self.chunk_gate([sum_g, sum_gx])
         self.sum_g, self.sum_gx = sum_g, sum_gx
+
+    def per_channel_views(self, shape_c11: ir.Value, gate: ir.Value) -> None:
+        """γ, inv_std and μ as [1, C, 1, 1] views that wait for ``gate`` (μ negated as a [C] Conv bias instead
+        where centred_x_chunk folds it into the recomputing Conv)."""
+        b, bn, c = self.b, self.ops[self.bn_at], self.c
+        gated_c11 = b.op("Add", [shape_c11, gate], "c11_gated", I64, [4])
+        self.inv4 = b.op("Reshape", [bn.inputs[4], gated_c11], "inv_std", F, self.chan)
+        self.scale4 = b.op("Reshape", [bn.inputs[2], gated_c11], "scale", F, self.chan)
+        rc = self.recompute
+        if rc is not None and (len(rc.inputs) < 3 or rc.inputs[2] is None):
+            gated_c = b.op("Add", [b.const("c_len", I64, [c]), gate], "c_gated", I64, [1])
+            mean = b.op("Reshape", [bn.inputs[3], gated_c], "mean", F, [c])
+            self.neg_mean = b.op("Neg", [mean], "neg_mean", F, [c])
+        else:
+            self.mean4 = b.op("Reshape", [bn.inputs[3], gated_c11], "mean", F, self.chan)
 
     def coefficients(self) -> None:
         """dX = a·g + b·(x − μ) + c with a = γ·inv_std, b = −a·inv_std·dScale/N, c = −a·Σg/N (training-mode
@@ -257,8 +279,7 @@ class _ChunkedChain:
             g = self.chunk(self.grad_in, lo, hi, gate)
             for i in range(self.bn_at):
                 g = self.op(i, g, lo, hi, gate, params=False)
-            x = self.x_chunk(lo, hi, gate)
-            xc = b.op("Sub", [x, self.mean4], "x_centred", F, shp)
+            xc = self.centred_x_chunk(lo, hi, gate)
             ga = b.op("Mul", [g, self.coef_a], "dx_a", F, shp)
             xb = b.op("Mul", [xc, self.coef_b], "dx_b", F, shp)
             s = b.op("Add", [ga, xb], "dx_ab", F, shp)
