@@ -57,10 +57,11 @@ ATTENTION_CHUNKS = (step(ChunkedAttentionBackwardPass), step(ChunkedAttentionFor
 # nothing else is alive; only where a draw is ≥ 8 MiB (passes/hoist_dropout.py).
 HOIST_DRAWS = step(HoistDropoutDrawsPass, draw_bytes=8 << 20)
 # Lossy policies also run each MLP's backward (fc1 recompute, activation gradient, the products and weight
-# gradients) in batch chunks, the weight gradients summed over chunks: not bit-identical (passes/chunk_mlp.py).
+# gradients) in batch chunks, the weight gradients summed over chunks: not bit-identical (passes/chunk_mlp.py);
+# only where that lowers the predicted step peak.
 LOSSY_ATTENTION_CHUNKS = (step(ChunkedAttentionBackwardPass),
                           step(ChunkedAttentionForwardPass, chunk_dropout_bytes=8 << 20),
-                          step(ChunkedMlpBackwardPass))
+                          step(ChunkedMlpBackwardPass, only_lowering=True))
 
 # Lossy policies, last: ReluGrad on a decoded sign mask as Mul(dY, mask) (ORT's ReluGrad branches per element;
 # same values, a masked zero's sign may differ: passes/mask_grad.py). After the chunked regions (their finder

@@ -324,16 +324,34 @@ class ChunkedMlpBackwardPass(OnnxcompPass):
     """Each MLP backward region (fc2's dX product to fc1's, with the recompute chain of the activation's input
     and the weight gradients) in ``chunks`` batch chunks. Not exact: the weight and bias gradients are summed
     over chunks (see the module docstring); lossy policies only. ``min_bytes``: seeds whose output is
-    smaller are left alone."""
+    smaller are left alone. ``only_lowering``: keep the chunking only where it lowers the graph's predicted
+    step peak (the fixed lossy policies: an MLP whose backward is not at the peak — VGG-16's classifier under
+    dpr — would pay its extra weight-gradient partials and rounding for nothing)."""
 
     name = "chunk_mlp"
 
-    def __init__(self, chunks: int = 4, min_bytes: int = 256 * 1024) -> None:
+    def __init__(self, chunks: int = 4, min_bytes: int = 256 * 1024, only_lowering: bool = False) -> None:
         if chunks < 2:
             raise ValueError(f"chunks={chunks}: at least 2")
-        self.chunks, self.min_bytes = chunks, min_bytes
+        self.chunks, self.min_bytes, self.only_lowering = chunks, min_bytes, bool(only_lowering)
 
     def call(self, model: ir.Model) -> PassOutcome:
+        if not self.only_lowering:
+            return self._chunk(model)
+        from ..planner.predict import predicted_peak
+
+        trial = self._chunk(model.clone())
+        if not trial.modified:
+            return PassOutcome(model, False, [], trial.skipped)
+        before, after = predicted_peak(model), predicted_peak(trial.model)
+        if after < before:
+            model.graph = trial.model.graph      # in place, as the other trial-based passes do
+            return PassOutcome(model, True, trial.records, trial.skipped)
+        refused = [Skipped(rec["region"], PATTERN, f"chunking would not lower the predicted step peak "
+                           f"({before / 2**20:.1f} -> {after / 2**20:.1f} MiB)") for rec in trial.records]
+        return PassOutcome(model, False, [], trial.skipped + refused)
+
+    def _chunk(self, model: ir.Model) -> PassOutcome:
         outcome = PassOutcome(model, False)
         graph = model.graph
         if not any(n.op_type in _SEEDS and n.domain == MS_DOMAIN for n in graph):
