@@ -380,3 +380,95 @@ def test_casts_are_priced_by_their_type_pair() -> None:
     h = helper.make_tensor_value_info("h", TensorProto.FLOAT16, [4, 8])
     model = helper.make_model(helper.make_graph([encode], "g", [x], [h]), opset_imports=[helper.make_opsetid("", 17)])
     assert node_features(model)["encode"][0] == "Cast:float32->float16"
+
+
+# ----------------------------------------------------------- the arena op table and Casts by type pair
+def test_the_ops_graph_keeps_timed_outputs_intermediate_for_the_arena_table() -> None:
+    """Under ORT's arena only intermediates come from reused memory (graph outputs are allocated outside
+    it), so the arena variant of the calibration graph must leave no timed op's output as a graph output."""
+    from onnxcomp.runtime.calibrate import _CAST_KINDS, _ops_graph, _ops_graph_traffic
+
+    plain, inter = _ops_graph(), _ops_graph(intermediate=True)
+    timed = {n.name for n in plain.graph.node}
+    assert set(_CAST_KINDS) <= timed and timed == set(_ops_graph_traffic(1 << 20))
+    outs = {o.name for o in inter.graph.output}
+    produced = {o for n in inter.graph.node if n.name in timed for o in n.output}
+    assert not outs & produced
+    consumed = {i for n in inter.graph.node for i in n.input}
+    assert produced <= consumed  # every timed output is read (by a reduction or a timed op)
+
+
+@pytest.mark.parametrize("arena", [False, True])
+def test_common_ops_are_timed_with_casts_keyed_by_type_pair(tmp_path: Path, arena: bool) -> None:
+    from onnxcomp.runtime.calibrate import _CAST_KINDS, fit_ops, time_common_ops
+
+    samples = time_common_ops((64 * 1024, 256 * 1024), 1, tmp_path, arena=arena)
+    kinds = {s["op"] for s in samples}
+    assert set(_CAST_KINDS.values()) <= kinds  # none folded away by ORT (bool->int64->float32 chain)
+    assert "Cast" not in kinds and "ReduceSum" not in kinds  # the reductions are not timed
+    assert all(s["seconds"] > 0 and s["nbytes"] > 0 for s in samples if s["op"] != "Identity")
+    fits = fit_ops(samples * 2)
+    # a Cast of unknown types (the profile-less planner without dtypes) gets a fit pooled over the pairs
+    assert "Cast" in fits and fits["Cast"]["samples"] == 2 * sum(s["op"].startswith("Cast:") for s in samples)
+    assert "Cast:bool->float32" in fits and "*" in fits
+
+
+def _arena_cost() -> CostModel:
+    from onnxcomp.planner.cost_model import LinearFit
+
+    cost = _cost_with({"Add": (0.0, 1e-9, 0.0), "Mul": (0.0, 1e-9, 0.0), "Cast": (0.0, 1e-9, 0.0)})
+    cost.ops_arena = {"Add": LinearFit((0.0, 1e-10, 0.0)), "Mul": LinearFit((0.0, 2e-10, 0.0)),
+                      "Cast:bool->float32": LinearFit((0.0, 3e-10, 0.0)), "*": LinearFit((0.0, 1e-10, 0.0))}
+    return cost
+
+
+def test_a_profile_taken_under_the_arena_prices_new_nodes_from_the_arena_table() -> None:
+    """New nodes of a profile taken with ORT's arena are priced by the arena table, at the profile's speed
+    measured against that same table (its Adds at the arena fit: slowdown 1, not the 0.1 the op table
+    would say); a profile under measure's settings keeps the op table."""
+    from onnx import helper
+
+    cost = _arena_cost()
+    mib = 1 << 20
+    feats = {f"add{k}": ("Add", 3 * mib, 0.0) for k in range(3)}
+    arena = NodeTimes({n: 1e-10 * 3 * mib for n in feats}, features=feats, settings={"arena": True})
+    plain = NodeTimes({n: 1e-9 * 3 * mib for n in feats}, features=feats, settings={"arena": False})
+    assert arena.slowdown(cost) == pytest.approx(1.0)
+    assert plain.slowdown(cost) == pytest.approx(1.0)
+    mul = helper.make_node("Mul", ["x", "y"], ["z"], name="new_mul")
+    assert cost.op_seconds(mul, mib, arena, in_bytes=2 * mib) == pytest.approx(2e-10 * 3 * mib)
+    assert cost.op_seconds(mul, mib, plain, in_bytes=2 * mib) == pytest.approx(1e-9 * 3 * mib)
+    unpack = helper.make_node("Cast", ["m"], ["f"], to=1, name="new_unpack")
+    assert cost.op_seconds(unpack, mib, arena, in_bytes=mib // 4, kind="Cast:bool->float32") == \
+        pytest.approx(3e-10 * (mib + mib // 4))
+    # a kind the arena table lacks falls back to the op table (here the pooled "Cast")
+    assert cost.op_seconds(unpack, mib, arena, in_bytes=mib // 4, kind="Cast:int64->float32") == \
+        pytest.approx(1e-9 * (mib + mib // 4))
+    # twice as slow as the arena table under load: the new nodes too
+    slow = NodeTimes({n: 2e-10 * 3 * mib for n in feats}, features=feats, settings={"arena": True})
+    assert cost.op_seconds(mul, mib, slow, in_bytes=2 * mib) == pytest.approx(2 * 2e-10 * 3 * mib)
+    # without a profile (the planner) the op table, as before
+    assert cost.op_seconds(mul, mib, in_bytes=2 * mib) == pytest.approx(1e-9 * 3 * mib)
+
+
+def test_the_arena_table_round_trips_through_json() -> None:
+    cost = _arena_cost()
+    again = CostModel.from_dict(json.loads(json.dumps(cost.to_dict())))
+    assert set(again.ops_arena) == set(cost.ops_arena)
+    assert again.ops_arena["Mul"].coef == cost.ops_arena["Mul"].coef
+    assert "ops_arena" not in again.meta
+    assert not CostModel.from_dict(_cost_with({}).to_dict()).ops_arena  # older calibrations: no table
+
+
+def test_shipped_defaults_carry_the_arena_table_and_cast_pairs() -> None:
+    """The shipped calibration was made with both: Casts by type pair in both tables, the arena table
+    faster than the op table for the cheap elementwise ops it was made for (outputs not page-faulted)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CostModelWarning)
+        cost = CostModel.load(cm.SHIPPED_DEFAULTS)
+    pairs = {"Cast:bool->float32", "Cast:float32->float16", "Cast:float16->float32"}
+    assert pairs <= set(cost.ops) and pairs <= set(cost.ops_arena) and "Cast" in cost.ops
+    assert {"ReluGrad", "BatchNormInternal", "Add", "Mul"} <= set(cost.ops_arena)
+    mib = 4 << 20
+    for op in ("Mul", "Add", "Slice"):
+        assert cost.ops_arena[op].predict((1.0, mib, 0.0)) < 0.5 * cost.ops[op].predict((1.0, mib, 0.0))

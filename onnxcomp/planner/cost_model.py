@@ -144,6 +144,11 @@ class CostModel:
 
     codecs[codec][direction]: LinearFit over codec_features, seconds of the whole PyOp (bridge included).
     ops[op_type]: LinearFit over op_features; ops["*"] is the fallback for op types never profiled.
+    ops keys are op kinds (op_kind: the op type, or "Cast:<from>-><to>"; a bare "Cast" is pooled over pairs).
+    ops_arena[kind]: the same, timed as a step under ORT's defaults runs them (the cheap ops writing
+    intermediates under the arena: outputs not page-faulted anew, 3-10x faster; the profiled model's own
+    ops under ORT's defaults); prices the new nodes of a profile taken with the arena, and that profile's
+    slowdown is taken against it (op_table, NodeTimes.slowdown). A kind it lacks falls back to ``ops``.
     step_overhead: LinearFit over (1, parameter bytes): a step's time outside the training graph's nodes
     (optimizer step, feeds), used when no profile of the graph is given."""
 
@@ -153,6 +158,7 @@ class CostModel:
     pyop_overhead: dict[str, float] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     source: str = "unsaved"
+    ops_arena: dict[str, LinearFit] = field(default_factory=dict)
 
     # -- loading ------------------------------------------------------------------------------------------
     @classmethod
@@ -199,14 +205,23 @@ class CostModel:
                 raise ValueError(f"codec {name} lacks {sorted(missing)} fits")
         step = LinearFit.from_dict(data["step_overhead"]) if "step_overhead" in data else LinearFit((0.0, 0.0))
         meta = {k: v for k, v in data.items()
-                if k not in ("codecs", "ops", "step_overhead", "pyop_overhead", "samples")}
-        return cls(codecs, ops, step, dict(data.get("pyop_overhead", {})), meta)
+                if k not in ("codecs", "ops", "ops_arena", "step_overhead", "pyop_overhead", "samples")}
+        arena = {t: LinearFit.from_dict(fit) for t, fit in data.get("ops_arena", {}).items()}
+        return cls(codecs, ops, step, dict(data.get("pyop_overhead", {})), meta, ops_arena=arena)
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.meta, "format": FORMAT_VERSION,
                 "codecs": {n: {d: f.to_dict() for d, f in dirs.items()} for n, dirs in self.codecs.items()},
                 "ops": {t: f.to_dict() for t, f in self.ops.items()},
+                **({"ops_arena": {t: f.to_dict() for t, f in self.ops_arena.items()}} if self.ops_arena else {}),
                 "step_overhead": self.step_overhead.to_dict(), "pyop_overhead": self.pyop_overhead}
+
+    def op_table(self, node_seconds: Any = None) -> dict[str, LinearFit]:
+        """The op fits that price nodes a profile cannot time: ``ops``, with ``ops_arena``'s fits over them
+        when ``node_seconds`` is a profile taken under ORT's arena (a node there writes into reused memory)."""
+        if self.ops_arena and isinstance(node_seconds, NodeTimes) and node_seconds.settings.get("arena"):
+            return {**self.ops, **self.ops_arena}
+        return self.ops
 
     def _warn_if_foreign(self) -> None:
         recorded = self.meta.get("machine") or {}
@@ -273,7 +288,8 @@ class CostModel:
                 return scaled if scaled is not None else t * macs / feats[2]
             if kind in local:
                 return max(local[kind].predict(here), 0.0)
-        fit = self.ops.get(kind) or self.ops.get(node.op_type) or self.ops["*"]
+        table = self.op_table(node_seconds)
+        fit = table.get(kind) or table.get(node.op_type) or table["*"]
         # The calibrated fit, at the speed the profile saw (1.0 without a profile; see NodeTimes.slowdown).
         if not isinstance(node_seconds, NodeTimes):
             return max(fit.predict(op_features(traffic, macs)), 0.0)
@@ -370,8 +386,11 @@ class NodeTimes(dict):
             return self._slowdown[1]
         measured: dict[str, float] = {}
         fitted: dict[str, float] = {}
+        # Against the fits the new nodes are priced by: a profile taken under ORT's arena is compared with the
+        # arena table only (types timed under measure's settings would read as 3-5x "fast", NOTES-costfit.md).
+        table = cost.ops_arena if cost.op_table(self) is not cost.ops else cost.ops
         for name, (op, nbytes, macs, *_) in self.features.items():
-            fit = cost.ops.get(op)
+            fit = table.get(op)
             if fit is None or macs or nbytes < _SLOWDOWN_MIN_BYTES or op in VIEW_OPS or self.get(name, 0.0) <= 0:
                 continue
             measured[op] = measured.get(op, 0.0) + self[name]

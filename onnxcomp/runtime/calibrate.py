@@ -221,8 +221,21 @@ def time_codec(codec: str, sizes: tuple[int, ...], nonzero: tuple[float, ...], r
 
 
 # --------------------------------------------------------------------------------------------- common ops
-def _ops_graph() -> Any:
-    """One input X feeding the cheap ops graph passes insert, each node its own output."""
+# Nodes of _ops_graph that are Casts, by the type pair (cost_model.op_kind) their samples are keyed by: ORT
+# 1.19.2 converts float32 <-> float16 with a scalar loop (~1 ns/B) while unpacking a bool mask to float32 runs
+# ~10x faster per byte; one "Cast" fit priced a pass's mask Casts 2x high (NOTES-costfit.md).
+_CAST_KINDS = {"Cast": "Cast:float32->float16", "Cast_back": "Cast:float16->float32",
+               "Cast_mask": "Cast:bool->float32", "Cast_mask_i64": "Cast:bool->int64",
+               "Cast_i64": "Cast:int64->float32"}
+
+
+def _ops_graph(intermediate: bool = False) -> Any:
+    """One input X feeding the cheap ops graph passes insert, each node its own output.
+
+    intermediate: each timed op's output is consumed by a ReduceSum ("sum_<output>") and only those scalars
+    leave the graph. ORT allocates graph outputs outside its arena, so only ops writing intermediates run as
+    they do inside a training step under ORT's arena (Mul at 1 MiB: 51 us as an intermediate vs 344 us as a
+    graph output, same settings, NOTES-costfit.md); the reductions are not timed."""
     from onnx import TensorProto, helper
 
     nodes = [
@@ -237,27 +250,52 @@ def _ops_graph() -> Any:
         helper.make_node("Identity", ["X"], ["ident"], name="Identity"),
         helper.make_node("Greater", ["X", "lo"], ["gt"], name="Greater"),
         helper.make_node("Where", ["gt", "X", "lo"], ["where"], name="Where"),
+        # the Casts passes insert besides DPR's: sign / ReLU masks unpacked to float32 or int64, int64 to float
+        # ("maski" is also an output, else ORT folds the bool->int64->float32 chain into one Cast)
+        helper.make_node("Cast", ["gt"], ["maskf"], to=TensorProto.FLOAT, name="Cast_mask"),
+        helper.make_node("Cast", ["gt"], ["maski"], to=TensorProto.INT64, name="Cast_mask_i64"),
+        helper.make_node("Cast", ["maski"], ["i2f"], to=TensorProto.FLOAT, name="Cast_i64"),
     ]
-    outs = ["f", "clip", "relu", "mul", "add", "slice", "cat", "ident", "where"]
+    outs = ["f", "clip", "relu", "mul", "add", "slice", "cat", "ident", "where", "maskf", "maski", "i2f"]
     inits = [helper.make_tensor("lo", TensorProto.FLOAT, [], [0.0]), helper.make_tensor("hi", TensorProto.FLOAT, [], [6.0]),
              helper.make_tensor("starts", TensorProto.INT64, [1], [0]), helper.make_tensor("ends", TensorProto.INT64, [1], [1 << 30]),
              helper.make_tensor("axes", TensorProto.INT64, [1], [2])]
+    if intermediate:
+        nodes += [helper.make_node("ReduceSum", [o], [f"sum_{o}"], keepdims=0, name=f"sum_{o}") for o in outs]
+        outs = [f"sum_{o}" for o in outs]
+    elem = {"maski": TensorProto.INT64, "sum_maski": TensorProto.INT64}
     graph = helper.make_graph(nodes, "calibrate_ops", [helper.make_tensor_value_info("X", TensorProto.FLOAT, None)],
-                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs], inits)
+                              [helper.make_tensor_value_info(o, elem.get(o, TensorProto.FLOAT), None) for o in outs],
+                              inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
-def time_common_ops(sizes: tuple[int, ...], repeats: int, tmp: Path, seed: int = 0) -> list[dict[str, Any]]:
-    """Samples {op, nbytes (read + written), macs, seconds} for the elementwise / data-movement ops of _ops_graph."""
+def _ops_graph_traffic(b: int) -> dict[str, int]:
+    """Bytes each timed node of _ops_graph reads + writes for a float32 input of ``b`` bytes."""
+    n = b // 4  # elements; bool 1 B, float16 2 B, int64 8 B each
+    return {"Cast": b + 2 * n, "Cast_back": 2 * n + b, "Clip": 2 * b, "Relu": 2 * b, "Mul": 3 * b, "Add": 3 * b,
+            "Slice": 2 * b, "Concat": 4 * b, "Identity": 2 * b, "Greater": b + n, "Where": n + 2 * b,
+            "Cast_mask": n + b, "Cast_mask_i64": n + 8 * n, "Cast_i64": 8 * n + b}
+
+
+def time_common_ops(sizes: tuple[int, ...], repeats: int, tmp: Path, seed: int = 0,
+                    arena: bool = False) -> list[dict[str, Any]]:
+    """Samples {op, nbytes (read + written), macs, seconds} for the elementwise / data-movement ops of
+    _ops_graph; a Cast's ``op`` is its type pair (``_CAST_KINDS``). arena: time them as a training step under
+    ORT's defaults runs them: arena, memory pattern and reuse on, DEFAULT order, each op writing an
+    intermediate (_ops_graph(intermediate=True)), so its output is reused arena memory, not pages faulted in
+    anew."""
     import onnxruntime as ort
 
     from onnxcomp.runtime.session import session_options
 
-    prof_dir = tmp / "prof_ops"
+    prof_dir = tmp / ("prof_ops_arena" if arena else "prof_ops")
     prof_dir.mkdir()
-    so = session_options(profile=str(prof_dir / "ops"))
+    so = session_options(profile=str(prof_dir / "ops"), arena=arena, mem_pattern=arena, mem_reuse=arena,
+                         execution_order="default" if arena else "priority")
     so.log_severity_level = 3
-    sess = ort.InferenceSession(_ops_graph().SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(_ops_graph(intermediate=arena).SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(seed)
     out_bytes: list[dict[str, int]] = []
     for size in sizes:
@@ -267,12 +305,7 @@ def time_common_ops(sizes: tuple[int, ...], repeats: int, tmp: Path, seed: int =
         for r in range(repeats):
             sess.run(None, {"X": xs[r % len(xs)]})
         del xs
-        b = x.nbytes
-        # bytes read + written per node
-        sizes_of = {"Cast": b + b // 2, "Cast_back": b // 2 + b, "Clip": 2 * b, "Relu": 2 * b, "Mul": 3 * b,
-                    "Add": 3 * b, "Slice": 2 * b, "Concat": 4 * b, "Identity": 2 * b, "Greater": b + b // 4,
-                    "Where": b // 4 + 2 * b}
-        out_bytes += [sizes_of] * (1 + repeats)
+        out_bytes += [_ops_graph_traffic(x.nbytes)] * (1 + repeats)
     sess.end_profiling()
     del sess
     gc.collect()
@@ -280,8 +313,10 @@ def time_common_ops(sizes: tuple[int, ...], repeats: int, tmp: Path, seed: int =
     by_node: dict[str, list[float]] = {}
     ops: dict[str, str] = {}
     for e in events:
+        if e["node"] not in out_bytes[0]:  # the reductions that keep the timed ops' outputs intermediate
+            continue
         by_node.setdefault(e["node"], []).append(e["dur_s"])
-        ops[e["node"]] = e["op"]
+        ops[e["node"]] = _CAST_KINDS.get(e["node"], e["op"])
     samples = []
     per_size = 1 + repeats
     for name, durs in by_node.items():
@@ -418,7 +453,8 @@ def _codecs_worker(cfg: dict[str, Any]) -> dict[str, Any]:
     for codec in cfg["codecs"]:
         samples += time_codec(codec, sizes, nonzero, repeats, tmp)
     ops = time_common_ops(sizes, repeats, tmp) if cfg.get("common_ops", True) else []
-    return {"codec_samples": samples, "op_samples": ops, "backend": cpu.backend()}
+    ops_arena = time_common_ops(sizes, repeats, tmp, arena=True) if cfg.get("common_ops", True) else []
+    return {"codec_samples": samples, "op_samples": ops, "op_samples_arena": ops_arena, "backend": cpu.backend()}
 
 
 # --------------------------------------------------------------------------------------------- fitting
@@ -447,11 +483,15 @@ def fit_codecs(samples: list[dict[str, Any]]) -> tuple[dict[str, dict[str, Any]]
 
 
 def fit_ops(samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per op type fits, plus "*": a memory-bound fallback fitted on every sample without MACs."""
+    """Per op kind fits (op type, or "Cast:<from>-><to>", cost_model.op_kind), plus: per op type timed only by
+    kind, a fit pooled over its kinds (what a Cast of unknown types costs), and "*": a memory-bound fallback
+    fitted on every sample without MACs."""
     from onnxcomp.planner.cost_model import fit_linear, fit_op_types
 
-    fits = {op: f.to_dict() for op, f in fit_op_types(
-        (s["op"], s["nbytes"], s["macs"], s["seconds"]) for s in samples).items()}
+    rows = [(s["op"], s["nbytes"], s["macs"], s["seconds"]) for s in samples]
+    fits = {op: f.to_dict() for op, f in fit_op_types(rows).items()}
+    pooled = fit_op_types((op.split(":", 1)[0], *rest) for op, *rest in rows if ":" in op)
+    fits.update({op: f.to_dict() for op, f in pooled.items() if op not in fits})
     plain = [s for s in samples if not s["macs"] and s["seconds"] > 0]  # 0: a node ORT folded away
     if plain:
         x = np.array([(1.0, float(s["nbytes"]), 0.0) for s in plain])
@@ -503,22 +543,25 @@ def calibrate(output: str | os.PathLike | None = None, *, plan: CalibrationPlan 
                                 "repeats": plan.repeats}, None, "timing the codec ops")
     codec_fits, bridge = fit_codecs(raw["codec_samples"])
     op_samples = list(raw["op_samples"])
+    arena_samples = list(raw.get("op_samples_arena", []))
     step_overhead = {"coef": [0.0, 0.0], "samples": 0}
     profiled = None
     if plan.model or plan.profile_dir:
         what = plan.profile_dir or f"{plan.model} (batch {plan.model_batch}, {plan.model_image}x{plan.model_image})"
-        say(f"profiling a training step of {what}")
-        node_times, param_bytes = _profile_bundled(plan)
-        for name, (op, b, m, *_) in node_times.features.items():
-            if name in node_times:
-                op_samples.append({"op": op, "nbytes": b, "macs": m, "seconds": node_times[name]})
+        say(f"profiling a training step of {what} (measure's settings, then ORT's defaults)")
+        # Profiled twice: under measure's settings (the op table) and under ORT's defaults (arena, memory
+        # pattern, reuse, DEFAULT order: the arena table), so a profile taken with the arena is compared with
+        # fits of the model's own ops taken the same way (NodeTimes.slowdown).
+        node_times, arena_times, param_bytes = _profile_bundled(plan)
+        op_samples += _profile_samples(node_times)
+        arena_samples += _profile_samples(arena_times)
         if param_bytes:
             step_overhead = {"coef": [0.0, node_times.overhead_seconds / param_bytes], "samples": 1}
         profiled = {"model": plan.profile_dir or plan.model,
                     "batch": None if plan.profile_dir else plan.model_batch,
                     "image": None if plan.profile_dir else plan.model_image,
                     "step_seconds": node_times.step_seconds, "overhead_seconds": node_times.overhead_seconds,
-                    "nodes": len(node_times)}
+                    "nodes": len(node_times), "arena_step_seconds": arena_times.step_seconds}
     ops = fit_ops(op_samples)
     data = {
         "format": FORMAT_VERSION,
@@ -533,10 +576,12 @@ def calibrate(output: str | os.PathLike | None = None, *, plan: CalibrationPlan 
         "profiled_model": profiled,
         "codecs": codec_fits,
         "ops": ops,
+        # the same ops and the profiled model's, as a step under ORT's arena runs them (CostModel.op_table)
+        **({"ops_arena": fit_ops(arena_samples)} if arena_samples else {}),
         "step_overhead": step_overhead,
         "pyop_overhead": bridge,
         # the timings behind the fits, so a fit can be redone or checked without re-timing
-        "samples": {"codecs": raw["codec_samples"], "ops": op_samples},
+        "samples": {"codecs": raw["codec_samples"], "ops": op_samples, "ops_arena": arena_samples},
     }
     CostModel.from_dict(data)  # what load() will read back must parse
     elapsed = time.perf_counter() - t_start
@@ -558,22 +603,38 @@ def _ort_version() -> str:
         return "unknown"
 
 
-def _profile_bundled(plan: CalibrationPlan) -> tuple[Any, int]:
+def ort_default_settings() -> Any:
+    """RuntimeSettings of ORT's own defaults: arena, memory pattern and buffer reuse on, DEFAULT order."""
+    from onnxcomp.runtime.session import RuntimeSettings
+
+    return RuntimeSettings(arena=True, mem_pattern=True, mem_reuse=True, execution_order="default")
+
+
+def _profile_samples(node_times: Any) -> list[dict[str, Any]]:
+    """Op-fit samples {op (op_kind), nbytes, macs, seconds} of a profiled training step's nodes."""
+    return [{"op": op, "nbytes": b, "macs": m, "seconds": node_times[name]}
+            for name, (op, b, m, *_) in node_times.features.items() if name in node_times]
+
+
+def _profile_bundled(plan: CalibrationPlan) -> tuple[Any, Any, int]:
+    """(profile under measure's settings, profile under ORT's defaults, parameter bytes) of the plan's model."""
     from onnxcomp.models.artifacts import generate_artifacts
     from onnxcomp.planner.cost_model import _param_bytes
 
     import onnx
 
+    def both(art: str | Path) -> tuple[Any, Any, int]:
+        times = profile_training_step(art, steps=plan.profile_steps)
+        arena = profile_training_step(art, steps=plan.profile_steps, settings=ort_default_settings())
+        params = _param_bytes(onnx.load(str(Path(art) / "training_model.onnx"), load_external_data=False))
+        return times, arena, params
+
     if plan.profile_dir:
-        times = profile_training_step(plan.profile_dir, steps=plan.profile_steps)
-        path = Path(plan.profile_dir) / "training_model.onnx"
-        return times, _param_bytes(onnx.load(str(path), load_external_data=False))
+        return both(plan.profile_dir)
     with tempfile.TemporaryDirectory(prefix="onnxcomp-calibrate-model-") as tmp:
         out = Path(tmp) / "artifacts"
         generate_artifacts(plan.model, plan.model_batch, plan.model_image, 10, out, smoke_test=False)
-        times = profile_training_step(out, steps=plan.profile_steps)
-        params = _param_bytes(onnx.load(str(out / "training_model.onnx"), load_external_data=False))
-    return times, params
+        return both(out)
 
 
 def summary_rows(data: dict[str, Any]) -> list[tuple[str, str, float, float, float]]:
