@@ -472,3 +472,56 @@ def test_shipped_defaults_carry_the_arena_table_and_cast_pairs() -> None:
     mib = 4 << 20
     for op in ("Mul", "Add", "Slice"):
         assert cost.ops_arena[op].predict((1.0, mib, 0.0)) < 0.5 * cost.ops[op].predict((1.0, mib, 0.0))
+
+
+def test_codec_fits_follow_the_measured_time_at_every_calibrated_size() -> None:
+    """A codec op's time bends with size (per byte dearer at 0.25-2 MiB than at 16 MiB): one line through the
+    calibrated sizes misses the middle ones; the per-size scale puts each calibrated size back on its
+    measurement and interpolates in log(bytes) between them."""
+    from onnxcomp.runtime.calibrate import fit_codecs
+
+    mib = 1 << 20
+    sizes = [mib // 16, mib // 4, mib, 2 * mib, 4 * mib, 16 * mib]
+
+    def t(b: float) -> float:  # 0.2 ms a call, ~1.2 ns/B at 1 MiB falling to ~0.5 ns/B at 16 MiB
+        return 2e-4 + 1.2e-9 * b * (b / mib) ** -0.3
+
+    samples = [{"codec": "toy", "direction": d, "nbytes": b, "nonzero": nz, "op_s": t(b) * (1 + 0.2 * nz),
+                "direct_s": 0.5 * t(b), "bridge_bytes": 2 * b} for d in ("encode", "decode") for b in sizes
+               for nz in (0.1, 0.5, 0.9)]
+    fits, _ = fit_codecs(samples)
+    cost = CostModel({"toy": {d: cm.LinearFit.from_dict(f) for d, f in fits["toy"].items()}},
+                     {"*": cm.LinearFit((0.0, 1e-9, 0.0))})
+    plain = cm.LinearFit.from_dict({k: v for k, v in fits["toy"]["encode"].items() if k != "size_scale"})
+    for b in sizes:
+        want = t(b) * 1.1  # nz 0.5
+        assert cost.codec_seconds("toy", "encode", b, 0.5) == pytest.approx(want, rel=0.03)
+    # the line alone is > 20 % off in the middle of the range (what the scale is for)
+    assert max(abs(plain.predict(codec_features(b, 0.5)) / (t(b) * 1.1) - 1) for b in sizes) > 0.2
+    # between calibrated sizes: between their measurements; beyond them: the end sizes' scale
+    mid = cost.codec_seconds("toy", "encode", 3 * mib, 0.5)
+    assert t(2 * mib) * 1.1 < mid < t(4 * mib) * 1.1
+    scaled = cost.codecs["toy"]["encode"]
+    assert scaled.size_factor(64 * mib) == pytest.approx(scaled.size_factor(16 * mib))
+    assert scaled.size_factor(mib // 64) == pytest.approx(scaled.size_factor(mib // 16))
+    assert plain.size_factor(mib) == 1.0
+    again = cm.LinearFit.from_dict(cost.codecs["toy"]["encode"].to_dict())
+    assert again.size_scale == cost.codecs["toy"]["encode"].size_scale and len(again.size_scale) == len(sizes)
+
+
+def test_a_stalled_calibration_point_does_not_bend_the_codec_size_scale() -> None:
+    """A scheduler stall under load lifts one size's mean (the level the fit keeps, as designed) but not
+    its median: the size scale is taken on the medians, so that size is not priced 4x its neighbours."""
+    from onnxcomp.runtime.calibrate import fit_codecs
+
+    mib = 1 << 20
+    sizes = [mib // 16, mib // 4, mib, 2 * mib, 4 * mib, 16 * mib]
+    t = {b: 2e-4 + 0.6e-9 * b for b in sizes}
+    samples = [{"codec": "toy", "direction": d, "nbytes": b, "nonzero": nz,
+                "op_s": t[b] * (4.0 if b == mib // 4 else 1.0), "op_s_median": t[b],
+                "direct_s": 0.5 * t[b], "bridge_bytes": 2 * b} for d in ("encode", "decode") for b in sizes
+               for nz in (0.1, 0.9)]
+    fit = cm.LinearFit.from_dict(fit_codecs(samples)[0]["toy"]["encode"])
+    assert all(r == pytest.approx(1.0, rel=0.02) for _, r in fit.size_scale)  # a line: nothing to bend
+    cost = CostModel({"toy": {"encode": fit, "decode": fit}}, {"*": cm.LinearFit((0.0, 1e-9, 0.0))})
+    assert cost.codec_seconds("toy", "encode", mib // 4, 0.5) < 1.5 * t[mib // 4]

@@ -36,25 +36,42 @@ class LinearFit:
     """``coef · features`` with its quality on the samples it was fitted on.
 
     r2: coefficient of determination; mean_rel_err: mean |pred − y| / y; rae: CSWAP+'s relative absolute
-    error Σ|pred − y| / Σ|y − mean(y)|."""
+    error Σ|pred − y| / Σ|y − mean(y)|. size_scale: ((bytes, measured / fitted), ...) at the calibrated sizes,
+    see ``size_factor`` (codec fits only; empty: none)."""
 
     coef: tuple[float, ...]
     r2: float = float("nan")
     mean_rel_err: float = float("nan")
     rae: float = float("nan")
     samples: int = 0
+    size_scale: tuple[tuple[float, float], ...] = ()
 
     def predict(self, features: Iterable[float]) -> float:
         return float(sum(c * f for c, f in zip(self.coef, features)))
 
+    def size_factor(self, nbytes: float) -> float:
+        """The fit's measured / fitted time at ``nbytes``, interpolated in log(bytes) between the calibrated
+        sizes (the end values beyond them); 1.0 without ``size_scale``. A codec PyOp's time is not linear in
+        bytes: per byte it costs 1.5-2x more at ResNet-18's 0.25-2 MiB activations than at 16 MiB (bridge
+        copies, kernel launch), so one line through 64 KiB..16 MiB priced those ops 1.3-1.9x low inside a
+        step, which read as an in-step slowdown (NOTES-costarena.md)."""
+        if not self.size_scale or nbytes <= 0:
+            return 1.0
+        xs = np.log([max(b, 1.0) for b, _ in self.size_scale])
+        return float(np.interp(np.log(float(nbytes)), xs, [r for _, r in self.size_scale]))
+
     def to_dict(self) -> dict[str, Any]:
-        return {"coef": list(self.coef), "r2": self.r2, "mean_rel_err": self.mean_rel_err, "rae": self.rae,
-                "samples": self.samples}
+        d = {"coef": list(self.coef), "r2": self.r2, "mean_rel_err": self.mean_rel_err, "rae": self.rae,
+             "samples": self.samples}
+        if self.size_scale:
+            d["size_scale"] = [list(p) for p in self.size_scale]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "LinearFit":
         return cls(tuple(float(c) for c in d["coef"]), float(d.get("r2", "nan")),
-                   float(d.get("mean_rel_err", "nan")), float(d.get("rae", "nan")), int(d.get("samples", 0)))
+                   float(d.get("mean_rel_err", "nan")), float(d.get("rae", "nan")), int(d.get("samples", 0)),
+                   tuple((float(b), float(r)) for b, r in d.get("size_scale", ())))
 
 
 def fit_linear(x: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None) -> LinearFit:
@@ -243,7 +260,8 @@ class CostModel:
         if fits is None:
             fits = self._codec_fallback()
         nz = min(max(float(nonzero_ratio), 0.0), 1.0)
-        return max(fits[direction].predict(codec_features(nbytes, nz)), 0.0)
+        fit = fits[direction]
+        return max(fit.predict(codec_features(nbytes, nz)), 0.0) * fit.size_factor(nbytes)
 
     def _codec_fallback(self) -> dict[str, LinearFit]:
         """An uncalibrated codec (added after the calibration): the slowest calibrated one, per byte."""

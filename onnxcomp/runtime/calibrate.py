@@ -75,29 +75,50 @@ class CalibrationPlan:
 
     @classmethod
     def full(cls) -> "CalibrationPlan":
-        return cls(sizes=(64 * KiB, 1 * MiB, 4 * MiB, 16 * MiB), nonzero=(0.1, 0.4, 0.7, 0.95), repeats=4,
+        # 256 KiB and 2 MiB: the activations of the bundled CNNs at batch 32, 64x64 (ResNet-18's are 0.25-2 MiB),
+        # where a codec op's time per byte bends most (LinearFit.size_factor interpolates between sizes)
+        return cls(sizes=(64 * KiB, 256 * KiB, 1 * MiB, 2 * MiB, 4 * MiB, 16 * MiB), nonzero=(0.1, 0.4, 0.7, 0.95),
+                   repeats=4,
                    model_batch=16, model_image=64, profile_steps=2, name="default")
 
 
 # --------------------------------------------------------------------------------------------- inputs
-def activation(nbytes: int, nonzero: float, rng: np.random.Generator) -> np.ndarray:
-    """A float32 NCHW tensor of ~``nbytes`` like a ReLU output: a smooth Gaussian field, zero below the
-    (1 − nonzero) quantile."""
+def _field(nbytes: int, rng: np.random.Generator) -> np.ndarray:
+    """A zero-mean, spatially correlated float32 Gaussian field of ~``nbytes``, shape (planes, side, side)."""
     n = max(nbytes // 4, 256)
     hw = 32 * 32 if n >= 4 * 1024 else 16
     side = int(round(hw ** 0.5))
     nc = max(n // hw, 1)
     g = rng.standard_normal((nc, side, side + 1), dtype=np.float32)
     g = (g[:, :, 1:] + g[:, :, :-1]) * np.float32(0.7)     # neighbours correlate, as in feature maps
-    g = (g + np.roll(g, 1, axis=1)) * np.float32(0.7)
+    return (g + np.roll(g, 1, axis=1)) * np.float32(0.7)
+
+
+def _nchw(x: np.ndarray) -> np.ndarray:
+    nc, side = x.shape[0], x.shape[1]
+    return x.reshape(1, nc, side, side) if nc < 8 else x.reshape(nc // 8 if nc % 8 == 0 else nc, -1, side, side)
+
+
+def pre_activation(nbytes: int, rng: np.random.Generator) -> np.ndarray:
+    """A float32 NCHW tensor of ~``nbytes`` like a conv / BatchNorm output (what DPR's Casts convert): the
+    zero-mean field, no zeros. The common ops are timed on it: ORT 1.19.2's scalar float32 -> float16
+    Cast takes ~2x as long on a ReLU output (half exact zeros, interleaved: 12.0 ms at 4 MiB there vs
+    5.8-6.9 ms on dense, zero or constant-sign data, NOTES-costarena.md), which priced DPR's Casts 2-3x high
+    inside a step."""
+    return _nchw(_field(nbytes, rng))
+
+
+def activation(nbytes: int, nonzero: float, rng: np.random.Generator) -> np.ndarray:
+    """A float32 NCHW tensor of ~``nbytes`` like a ReLU output: a smooth Gaussian field, zero below the
+    (1 − nonzero) quantile."""
+    g = _field(nbytes, rng)
     flat = g.reshape(-1)
     if nonzero >= 1.0:
         thr = flat.min() - np.float32(1.0)
     else:
         k = int((1.0 - nonzero) * (flat.size - 1))
         thr = np.partition(flat, k)[k]
-    x = np.maximum(g - thr, np.float32(0.0)).astype(np.float32)
-    return x.reshape(1, nc, side, side) if nc < 8 else x.reshape(nc // 8 if nc % 8 == 0 else nc, -1, side, side)
+    return _nchw(np.maximum(g - thr, np.float32(0.0)).astype(np.float32))
 
 
 def codec_input(codec: str, nbytes: int, nonzero: float, rng: np.random.Generator) -> tuple[np.ndarray, dict[str, Any]]:
@@ -210,11 +231,14 @@ def time_codec(codec: str, sizes: tuple[int, ...], nonzero: tuple[float, ...], r
             # ops (a numba thread descheduled under load costs a 10-20 ms time slice), and medians of the
             # calibration runs hid exactly those, predicting in-graph codec time 5-10x low at load ~24.
             med = statistics.fmean
+            # op_s_median: the stall-free time, for the shape of time against size (size_scale)
             samples.append({"codec": codec, "direction": "encode", "nbytes": int(x.nbytes), "nonzero": nz_real,
-                            "op_s": med(enc), "direct_s": med(d[0] for d in direct),
+                            "op_s": med(enc), "op_s_median": statistics.median(enc),
+                            "direct_s": med(d[0] for d in direct),
                             "bridge_bytes": int(x.nbytes) + pbytes, "repeats": len(enc)})
             samples.append({"codec": codec, "direction": "decode", "nbytes": ybytes, "nonzero": nz_real,
-                            "op_s": med(dec), "direct_s": med(d[1] for d in direct),
+                            "op_s": med(dec), "op_s_median": statistics.median(dec),
+                            "direct_s": med(d[1] for d in direct),
                             "bridge_bytes": pbytes + ybytes, "repeats": len(dec)})
     gc.collect()
     return samples
@@ -299,7 +323,7 @@ def time_common_ops(sizes: tuple[int, ...], repeats: int, tmp: Path, seed: int =
     rng = np.random.default_rng(seed)
     out_bytes: list[dict[str, int]] = []
     for size in sizes:
-        x = activation(size, 0.5, rng)
+        x = pre_activation(size, rng)
         xs = cold_copies(x)
         sess.run(None, {"X": xs[-1]})
         for r in range(repeats):
@@ -461,7 +485,7 @@ def _codecs_worker(cfg: dict[str, Any]) -> dict[str, Any]:
 def fit_codecs(samples: list[dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """Per codec and direction the op-time fit (bridge included); and the bridge's own per-call + per-byte
     fit (op time − direct call time against bytes crossing the bridge)."""
-    from onnxcomp.planner.cost_model import codec_features, fit_linear
+    from onnxcomp.planner.cost_model import LinearFit, codec_features, fit_linear
 
     codecs: dict[str, dict[str, Any]] = {}
     for codec in sorted({s["codec"] for s in samples}):
@@ -469,6 +493,7 @@ def fit_codecs(samples: list[dict[str, Any]]) -> tuple[dict[str, dict[str, Any]]
             rows = [s for s in samples if s["codec"] == codec and s["direction"] == direction]
             x = np.array([codec_features(s["nbytes"], s["nonzero"]) for s in rows])
             fit = fit_linear(x, np.array([s["op_s"] for s in rows]))
+            fit = LinearFit(fit.coef, fit.r2, fit.mean_rel_err, fit.rae, fit.samples, size_scale(rows))
             kernel = fit_linear(x, np.array([max(s["direct_s"], 1e-7) for s in rows]))
             codecs.setdefault(codec, {})[direction] = {**fit.to_dict(), "kernel_only": kernel.to_dict()}
     # Plain least squares here: op − direct is a small difference of two noisy timings, often negative for
@@ -480,6 +505,30 @@ def fit_codecs(samples: list[dict[str, Any]]) -> tuple[dict[str, dict[str, Any]]
     return codecs, {"per_call_s": bridge.coef[0], "per_byte_s": bridge.coef[1], "r2": bridge.r2,
                     "mean_rel_err": bridge.mean_rel_err, "samples": bridge.samples,
                     "note": "op time minus the codec called directly, against bytes crossing the bridge"}
+
+
+def size_scale(rows: list[dict[str, Any]]) -> tuple[tuple[float, float], ...]:
+    """How a codec op's time bends away from a line in bytes: per calibrated size (samples of one codec and
+    direction grouped by ``nbytes``), Σ measured / Σ fitted seconds over its nonzero ratios, sorted by size
+    (LinearFit.size_factor interpolates between them).
+
+    Taken on the median of each point's repeats (``op_s_median``; the mean where a sample has none) against
+    a line fitted to those medians: a scheduler stall under load (one 10 ms time slice in four repeats) is a
+    level effect the mean-based fit carries, not a shape; measured on means, one stalled size read as 4x
+    slower than its neighbours (bitmask decode at 256 KiB, load 4.6)."""
+    from onnxcomp.planner.cost_model import codec_features, fit_linear
+
+    if not rows:
+        return ()
+    y = np.array([s.get("op_s_median", s["op_s"]) for s in rows])
+    x = np.array([codec_features(s["nbytes"], s["nonzero"]) for s in rows])
+    fit = fit_linear(x, y)
+    by_size: dict[int, list[float]] = {}
+    for s, t in zip(rows, y):
+        acc = by_size.setdefault(int(s["nbytes"]), [0.0, 0.0])
+        acc[0] += float(t)
+        acc[1] += max(fit.predict(codec_features(s["nbytes"], s["nonzero"])), 0.0)
+    return tuple((float(b), m / p) for b, (m, p) in sorted(by_size.items()) if m > 0 and p > 0)
 
 
 def fit_ops(samples: list[dict[str, Any]]) -> dict[str, Any]:
