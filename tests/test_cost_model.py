@@ -469,6 +469,9 @@ def test_shipped_defaults_carry_the_arena_table_and_cast_pairs() -> None:
     pairs = {"Cast:bool->float32", "Cast:float32->float16", "Cast:float16->float32"}
     assert pairs <= set(cost.ops) and pairs <= set(cost.ops_arena) and "Cast" in cost.ops
     assert {"ReluGrad", "BatchNormInternal", "Add", "Mul"} <= set(cost.ops_arena)
+    assert set(cost.codecs_arena) == set(cost.codecs)
+    assert all(len(f.size_scale) == len(cost.meta["plan"]["sizes"]) for dirs in cost.codecs.values()
+               for f in dirs.values())
     mib = 4 << 20
     for op in ("Mul", "Add", "Slice"):
         assert cost.ops_arena[op].predict((1.0, mib, 0.0)) < 0.5 * cost.ops[op].predict((1.0, mib, 0.0))
@@ -525,3 +528,36 @@ def test_a_stalled_calibration_point_does_not_bend_the_codec_size_scale() -> Non
     assert all(r == pytest.approx(1.0, rel=0.02) for _, r in fit.size_scale)  # a line: nothing to bend
     cost = CostModel({"toy": {"encode": fit, "decode": fit}}, {"*": cm.LinearFit((0.0, 1e-9, 0.0))})
     assert cost.codec_seconds("toy", "encode", mib // 4, 0.5) < 1.5 * t[mib // 4]
+
+
+def test_codec_ops_of_a_profile_taken_with_the_arena_use_the_arena_codec_fits(small_artifacts: Path) -> None:
+    """Under ORT's arena a decoder writes reused memory: a profile taken with the arena prices codec ops by
+    codecs_arena (where calibrated), one under measure's settings by codecs; both survive JSON."""
+    from onnxcomp.planner.cost_model import LinearFit
+    from onnxcomp.transform import transform_model
+
+    encoded = transform_model(onnx.load(str(small_artifacts / "training_model.onnx")), "lossless-encode")
+    encoded = encoded.model if hasattr(encoded, "model") else encoded
+    cost = _cost_with({"Relu": (0.0, 1e-9, 0.0)})
+    cost.ops_arena = {"Relu": LinearFit((0.0, 1e-9, 0.0)), "*": LinearFit((0.0, 1e-9, 0.0))}
+    slow = {d: LinearFit((4e-3, 0.0, 0.0)) for d in cm.DIRECTIONS}
+    cost.codecs = {name: slow for name in ("signbits", "bitmask", "relumask", "maxpool_index")}
+    cost.codecs_arena = {name: {d: LinearFit((1e-3, 0.0, 0.0)) for d in cm.DIRECTIONS} for name in cost.codecs}
+    mib = 1 << 20
+    feats = {f"big_relu{k}": ("Relu", 4 * mib, 0.0) for k in range(2)}
+    plain = NodeTimes({n: 4 * mib * 1e-9 for n in feats}, features=feats, settings={"arena": False})
+    arena = NodeTimes({n: 4 * mib * 1e-9 for n in feats}, features=feats, settings={"arena": True})
+    a, p = predict_step(encoded, cost, arena), predict_step(encoded, cost, plain)
+    assert p.codec_nodes and p.codec_ops == pytest.approx(4 * a.codec_ops)
+    assert cost.codec_seconds("signbits", "encode", mib, arena=True) == pytest.approx(1e-3)
+    assert cost.codec_seconds("sz", "encode", mib, arena=True) == pytest.approx(4e-3)  # not in either: slowest
+    again = CostModel.from_dict(json.loads(json.dumps(cost.to_dict())))
+    assert again.codecs_arena["signbits"]["decode"].coef == (1e-3, 0.0, 0.0) and "codecs_arena" not in again.meta
+
+
+def test_the_arena_codec_graph_keeps_the_decoded_tensor_intermediate() -> None:
+    from onnxcomp.runtime.calibrate import _codec_graph
+
+    g = _codec_graph("signbits", {}, intermediate=True).graph
+    assert "Y" not in {o.name for o in g.output} and any(n.op_type == "Shape" and n.input[0] == "Y" for n in g.node)
+    assert "Y" in {o.name for o in _codec_graph("signbits", {}).graph.output}

@@ -166,6 +166,8 @@ class CostModel:
     intermediates under the arena: outputs not page-faulted anew, 3-10x faster; the profiled model's own
     ops under ORT's defaults); prices the new nodes of a profile taken with the arena, and that profile's
     slowdown is taken against it (op_table, NodeTimes.slowdown). A kind it lacks falls back to ``ops``.
+    codecs_arena: the codec ops timed the same way (arena on, the decoder writing an intermediate): a
+    decoder's output under the arena is reused memory, not pages faulted in anew (codec_seconds(arena=)).
     step_overhead: LinearFit over (1, parameter bytes): a step's time outside the training graph's nodes
     (optimizer step, feeds), used when no profile of the graph is given."""
 
@@ -176,6 +178,7 @@ class CostModel:
     meta: dict[str, Any] = field(default_factory=dict)
     source: str = "unsaved"
     ops_arena: dict[str, LinearFit] = field(default_factory=dict)
+    codecs_arena: dict[str, dict[str, LinearFit]] = field(default_factory=dict)
 
     # -- loading ------------------------------------------------------------------------------------------
     @classmethod
@@ -222,15 +225,22 @@ class CostModel:
                 raise ValueError(f"codec {name} lacks {sorted(missing)} fits")
         step = LinearFit.from_dict(data["step_overhead"]) if "step_overhead" in data else LinearFit((0.0, 0.0))
         meta = {k: v for k, v in data.items()
-                if k not in ("codecs", "ops", "ops_arena", "step_overhead", "pyop_overhead", "samples")}
+                if k not in ("codecs", "codecs_arena", "ops", "ops_arena", "step_overhead", "pyop_overhead",
+                             "samples")}
         arena = {t: LinearFit.from_dict(fit) for t, fit in data.get("ops_arena", {}).items()}
-        return cls(codecs, ops, step, dict(data.get("pyop_overhead", {})), meta, ops_arena=arena)
+        codecs_arena = {name: {d: LinearFit.from_dict(fit) for d, fit in dirs.items()}
+                        for name, dirs in data.get("codecs_arena", {}).items()
+                        if set(DIRECTIONS) <= set(dirs)}
+        return cls(codecs, ops, step, dict(data.get("pyop_overhead", {})), meta, ops_arena=arena,
+                   codecs_arena=codecs_arena)
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.meta, "format": FORMAT_VERSION,
                 "codecs": {n: {d: f.to_dict() for d, f in dirs.items()} for n, dirs in self.codecs.items()},
                 "ops": {t: f.to_dict() for t, f in self.ops.items()},
                 **({"ops_arena": {t: f.to_dict() for t, f in self.ops_arena.items()}} if self.ops_arena else {}),
+                **({"codecs_arena": {n: {d: f.to_dict() for d, f in dirs.items()}
+                                     for n, dirs in self.codecs_arena.items()}} if self.codecs_arena else {}),
                 "step_overhead": self.step_overhead.to_dict(), "pyop_overhead": self.pyop_overhead}
 
     def op_table(self, node_seconds: Any = None) -> dict[str, LinearFit]:
@@ -250,13 +260,14 @@ class CostModel:
                           "off: run `onnxcomp calibrate`", CostModelWarning, stacklevel=3)
 
     # -- predictions --------------------------------------------------------------------------------------
-    def codec_seconds(self, codec: str, direction: str, nbytes: int, nonzero_ratio: float = 1.0) -> float:
+    def codec_seconds(self, codec: str, direction: str, nbytes: int, nonzero_ratio: float = 1.0,
+                      arena: bool = False) -> float:
         """Seconds of one ``OnnxcompEncode_/Decode_<codec>`` op, PyOp bridge included. nbytes: the encoder's
         input bytes / the decoder's output bytes; nonzero_ratio: fraction of nonzero elements (ReLU
-        outputs ~0.5)."""
+        outputs ~0.5); arena: in a session with ORT's arena (the codecs_arena fits where calibrated)."""
         if direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
-        fits = self.codecs.get(codec)
+        fits = (self.codecs_arena.get(codec) if arena else None) or self.codecs.get(codec)
         if fits is None:
             fits = self._codec_fallback()
         nz = min(max(float(nonzero_ratio), 0.0), 1.0)
@@ -649,6 +660,7 @@ def predict_step(model: onnx.ModelProto, cost: CostModel, node_seconds: dict[str
     # Codec ops are never in the baseline's profile: their calibrated times at the profiled step's speed when
     # that is slower. Not faster: inside a step they never beat their cold-input calibration (docs/cost-model.md).
     slowdown = max(node_seconds.slowdown(cost), 1.0) if isinstance(node_seconds, NodeTimes) else 1.0
+    arena = isinstance(node_seconds, NodeTimes) and bool(node_seconds.settings.get("arena"))
     for i, node in enumerate(model.graph.node):
         key = node.name or f"{node.op_type}#{i}"
         op = codec_op(node.domain, node.op_type)
@@ -663,7 +675,7 @@ def predict_step(model: onnx.ModelProto, cost: CostModel, node_seconds: dict[str
                 size = nbytes.get(node.output[0]) or enc_bytes.get(stash, 0)
                 src = stash
             nz = nonzero_ratios.get(stash, nonzero_ratios.get(src, _default_nonzero(src, producers)))
-            t = cost.codec_seconds(op.codec, op.role, size, nz) * slowdown
+            t = cost.codec_seconds(op.codec, op.role, size, nz, arena=arena) * slowdown
             codec_nodes[key] = (op.codec, op.role, size, nz)
             codec_total += t
         else:

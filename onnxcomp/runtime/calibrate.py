@@ -157,8 +157,11 @@ def _new_profiles(prefix_dir: Path, before: set[Path]) -> list[Path]:
 
 
 # --------------------------------------------------------------------------------------------- codec timing
-def _codec_graph(codec: str, params: dict[str, Any]) -> Any:
-    """X → OnnxcompEncode_<codec> → payload → OnnxcompDecode_<codec> → Y, dynamic shapes."""
+def _codec_graph(codec: str, params: dict[str, Any], intermediate: bool = False) -> Any:
+    """X → OnnxcompEncode_<codec> → payload → OnnxcompDecode_<codec> → Y, dynamic shapes. intermediate: Y is
+    read by a Shape node and only its shape leaves the graph, so the decoder writes an intermediate (what
+    ORT's arena allocates: in a step under ORT's defaults the decoder's output is reused memory, not pages
+    faulted in anew)."""
     from onnx import TensorProto, helper
 
     from onnxcomp.custom_ops import contract, get_codec
@@ -171,22 +174,27 @@ def _codec_graph(codec: str, params: dict[str, Any]) -> Any:
                            domain=contract.DOMAIN, params=attr)
     dec = helper.make_node(contract.decode_op(codec), [*payload, "trigger"], ["Y"], name="decode",
                            domain=contract.DOMAIN, params=attr)
+    nodes, y = [enc, dec], helper.make_tensor_value_info("Y", elem[c.output_dtype], None)
+    if intermediate:
+        nodes.append(helper.make_node("Shape", ["Y"], ["Y_shape"], name="keep"))
+        y = helper.make_tensor_value_info("Y_shape", TensorProto.INT64, None)
     graph = helper.make_graph(
-        [enc, dec], f"calibrate_{codec}",
+        nodes, f"calibrate_{codec}",
         [helper.make_tensor_value_info("X", elem[c.input_dtype], None),
          helper.make_tensor_value_info("trigger", TensorProto.FLOAT, [1])],
-        [helper.make_tensor_value_info("Y", elem[c.output_dtype], None),
-         helper.make_tensor_value_info("anchor", TensorProto.INT64, None)])
+        [y, helper.make_tensor_value_info("anchor", TensorProto.INT64, None)])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
                                                    helper.make_opsetid(contract.DOMAIN, contract.DOMAIN_VERSION)],
                              ir_version=8)
 
 
 def time_codec(codec: str, sizes: tuple[int, ...], nonzero: tuple[float, ...], repeats: int,
-               tmp: Path, seed: int = 0) -> list[dict[str, Any]]:
+               tmp: Path, seed: int = 0, arena: bool = False) -> list[dict[str, Any]]:
     """Samples {codec, direction, nbytes, nonzero, op_s, direct_s, bridge_bytes} for one codec: the op's time
     from ORT's profiler (one session per input, since params may carry the shape), the codec called
-    directly (no bridge) timed around the call."""
+    directly (no bridge) timed around the call. arena: the ops as a step under ORT's arena runs them (arena
+    and buffer reuse on, the decoder writing an intermediate, _codec_graph(intermediate=True)); no direct
+    calls then (direct_s is None)."""
     import onnxruntime as ort
 
     from onnxcomp.custom_ops import get_codec
@@ -200,11 +208,13 @@ def time_codec(codec: str, sizes: tuple[int, ...], nonzero: tuple[float, ...], r
         for j, nz in enumerate(nonzero):
             x, params = codec_input(codec, size, nz, rng)
             nz_real = float(np.count_nonzero(x)) / max(x.size, 1)
-            prof_dir = tmp / f"prof_{codec}_{i}_{j}"
+            prof_dir = tmp / f"prof_{codec}_{i}_{j}{'_arena' if arena else ''}"
             prof_dir.mkdir()
-            so = session_options(profile=str(prof_dir / "codec"))
+            # the arena without the memory pattern: a payload whose size depends on the data must not meet a
+            # pattern planned for another size (the pattern changes where, not whether, memory is reused)
+            so = session_options(profile=str(prof_dir / "codec"), arena=arena, mem_reuse=arena)
             so.log_severity_level = 3
-            sess = ort.InferenceSession(_codec_graph(codec, params).SerializeToString(), so,
+            sess = ort.InferenceSession(_codec_graph(codec, params, intermediate=arena).SerializeToString(), so,
                                         providers=["CPUExecutionProvider"])
             payload = c.encode_cpu(x, **params)
             pbytes = c.payload_nbytes(payload)
@@ -213,13 +223,14 @@ def time_codec(codec: str, sizes: tuple[int, ...], nonzero: tuple[float, ...], r
             sess.run(None, {"X": xs[-1], "trigger": trigger})  # first run: allocations settle
             direct = []
             for r in range(repeats):
-                xr = xs[(2 * r) % len(xs)]
-                t0 = time.perf_counter()
-                payload = c.encode_cpu(xr, **params)
-                t1 = time.perf_counter()
-                c.decode_cpu(payload, **params)
-                t2 = time.perf_counter()
-                direct.append((t1 - t0, t2 - t1))
+                if not arena:
+                    xr = xs[(2 * r) % len(xs)]
+                    t0 = time.perf_counter()
+                    payload = c.encode_cpu(xr, **params)
+                    t1 = time.perf_counter()
+                    c.decode_cpu(payload, **params)
+                    t2 = time.perf_counter()
+                    direct.append((t1 - t0, t2 - t1))
                 sess.run(None, {"X": xs[(2 * r + 1) % len(xs)], "trigger": trigger})
             del xs
             sess.end_profiling()
@@ -234,11 +245,11 @@ def time_codec(codec: str, sizes: tuple[int, ...], nonzero: tuple[float, ...], r
             # op_s_median: the stall-free time, for the shape of time against size (size_scale)
             samples.append({"codec": codec, "direction": "encode", "nbytes": int(x.nbytes), "nonzero": nz_real,
                             "op_s": med(enc), "op_s_median": statistics.median(enc),
-                            "direct_s": med(d[0] for d in direct),
+                            "direct_s": med(d[0] for d in direct) if direct else None,
                             "bridge_bytes": int(x.nbytes) + pbytes, "repeats": len(enc)})
             samples.append({"codec": codec, "direction": "decode", "nbytes": ybytes, "nonzero": nz_real,
                             "op_s": med(dec), "op_s_median": statistics.median(dec),
-                            "direct_s": med(d[1] for d in direct),
+                            "direct_s": med(d[1] for d in direct) if direct else None,
                             "bridge_bytes": pbytes + ybytes, "repeats": len(dec)})
     gc.collect()
     return samples
@@ -474,28 +485,29 @@ def _codecs_worker(cfg: dict[str, Any]) -> dict[str, Any]:
     tmp = Path(cfg["tmp"])
     sizes, nonzero, repeats = tuple(cfg["sizes"]), tuple(cfg["nonzero"]), int(cfg["repeats"])
     samples = []
+    arena = []
     for codec in cfg["codecs"]:
         samples += time_codec(codec, sizes, nonzero, repeats, tmp)
+        arena += time_codec(codec, sizes, nonzero, repeats, tmp, arena=True)
     ops = time_common_ops(sizes, repeats, tmp) if cfg.get("common_ops", True) else []
     ops_arena = time_common_ops(sizes, repeats, tmp, arena=True) if cfg.get("common_ops", True) else []
-    return {"codec_samples": samples, "op_samples": ops, "op_samples_arena": ops_arena, "backend": cpu.backend()}
+    return {"codec_samples": samples, "codec_samples_arena": arena, "op_samples": ops,
+            "op_samples_arena": ops_arena, "backend": cpu.backend()}
 
 
 # --------------------------------------------------------------------------------------------- fitting
 def fit_codecs(samples: list[dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """Per codec and direction the op-time fit (bridge included); and the bridge's own per-call + per-byte
     fit (op time − direct call time against bytes crossing the bridge)."""
-    from onnxcomp.planner.cost_model import LinearFit, codec_features, fit_linear
+    from onnxcomp.planner.cost_model import codec_features, fit_linear
 
-    codecs: dict[str, dict[str, Any]] = {}
-    for codec in sorted({s["codec"] for s in samples}):
-        for direction in ("encode", "decode"):
+    codecs = fit_codec_ops(samples)
+    for codec, dirs in codecs.items():
+        for direction, fit in dirs.items():
             rows = [s for s in samples if s["codec"] == codec and s["direction"] == direction]
             x = np.array([codec_features(s["nbytes"], s["nonzero"]) for s in rows])
-            fit = fit_linear(x, np.array([s["op_s"] for s in rows]))
-            fit = LinearFit(fit.coef, fit.r2, fit.mean_rel_err, fit.rae, fit.samples, size_scale(rows))
             kernel = fit_linear(x, np.array([max(s["direct_s"], 1e-7) for s in rows]))
-            codecs.setdefault(codec, {})[direction] = {**fit.to_dict(), "kernel_only": kernel.to_dict()}
+            fit["kernel_only"] = kernel.to_dict()
     # Plain least squares here: op − direct is a small difference of two noisy timings, often negative for
     # small tensors; relative weights would let those near-zero rows decide the fit.
     paired = [s for s in samples if s["op_s"] > s["direct_s"]] or samples
@@ -505,6 +517,21 @@ def fit_codecs(samples: list[dict[str, Any]]) -> tuple[dict[str, dict[str, Any]]
     return codecs, {"per_call_s": bridge.coef[0], "per_byte_s": bridge.coef[1], "r2": bridge.r2,
                     "mean_rel_err": bridge.mean_rel_err, "samples": bridge.samples,
                     "note": "op time minus the codec called directly, against bytes crossing the bridge"}
+
+
+def fit_codec_ops(samples: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per codec and direction the op-time fit (bridge included) with its size scale, as dicts."""
+    from onnxcomp.planner.cost_model import LinearFit, codec_features, fit_linear
+
+    codecs: dict[str, dict[str, Any]] = {}
+    for codec in sorted({s["codec"] for s in samples}):
+        for direction in ("encode", "decode"):
+            rows = [s for s in samples if s["codec"] == codec and s["direction"] == direction]
+            x = np.array([codec_features(s["nbytes"], s["nonzero"]) for s in rows])
+            fit = fit_linear(x, np.array([s["op_s"] for s in rows]))
+            fit = LinearFit(fit.coef, fit.r2, fit.mean_rel_err, fit.rae, fit.samples, size_scale(rows))
+            codecs.setdefault(codec, {})[direction] = fit.to_dict()
+    return codecs
 
 
 def size_scale(rows: list[dict[str, Any]]) -> tuple[tuple[float, float], ...]:
@@ -627,10 +654,12 @@ def calibrate(output: str | os.PathLike | None = None, *, plan: CalibrationPlan 
         "ops": ops,
         # the same ops and the profiled model's, as a step under ORT's arena runs them (CostModel.op_table)
         **({"ops_arena": fit_ops(arena_samples)} if arena_samples else {}),
+        **({"codecs_arena": fit_codec_ops(raw["codec_samples_arena"])} if raw.get("codec_samples_arena") else {}),
         "step_overhead": step_overhead,
         "pyop_overhead": bridge,
         # the timings behind the fits, so a fit can be redone or checked without re-timing
-        "samples": {"codecs": raw["codec_samples"], "ops": op_samples, "ops_arena": arena_samples},
+        "samples": {"codecs": raw["codec_samples"], "codecs_arena": raw.get("codec_samples_arena", []),
+                    "ops": op_samples, "ops_arena": arena_samples},
     }
     CostModel.from_dict(data)  # what load() will read back must parse
     elapsed = time.perf_counter() - t_start
