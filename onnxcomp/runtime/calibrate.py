@@ -102,9 +102,11 @@ def _nchw(x: np.ndarray) -> np.ndarray:
 def pre_activation(nbytes: int, rng: np.random.Generator) -> np.ndarray:
     """A float32 NCHW tensor of ~``nbytes`` like a conv / BatchNorm output (what DPR's Casts convert): the
     zero-mean field, no zeros. The common ops are timed on it: ORT 1.19.2's scalar float32 -> float16
-    Cast takes ~2x as long on a ReLU output (half exact zeros, interleaved: 12.0 ms at 4 MiB there vs
-    5.8-6.9 ms on dense, zero or constant-sign data, NOTES-costarena.md), which priced DPR's Casts 2-3x high
-    inside a step."""
+    Cast takes ~2x as long on this module's ReLU field (half exact zeros, interleaved: 12.0 ms at 4 MiB vs
+    5.8-6.9 ms on dense, zero or constant-sign data), and ResNet-18's DPR Casts ran at the dense rate inside
+    a step (0.2-0.48 ns/B vs 0.92 calibrated on the ReLU field). VGG-16's, nearly all on ReLU outputs, run
+    slower than this fit: the Cast's cost depends on its data, which the op kind does not carry yet
+    (NOTES-costarena.md)."""
     return _nchw(_field(nbytes, rng))
 
 
