@@ -377,3 +377,27 @@ def test_transformer_passes_join_the_plan_only_on_transformer_graphs() -> None:
     without = {type(p) for p in build_passes({}, Regions(), techniques, 64 * 1024)}
     assert set(TRANSFORMER_EXACT) <= with_t
     assert not set(TRANSFORMER_EXACT) & without
+
+
+def test_planner_prices_a_cast_by_its_type_pair() -> None:
+    """The profile-less planner passes op_kind, so a mask unpack (bool -> float32) is priced by its own
+    calibrated fit, not by the float32 <-> float16 conversion fit."""
+    from onnx import TensorProto, helper
+
+    from types import SimpleNamespace
+
+    from onnxcomp.analysis.shapes import TensorType
+    from onnxcomp.planner.auto import _Costs
+    from onnxcomp.planner.cost_model import CostModel, LinearFit
+
+    def tensor(dtype: str) -> SimpleNamespace:
+        t = TensorType((64, 1024), np.dtype(dtype))
+        return SimpleNamespace(type=t, shape=t.shape, nbytes=t.nbytes)
+
+    # the analysis' view of the two tensors (what _Costs.ops reads of a GraphAnalysis)
+    analysis = SimpleNamespace(tensors={"m": tensor("bool"), "f": tensor("float32")})
+    cast = helper.make_node("Cast", ["m"], ["f"], to=TensorProto.FLOAT, name="unpack")
+    costs = _Costs()
+    costs.model = CostModel({}, {"*": LinearFit((0.0, 1e-9, 0.0)), "Cast": LinearFit((0.0, 1e-9, 0.0)),
+                                 "Cast:bool->float32": LinearFit((0.0, 1e-10, 0.0))})
+    assert costs.ops(analysis, [cast]) == pytest.approx(1e-10 * 5 * 64 * 1024)

@@ -380,3 +380,184 @@ def test_casts_are_priced_by_their_type_pair() -> None:
     h = helper.make_tensor_value_info("h", TensorProto.FLOAT16, [4, 8])
     model = helper.make_model(helper.make_graph([encode], "g", [x], [h]), opset_imports=[helper.make_opsetid("", 17)])
     assert node_features(model)["encode"][0] == "Cast:float32->float16"
+
+
+# ----------------------------------------------------------- the arena op table and Casts by type pair
+def test_the_ops_graph_keeps_timed_outputs_intermediate_for_the_arena_table() -> None:
+    """Under ORT's arena only intermediates come from reused memory (graph outputs are allocated outside
+    it), so the arena variant of the calibration graph must leave no timed op's output as a graph output."""
+    from onnxcomp.runtime.calibrate import _CAST_KINDS, _ops_graph, _ops_graph_traffic
+
+    plain, inter = _ops_graph(), _ops_graph(intermediate=True)
+    timed = {n.name for n in plain.graph.node}
+    assert set(_CAST_KINDS) <= timed and timed == set(_ops_graph_traffic(1 << 20))
+    outs = {o.name for o in inter.graph.output}
+    produced = {o for n in inter.graph.node if n.name in timed for o in n.output}
+    assert not outs & produced
+    consumed = {i for n in inter.graph.node for i in n.input}
+    assert produced <= consumed  # every timed output is read (by a reduction or a timed op)
+
+
+@pytest.mark.parametrize("arena", [False, True])
+def test_common_ops_are_timed_with_casts_keyed_by_type_pair(tmp_path: Path, arena: bool) -> None:
+    from onnxcomp.runtime.calibrate import _CAST_KINDS, fit_ops, time_common_ops
+
+    samples = time_common_ops((64 * 1024, 256 * 1024), 1, tmp_path, arena=arena)
+    kinds = {s["op"] for s in samples}
+    assert set(_CAST_KINDS.values()) <= kinds  # none folded away by ORT (bool->int64->float32 chain)
+    assert "Cast" not in kinds and "ReduceSum" not in kinds  # the reductions are not timed
+    assert all(s["seconds"] > 0 and s["nbytes"] > 0 for s in samples if s["op"] != "Identity")
+    fits = fit_ops(samples * 2)
+    # a Cast of unknown types (the profile-less planner without dtypes) gets a fit pooled over the pairs
+    assert "Cast" in fits and fits["Cast"]["samples"] == 2 * sum(s["op"].startswith("Cast:") for s in samples)
+    assert "Cast:bool->float32" in fits and "*" in fits
+
+
+def _arena_cost() -> CostModel:
+    from onnxcomp.planner.cost_model import LinearFit
+
+    cost = _cost_with({"Add": (0.0, 1e-9, 0.0), "Mul": (0.0, 1e-9, 0.0), "Cast": (0.0, 1e-9, 0.0)})
+    cost.ops_arena = {"Add": LinearFit((0.0, 1e-10, 0.0)), "Mul": LinearFit((0.0, 2e-10, 0.0)),
+                      "Cast:bool->float32": LinearFit((0.0, 3e-10, 0.0)), "*": LinearFit((0.0, 1e-10, 0.0))}
+    return cost
+
+
+def test_a_profile_taken_under_the_arena_prices_new_nodes_from_the_arena_table() -> None:
+    """New nodes of a profile taken with ORT's arena are priced by the arena table, at the profile's speed
+    measured against that same table (its Adds at the arena fit: slowdown 1, not the 0.1 the op table
+    would say); a profile under measure's settings keeps the op table."""
+    from onnx import helper
+
+    cost = _arena_cost()
+    mib = 1 << 20
+    feats = {f"add{k}": ("Add", 3 * mib, 0.0) for k in range(3)}
+    arena = NodeTimes({n: 1e-10 * 3 * mib for n in feats}, features=feats, settings={"arena": True})
+    plain = NodeTimes({n: 1e-9 * 3 * mib for n in feats}, features=feats, settings={"arena": False})
+    assert arena.slowdown(cost) == pytest.approx(1.0)
+    assert plain.slowdown(cost) == pytest.approx(1.0)
+    mul = helper.make_node("Mul", ["x", "y"], ["z"], name="new_mul")
+    assert cost.op_seconds(mul, mib, arena, in_bytes=2 * mib) == pytest.approx(2e-10 * 3 * mib)
+    assert cost.op_seconds(mul, mib, plain, in_bytes=2 * mib) == pytest.approx(1e-9 * 3 * mib)
+    unpack = helper.make_node("Cast", ["m"], ["f"], to=1, name="new_unpack")
+    assert cost.op_seconds(unpack, mib, arena, in_bytes=mib // 4, kind="Cast:bool->float32") == \
+        pytest.approx(3e-10 * (mib + mib // 4))
+    # a kind the arena table lacks falls back to the op table (here the pooled "Cast")
+    assert cost.op_seconds(unpack, mib, arena, in_bytes=mib // 4, kind="Cast:int64->float32") == \
+        pytest.approx(1e-9 * (mib + mib // 4))
+    # twice as slow as the arena table under load: the new nodes too
+    slow = NodeTimes({n: 2e-10 * 3 * mib for n in feats}, features=feats, settings={"arena": True})
+    assert cost.op_seconds(mul, mib, slow, in_bytes=2 * mib) == pytest.approx(2 * 2e-10 * 3 * mib)
+    # without a profile (the planner) the op table, as before
+    assert cost.op_seconds(mul, mib, in_bytes=2 * mib) == pytest.approx(1e-9 * 3 * mib)
+
+
+def test_the_arena_table_round_trips_through_json() -> None:
+    cost = _arena_cost()
+    again = CostModel.from_dict(json.loads(json.dumps(cost.to_dict())))
+    assert set(again.ops_arena) == set(cost.ops_arena)
+    assert again.ops_arena["Mul"].coef == cost.ops_arena["Mul"].coef
+    assert "ops_arena" not in again.meta
+    assert not CostModel.from_dict(_cost_with({}).to_dict()).ops_arena  # older calibrations: no table
+
+
+def test_shipped_defaults_carry_the_arena_table_and_cast_pairs() -> None:
+    """The shipped calibration was made with both: Casts by type pair in both tables, the arena table
+    faster than the op table for the cheap elementwise ops it was made for (outputs not page-faulted)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CostModelWarning)
+        cost = CostModel.load(cm.SHIPPED_DEFAULTS)
+    pairs = {"Cast:bool->float32", "Cast:float32->float16", "Cast:float16->float32"}
+    assert pairs <= set(cost.ops) and pairs <= set(cost.ops_arena) and "Cast" in cost.ops
+    assert {"ReluGrad", "BatchNormInternal", "Add", "Mul"} <= set(cost.ops_arena)
+    assert set(cost.codecs_arena) == set(cost.codecs)
+    assert all(len(f.size_scale) == len(cost.meta["plan"]["sizes"]) for dirs in cost.codecs.values()
+               for f in dirs.values())
+    mib = 4 << 20
+    for op in ("Mul", "Add", "Slice"):
+        assert cost.ops_arena[op].predict((1.0, mib, 0.0)) < 0.5 * cost.ops[op].predict((1.0, mib, 0.0))
+
+
+def test_codec_fits_follow_the_measured_time_at_every_calibrated_size() -> None:
+    """A codec op's time bends with size (per byte dearer at 0.25-2 MiB than at 16 MiB): one line through the
+    calibrated sizes misses the middle ones; the per-size scale puts each calibrated size back on its
+    measurement and interpolates in log(bytes) between them."""
+    from onnxcomp.runtime.calibrate import fit_codecs
+
+    mib = 1 << 20
+    sizes = [mib // 16, mib // 4, mib, 2 * mib, 4 * mib, 16 * mib]
+
+    def t(b: float) -> float:  # 0.2 ms a call, ~1.2 ns/B at 1 MiB falling to ~0.5 ns/B at 16 MiB
+        return 2e-4 + 1.2e-9 * b * (b / mib) ** -0.3
+
+    samples = [{"codec": "toy", "direction": d, "nbytes": b, "nonzero": nz, "op_s": t(b) * (1 + 0.2 * nz),
+                "direct_s": 0.5 * t(b), "bridge_bytes": 2 * b} for d in ("encode", "decode") for b in sizes
+               for nz in (0.1, 0.5, 0.9)]
+    fits, _ = fit_codecs(samples)
+    cost = CostModel({"toy": {d: cm.LinearFit.from_dict(f) for d, f in fits["toy"].items()}},
+                     {"*": cm.LinearFit((0.0, 1e-9, 0.0))})
+    plain = cm.LinearFit.from_dict({k: v for k, v in fits["toy"]["encode"].items() if k != "size_scale"})
+    for b in sizes:
+        want = t(b) * 1.1  # nz 0.5
+        assert cost.codec_seconds("toy", "encode", b, 0.5) == pytest.approx(want, rel=0.03)
+    # the line alone is > 20 % off in the middle of the range (what the scale is for)
+    assert max(abs(plain.predict(codec_features(b, 0.5)) / (t(b) * 1.1) - 1) for b in sizes) > 0.2
+    # between calibrated sizes: between their measurements; beyond them: the end sizes' scale
+    mid = cost.codec_seconds("toy", "encode", 3 * mib, 0.5)
+    assert t(2 * mib) * 1.1 < mid < t(4 * mib) * 1.1
+    scaled = cost.codecs["toy"]["encode"]
+    assert scaled.size_factor(64 * mib) == pytest.approx(scaled.size_factor(16 * mib))
+    assert scaled.size_factor(mib // 64) == pytest.approx(scaled.size_factor(mib // 16))
+    assert plain.size_factor(mib) == 1.0
+    again = cm.LinearFit.from_dict(cost.codecs["toy"]["encode"].to_dict())
+    assert again.size_scale == cost.codecs["toy"]["encode"].size_scale and len(again.size_scale) == len(sizes)
+
+
+def test_a_stalled_calibration_point_does_not_bend_the_codec_size_scale() -> None:
+    """A scheduler stall under load lifts one size's mean (the level the fit keeps, as designed) but not
+    its median: the size scale is taken on the medians, so that size is not priced 4x its neighbours."""
+    from onnxcomp.runtime.calibrate import fit_codecs
+
+    mib = 1 << 20
+    sizes = [mib // 16, mib // 4, mib, 2 * mib, 4 * mib, 16 * mib]
+    t = {b: 2e-4 + 0.6e-9 * b for b in sizes}
+    samples = [{"codec": "toy", "direction": d, "nbytes": b, "nonzero": nz,
+                "op_s": t[b] * (4.0 if b == mib // 4 else 1.0), "op_s_median": t[b],
+                "direct_s": 0.5 * t[b], "bridge_bytes": 2 * b} for d in ("encode", "decode") for b in sizes
+               for nz in (0.1, 0.9)]
+    fit = cm.LinearFit.from_dict(fit_codecs(samples)[0]["toy"]["encode"])
+    assert all(r == pytest.approx(1.0, rel=0.02) for _, r in fit.size_scale)  # a line: nothing to bend
+    cost = CostModel({"toy": {"encode": fit, "decode": fit}}, {"*": cm.LinearFit((0.0, 1e-9, 0.0))})
+    assert cost.codec_seconds("toy", "encode", mib // 4, 0.5) < 1.5 * t[mib // 4]
+
+
+def test_codec_ops_of_a_profile_taken_with_the_arena_use_the_arena_codec_fits(small_artifacts: Path) -> None:
+    """Under ORT's arena a decoder writes reused memory: a profile taken with the arena prices codec ops by
+    codecs_arena (where calibrated), one under measure's settings by codecs; both survive JSON."""
+    from onnxcomp.planner.cost_model import LinearFit
+    from onnxcomp.transform import transform_model
+
+    encoded = transform_model(onnx.load(str(small_artifacts / "training_model.onnx")), "lossless-encode")
+    encoded = encoded.model if hasattr(encoded, "model") else encoded
+    cost = _cost_with({"Relu": (0.0, 1e-9, 0.0)})
+    cost.ops_arena = {"Relu": LinearFit((0.0, 1e-9, 0.0)), "*": LinearFit((0.0, 1e-9, 0.0))}
+    slow = {d: LinearFit((4e-3, 0.0, 0.0)) for d in cm.DIRECTIONS}
+    cost.codecs = {name: slow for name in ("signbits", "bitmask", "relumask", "maxpool_index")}
+    cost.codecs_arena = {name: {d: LinearFit((1e-3, 0.0, 0.0)) for d in cm.DIRECTIONS} for name in cost.codecs}
+    mib = 1 << 20
+    feats = {f"big_relu{k}": ("Relu", 4 * mib, 0.0) for k in range(2)}
+    plain = NodeTimes({n: 4 * mib * 1e-9 for n in feats}, features=feats, settings={"arena": False})
+    arena = NodeTimes({n: 4 * mib * 1e-9 for n in feats}, features=feats, settings={"arena": True})
+    a, p = predict_step(encoded, cost, arena), predict_step(encoded, cost, plain)
+    assert p.codec_nodes and p.codec_ops == pytest.approx(4 * a.codec_ops)
+    assert cost.codec_seconds("signbits", "encode", mib, arena=True) == pytest.approx(1e-3)
+    assert cost.codec_seconds("sz", "encode", mib, arena=True) == pytest.approx(4e-3)  # not in either: slowest
+    again = CostModel.from_dict(json.loads(json.dumps(cost.to_dict())))
+    assert again.codecs_arena["signbits"]["decode"].coef == (1e-3, 0.0, 0.0) and "codecs_arena" not in again.meta
+
+
+def test_the_arena_codec_graph_keeps_the_decoded_tensor_intermediate() -> None:
+    from onnxcomp.runtime.calibrate import _codec_graph
+
+    g = _codec_graph("signbits", {}, intermediate=True).graph
+    assert "Y" not in {o.name for o in g.output} and any(n.op_type == "Shape" and n.input[0] == "Y" for n in g.node)
+    assert "Y" in {o.name for o in _codec_graph("signbits", {}).graph.output}

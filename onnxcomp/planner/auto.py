@@ -210,14 +210,17 @@ class _Costs:
     def ops(self, analysis: GraphAnalysis, nodes: list[onnx.NodeProto]) -> float:
         """Seconds to run ``nodes`` once more (the cost model's op fits, by bytes moved and MACs)."""
         shapes = {n: t.shape for n, t in analysis.tensors.items()}
+        # dtypes: a Cast is priced by its type pair (cost_model.op_kind), as calibrated
+        dtypes = {n: str(t.type.dtype) for n, t in analysis.tensors.items()}
         total = 0.0
         for n in nodes:
             out_b = sum(analysis.tensors[o].nbytes for o in n.output if o in analysis.tensors)
             in_b = sum(analysis.tensors[i].nbytes for i in n.input if i in analysis.tensors)
             if self.model is not None:
-                from .cost_model import node_macs
+                from .cost_model import node_macs, op_kind
 
-                total += float(self.model.op_seconds(n, out_b, macs=node_macs(n, shapes), in_bytes=in_b))
+                total += float(self.model.op_seconds(n, out_b, macs=node_macs(n, shapes), in_bytes=in_b,
+                                                     kind=op_kind(n, dtypes)))
                 continue
             w = analysis.tensors.get(n.input[1]) if n.op_type == "Conv" and len(n.input) > 1 else None
             out = analysis.tensors.get(n.output[0]) if n.output else None

@@ -36,25 +36,42 @@ class LinearFit:
     """``coef · features`` with its quality on the samples it was fitted on.
 
     r2: coefficient of determination; mean_rel_err: mean |pred − y| / y; rae: CSWAP+'s relative absolute
-    error Σ|pred − y| / Σ|y − mean(y)|."""
+    error Σ|pred − y| / Σ|y − mean(y)|. size_scale: ((bytes, measured / fitted), ...) at the calibrated sizes,
+    see ``size_factor`` (codec fits only; empty: none)."""
 
     coef: tuple[float, ...]
     r2: float = float("nan")
     mean_rel_err: float = float("nan")
     rae: float = float("nan")
     samples: int = 0
+    size_scale: tuple[tuple[float, float], ...] = ()
 
     def predict(self, features: Iterable[float]) -> float:
         return float(sum(c * f for c, f in zip(self.coef, features)))
 
+    def size_factor(self, nbytes: float) -> float:
+        """The fit's measured / fitted time at ``nbytes``, interpolated in log(bytes) between the calibrated
+        sizes (the end values beyond them); 1.0 without ``size_scale``. A codec PyOp's time is not linear in
+        bytes: per byte it costs 1.5-2x more at ResNet-18's 0.25-2 MiB activations than at 16 MiB (bridge
+        copies, kernel launch), so one line through 64 KiB..16 MiB priced those ops 1.3-1.9x low inside a
+        step, which read as an in-step slowdown (NOTES-costarena.md)."""
+        if not self.size_scale or nbytes <= 0:
+            return 1.0
+        xs = np.log([max(b, 1.0) for b, _ in self.size_scale])
+        return float(np.interp(np.log(float(nbytes)), xs, [r for _, r in self.size_scale]))
+
     def to_dict(self) -> dict[str, Any]:
-        return {"coef": list(self.coef), "r2": self.r2, "mean_rel_err": self.mean_rel_err, "rae": self.rae,
-                "samples": self.samples}
+        d = {"coef": list(self.coef), "r2": self.r2, "mean_rel_err": self.mean_rel_err, "rae": self.rae,
+             "samples": self.samples}
+        if self.size_scale:
+            d["size_scale"] = [list(p) for p in self.size_scale]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "LinearFit":
         return cls(tuple(float(c) for c in d["coef"]), float(d.get("r2", "nan")),
-                   float(d.get("mean_rel_err", "nan")), float(d.get("rae", "nan")), int(d.get("samples", 0)))
+                   float(d.get("mean_rel_err", "nan")), float(d.get("rae", "nan")), int(d.get("samples", 0)),
+                   tuple((float(b), float(r)) for b, r in d.get("size_scale", ())))
 
 
 def fit_linear(x: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None) -> LinearFit:
@@ -144,6 +161,13 @@ class CostModel:
 
     codecs[codec][direction]: LinearFit over codec_features, seconds of the whole PyOp (bridge included).
     ops[op_type]: LinearFit over op_features; ops["*"] is the fallback for op types never profiled.
+    ops keys are op kinds (op_kind: the op type, or "Cast:<from>-><to>"; a bare "Cast" is pooled over pairs).
+    ops_arena[kind]: the same, timed as a step under ORT's defaults runs them (the cheap ops writing
+    intermediates under the arena: outputs not page-faulted anew, 3-10x faster; the profiled model's own
+    ops under ORT's defaults); prices the new nodes of a profile taken with the arena, and that profile's
+    slowdown is taken against it (op_table, NodeTimes.slowdown). A kind it lacks falls back to ``ops``.
+    codecs_arena: the codec ops timed the same way (arena on, the decoder writing an intermediate): a
+    decoder's output under the arena is reused memory, not pages faulted in anew (codec_seconds(arena=)).
     step_overhead: LinearFit over (1, parameter bytes): a step's time outside the training graph's nodes
     (optimizer step, feeds), used when no profile of the graph is given."""
 
@@ -153,6 +177,8 @@ class CostModel:
     pyop_overhead: dict[str, float] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     source: str = "unsaved"
+    ops_arena: dict[str, LinearFit] = field(default_factory=dict)
+    codecs_arena: dict[str, dict[str, LinearFit]] = field(default_factory=dict)
 
     # -- loading ------------------------------------------------------------------------------------------
     @classmethod
@@ -199,14 +225,30 @@ class CostModel:
                 raise ValueError(f"codec {name} lacks {sorted(missing)} fits")
         step = LinearFit.from_dict(data["step_overhead"]) if "step_overhead" in data else LinearFit((0.0, 0.0))
         meta = {k: v for k, v in data.items()
-                if k not in ("codecs", "ops", "step_overhead", "pyop_overhead", "samples")}
-        return cls(codecs, ops, step, dict(data.get("pyop_overhead", {})), meta)
+                if k not in ("codecs", "codecs_arena", "ops", "ops_arena", "step_overhead", "pyop_overhead",
+                             "samples")}
+        arena = {t: LinearFit.from_dict(fit) for t, fit in data.get("ops_arena", {}).items()}
+        codecs_arena = {name: {d: LinearFit.from_dict(fit) for d, fit in dirs.items()}
+                        for name, dirs in data.get("codecs_arena", {}).items()
+                        if set(DIRECTIONS) <= set(dirs)}
+        return cls(codecs, ops, step, dict(data.get("pyop_overhead", {})), meta, ops_arena=arena,
+                   codecs_arena=codecs_arena)
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.meta, "format": FORMAT_VERSION,
                 "codecs": {n: {d: f.to_dict() for d, f in dirs.items()} for n, dirs in self.codecs.items()},
                 "ops": {t: f.to_dict() for t, f in self.ops.items()},
+                **({"ops_arena": {t: f.to_dict() for t, f in self.ops_arena.items()}} if self.ops_arena else {}),
+                **({"codecs_arena": {n: {d: f.to_dict() for d, f in dirs.items()}
+                                     for n, dirs in self.codecs_arena.items()}} if self.codecs_arena else {}),
                 "step_overhead": self.step_overhead.to_dict(), "pyop_overhead": self.pyop_overhead}
+
+    def op_table(self, node_seconds: Any = None) -> dict[str, LinearFit]:
+        """The op fits that price nodes a profile cannot time: ``ops``, with ``ops_arena``'s fits over them
+        when ``node_seconds`` is a profile taken under ORT's arena (a node there writes into reused memory)."""
+        if self.ops_arena and isinstance(node_seconds, NodeTimes) and node_seconds.settings.get("arena"):
+            return {**self.ops, **self.ops_arena}
+        return self.ops
 
     def _warn_if_foreign(self) -> None:
         recorded = self.meta.get("machine") or {}
@@ -218,17 +260,19 @@ class CostModel:
                           "off: run `onnxcomp calibrate`", CostModelWarning, stacklevel=3)
 
     # -- predictions --------------------------------------------------------------------------------------
-    def codec_seconds(self, codec: str, direction: str, nbytes: int, nonzero_ratio: float = 1.0) -> float:
+    def codec_seconds(self, codec: str, direction: str, nbytes: int, nonzero_ratio: float = 1.0,
+                      arena: bool = False) -> float:
         """Seconds of one ``OnnxcompEncode_/Decode_<codec>`` op, PyOp bridge included. nbytes: the encoder's
         input bytes / the decoder's output bytes; nonzero_ratio: fraction of nonzero elements (ReLU
-        outputs ~0.5)."""
+        outputs ~0.5); arena: in a session with ORT's arena (the codecs_arena fits where calibrated)."""
         if direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
-        fits = self.codecs.get(codec)
+        fits = (self.codecs_arena.get(codec) if arena else None) or self.codecs.get(codec)
         if fits is None:
             fits = self._codec_fallback()
         nz = min(max(float(nonzero_ratio), 0.0), 1.0)
-        return max(fits[direction].predict(codec_features(nbytes, nz)), 0.0)
+        fit = fits[direction]
+        return max(fit.predict(codec_features(nbytes, nz)), 0.0) * fit.size_factor(nbytes)
 
     def _codec_fallback(self) -> dict[str, LinearFit]:
         """An uncalibrated codec (added after the calibration): the slowest calibrated one, per byte."""
@@ -273,7 +317,8 @@ class CostModel:
                 return scaled if scaled is not None else t * macs / feats[2]
             if kind in local:
                 return max(local[kind].predict(here), 0.0)
-        fit = self.ops.get(kind) or self.ops.get(node.op_type) or self.ops["*"]
+        table = self.op_table(node_seconds)
+        fit = table.get(kind) or table.get(node.op_type) or table["*"]
         # The calibrated fit, at the speed the profile saw (1.0 without a profile; see NodeTimes.slowdown).
         if not isinstance(node_seconds, NodeTimes):
             return max(fit.predict(op_features(traffic, macs)), 0.0)
@@ -370,8 +415,11 @@ class NodeTimes(dict):
             return self._slowdown[1]
         measured: dict[str, float] = {}
         fitted: dict[str, float] = {}
+        # Against the fits the new nodes are priced by: a profile taken under ORT's arena is compared with the
+        # arena table only (types timed under measure's settings would read as 3-5x "fast", NOTES-costfit.md).
+        table = cost.ops_arena if cost.op_table(self) is not cost.ops else cost.ops
         for name, (op, nbytes, macs, *_) in self.features.items():
-            fit = cost.ops.get(op)
+            fit = table.get(op)
             if fit is None or macs or nbytes < _SLOWDOWN_MIN_BYTES or op in VIEW_OPS or self.get(name, 0.0) <= 0:
                 continue
             measured[op] = measured.get(op, 0.0) + self[name]
@@ -612,6 +660,7 @@ def predict_step(model: onnx.ModelProto, cost: CostModel, node_seconds: dict[str
     # Codec ops are never in the baseline's profile: their calibrated times at the profiled step's speed when
     # that is slower. Not faster: inside a step they never beat their cold-input calibration (docs/cost-model.md).
     slowdown = max(node_seconds.slowdown(cost), 1.0) if isinstance(node_seconds, NodeTimes) else 1.0
+    arena = isinstance(node_seconds, NodeTimes) and bool(node_seconds.settings.get("arena"))
     for i, node in enumerate(model.graph.node):
         key = node.name or f"{node.op_type}#{i}"
         op = codec_op(node.domain, node.op_type)
@@ -626,7 +675,7 @@ def predict_step(model: onnx.ModelProto, cost: CostModel, node_seconds: dict[str
                 size = nbytes.get(node.output[0]) or enc_bytes.get(stash, 0)
                 src = stash
             nz = nonzero_ratios.get(stash, nonzero_ratios.get(src, _default_nonzero(src, producers)))
-            t = cost.codec_seconds(op.codec, op.role, size, nz) * slowdown
+            t = cost.codec_seconds(op.codec, op.role, size, nz, arena=arena) * slowdown
             codec_nodes[key] = (op.codec, op.role, size, nz)
             codec_total += t
         else:

@@ -75,29 +75,52 @@ class CalibrationPlan:
 
     @classmethod
     def full(cls) -> "CalibrationPlan":
-        return cls(sizes=(64 * KiB, 1 * MiB, 4 * MiB, 16 * MiB), nonzero=(0.1, 0.4, 0.7, 0.95), repeats=4,
+        # 256 KiB and 2 MiB: the activations of the bundled CNNs at batch 32, 64x64 (ResNet-18's are 0.25-2 MiB),
+        # where a codec op's time per byte bends most (LinearFit.size_factor interpolates between sizes)
+        return cls(sizes=(64 * KiB, 256 * KiB, 1 * MiB, 2 * MiB, 4 * MiB, 16 * MiB), nonzero=(0.1, 0.4, 0.7, 0.95),
+                   repeats=4,
                    model_batch=16, model_image=64, profile_steps=2, name="default")
 
 
 # --------------------------------------------------------------------------------------------- inputs
-def activation(nbytes: int, nonzero: float, rng: np.random.Generator) -> np.ndarray:
-    """A float32 NCHW tensor of ~``nbytes`` like a ReLU output: a smooth Gaussian field, zero below the
-    (1 − nonzero) quantile."""
+def _field(nbytes: int, rng: np.random.Generator) -> np.ndarray:
+    """A zero-mean, spatially correlated float32 Gaussian field of ~``nbytes``, shape (planes, side, side)."""
     n = max(nbytes // 4, 256)
     hw = 32 * 32 if n >= 4 * 1024 else 16
     side = int(round(hw ** 0.5))
     nc = max(n // hw, 1)
     g = rng.standard_normal((nc, side, side + 1), dtype=np.float32)
     g = (g[:, :, 1:] + g[:, :, :-1]) * np.float32(0.7)     # neighbours correlate, as in feature maps
-    g = (g + np.roll(g, 1, axis=1)) * np.float32(0.7)
+    return (g + np.roll(g, 1, axis=1)) * np.float32(0.7)
+
+
+def _nchw(x: np.ndarray) -> np.ndarray:
+    nc, side = x.shape[0], x.shape[1]
+    return x.reshape(1, nc, side, side) if nc < 8 else x.reshape(nc // 8 if nc % 8 == 0 else nc, -1, side, side)
+
+
+def pre_activation(nbytes: int, rng: np.random.Generator) -> np.ndarray:
+    """A float32 NCHW tensor of ~``nbytes`` like a conv / BatchNorm output (what DPR's Casts convert): the
+    zero-mean field, no zeros. The common ops are timed on it: ORT 1.19.2's scalar float32 -> float16
+    Cast takes ~2x as long on this module's ReLU field (half exact zeros, interleaved: 12.0 ms at 4 MiB vs
+    5.8-6.9 ms on dense, zero or constant-sign data), and ResNet-18's DPR Casts ran at the dense rate inside
+    a step (0.2-0.48 ns/B vs 0.92 calibrated on the ReLU field). VGG-16's, nearly all on ReLU outputs, run
+    slower than this fit: the Cast's cost depends on its data, which the op kind does not carry yet
+    (NOTES-costarena.md)."""
+    return _nchw(_field(nbytes, rng))
+
+
+def activation(nbytes: int, nonzero: float, rng: np.random.Generator) -> np.ndarray:
+    """A float32 NCHW tensor of ~``nbytes`` like a ReLU output: a smooth Gaussian field, zero below the
+    (1 − nonzero) quantile."""
+    g = _field(nbytes, rng)
     flat = g.reshape(-1)
     if nonzero >= 1.0:
         thr = flat.min() - np.float32(1.0)
     else:
         k = int((1.0 - nonzero) * (flat.size - 1))
         thr = np.partition(flat, k)[k]
-    x = np.maximum(g - thr, np.float32(0.0)).astype(np.float32)
-    return x.reshape(1, nc, side, side) if nc < 8 else x.reshape(nc // 8 if nc % 8 == 0 else nc, -1, side, side)
+    return _nchw(np.maximum(g - thr, np.float32(0.0)).astype(np.float32))
 
 
 def codec_input(codec: str, nbytes: int, nonzero: float, rng: np.random.Generator) -> tuple[np.ndarray, dict[str, Any]]:
@@ -136,8 +159,11 @@ def _new_profiles(prefix_dir: Path, before: set[Path]) -> list[Path]:
 
 
 # --------------------------------------------------------------------------------------------- codec timing
-def _codec_graph(codec: str, params: dict[str, Any]) -> Any:
-    """X → OnnxcompEncode_<codec> → payload → OnnxcompDecode_<codec> → Y, dynamic shapes."""
+def _codec_graph(codec: str, params: dict[str, Any], intermediate: bool = False) -> Any:
+    """X → OnnxcompEncode_<codec> → payload → OnnxcompDecode_<codec> → Y, dynamic shapes. intermediate: Y is
+    read by a Shape node and only its shape leaves the graph, so the decoder writes an intermediate (what
+    ORT's arena allocates: in a step under ORT's defaults the decoder's output is reused memory, not pages
+    faulted in anew)."""
     from onnx import TensorProto, helper
 
     from onnxcomp.custom_ops import contract, get_codec
@@ -150,22 +176,27 @@ def _codec_graph(codec: str, params: dict[str, Any]) -> Any:
                            domain=contract.DOMAIN, params=attr)
     dec = helper.make_node(contract.decode_op(codec), [*payload, "trigger"], ["Y"], name="decode",
                            domain=contract.DOMAIN, params=attr)
+    nodes, y = [enc, dec], helper.make_tensor_value_info("Y", elem[c.output_dtype], None)
+    if intermediate:
+        nodes.append(helper.make_node("Shape", ["Y"], ["Y_shape"], name="keep"))
+        y = helper.make_tensor_value_info("Y_shape", TensorProto.INT64, None)
     graph = helper.make_graph(
-        [enc, dec], f"calibrate_{codec}",
+        nodes, f"calibrate_{codec}",
         [helper.make_tensor_value_info("X", elem[c.input_dtype], None),
          helper.make_tensor_value_info("trigger", TensorProto.FLOAT, [1])],
-        [helper.make_tensor_value_info("Y", elem[c.output_dtype], None),
-         helper.make_tensor_value_info("anchor", TensorProto.INT64, None)])
+        [y, helper.make_tensor_value_info("anchor", TensorProto.INT64, None)])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
                                                    helper.make_opsetid(contract.DOMAIN, contract.DOMAIN_VERSION)],
                              ir_version=8)
 
 
 def time_codec(codec: str, sizes: tuple[int, ...], nonzero: tuple[float, ...], repeats: int,
-               tmp: Path, seed: int = 0) -> list[dict[str, Any]]:
+               tmp: Path, seed: int = 0, arena: bool = False) -> list[dict[str, Any]]:
     """Samples {codec, direction, nbytes, nonzero, op_s, direct_s, bridge_bytes} for one codec: the op's time
     from ORT's profiler (one session per input, since params may carry the shape), the codec called
-    directly (no bridge) timed around the call."""
+    directly (no bridge) timed around the call. arena: the ops as a step under ORT's arena runs them (arena
+    and buffer reuse on, the decoder writing an intermediate, _codec_graph(intermediate=True)); no direct
+    calls then (direct_s is None)."""
     import onnxruntime as ort
 
     from onnxcomp.custom_ops import get_codec
@@ -179,11 +210,13 @@ def time_codec(codec: str, sizes: tuple[int, ...], nonzero: tuple[float, ...], r
         for j, nz in enumerate(nonzero):
             x, params = codec_input(codec, size, nz, rng)
             nz_real = float(np.count_nonzero(x)) / max(x.size, 1)
-            prof_dir = tmp / f"prof_{codec}_{i}_{j}"
+            prof_dir = tmp / f"prof_{codec}_{i}_{j}{'_arena' if arena else ''}"
             prof_dir.mkdir()
-            so = session_options(profile=str(prof_dir / "codec"))
+            # the arena without the memory pattern: a payload whose size depends on the data must not meet a
+            # pattern planned for another size (the pattern changes where, not whether, memory is reused)
+            so = session_options(profile=str(prof_dir / "codec"), arena=arena, mem_reuse=arena)
             so.log_severity_level = 3
-            sess = ort.InferenceSession(_codec_graph(codec, params).SerializeToString(), so,
+            sess = ort.InferenceSession(_codec_graph(codec, params, intermediate=arena).SerializeToString(), so,
                                         providers=["CPUExecutionProvider"])
             payload = c.encode_cpu(x, **params)
             pbytes = c.payload_nbytes(payload)
@@ -192,13 +225,14 @@ def time_codec(codec: str, sizes: tuple[int, ...], nonzero: tuple[float, ...], r
             sess.run(None, {"X": xs[-1], "trigger": trigger})  # first run: allocations settle
             direct = []
             for r in range(repeats):
-                xr = xs[(2 * r) % len(xs)]
-                t0 = time.perf_counter()
-                payload = c.encode_cpu(xr, **params)
-                t1 = time.perf_counter()
-                c.decode_cpu(payload, **params)
-                t2 = time.perf_counter()
-                direct.append((t1 - t0, t2 - t1))
+                if not arena:
+                    xr = xs[(2 * r) % len(xs)]
+                    t0 = time.perf_counter()
+                    payload = c.encode_cpu(xr, **params)
+                    t1 = time.perf_counter()
+                    c.decode_cpu(payload, **params)
+                    t2 = time.perf_counter()
+                    direct.append((t1 - t0, t2 - t1))
                 sess.run(None, {"X": xs[(2 * r + 1) % len(xs)], "trigger": trigger})
             del xs
             sess.end_profiling()
@@ -210,19 +244,35 @@ def time_codec(codec: str, sizes: tuple[int, ...], nonzero: tuple[float, ...], r
             # ops (a numba thread descheduled under load costs a 10-20 ms time slice), and medians of the
             # calibration runs hid exactly those, predicting in-graph codec time 5-10x low at load ~24.
             med = statistics.fmean
+            # op_s_median: the stall-free time, for the shape of time against size (size_scale)
             samples.append({"codec": codec, "direction": "encode", "nbytes": int(x.nbytes), "nonzero": nz_real,
-                            "op_s": med(enc), "direct_s": med(d[0] for d in direct),
+                            "op_s": med(enc), "op_s_median": statistics.median(enc),
+                            "direct_s": med(d[0] for d in direct) if direct else None,
                             "bridge_bytes": int(x.nbytes) + pbytes, "repeats": len(enc)})
             samples.append({"codec": codec, "direction": "decode", "nbytes": ybytes, "nonzero": nz_real,
-                            "op_s": med(dec), "direct_s": med(d[1] for d in direct),
+                            "op_s": med(dec), "op_s_median": statistics.median(dec),
+                            "direct_s": med(d[1] for d in direct) if direct else None,
                             "bridge_bytes": pbytes + ybytes, "repeats": len(dec)})
     gc.collect()
     return samples
 
 
 # --------------------------------------------------------------------------------------------- common ops
-def _ops_graph() -> Any:
-    """One input X feeding the cheap ops graph passes insert, each node its own output."""
+# Nodes of _ops_graph that are Casts, by the type pair (cost_model.op_kind) their samples are keyed by: ORT
+# 1.19.2 converts float32 <-> float16 with a scalar loop (~1 ns/B) while unpacking a bool mask to float32 runs
+# ~10x faster per byte; one "Cast" fit priced a pass's mask Casts 2x high (NOTES-costfit.md).
+_CAST_KINDS = {"Cast": "Cast:float32->float16", "Cast_back": "Cast:float16->float32",
+               "Cast_mask": "Cast:bool->float32", "Cast_mask_i64": "Cast:bool->int64",
+               "Cast_i64": "Cast:int64->float32"}
+
+
+def _ops_graph(intermediate: bool = False) -> Any:
+    """One input X feeding the cheap ops graph passes insert, each node its own output.
+
+    intermediate: each timed op's output is consumed by a ReduceSum ("sum_<output>") and only those scalars
+    leave the graph. ORT allocates graph outputs outside its arena, so only ops writing intermediates run as
+    they do inside a training step under ORT's arena (Mul at 1 MiB: 51 us as an intermediate vs 344 us as a
+    graph output, same settings, NOTES-costfit.md); the reductions are not timed."""
     from onnx import TensorProto, helper
 
     nodes = [
@@ -237,42 +287,62 @@ def _ops_graph() -> Any:
         helper.make_node("Identity", ["X"], ["ident"], name="Identity"),
         helper.make_node("Greater", ["X", "lo"], ["gt"], name="Greater"),
         helper.make_node("Where", ["gt", "X", "lo"], ["where"], name="Where"),
+        # the Casts passes insert besides DPR's: sign / ReLU masks unpacked to float32 or int64, int64 to float
+        # ("maski" is also an output, else ORT folds the bool->int64->float32 chain into one Cast)
+        helper.make_node("Cast", ["gt"], ["maskf"], to=TensorProto.FLOAT, name="Cast_mask"),
+        helper.make_node("Cast", ["gt"], ["maski"], to=TensorProto.INT64, name="Cast_mask_i64"),
+        helper.make_node("Cast", ["maski"], ["i2f"], to=TensorProto.FLOAT, name="Cast_i64"),
     ]
-    outs = ["f", "clip", "relu", "mul", "add", "slice", "cat", "ident", "where"]
+    outs = ["f", "clip", "relu", "mul", "add", "slice", "cat", "ident", "where", "maskf", "maski", "i2f"]
     inits = [helper.make_tensor("lo", TensorProto.FLOAT, [], [0.0]), helper.make_tensor("hi", TensorProto.FLOAT, [], [6.0]),
              helper.make_tensor("starts", TensorProto.INT64, [1], [0]), helper.make_tensor("ends", TensorProto.INT64, [1], [1 << 30]),
              helper.make_tensor("axes", TensorProto.INT64, [1], [2])]
+    if intermediate:
+        nodes += [helper.make_node("ReduceSum", [o], [f"sum_{o}"], keepdims=0, name=f"sum_{o}") for o in outs]
+        outs = [f"sum_{o}" for o in outs]
+    elem = {"maski": TensorProto.INT64, "sum_maski": TensorProto.INT64}
     graph = helper.make_graph(nodes, "calibrate_ops", [helper.make_tensor_value_info("X", TensorProto.FLOAT, None)],
-                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs], inits)
+                              [helper.make_tensor_value_info(o, elem.get(o, TensorProto.FLOAT), None) for o in outs],
+                              inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
 
 
-def time_common_ops(sizes: tuple[int, ...], repeats: int, tmp: Path, seed: int = 0) -> list[dict[str, Any]]:
-    """Samples {op, nbytes (read + written), macs, seconds} for the elementwise / data-movement ops of _ops_graph."""
+def _ops_graph_traffic(b: int) -> dict[str, int]:
+    """Bytes each timed node of _ops_graph reads + writes for a float32 input of ``b`` bytes."""
+    n = b // 4  # elements; bool 1 B, float16 2 B, int64 8 B each
+    return {"Cast": b + 2 * n, "Cast_back": 2 * n + b, "Clip": 2 * b, "Relu": 2 * b, "Mul": 3 * b, "Add": 3 * b,
+            "Slice": 2 * b, "Concat": 4 * b, "Identity": 2 * b, "Greater": b + n, "Where": n + 2 * b,
+            "Cast_mask": n + b, "Cast_mask_i64": n + 8 * n, "Cast_i64": 8 * n + b}
+
+
+def time_common_ops(sizes: tuple[int, ...], repeats: int, tmp: Path, seed: int = 0,
+                    arena: bool = False) -> list[dict[str, Any]]:
+    """Samples {op, nbytes (read + written), macs, seconds} for the elementwise / data-movement ops of
+    _ops_graph; a Cast's ``op`` is its type pair (``_CAST_KINDS``). arena: time them as a training step under
+    ORT's defaults runs them: arena, memory pattern and reuse on, DEFAULT order, each op writing an
+    intermediate (_ops_graph(intermediate=True)), so its output is reused arena memory, not pages faulted in
+    anew."""
     import onnxruntime as ort
 
     from onnxcomp.runtime.session import session_options
 
-    prof_dir = tmp / "prof_ops"
+    prof_dir = tmp / ("prof_ops_arena" if arena else "prof_ops")
     prof_dir.mkdir()
-    so = session_options(profile=str(prof_dir / "ops"))
+    so = session_options(profile=str(prof_dir / "ops"), arena=arena, mem_pattern=arena, mem_reuse=arena,
+                         execution_order="default" if arena else "priority")
     so.log_severity_level = 3
-    sess = ort.InferenceSession(_ops_graph().SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(_ops_graph(intermediate=arena).SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(seed)
     out_bytes: list[dict[str, int]] = []
     for size in sizes:
-        x = activation(size, 0.5, rng)
+        x = pre_activation(size, rng)
         xs = cold_copies(x)
         sess.run(None, {"X": xs[-1]})
         for r in range(repeats):
             sess.run(None, {"X": xs[r % len(xs)]})
         del xs
-        b = x.nbytes
-        # bytes read + written per node
-        sizes_of = {"Cast": b + b // 2, "Cast_back": b // 2 + b, "Clip": 2 * b, "Relu": 2 * b, "Mul": 3 * b,
-                    "Add": 3 * b, "Slice": 2 * b, "Concat": 4 * b, "Identity": 2 * b, "Greater": b + b // 4,
-                    "Where": b // 4 + 2 * b}
-        out_bytes += [sizes_of] * (1 + repeats)
+        out_bytes += [_ops_graph_traffic(x.nbytes)] * (1 + repeats)
     sess.end_profiling()
     del sess
     gc.collect()
@@ -280,8 +350,10 @@ def time_common_ops(sizes: tuple[int, ...], repeats: int, tmp: Path, seed: int =
     by_node: dict[str, list[float]] = {}
     ops: dict[str, str] = {}
     for e in events:
+        if e["node"] not in out_bytes[0]:  # the reductions that keep the timed ops' outputs intermediate
+            continue
         by_node.setdefault(e["node"], []).append(e["dur_s"])
-        ops[e["node"]] = e["op"]
+        ops[e["node"]] = _CAST_KINDS.get(e["node"], e["op"])
     samples = []
     per_size = 1 + repeats
     for name, durs in by_node.items():
@@ -415,10 +487,14 @@ def _codecs_worker(cfg: dict[str, Any]) -> dict[str, Any]:
     tmp = Path(cfg["tmp"])
     sizes, nonzero, repeats = tuple(cfg["sizes"]), tuple(cfg["nonzero"]), int(cfg["repeats"])
     samples = []
+    arena = []
     for codec in cfg["codecs"]:
         samples += time_codec(codec, sizes, nonzero, repeats, tmp)
+        arena += time_codec(codec, sizes, nonzero, repeats, tmp, arena=True)
     ops = time_common_ops(sizes, repeats, tmp) if cfg.get("common_ops", True) else []
-    return {"codec_samples": samples, "op_samples": ops, "backend": cpu.backend()}
+    ops_arena = time_common_ops(sizes, repeats, tmp, arena=True) if cfg.get("common_ops", True) else []
+    return {"codec_samples": samples, "codec_samples_arena": arena, "op_samples": ops,
+            "op_samples_arena": ops_arena, "backend": cpu.backend()}
 
 
 # --------------------------------------------------------------------------------------------- fitting
@@ -427,14 +503,13 @@ def fit_codecs(samples: list[dict[str, Any]]) -> tuple[dict[str, dict[str, Any]]
     fit (op time − direct call time against bytes crossing the bridge)."""
     from onnxcomp.planner.cost_model import codec_features, fit_linear
 
-    codecs: dict[str, dict[str, Any]] = {}
-    for codec in sorted({s["codec"] for s in samples}):
-        for direction in ("encode", "decode"):
+    codecs = fit_codec_ops(samples)
+    for codec, dirs in codecs.items():
+        for direction, fit in dirs.items():
             rows = [s for s in samples if s["codec"] == codec and s["direction"] == direction]
             x = np.array([codec_features(s["nbytes"], s["nonzero"]) for s in rows])
-            fit = fit_linear(x, np.array([s["op_s"] for s in rows]))
             kernel = fit_linear(x, np.array([max(s["direct_s"], 1e-7) for s in rows]))
-            codecs.setdefault(codec, {})[direction] = {**fit.to_dict(), "kernel_only": kernel.to_dict()}
+            fit["kernel_only"] = kernel.to_dict()
     # Plain least squares here: op − direct is a small difference of two noisy timings, often negative for
     # small tensors; relative weights would let those near-zero rows decide the fit.
     paired = [s for s in samples if s["op_s"] > s["direct_s"]] or samples
@@ -446,12 +521,55 @@ def fit_codecs(samples: list[dict[str, Any]]) -> tuple[dict[str, dict[str, Any]]
                     "note": "op time minus the codec called directly, against bytes crossing the bridge"}
 
 
+def fit_codec_ops(samples: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per codec and direction the op-time fit (bridge included) with its size scale, as dicts."""
+    from onnxcomp.planner.cost_model import LinearFit, codec_features, fit_linear
+
+    codecs: dict[str, dict[str, Any]] = {}
+    for codec in sorted({s["codec"] for s in samples}):
+        for direction in ("encode", "decode"):
+            rows = [s for s in samples if s["codec"] == codec and s["direction"] == direction]
+            x = np.array([codec_features(s["nbytes"], s["nonzero"]) for s in rows])
+            fit = fit_linear(x, np.array([s["op_s"] for s in rows]))
+            fit = LinearFit(fit.coef, fit.r2, fit.mean_rel_err, fit.rae, fit.samples, size_scale(rows))
+            codecs.setdefault(codec, {})[direction] = fit.to_dict()
+    return codecs
+
+
+def size_scale(rows: list[dict[str, Any]]) -> tuple[tuple[float, float], ...]:
+    """How a codec op's time bends away from a line in bytes: per calibrated size (samples of one codec and
+    direction grouped by ``nbytes``), Σ measured / Σ fitted seconds over its nonzero ratios, sorted by size
+    (LinearFit.size_factor interpolates between them).
+
+    Taken on the median of each point's repeats (``op_s_median``; the mean where a sample has none) against
+    a line fitted to those medians: a scheduler stall under load (one 10 ms time slice in four repeats) is a
+    level effect the mean-based fit carries, not a shape; measured on means, one stalled size read as 4x
+    slower than its neighbours (bitmask decode at 256 KiB, load 4.6)."""
+    from onnxcomp.planner.cost_model import codec_features, fit_linear
+
+    if not rows:
+        return ()
+    y = np.array([s.get("op_s_median", s["op_s"]) for s in rows])
+    x = np.array([codec_features(s["nbytes"], s["nonzero"]) for s in rows])
+    fit = fit_linear(x, y)
+    by_size: dict[int, list[float]] = {}
+    for s, t in zip(rows, y):
+        acc = by_size.setdefault(int(s["nbytes"]), [0.0, 0.0])
+        acc[0] += float(t)
+        acc[1] += max(fit.predict(codec_features(s["nbytes"], s["nonzero"])), 0.0)
+    return tuple((float(b), m / p) for b, (m, p) in sorted(by_size.items()) if m > 0 and p > 0)
+
+
 def fit_ops(samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per op type fits, plus "*": a memory-bound fallback fitted on every sample without MACs."""
+    """Per op kind fits (op type, or "Cast:<from>-><to>", cost_model.op_kind), plus: per op type timed only by
+    kind, a fit pooled over its kinds (what a Cast of unknown types costs), and "*": a memory-bound fallback
+    fitted on every sample without MACs."""
     from onnxcomp.planner.cost_model import fit_linear, fit_op_types
 
-    fits = {op: f.to_dict() for op, f in fit_op_types(
-        (s["op"], s["nbytes"], s["macs"], s["seconds"]) for s in samples).items()}
+    rows = [(s["op"], s["nbytes"], s["macs"], s["seconds"]) for s in samples]
+    fits = {op: f.to_dict() for op, f in fit_op_types(rows).items()}
+    pooled = fit_op_types((op.split(":", 1)[0], *rest) for op, *rest in rows if ":" in op)
+    fits.update({op: f.to_dict() for op, f in pooled.items() if op not in fits})
     plain = [s for s in samples if not s["macs"] and s["seconds"] > 0]  # 0: a node ORT folded away
     if plain:
         x = np.array([(1.0, float(s["nbytes"]), 0.0) for s in plain])
@@ -503,22 +621,25 @@ def calibrate(output: str | os.PathLike | None = None, *, plan: CalibrationPlan 
                                 "repeats": plan.repeats}, None, "timing the codec ops")
     codec_fits, bridge = fit_codecs(raw["codec_samples"])
     op_samples = list(raw["op_samples"])
+    arena_samples = list(raw.get("op_samples_arena", []))
     step_overhead = {"coef": [0.0, 0.0], "samples": 0}
     profiled = None
     if plan.model or plan.profile_dir:
         what = plan.profile_dir or f"{plan.model} (batch {plan.model_batch}, {plan.model_image}x{plan.model_image})"
-        say(f"profiling a training step of {what}")
-        node_times, param_bytes = _profile_bundled(plan)
-        for name, (op, b, m, *_) in node_times.features.items():
-            if name in node_times:
-                op_samples.append({"op": op, "nbytes": b, "macs": m, "seconds": node_times[name]})
+        say(f"profiling a training step of {what} (measure's settings, then ORT's defaults)")
+        # Profiled twice: under measure's settings (the op table) and under ORT's defaults (arena, memory
+        # pattern, reuse, DEFAULT order: the arena table), so a profile taken with the arena is compared with
+        # fits of the model's own ops taken the same way (NodeTimes.slowdown).
+        node_times, arena_times, param_bytes = _profile_bundled(plan)
+        op_samples += _profile_samples(node_times)
+        arena_samples += _profile_samples(arena_times)
         if param_bytes:
             step_overhead = {"coef": [0.0, node_times.overhead_seconds / param_bytes], "samples": 1}
         profiled = {"model": plan.profile_dir or plan.model,
                     "batch": None if plan.profile_dir else plan.model_batch,
                     "image": None if plan.profile_dir else plan.model_image,
                     "step_seconds": node_times.step_seconds, "overhead_seconds": node_times.overhead_seconds,
-                    "nodes": len(node_times)}
+                    "nodes": len(node_times), "arena_step_seconds": arena_times.step_seconds}
     ops = fit_ops(op_samples)
     data = {
         "format": FORMAT_VERSION,
@@ -533,10 +654,14 @@ def calibrate(output: str | os.PathLike | None = None, *, plan: CalibrationPlan 
         "profiled_model": profiled,
         "codecs": codec_fits,
         "ops": ops,
+        # the same ops and the profiled model's, as a step under ORT's arena runs them (CostModel.op_table)
+        **({"ops_arena": fit_ops(arena_samples)} if arena_samples else {}),
+        **({"codecs_arena": fit_codec_ops(raw["codec_samples_arena"])} if raw.get("codec_samples_arena") else {}),
         "step_overhead": step_overhead,
         "pyop_overhead": bridge,
         # the timings behind the fits, so a fit can be redone or checked without re-timing
-        "samples": {"codecs": raw["codec_samples"], "ops": op_samples},
+        "samples": {"codecs": raw["codec_samples"], "codecs_arena": raw.get("codec_samples_arena", []),
+                    "ops": op_samples, "ops_arena": arena_samples},
     }
     CostModel.from_dict(data)  # what load() will read back must parse
     elapsed = time.perf_counter() - t_start
@@ -558,22 +683,38 @@ def _ort_version() -> str:
         return "unknown"
 
 
-def _profile_bundled(plan: CalibrationPlan) -> tuple[Any, int]:
+def ort_default_settings() -> Any:
+    """RuntimeSettings of ORT's own defaults: arena, memory pattern and buffer reuse on, DEFAULT order."""
+    from onnxcomp.runtime.session import RuntimeSettings
+
+    return RuntimeSettings(arena=True, mem_pattern=True, mem_reuse=True, execution_order="default")
+
+
+def _profile_samples(node_times: Any) -> list[dict[str, Any]]:
+    """Op-fit samples {op (op_kind), nbytes, macs, seconds} of a profiled training step's nodes."""
+    return [{"op": op, "nbytes": b, "macs": m, "seconds": node_times[name]}
+            for name, (op, b, m, *_) in node_times.features.items() if name in node_times]
+
+
+def _profile_bundled(plan: CalibrationPlan) -> tuple[Any, Any, int]:
+    """(profile under measure's settings, profile under ORT's defaults, parameter bytes) of the plan's model."""
     from onnxcomp.models.artifacts import generate_artifacts
     from onnxcomp.planner.cost_model import _param_bytes
 
     import onnx
 
+    def both(art: str | Path) -> tuple[Any, Any, int]:
+        times = profile_training_step(art, steps=plan.profile_steps)
+        arena = profile_training_step(art, steps=plan.profile_steps, settings=ort_default_settings())
+        params = _param_bytes(onnx.load(str(Path(art) / "training_model.onnx"), load_external_data=False))
+        return times, arena, params
+
     if plan.profile_dir:
-        times = profile_training_step(plan.profile_dir, steps=plan.profile_steps)
-        path = Path(plan.profile_dir) / "training_model.onnx"
-        return times, _param_bytes(onnx.load(str(path), load_external_data=False))
+        return both(plan.profile_dir)
     with tempfile.TemporaryDirectory(prefix="onnxcomp-calibrate-model-") as tmp:
         out = Path(tmp) / "artifacts"
         generate_artifacts(plan.model, plan.model_batch, plan.model_image, 10, out, smoke_test=False)
-        times = profile_training_step(out, steps=plan.profile_steps)
-        params = _param_bytes(onnx.load(str(out / "training_model.onnx"), load_external_data=False))
-    return times, params
+        return both(out)
 
 
 def summary_rows(data: dict[str, Any]) -> list[tuple[str, str, float, float, float]]:
