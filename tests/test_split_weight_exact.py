@@ -1,6 +1,6 @@
 """SplitWeightPass(bit_identical=True): row blocks on MLAS's 128-row reduction grid with dX chained through
-Gemm's C input train bit for bit like the whole weight (passes/exact_gemm.py); a running sum of Adds over the
-same blocks does not, which is what makes the equality below a real check."""
+Gemm's C input train bit for bit like the whole weight (passes/exact_gemm.py); the same chain over blocks off
+that grid does not, which is what makes the equality below a real check."""
 from __future__ import annotations
 
 import shutil
@@ -34,8 +34,8 @@ def mlp(tmp_path_factory: pytest.TempPathFactory) -> Path:
                               height=8, width=8)
 
 
-def _split_dir(mlp: Path, out: Path, bit_identical: bool) -> tuple[Path, list]:
-    result = SplitWeightPass(BLOCK_BYTES, bit_identical=bit_identical, max_threads=THREADS).run(
+def _split_dir(mlp: Path, out: Path, bit_identical: bool, block_bytes: int = BLOCK_BYTES) -> tuple[Path, list]:
+    result = SplitWeightPass(block_bytes, bit_identical=bit_identical, max_threads=THREADS).run(
         onnx.load(str(mlp / "training_model.onnx")))
     out.mkdir()
     onnx.save(result.model, str(out / "training_model.onnx"))
@@ -79,7 +79,9 @@ def test_exact_split_trains_bit_identical(mlp: Path, tmp_path: Path) -> None:
     dx = [n for n in onnx.load(str(exact_dir / "training_model.onnx")).graph.node
           if n.op_type == "Gemm" and len(n.input) == 3 and "dx" in n.name]
     assert len(dx) == 1     # the second block's dX Gemm reads the first one's as C
-    adds_dir, _ = _split_dir(mlp, tmp_path / "adds", bit_identical=False)
+    # 200 KiB blocks: rows 0/171/342/512, off MLAS's 128-row chunks of dX's reduction.
+    off_dir, off = _split_dir(mlp, tmp_path / "off_grid", bit_identical=False, block_bytes=200 << 10)
+    assert [s.bounds for s in off] == [(0, 171, 342, 512)]
     parts = splits[0].parts
     for threads in (1, THREADS):
         base = _train(mlp, 4, threads)
@@ -90,9 +92,9 @@ def test_exact_split_trains_bit_identical(mlp: Path, tmp_path: Path) -> None:
             assert set(got) == set(want)
             for name in want:
                 assert np.array_equal(got[name], want[name]), (threads, name)
-        # The control: the same blocks summed with Adds round dX differently, so the conv below differs.
-        adds = _train(adds_dir, 4, threads)
-        assert not np.array_equal(adds[1]["0.weight"], base[1]["0.weight"])
+        # The control: the same chain over blocks off the grid rounds dX differently, so the conv below differs.
+        off_grid = _train(off_dir, 4, threads)
+        assert not np.array_equal(off_grid[1]["0.weight"], base[1]["0.weight"])
 
 
 def test_exact_bounds_follow_mlas() -> None:

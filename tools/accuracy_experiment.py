@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for seed in args.seeds:
             t0 = time.perf_counter()
             res = train(run_dir, model=model, steps=args.steps, data="digits", seed=seed, eval_every=args.eval_every,
-                        progress=False, learning_rate=args.lr)
+                        progress=args.progress, learning_rate=args.lr)
             d = res.to_dict()
             d["wall_s"] = time.perf_counter() - t0
             runs.setdefault(label, []).append(d)
@@ -129,7 +129,7 @@ def write(result: dict[str, Any], out: Path) -> None:
     print("\n".join(lines))
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="resnet18")
     ap.add_argument("--image", type=int, default=32)
@@ -148,10 +148,18 @@ def main() -> None:
     ap.add_argument("--reuse-transforms", action="store_true",
                     help="train a policy's graph already written in the work directory instead of transforming again")
     ap.add_argument("--merge", nargs="+", type=Path, metavar="JSON",
-                    help="write the table of these runs' JSON files together (same model, image, batch, steps)")
+                    help="write the table of these runs' JSON files together (same model, image, batch, steps, "
+                         "learning rate)")
+    ap.add_argument("--progress", action="store_true",
+                    help="show each run's step bar with the latest loss and accuracy (stderr): long runs, e.g. "
+                         "VGG-16 at seconds a step, can be watched from their log")
     ap.add_argument("--workdir", default="/tmp/onnxcomp-accuracy")
     ap.add_argument("--out", default="docs/accuracy")
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = parser().parse_args()
     write(merge(args.merge) if args.merge else run(args), Path(args.out))
 
 
@@ -161,8 +169,10 @@ def merge(paths: list[Path]) -> dict[str, Any]:
     out = dict(parts[0], transforms={}, runs={})
     seeds: dict[str, list[int]] = {}
     for part in parts:
-        if any(part[k] != out[k] for k in ("model", "image", "batch", "steps")):
-            raise SystemExit(f"--merge: runs differ in model, image, batch or steps: {paths}")
+        # The learning rate too: a model trained at another rate (VGG-16 needs --lr 1e-4 to leave chance on
+        # digits) is a different experiment, and its seeds must not pair with these.
+        if any(part.get(k) != out.get(k) for k in ("model", "image", "batch", "steps", "lr")):
+            raise SystemExit(f"--merge: runs differ in model, image, batch, steps or learning rate: {paths}")
         out["transforms"].update(part["transforms"])
         for label, rs in part["runs"].items():
             out["runs"].setdefault(label, []).extend(rs)
