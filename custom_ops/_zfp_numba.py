@@ -20,6 +20,7 @@ import math
 import numba
 import numpy as np
 from llvmlite import ir
+from numba.core import types
 from numba.extending import intrinsic
 
 _PERM2 = np.array([0, 1, 4, 5, 2, 8, 6, 9, 3, 12, 10, 7, 13, 11, 14, 15], dtype=np.int64)
@@ -294,103 +295,693 @@ def _pack(q, perm, gof, size, hdr, hcode, sj, uj, Dt, pos, vals, out, nb, nwb):
                 ok[j] = np.uint32(ok[j] | lo_part | hi_part)
 
 
+# -- encoder ------------------------------------------------------------------------------------------------
+# Every task (G blocks) keeps its tables in ONE int32 scratch array, row r of block j at S[r * G + j] with G a
+# compile-time constant: LLVM then knows that different rows never overlap and vectorises the loops over j
+# without runtime alias checks (with one numba array per table it gave up on loops touching more than a few).
+G = 128  # blocks per parallel task: a multiple of 8, so a task's first bit (b · rate · 4 or 16) is word-aligned
+_RV = 0      # 16 rows: the block's float32 bits (gather)
+_RVAL = 16   # 16 rows: every coefficient's field, its low w bits (sequency order)
+_RPOS = 32   # 17 rows: every coefficient's first bit counted from the block's first bit; row 48: its end
+_RHDR = 49   # 1 row: the header word (exponent and group fields; bits 0..18, or 0..10 for 1-D)
+_RD = 50     # 6 rows: declared bounds D_0..D_4 and the all-zero flag (2-D)
+_ROWS = _RD + 6
+_I32 = np.int32
+_U32 = np.uint32
+_F32 = np.float32
+# m = ceil(2**16 / n) for the cumulative group sizes N_k = 1, 3, 6, 10, 16 (2-D) and 4 (1-D): see _cdiv
+_M1, _M3, _M6, _M10, _M16, _M4 = 65536, 21846, 10923, 6554, 4096, 16384
+
+
+@intrinsic
+def _shl(typingctx, a, b):  # noqa: ANN001, ANN202
+    """a << b in a's own width (numba would widen int32 / uint32 shifts to 64 bits, which halves the vector
+    lanes and made LLVM's cost model keep whole loops scalar). b must be in [0, width): LLVM's shl semantics."""
+    sig = a(a, b)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        return builder.shl(args[0], builder.trunc(args[1], args[0].type) if args[1].type.width > args[0].type.width
+                           else args[1])
+
+    return sig, codegen
+
+
+@intrinsic
+def _shr(typingctx, a, b):  # noqa: ANN001, ANN202
+    """Logical a >> b in a's own width (see _shl)."""
+    sig = a(a, b)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        return builder.lshr(args[0], builder.trunc(args[1], args[0].type) if args[1].type.width > args[0].type.width
+                            else args[1])
+
+    return sig, codegen
+
+
+@intrinsic
+def _sar(typingctx, a, b):  # noqa: ANN001, ANN202
+    """Arithmetic a >> b in a's own width (see _shl)."""
+    sig = a(a, b)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        return builder.ashr(args[0], builder.trunc(args[1], args[0].type) if args[1].type.width > args[0].type.width
+                            else args[1])
+
+    return sig, codegen
+
+
+@intrinsic
+def _i2fbits(typingctx, a):  # noqa: ANN001, ANN202
+    """The bits (int32) of float32(a) for an int32 a, converted from 32 bits (numba goes through int64, which
+    AVX2 cannot convert in vectors: the loop's conversions ran as scalars)."""
+    sig = types.int32(a)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        return builder.bitcast(builder.sitofp(args[0], ir.FloatType()), ir.IntType(32))
+
+    return sig, codegen
+
+
+@numba.njit(cache=True, inline="always")
+def _bitlen28(v):
+    """Bit length of 0 <= v < 2**28 (0 for 0) from the exponent of float32(v) (8 lanes per vector): exact,
+    because a v >= 2**24 drops its low 4 bits first (that cannot change its bit length), so nothing rounds."""
+    v2 = v if v < _I32(1 << 24) else _I32(v & _I32(-16))
+    e = _I32(_I32(_i2fbits(v2) >> _I32(23)) - _I32(126))
+    return max(e, _I32(0))
+
+
+@numba.njit(cache=True, inline="always")
+def _cdiv(a, n, m):
+    """ceil(max(a, 0) / n) for a < 2**15, n <= 16, m = ceil(2**16 / n): floor(a' / n) = a' · m >> 16 for
+    0 <= a' = a + n - 1 < 2**15 (the excess a' (m − 2**16/n) / 2**16 < 0.008 stays below the 1/n gap to the
+    next integer). An int32 multiply vectorises; a division does not."""
+    a2 = _I32(max(a, _I32(0)) + _I32(n - 1))
+    return _I32(_I32(a2 * _I32(m)) >> _I32(16))
+
+
+@numba.njit(cache=True, inline="always")
+def _lift(x, y, z, w):
+    """ZFP's forward lifting of one row / column (int32)."""
+    x = _I32(_I32(x + w) >> _I32(1))
+    w = _I32(w - x)
+    z = _I32(_I32(z + y) >> _I32(1))
+    y = _I32(y - z)
+    x = _I32(_I32(x + z) >> _I32(1))
+    z = _I32(z - x)
+    w = _I32(_I32(w + y) >> _I32(1))
+    y = _I32(y - w)
+    w = _I32(w + _I32(y >> _I32(1)))
+    y = _I32(y - _I32(w >> _I32(1)))
+    return x, y, z, w
+
+
+@numba.njit(cache=True, inline="always")
+def _block_scale(a):
+    """(emax, s1, s2) of a block whose largest magnitude has float bits a: q = trunc(x · s1 · s2) = trunc(x ·
+    2**(26 − emax)), both products exact in float32 (s2 is a normal power of two; s1 = 2**64 lifts blocks below
+    2**-101 first, so that s2 stays <= 2**127)."""
+    ef = _I32(a >> _I32(23))
+    bl = _I32(_I32(_i2fbits(a) >> _I32(23)) - _I32(126))  # bit length of a subnormal's m
+    emax = _I32(ef - _I32(126)) if ef > _I32(0) else (_I32(bl - _I32(149)) if a != _I32(0) else _I32(0))
+    e = _I32(_I32(26) - emax)
+    big = e > _I32(127)
+    s1 = _F32(18446744073709551616.0) if big else _F32(1.0)
+    e2 = _I32(e - _I32(64)) if big else e
+    s2 = _I32(_I32(e2 + _I32(127)) << _I32(23)).view(np.float32)
+    return emax, s1, s2
+
+
+@numba.njit(cache=True, inline="always")
+def _q(bits, s1, s2):
+    return _I32(_F32(_F32(np.int32(bits).view(np.float32) * s1) * s2))
+
+
+@numba.njit(cache=True, inline="always")
+def _field(c, w, t):
+    """The w low bits of round-half-up(c / 2**t) saturated to w-bit two's complement."""
+    half = _sar(_shl(_I32(1), t), _I32(1))
+    r = _sar(_I32(c + half), t)
+    lim = _sar(_shl(_I32(1), w), _I32(1))
+    r = min(max(r, _I32(-lim)), _I32(lim - _I32(1)))
+    return _I32(r & _I32(_shl(_I32(1), w) - _I32(1)))
+
+
+@numba.njit(cache=True, inline="always")
+def _front2d(S, nb, lc, av, exp_bits, exp_bias):
+    """Per block (one loop over the task's blocks, 8 per vector): block floating point, lifting, group bounds,
+    header, step, every coefficient's width, field and first bit; writes rows _RVAL, _RPOS and _ROUT (header)."""
+    for j in range(nb):
+        b0 = S[0 * G + j]
+        b1 = S[1 * G + j]
+        b2 = S[2 * G + j]
+        b3 = S[3 * G + j]
+        b4 = S[4 * G + j]
+        b5 = S[5 * G + j]
+        b6 = S[6 * G + j]
+        b7 = S[7 * G + j]
+        b8 = S[8 * G + j]
+        b9 = S[9 * G + j]
+        b10 = S[10 * G + j]
+        b11 = S[11 * G + j]
+        b12 = S[12 * G + j]
+        b13 = S[13 * G + j]
+        b14 = S[14 * G + j]
+        b15 = S[15 * G + j]
+        mk = _I32(0x7FFFFFFF)
+        a = max(max(max(b0 & mk, b1 & mk), max(b2 & mk, b3 & mk)), max(max(b4 & mk, b5 & mk), max(b6 & mk, b7 & mk)))
+        a = max(a, max(max(max(b8 & mk, b9 & mk), max(b10 & mk, b11 & mk)),
+                       max(max(b12 & mk, b13 & mk), max(b14 & mk, b15 & mk))))
+        emax, s1, s2 = _block_scale(a)
+        c0, c1, c2, c3 = _lift(_q(b0, s1, s2), _q(b1, s1, s2), _q(b2, s1, s2), _q(b3, s1, s2))
+        c4, c5, c6, c7 = _lift(_q(b4, s1, s2), _q(b5, s1, s2), _q(b6, s1, s2), _q(b7, s1, s2))
+        c8, c9, c10, c11 = _lift(_q(b8, s1, s2), _q(b9, s1, s2), _q(b10, s1, s2), _q(b11, s1, s2))
+        c12, c13, c14, c15 = _lift(_q(b12, s1, s2), _q(b13, s1, s2), _q(b14, s1, s2), _q(b15, s1, s2))
+        c0, c4, c8, c12 = _lift(c0, c4, c8, c12)
+        c1, c5, c9, c13 = _lift(c1, c5, c9, c13)
+        c2, c6, c10, c14 = _lift(c2, c6, c10, c14)
+        c3, c7, c11, c15 = _lift(c3, c7, c11, c15)
+        # sequency order 0 1 4 5 2 8 6 9 3 12 10 7 13 11 14 15; groups {0} {1 4} {5 2 8} {6 9 3 12} {10 7 13 11 14 15}
+        o4 = max(c10, _I32(-c10)) | max(c7, _I32(-c7)) | max(c13, _I32(-c13)) | max(c11, _I32(-c11)) | max(c14, _I32(-c14)) | max(c15, _I32(-c15))
+        o3 = o4 | max(c6, _I32(-c6)) | max(c9, _I32(-c9)) | max(c3, _I32(-c3)) | max(c12, _I32(-c12))
+        o2 = o3 | max(c5, _I32(-c5)) | max(c2, _I32(-c2)) | max(c8, _I32(-c8))
+        o1 = o2 | max(c1, _I32(-c1)) | max(c4, _I32(-c4))
+        o0 = o1 | max(c0, _I32(-c0))
+        # the suffix ORs' bit lengths are the suffix maxima M_g of the groups' bit lengths
+        m0, m1, m2, m3, m4 = _bitlen28(o0), _bitlen28(o1), _bitlen28(o2), _bitlen28(o3), _bitlen28(o4)
+        cap = _I32(3)
+        f0 = min(_I32(lc - m0), cap)
+        d0 = _I32(lc - f0)
+        f1 = min(_I32(d0 - m1), cap)
+        d1 = _I32(d0 - f1)
+        f2 = min(_I32(d1 - m2), cap)
+        d2 = _I32(d1 - f2)
+        f3 = min(_I32(d2 - m3), cap)
+        d3 = _I32(d2 - f3)
+        f4 = min(_I32(d3 - m4), cap)
+        d4 = _I32(d3 - f4)
+        code = _I32(emax + _I32(exp_bias)) | _shl(f0, _I32(exp_bits)) | _shl(f1, _I32(exp_bits + 2)) | \
+            _shl(f2, _I32(exp_bits + 4)) | _shl(f3, _I32(exp_bits + 6)) | _shl(f4, _I32(exp_bits + 8))
+        S[0 * G + j] = c0
+        S[1 * G + j] = c1
+        S[2 * G + j] = c4
+        S[3 * G + j] = c5
+        S[4 * G + j] = c2
+        S[5 * G + j] = c8
+        S[6 * G + j] = c6
+        S[7 * G + j] = c9
+        S[8 * G + j] = c3
+        S[9 * G + j] = c12
+        S[10 * G + j] = c10
+        S[11 * G + j] = c7
+        S[12 * G + j] = c13
+        S[13 * G + j] = c11
+        S[14 * G + j] = c14
+        S[15 * G + j] = c15
+        S[(_RD + 0) * G + j] = d0
+        S[(_RD + 1) * G + j] = d1
+        S[(_RD + 2) * G + j] = d2
+        S[(_RD + 3) * G + j] = d3
+        S[(_RD + 4) * G + j] = d4
+        zero = a == _I32(0)
+        S[_RHDR * G + j] = _I32(0) if zero else code
+        S[(_RD + 5) * G + j] = _I32(1) if zero else _I32(0)
+
+
+@numba.njit(cache=True, inline="always")
+def _step2d(S, nb, lc, av, exp_bits):
+    """Per block: the step s and leftover count u from the declared bounds (closed form, see below), every
+    coefficient's width, field and first bit (rows _RVAL, _RPOS). A loop of its own: fused with _front2d,
+    LLVM did not vectorise the loop at all (measured: 2 ymm instructions, ~4x slower)."""
+    for j in range(nb):
+        c0 = S[0 * G + j]
+        c1 = S[1 * G + j]
+        c2 = S[2 * G + j]
+        c3 = S[3 * G + j]
+        c4 = S[4 * G + j]
+        c5 = S[5 * G + j]
+        c6 = S[6 * G + j]
+        c7 = S[7 * G + j]
+        c8 = S[8 * G + j]
+        c9 = S[9 * G + j]
+        c10 = S[10 * G + j]
+        c11 = S[11 * G + j]
+        c12 = S[12 * G + j]
+        c13 = S[13 * G + j]
+        c14 = S[14 * G + j]
+        c15 = S[15 * G + j]
+        d0 = S[(_RD + 0) * G + j]
+        d1 = S[(_RD + 1) * G + j]
+        d2 = S[(_RD + 2) * G + j]
+        d3 = S[(_RD + 3) * G + j]
+        d4 = S[(_RD + 4) * G + j]
+        zero = S[(_RD + 5) * G + j] != _I32(0)
+        # step s and leftover count u in closed form (see _header's docstring)
+        S1 = _I32(d0 + _I32(1))
+        S2 = _I32(S1 + _I32(2) * _I32(d1 + _I32(1)))
+        S3 = _I32(S2 + _I32(3) * _I32(d2 + _I32(1)))
+        S4 = _I32(S3 + _I32(4) * _I32(d3 + _I32(1)))
+        S5 = _I32(S4 + _I32(6) * _I32(d4 + _I32(1)))
+        s = max(max(_cdiv(_I32(S1 - av), 1, _M1), _cdiv(_I32(S2 - av), 3, _M3)),
+                max(max(_cdiv(_I32(S3 - av), 6, _M6), _cdiv(_I32(S4 - av), 10, _M10)), _cdiv(_I32(S5 - av), 16, _M16)))
+        tot = max(max(max(_I32(S1 - s), _I32(S2 - _I32(3) * s)), max(_I32(S3 - _I32(6) * s), _I32(S4 - _I32(10) * s))),
+                  max(_I32(S5 - _I32(16) * s), _I32(0)))
+        sm = _I32(s - _I32(1))
+        ne = _I32(_I32(1) if d0 >= sm else _I32(0)) + _I32(_I32(2) if d1 >= sm else _I32(0)) + \
+            _I32(_I32(3) if d2 >= sm else _I32(0)) + _I32(_I32(4) if d3 >= sm else _I32(0)) + \
+            _I32(_I32(6) if d4 >= sm else _I32(0))
+        u = min(_I32(ne if s > _I32(0) else _I32(0)), _I32(av - tot))
+        s = _I32(lc + _I32(1)) if zero else s
+        u = _I32(0) if zero else u
+        # widths (max(0, D_g - s + 1), one more for the first u coefficients at half the step), fields, positions
+        ws0 = max(_I32(_I32(d0 - s) + _I32(1)), _I32(0))
+        ws1 = max(_I32(_I32(d1 - s) + _I32(1)), _I32(0))
+        ws2 = max(_I32(_I32(d2 - s) + _I32(1)), _I32(0))
+        ws3 = max(_I32(_I32(d3 - s) + _I32(1)), _I32(0))
+        ws4 = max(_I32(_I32(d4 - s) + _I32(1)), _I32(0))
+        p = _I32(exp_bits + 10)
+        up = _I32(1) if _I32(0) < u else _I32(0)
+        wi = _I32(ws0 + up)
+        S[(_RVAL + 0) * G + j] = _field(c0, wi, _I32(s - up))
+        S[(_RPOS + 0) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(1) < u else _I32(0)
+        wi = _I32(ws1 + up)
+        S[(_RVAL + 1) * G + j] = _field(c1, wi, _I32(s - up))
+        S[(_RPOS + 1) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(2) < u else _I32(0)
+        wi = _I32(ws1 + up)
+        S[(_RVAL + 2) * G + j] = _field(c2, wi, _I32(s - up))
+        S[(_RPOS + 2) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(3) < u else _I32(0)
+        wi = _I32(ws2 + up)
+        S[(_RVAL + 3) * G + j] = _field(c3, wi, _I32(s - up))
+        S[(_RPOS + 3) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(4) < u else _I32(0)
+        wi = _I32(ws2 + up)
+        S[(_RVAL + 4) * G + j] = _field(c4, wi, _I32(s - up))
+        S[(_RPOS + 4) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(5) < u else _I32(0)
+        wi = _I32(ws2 + up)
+        S[(_RVAL + 5) * G + j] = _field(c5, wi, _I32(s - up))
+        S[(_RPOS + 5) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(6) < u else _I32(0)
+        wi = _I32(ws3 + up)
+        S[(_RVAL + 6) * G + j] = _field(c6, wi, _I32(s - up))
+        S[(_RPOS + 6) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(7) < u else _I32(0)
+        wi = _I32(ws3 + up)
+        S[(_RVAL + 7) * G + j] = _field(c7, wi, _I32(s - up))
+        S[(_RPOS + 7) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(8) < u else _I32(0)
+        wi = _I32(ws3 + up)
+        S[(_RVAL + 8) * G + j] = _field(c8, wi, _I32(s - up))
+        S[(_RPOS + 8) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(9) < u else _I32(0)
+        wi = _I32(ws3 + up)
+        S[(_RVAL + 9) * G + j] = _field(c9, wi, _I32(s - up))
+        S[(_RPOS + 9) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(10) < u else _I32(0)
+        wi = _I32(ws4 + up)
+        S[(_RVAL + 10) * G + j] = _field(c10, wi, _I32(s - up))
+        S[(_RPOS + 10) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(11) < u else _I32(0)
+        wi = _I32(ws4 + up)
+        S[(_RVAL + 11) * G + j] = _field(c11, wi, _I32(s - up))
+        S[(_RPOS + 11) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(12) < u else _I32(0)
+        wi = _I32(ws4 + up)
+        S[(_RVAL + 12) * G + j] = _field(c12, wi, _I32(s - up))
+        S[(_RPOS + 12) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(13) < u else _I32(0)
+        wi = _I32(ws4 + up)
+        S[(_RVAL + 13) * G + j] = _field(c13, wi, _I32(s - up))
+        S[(_RPOS + 13) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(14) < u else _I32(0)
+        wi = _I32(ws4 + up)
+        S[(_RVAL + 14) * G + j] = _field(c14, wi, _I32(s - up))
+        S[(_RPOS + 14) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(15) < u else _I32(0)
+        wi = _I32(ws4 + up)
+        S[(_RVAL + 15) * G + j] = _field(c15, wi, _I32(s - up))
+        S[(_RPOS + 15) * G + j] = p
+        p = _I32(p + wi)
+        S[(_RPOS + 16) * G + j] = p
+
+
+@numba.njit(cache=True, inline="always")
+def _front1d(S, nb, lc, av, exp_bits, exp_bias):
+    """_front2d for 1-D blocks of 4 (one group of 4)."""
+    for j in range(nb):
+        b0 = S[0 * G + j]
+        b1 = S[1 * G + j]
+        b2 = S[2 * G + j]
+        b3 = S[3 * G + j]
+        mk = _I32(0x7FFFFFFF)
+        a = max(max(b0 & mk, b1 & mk), max(b2 & mk, b3 & mk))
+        emax, s1, s2 = _block_scale(a)
+        c0, c1, c2, c3 = _lift(_q(b0, s1, s2), _q(b1, s1, s2), _q(b2, s1, s2), _q(b3, s1, s2))
+        m0 = _bitlen28(max(c0, _I32(-c0)) | max(c1, _I32(-c1)) | max(c2, _I32(-c2)) | max(c3, _I32(-c3)))
+        f0 = min(_I32(lc - m0), _I32(3))
+        d0 = _I32(lc - f0)
+        code = _I32(emax + _I32(exp_bias)) | _shl(f0, _I32(exp_bits))
+        S1 = _I32(_I32(4) * _I32(d0 + _I32(1)))
+        s = _cdiv(_I32(S1 - av), 4, _M4)
+        tot = max(_I32(S1 - _I32(4) * s), _I32(0))
+        ne = _I32(4) if d0 >= _I32(s - _I32(1)) else _I32(0)
+        u = min(_I32(ne if s > _I32(0) else _I32(0)), _I32(av - tot))
+        zero = a == _I32(0)
+        code = _I32(0) if zero else code
+        s = _I32(lc + _I32(1)) if zero else s
+        u = _I32(0) if zero else u
+        S[_RHDR * G + j] = code
+        ws0 = max(_I32(_I32(d0 - s) + _I32(1)), _I32(0))
+        p = _I32(exp_bits + 2)
+        up = _I32(1) if _I32(0) < u else _I32(0)
+        wi = _I32(ws0 + up)
+        S[(_RVAL + 0) * G + j] = _field(c0, wi, _I32(s - up))
+        S[(_RPOS + 0) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(1) < u else _I32(0)
+        wi = _I32(ws0 + up)
+        S[(_RVAL + 1) * G + j] = _field(c1, wi, _I32(s - up))
+        S[(_RPOS + 1) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(2) < u else _I32(0)
+        wi = _I32(ws0 + up)
+        S[(_RVAL + 2) * G + j] = _field(c2, wi, _I32(s - up))
+        S[(_RPOS + 2) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(3) < u else _I32(0)
+        wi = _I32(ws0 + up)
+        S[(_RVAL + 3) * G + j] = _field(c3, wi, _I32(s - up))
+        S[(_RPOS + 3) * G + j] = p
+        p = _I32(p + wi)
+        S[(_RPOS + 4) * G + j] = p
+
+
+@numba.njit(cache=True, inline="always")
+def _gather_s(xi, n, h, w, two_d, b0, nb, S, T):
+    """S[k * G + j] = bits of value k of block b0 + j, clamped into the tensor (edge padding repeats the last
+    row / column / element); 1-D blocks fill rows 0-3 only.
+
+    2-D: the task's blocks are runs along block rows (8 blocks for a 32-wide map). Each run's four rows are
+    copied contiguously into T (T[r * 4G + 4j + c] = row r, column c of block j; plain copies), then one loop
+    over all the task's blocks deinterleaves T into S (stride-4 loads, which LLVM vectorises as interleaved
+    accesses; a loop per 8-block run was too short for its vector body and ran scalar, 11 ns per block).
+    A partial last block column (w % 4 != 0) takes the clamped scalar path. Views keep every index affine."""
+    if not two_d:
+        full = min(nb, max(n // 4 - b0, 0))  # blocks with all four values inside
+        xv = xi[4 * b0:4 * (b0 + full)]
+        for j in range(full):
+            S[0 * G + j] = xv[4 * j]
+            S[1 * G + j] = xv[4 * j + 1]
+            S[2 * G + j] = xv[4 * j + 2]
+            S[3 * G + j] = xv[4 * j + 3]
+        for j in range(full, nb):
+            for c in range(4):
+                S[c * G + j] = xi[min(4 * (b0 + j) + c, n - 1)]
+        return
+    bc = (w + 3) // 4
+    br = (h + 3) // 4
+    nfull = w // 4  # block columns with all four columns inside
+    p = b0 // (br * bc)
+    rem = b0 - p * br * bc
+    by = rem // bc
+    bx = rem - by * bc
+    jd = 0
+    while jd < nb:
+        seg = min(nb - jd, bc - bx)  # blocks left in this block row
+        r0 = 4 * by
+        base = p * h * w
+        cnt = max(min(seg, nfull - bx), 0)
+        for r in range(4):  # contiguous copies of the run's rows
+            xr = xi[base + min(r0 + r, h - 1) * w + 4 * bx:]
+            Tr = T[r * 4 * G + 4 * jd:]
+            for e in range(4 * cnt):
+                Tr[e] = xr[e]
+        for q in range(cnt, seg):  # the partial last block column: clamped, straight into S
+            c0 = 4 * (bx + q)
+            for r in range(4):
+                row = base + min(r0 + r, h - 1) * w
+                for c in range(4):
+                    S[(4 * r + c) * G + jd + q] = xi[row + min(c0 + c, w - 1)]
+        if cnt < seg:  # T's slots of those blocks: copy them back from S so that the loop below rewrites the same
+            for q in range(cnt, seg):
+                for r in range(4):
+                    for c in range(4):
+                        T[r * 4 * G + 4 * (jd + q) + c] = S[(4 * r + c) * G + jd + q]
+        jd += seg
+        bx += seg
+        if bx == bc:
+            bx = 0
+            by += 1
+            if by == br:
+                by = 0
+                p += 1
+    for r in range(4):
+        Tr = T[r * 4 * G:(r + 1) * 4 * G]
+        Sr = S[4 * r * G:]
+        for j in range(nb):
+            Sr[0 * G + j] = Tr[4 * j]
+            Sr[1 * G + j] = Tr[4 * j + 1]
+            Sr[2 * G + j] = Tr[4 * j + 2]
+            Sr[3 * G + j] = Tr[4 * j + 3]
+
+
+@numba.njit(cache=True, inline="always")
+def _part(v, d):
+    """The bits of field v (first bit p) that fall into the word starting at bit p − d: v << d for 0 <= d < 32,
+    v >> −d for −32 < d < 0, else 0 (the selects make LLVM emit AVX2's vpsllvd / vpsrlvd)."""
+    du = _U32(d)
+    nd = _U32(-d)
+    left = _shl(v, du) if du < _U32(32) else _U32(0)
+    right = _shr(v, nd) if nd < _U32(32) else _U32(0)
+    return _U32(left | right)
+
+
+@numba.njit(cache=True, inline="always")
+def _pack2d(S, O, nb, nwb):
+    """O[k * G + j] = word k of block j (counted from its first bit), two words per pass over the blocks: word k
+    is the OR over the fields of (v << (p − 32k)) | (v >> (32k − p)) with out-of-range shifts giving 0 (AVX2's
+    variable shifts), so every field is tried against every word without a branch (O is an array of its own:
+    stores at a runtime row of S would need a runtime alias check against every load, and LLVM gives up); 16 fields unrolled."""
+    for kc in range(0, nwb, 2):
+        k0 = _I32(32 * kc)
+        k1 = _I32(k0 + _I32(32))
+        hmask = _U32(0xFFFFFFFF) if kc == 0 else _U32(0)  # the header is in word 0 (unconditional load: vectorises)
+        ok0 = O[kc * G:(kc + 1) * G]  # row views: O[kc * G + j] at a runtime kc is not affine to LLVM (numba's
+        ok1 = O[(kc + 1) * G:(kc + 2) * G]  # negative-index wraparound) and the loop stayed scalar
+        for j in range(nb):
+            o0 = _U32(_U32(S[_RHDR * G + j]) & hmask)
+            o1 = _U32(0)
+            p = S[(_RPOS + 0) * G + j]
+            v = _U32(S[(_RVAL + 0) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 1) * G + j]
+            v = _U32(S[(_RVAL + 1) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 2) * G + j]
+            v = _U32(S[(_RVAL + 2) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 3) * G + j]
+            v = _U32(S[(_RVAL + 3) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 4) * G + j]
+            v = _U32(S[(_RVAL + 4) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 5) * G + j]
+            v = _U32(S[(_RVAL + 5) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 6) * G + j]
+            v = _U32(S[(_RVAL + 6) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 7) * G + j]
+            v = _U32(S[(_RVAL + 7) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 8) * G + j]
+            v = _U32(S[(_RVAL + 8) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 9) * G + j]
+            v = _U32(S[(_RVAL + 9) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 10) * G + j]
+            v = _U32(S[(_RVAL + 10) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 11) * G + j]
+            v = _U32(S[(_RVAL + 11) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 12) * G + j]
+            v = _U32(S[(_RVAL + 12) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 13) * G + j]
+            v = _U32(S[(_RVAL + 13) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 14) * G + j]
+            v = _U32(S[(_RVAL + 14) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 15) * G + j]
+            v = _U32(S[(_RVAL + 15) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            ok0[j] = _I32(o0)
+            ok1[j] = _I32(o1)
+
+
+@numba.njit(cache=True, inline="always")
+def _pack1d(S, O, nb, nwb):
+    """O[k * G + j] = word k of block j (counted from its first bit), two words per pass over the blocks: word k
+    is the OR over the fields of (v << (p − 32k)) | (v >> (32k − p)) with out-of-range shifts giving 0 (AVX2's
+    variable shifts), so every field is tried against every word without a branch (O is an array of its own:
+    stores at a runtime row of S would need a runtime alias check against every load, and LLVM gives up); 4 fields unrolled."""
+    for kc in range(0, nwb, 2):
+        k0 = _I32(32 * kc)
+        k1 = _I32(k0 + _I32(32))
+        hmask = _U32(0xFFFFFFFF) if kc == 0 else _U32(0)  # the header is in word 0 (unconditional load: vectorises)
+        ok0 = O[kc * G:(kc + 1) * G]  # row views: O[kc * G + j] at a runtime kc is not affine to LLVM (numba's
+        ok1 = O[(kc + 1) * G:(kc + 2) * G]  # negative-index wraparound) and the loop stayed scalar
+        for j in range(nb):
+            o0 = _U32(_U32(S[_RHDR * G + j]) & hmask)
+            o1 = _U32(0)
+            p = S[(_RPOS + 0) * G + j]
+            v = _U32(S[(_RVAL + 0) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 1) * G + j]
+            v = _U32(S[(_RVAL + 1) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 2) * G + j]
+            v = _U32(S[(_RVAL + 2) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 3) * G + j]
+            v = _U32(S[(_RVAL + 3) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            ok0[j] = _I32(o0)
+            ok1[j] = _I32(o1)
+
+
+@numba.njit(cache=True, inline="always")
+def _store_words(O, dt, nb, nwb):
+    """dt[nwb * j + k] = word k of block j: unrolled for the word counts of rates 4, 6, 8, 12 and 16 (2-D) so that
+    LLVM vectorises the stores as interleaved accesses; other counts take the generic loop."""
+    if nwb == 2:
+        for j in range(nb):
+            dt[2 * j + 0] = np.uint32(O[0 * G + j])
+            dt[2 * j + 1] = np.uint32(O[1 * G + j])
+    elif nwb == 3:
+        for j in range(nb):
+            dt[3 * j + 0] = np.uint32(O[0 * G + j])
+            dt[3 * j + 1] = np.uint32(O[1 * G + j])
+            dt[3 * j + 2] = np.uint32(O[2 * G + j])
+    elif nwb == 4:
+        for j in range(nb):
+            dt[4 * j + 0] = np.uint32(O[0 * G + j])
+            dt[4 * j + 1] = np.uint32(O[1 * G + j])
+            dt[4 * j + 2] = np.uint32(O[2 * G + j])
+            dt[4 * j + 3] = np.uint32(O[3 * G + j])
+    elif nwb == 6:
+        for j in range(nb):
+            dt[6 * j + 0] = np.uint32(O[0 * G + j])
+            dt[6 * j + 1] = np.uint32(O[1 * G + j])
+            dt[6 * j + 2] = np.uint32(O[2 * G + j])
+            dt[6 * j + 3] = np.uint32(O[3 * G + j])
+            dt[6 * j + 4] = np.uint32(O[4 * G + j])
+            dt[6 * j + 5] = np.uint32(O[5 * G + j])
+    elif nwb == 8:
+        for j in range(nb):
+            dt[8 * j + 0] = np.uint32(O[0 * G + j])
+            dt[8 * j + 1] = np.uint32(O[1 * G + j])
+            dt[8 * j + 2] = np.uint32(O[2 * G + j])
+            dt[8 * j + 3] = np.uint32(O[3 * G + j])
+            dt[8 * j + 4] = np.uint32(O[4 * G + j])
+            dt[8 * j + 5] = np.uint32(O[5 * G + j])
+            dt[8 * j + 6] = np.uint32(O[6 * G + j])
+            dt[8 * j + 7] = np.uint32(O[7 * G + j])
+    else:
+        for j in range(nb):
+            for k in range(nwb):
+                dt[nwb * j + k] = np.uint32(O[k * G + j])
+
+
 @numba.njit(parallel=True, cache=True, nogil=True)
 def encode(x, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, data):
-    """Write every block's bits into ``data`` (uint32, zeroed). x must be finite (the caller zeroes NaN/±Inf).
-    ``precision`` must be 26 or less (int32 coefficients)."""
+    """Write every block's bits into ``data`` (uint32; every word is written, it need not be zeroed). x must be
+    finite (the caller zeroes NaN/±Inf). ``precision`` must be 26 (the block scaling and the header's
+    constants assume it)."""
     size = 16 if two_d else 4
     budget = rate * size
-    perm = _PERM2 if two_d else _PERM1
-    gs = _GS2 if two_d else _GS1
-    gof = _GOF2 if two_d else _GOF1
-    ng = gs.size
-    hdr = exp_bits + _FIELD_BITS * ng
-    avail = budget - hdr
-    lcap = precision + 1
-    xb = x.view(np.uint32)
-    ntasks = (nblocks + GROUP - 1) // GROUP
-    task_words = GROUP * budget // 32
+    ng = 5 if two_d else 1
+    avail = budget - (exp_bits + _FIELD_BITS * ng)
+    lc = np.int32(precision + 1)
+    av = np.int32(avail)
+    xi = x.view(np.int32)
+    ntasks = (nblocks + G - 1) // G
+    task_words = G * budget // 32
     nwb = (budget + 31) // 32  # words a block's bits span, counted from its first bit
     for t in numba.prange(ntasks):
-        b0 = t * GROUP
-        nb = min(nblocks, b0 + GROUP) - b0
-        v = np.zeros((16, GROUP), np.uint32)  # float bits
-        q = np.zeros((16, GROUP), np.int32)   # block-floating-point integers, then coefficients
-        amax = np.zeros(GROUP, np.uint32)
-        emax = np.zeros(GROUP, np.int32)
-        scale = np.zeros(GROUP, np.float32)
-        gm = np.zeros((5, GROUP), np.int32)   # OR of each group's |coefficient|
-        hcode = np.zeros(GROUP, np.uint32)
-        sj = np.zeros(GROUP, np.int32)
-        uj = np.zeros(GROUP, np.int32)
-        Dt = np.zeros((5, GROUP), np.int32)
-        pos = np.zeros(GROUP, np.int32)
-        vals = np.zeros(GROUP, np.uint32)
-        out = np.zeros((nwb + 1, GROUP), np.uint32)
-        buf = np.zeros(task_words + 3, np.uint32)
-        _gather(xb, n, h, w, two_d, b0, nb, v)
-        for k in range(size):  # the largest magnitude of every block
-            row = v[k]
-            for j in range(nb):
-                amax[j] = max(amax[j], row[j] & np.uint32(0x7FFFFFFF))
-        tiny = False
-        for j in range(nb):  # frexp exponent of the largest magnitude, from its bits
-            a = amax[j]
-            if a >= np.uint32(0x800000):
-                emax[j] = np.int32(a >> np.uint32(23)) - 126
-            elif a != 0:  # subnormal m * 2**-149: bit length of m - 149
-                emax[j] = 64 - np.int32(_clz(np.uint64(a))) - 149
-            e = precision - emax[j]
-            tiny |= e > 127
-            scale[j] = _POW2[min(e, 127) + _POW_OFF]
-        # q = trunc(x * 2**(precision - emax)): exact in float32 where the scale is a float32 (a product >= 1 is
-        # a normal float32 and a power-of-two scaling of it is exact; smaller ones truncate to 0 either way)
-        fv = v.view(np.float32)
-        for k in range(size):
-            row, qr = fv[k], q[k]
-            for j in range(nb):
-                qr[j] = np.int32(row[j] * scale[j])
-        if tiny:  # blocks of magnitude < 2**-101: from the mantissa m and exponent e of x = m * 2**(e' - 150)
-            for j in range(nb):
-                if precision - emax[j] <= 127:
-                    continue
-                for k in range(size):
-                    bits = v[k, j]
-                    e = np.int64((bits >> np.uint32(23)) & np.uint32(0xFF))
-                    m = np.int64(bits & np.uint32(0x7FFFFF)) | (np.int64(e != 0) << 23)
-                    sh = max(e, 1) - 150 + precision - emax[j]  # <= 2
-                    mag = (m << max(sh, 0)) >> min(max(-sh, 0), 63)
-                    q[k, j] = -mag if bits >> np.uint32(31) else mag
+        b0 = t * G
+        nb = min(nblocks, b0 + G) - b0
+        S = np.empty(_ROWS * G, np.int32)
+        O = np.empty(18 * G, np.int32)  # the blocks' words, row k = word k
+        T = np.empty(16 * G, np.int32)  # gather staging: four rows of four values per block
+        _gather_s(xi, n, h, w, two_d, b0, nb, S, T)
         if two_d:
-            for r in range(4):
-                _fwd4(q, 4 * r, 4 * r + 1, 4 * r + 2, 4 * r + 3, nb)
-            for c in range(4):
-                _fwd4(q, c, c + 4, c + 8, c + 12, nb)
+            _front2d(S, nb, lc, av, exp_bits, exp_bias)
+            _step2d(S, nb, lc, av, exp_bits)
         else:
-            _fwd4(q, 0, 1, 2, 3, nb)
-        for i in range(size):
-            qr, gr = q[perm[i]], gm[gof[i]]
-            for j in range(nb):
-                a = qr[j]
-                gr[j] |= np.int32(max(a, np.int32(-a)))
-        _header(gm, amax, emax, exp_bias, exp_bits, lcap, gs, ng, avail, Dt, hcode, sj, uj, nb)
-        _pack(q, perm, gof, size, hdr, hcode, sj, uj, Dt, pos, vals, out, nb, nwb)
+            _front1d(S, nb, lc, av, exp_bits, exp_bias)
+        if two_d:
+            _pack2d(S, O, nb, nwb)
+        else:
+            _pack1d(S, O, nb, nwb)
+        w0 = t * task_words
+        wend = min(w0 + task_words, data.size)
         if budget % 32 == 0:  # blocks start on word boundaries: plain stores
-            for j in range(nb):
-                for k in range(nwb):
-                    buf[j * nwb + k] = out[k, j]
+            _store_words(O, data[w0:wend], nb, nwb)
         else:
+            for i in range(w0, wend):
+                data[i] = 0
             for j in range(nb):
                 start = j * budget
-                base = start >> 5
+                base = w0 + (start >> 5)
                 off = np.uint64(start & 31)
                 for k in range(nwb):
-                    wv = np.uint64(out[k, j]) << off
-                    buf[base + k] |= np.uint32(wv & np.uint64(0xFFFFFFFF))
-                    buf[base + k + 1] |= np.uint32(wv >> np.uint64(32))
-        w0 = t * task_words
-        for i in range(min(task_words, data.size - w0)):
-            data[w0 + i] = buf[i]
+                    wv = np.uint64(np.uint32(O[k * G + j])) << off
+                    data[base + k] |= np.uint32(wv & np.uint64(0xFFFFFFFF))
+                    if base + k + 1 < wend:  # bits past the task's last block are zero; its next word is another task's
+                        data[base + k + 1] |= np.uint32(wv >> np.uint64(32))
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
