@@ -984,133 +984,584 @@ def encode(x, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, data
                         data[base + k + 1] |= np.uint32(wv >> np.uint64(32))
 
 
+# -- decoder ------------------------------------------------------------------------------------------------
+# Scratch rows of the decoder (S[row * G + j], as the encoder's): the 16 fields (sequency order), then the
+# values (natural order, float32 bits) in the same rows; the declared bounds D_0..D_4, s, u and the block's
+# exponent (emax, or a sentinel for all-zero blocks).
+_DRD = 16   # 5 rows: D_0..D_4
+_DRS = 21   # s
+_DRU = 22   # u
+_DRE = 23   # emax (nonzero blocks), -1000 for all-zero blocks
+_DROWS = 24
+
+
+@intrinsic
+def _i2f(typingctx, a):  # noqa: ANN001, ANN202
+    """float32(a) of an int32, converted from 32 bits (numba goes through int64: scalar code under AVX2)."""
+    sig = types.float32(a)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        return builder.sitofp(args[0], ir.FloatType())
+
+    return sig, codegen
+
+
+@numba.njit(cache=True, inline="always")
+def _xpart(wv, d):
+    """The bits of the word wv (stream bits 32k..32k+31) that belong to a field whose first bit is 32k + d,
+    shifted to the field's bit 0: wv >> d for 0 <= d < 32, wv << −d for −32 < d < 0, else 0 (see _part)."""
+    du = _U32(d)
+    nd = _U32(-d)
+    right = _shr(wv, du) if du < _U32(32) else _U32(0)
+    left = _shl(wv, nd) if nd < _U32(32) else _U32(0)
+    return _U32(left | right)
+
+
+@numba.njit(cache=True, inline="always")
+def _inv(x, y, z, w):
+    """ZFP's inverse lifting of one row / column (int32: cannot overflow, see zfp.py)."""
+    y = _I32(y + _sar(w, _I32(1)))
+    w = _I32(w - _sar(y, _I32(1)))
+    y = _I32(y + w)
+    w = _I32(_shl(w, _I32(1)) - y)
+    z = _I32(z + x)
+    x = _I32(_shl(x, _I32(1)) - z)
+    y = _I32(y + z)
+    z = _I32(_shl(z, _I32(1)) - y)
+    w = _I32(w + x)
+    x = _I32(_shl(x, _I32(1)) - w)
+    return x, y, z, w
+
+
+@numba.njit(cache=True, inline="always")
+def _load_words(data, w0, wend, budget, nb, nwb, W):
+    """W[k * G + j] = word k of block j's bits counted from its first bit (k < nwb), rows nwb..nwb+3 zero."""
+    for k in range(nwb, nwb + 4):
+        for j in range(nb):
+            W[k * G + j] = 0
+    if budget % 32 == 0:
+        dt = data[w0:wend]
+        if nwb == 4:
+            for j in range(nb):
+                W[0 * G + j] = np.int32(dt[4 * j])
+                W[1 * G + j] = np.int32(dt[4 * j + 1])
+                W[2 * G + j] = np.int32(dt[4 * j + 2])
+                W[3 * G + j] = np.int32(dt[4 * j + 3])
+        elif nwb == 2:
+            for j in range(nb):
+                W[0 * G + j] = np.int32(dt[2 * j])
+                W[1 * G + j] = np.int32(dt[2 * j + 1])
+        else:
+            for j in range(nb):
+                for k in range(nwb):
+                    W[k * G + j] = np.int32(dt[nwb * j + k])
+    else:
+        for j in range(nb):
+            start = j * budget
+            base = w0 + (start >> 5)
+            off = np.uint64(start & 31)
+            for k in range(nwb):
+                lo = np.uint64(data[base + k])
+                hi = np.uint64(data[base + k + 1]) if base + k + 1 < data.size else np.uint64(0)
+                W[k * G + j] = np.int32(np.uint32(((hi << np.uint64(32)) | lo) >> off))
+
+
+@numba.njit(cache=True, inline="always")
+def _dec_head(S, W, nb, two_d, lc, av, exp_bits, exp_bias):
+    """Per block: the header word -> D_g, s, u, emax rows; returns (any exponent field out of range, any
+    nonzero block whose values may leave float32's normal range: emax outside [-100, 122])."""
+    bad = _I32(0)
+    wide = _I32(0)
+    emask = _I32((1 << exp_bits) - 1)
+    eb = _I32(exp_bias)
+    xb = _I32(exp_bits)
+    for j in range(nb):
+        hw = W[j]
+        efield = _I32(hw & emask)
+        bad |= _I32(1) if efield > _I32(128 + exp_bias) else _I32(0)
+        zero = efield == _I32(0)
+        emax = _I32(efield - eb)
+        # bitwise, not `and` / `or`: short-circuits become branches and the loop stays scalar
+        wide |= _I32(_I32(0 if zero else 1) & _I32(_I32(1 if emax < _I32(-100) else 0) | _I32(1 if emax > _I32(122) else 0)))
+        f0 = _I32(_shr(hw, xb) & _I32(3))
+        d0 = _I32(lc - f0)
+        if two_d:
+            f1 = _I32(_shr(hw, _I32(xb + _I32(2))) & _I32(3))
+            f2 = _I32(_shr(hw, _I32(xb + _I32(4))) & _I32(3))
+            f3 = _I32(_shr(hw, _I32(xb + _I32(6))) & _I32(3))
+            f4 = _I32(_shr(hw, _I32(xb + _I32(8))) & _I32(3))
+            d1 = _I32(d0 - f1)
+            d2 = _I32(d1 - f2)
+            d3 = _I32(d2 - f3)
+            d4 = _I32(d3 - f4)
+            S1 = _I32(d0 + _I32(1))
+            S2 = _I32(S1 + _I32(2) * _I32(d1 + _I32(1)))
+            S3 = _I32(S2 + _I32(3) * _I32(d2 + _I32(1)))
+            S4 = _I32(S3 + _I32(4) * _I32(d3 + _I32(1)))
+            S5 = _I32(S4 + _I32(6) * _I32(d4 + _I32(1)))
+            s = max(max(_cdiv(_I32(S1 - av), 1, _M1), _cdiv(_I32(S2 - av), 3, _M3)),
+                    max(max(_cdiv(_I32(S3 - av), 6, _M6), _cdiv(_I32(S4 - av), 10, _M10)),
+                        _cdiv(_I32(S5 - av), 16, _M16)))
+            tot = max(max(max(_I32(S1 - s), _I32(S2 - _I32(3) * s)),
+                          max(_I32(S3 - _I32(6) * s), _I32(S4 - _I32(10) * s))),
+                      max(_I32(S5 - _I32(16) * s), _I32(0)))
+            sm = _I32(s - _I32(1))
+            ne = _I32(_I32(1) if d0 >= sm else _I32(0)) + _I32(_I32(2) if d1 >= sm else _I32(0)) + \
+                _I32(_I32(3) if d2 >= sm else _I32(0)) + _I32(_I32(4) if d3 >= sm else _I32(0)) + \
+                _I32(_I32(6) if d4 >= sm else _I32(0))
+            S[(_DRD + 1) * G + j] = d1
+            S[(_DRD + 2) * G + j] = d2
+            S[(_DRD + 3) * G + j] = d3
+            S[(_DRD + 4) * G + j] = d4
+        else:
+            S1 = _I32(_I32(4) * _I32(d0 + _I32(1)))
+            s = _cdiv(_I32(S1 - av), 4, _M4)
+            tot = max(_I32(S1 - _I32(4) * s), _I32(0))
+            ne = _I32(4) if d0 >= _I32(s - _I32(1)) else _I32(0)
+        u = min(_I32(ne if s > _I32(0) else _I32(0)), _I32(av - tot))
+        S[_DRD * G + j] = d0
+        S[_DRS * G + j] = _I32(lc + _I32(1)) if zero else s
+        S[_DRU * G + j] = _I32(0) if zero else u
+        S[_DRE * G + j] = _I32(-1000) if zero else emax
+    return bad != _I32(0), wide != _I32(0)
+
+
+@numba.njit(cache=True, inline="always")
+def _extract2d(S, W, nb, nwb, exp_bits):
+    """Rows 0..15 = every coefficient's raw field bits (sequency order), four words per pass over the blocks
+    (the field at first bit p collects _xpart(word k, p − 32k) from every word; see _pack2d)."""
+    for kc in range(0, nwb, 4):
+        keep = _U32(0) if kc == 0 else _U32(0xFFFFFFFF)
+        k0 = _I32(32 * kc)
+        wa = W[kc * G:(kc + 1) * G]
+        wb = W[(kc + 1) * G:(kc + 2) * G]
+        wc = W[(kc + 2) * G:(kc + 3) * G]
+        wd = W[(kc + 3) * G:(kc + 4) * G]
+        for j in range(nb):
+            d0 = S[(_DRD + 0) * G + j]
+            d1 = S[(_DRD + 1) * G + j]
+            d2 = S[(_DRD + 2) * G + j]
+            d3 = S[(_DRD + 3) * G + j]
+            d4 = S[(_DRD + 4) * G + j]
+            s = S[_DRS * G + j]
+            u = S[_DRU * G + j]
+            ua = _U32(wa[j])
+            ub = _U32(wb[j])
+            uc = _U32(wc[j])
+            ud = _U32(wd[j])
+            ws0 = max(_I32(_I32(d0 - s) + _I32(1)), _I32(0))
+            ws1 = max(_I32(_I32(d1 - s) + _I32(1)), _I32(0))
+            ws2 = max(_I32(_I32(d2 - s) + _I32(1)), _I32(0))
+            ws3 = max(_I32(_I32(d3 - s) + _I32(1)), _I32(0))
+            ws4 = max(_I32(_I32(d4 - s) + _I32(1)), _I32(0))
+            p = _I32(_I32(exp_bits + 10) - k0)
+            up = _I32(1) if _I32(0) < u else _I32(0)
+            f = _U32(_U32(S[0 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[0 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws0 + up))
+            up = _I32(1) if _I32(1) < u else _I32(0)
+            f = _U32(_U32(S[1 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[1 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws1 + up))
+            up = _I32(1) if _I32(2) < u else _I32(0)
+            f = _U32(_U32(S[2 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[2 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws1 + up))
+            up = _I32(1) if _I32(3) < u else _I32(0)
+            f = _U32(_U32(S[3 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[3 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws2 + up))
+            up = _I32(1) if _I32(4) < u else _I32(0)
+            f = _U32(_U32(S[4 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[4 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws2 + up))
+            up = _I32(1) if _I32(5) < u else _I32(0)
+            f = _U32(_U32(S[5 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[5 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws2 + up))
+            up = _I32(1) if _I32(6) < u else _I32(0)
+            f = _U32(_U32(S[6 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[6 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws3 + up))
+            up = _I32(1) if _I32(7) < u else _I32(0)
+            f = _U32(_U32(S[7 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[7 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws3 + up))
+            up = _I32(1) if _I32(8) < u else _I32(0)
+            f = _U32(_U32(S[8 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[8 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws3 + up))
+            up = _I32(1) if _I32(9) < u else _I32(0)
+            f = _U32(_U32(S[9 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[9 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws3 + up))
+            up = _I32(1) if _I32(10) < u else _I32(0)
+            f = _U32(_U32(S[10 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[10 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws4 + up))
+            up = _I32(1) if _I32(11) < u else _I32(0)
+            f = _U32(_U32(S[11 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[11 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws4 + up))
+            up = _I32(1) if _I32(12) < u else _I32(0)
+            f = _U32(_U32(S[12 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[12 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws4 + up))
+            up = _I32(1) if _I32(13) < u else _I32(0)
+            f = _U32(_U32(S[13 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[13 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws4 + up))
+            up = _I32(1) if _I32(14) < u else _I32(0)
+            f = _U32(_U32(S[14 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[14 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws4 + up))
+            up = _I32(1) if _I32(15) < u else _I32(0)
+            f = _U32(_U32(S[15 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[15 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws4 + up))
+
+
+@numba.njit(cache=True, inline="always")
+def _extract1d(S, W, nb, nwb, exp_bits):
+    """_extract2d for 1-D blocks (4 coefficients, one group)."""
+    for kc in range(0, nwb, 4):
+        keep = _U32(0) if kc == 0 else _U32(0xFFFFFFFF)
+        k0 = _I32(32 * kc)
+        wa = W[kc * G:(kc + 1) * G]
+        wb = W[(kc + 1) * G:(kc + 2) * G]
+        wc = W[(kc + 2) * G:(kc + 3) * G]
+        wd = W[(kc + 3) * G:(kc + 4) * G]
+        for j in range(nb):
+            d0 = S[(_DRD + 0) * G + j]
+            s = S[_DRS * G + j]
+            u = S[_DRU * G + j]
+            ua = _U32(wa[j])
+            ub = _U32(wb[j])
+            uc = _U32(wc[j])
+            ud = _U32(wd[j])
+            ws0 = max(_I32(_I32(d0 - s) + _I32(1)), _I32(0))
+            p = _I32(_I32(exp_bits + 2) - k0)
+            up = _I32(1) if _I32(0) < u else _I32(0)
+            f = _U32(_U32(S[0 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[0 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws0 + up))
+            up = _I32(1) if _I32(1) < u else _I32(0)
+            f = _U32(_U32(S[1 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[1 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws0 + up))
+            up = _I32(1) if _I32(2) < u else _I32(0)
+            f = _U32(_U32(S[2 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[2 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws0 + up))
+            up = _I32(1) if _I32(3) < u else _I32(0)
+            f = _U32(_U32(S[3 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[3 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws0 + up))
+
+
+@numba.njit(cache=True, inline="always")
+def _coef(S, i, j, wg, u, s):
+    """Coefficient i of block j from its raw field: keep w bits, sign-extend, scale by the step."""
+    up = _I32(1) if _I32(i) < u else _I32(0)
+    w = _I32(wg + up)
+    raw = _I32(S[i * G + j] & _I32(_shl(_I32(1), w) - _I32(1)))
+    sgn = _sar(_shl(_I32(1), w), _I32(1))
+    return _shl(_I32(_I32(raw ^ sgn) - sgn), _I32(s - up))
+
+
+@numba.njit(cache=True, inline="always")
+def _val(q, sc):
+    return _I32(np.float32(_i2f(q) * sc).view(np.int32))
+
+
+@numba.njit(cache=True, inline="always")
+def _back2d(S, nb):
+    """Per block: coefficients from the fields, inverse lifting (columns, then rows), y = q · 2**(emax − 26)
+    in float32 (exact scaling of the rounded float32(q): equals the float64 reference while every value is a
+    normal float32 or zero, which _dec_head checked), float bits into rows 0..15 (natural order)."""
+    for j in range(nb):
+        d0 = S[(_DRD + 0) * G + j]
+        d1 = S[(_DRD + 1) * G + j]
+        d2 = S[(_DRD + 2) * G + j]
+        d3 = S[(_DRD + 3) * G + j]
+        d4 = S[(_DRD + 4) * G + j]
+        s = S[_DRS * G + j]
+        u = S[_DRU * G + j]
+        emax = S[_DRE * G + j]
+        ws0 = max(_I32(_I32(d0 - s) + _I32(1)), _I32(0))
+        ws1 = max(_I32(_I32(d1 - s) + _I32(1)), _I32(0))
+        ws2 = max(_I32(_I32(d2 - s) + _I32(1)), _I32(0))
+        ws3 = max(_I32(_I32(d3 - s) + _I32(1)), _I32(0))
+        ws4 = max(_I32(_I32(d4 - s) + _I32(1)), _I32(0))
+        c0 = _coef(S, 0, j, ws0, u, s)
+        c1 = _coef(S, 1, j, ws1, u, s)
+        c4 = _coef(S, 2, j, ws1, u, s)
+        c5 = _coef(S, 3, j, ws2, u, s)
+        c2 = _coef(S, 4, j, ws2, u, s)
+        c8 = _coef(S, 5, j, ws2, u, s)
+        c6 = _coef(S, 6, j, ws3, u, s)
+        c9 = _coef(S, 7, j, ws3, u, s)
+        c3 = _coef(S, 8, j, ws3, u, s)
+        c12 = _coef(S, 9, j, ws3, u, s)
+        c10 = _coef(S, 10, j, ws4, u, s)
+        c7 = _coef(S, 11, j, ws4, u, s)
+        c13 = _coef(S, 12, j, ws4, u, s)
+        c11 = _coef(S, 13, j, ws4, u, s)
+        c14 = _coef(S, 14, j, ws4, u, s)
+        c15 = _coef(S, 15, j, ws4, u, s)
+        c0, c4, c8, c12 = _inv(c0, c4, c8, c12)
+        c1, c5, c9, c13 = _inv(c1, c5, c9, c13)
+        c2, c6, c10, c14 = _inv(c2, c6, c10, c14)
+        c3, c7, c11, c15 = _inv(c3, c7, c11, c15)
+        c0, c1, c2, c3 = _inv(c0, c1, c2, c3)
+        c4, c5, c6, c7 = _inv(c4, c5, c6, c7)
+        c8, c9, c10, c11 = _inv(c8, c9, c10, c11)
+        c12, c13, c14, c15 = _inv(c12, c13, c14, c15)
+        # 2**(emax - 26) as float32 bits (0.0 for all-zero blocks, whose coefficients are all 0)
+        sc = _I32(_shl(_I32(emax + _I32(101)), _I32(23)) if emax > _I32(-500) else _I32(0)).view(np.float32)
+        S[0 * G + j] = _val(c0, sc)
+        S[1 * G + j] = _val(c1, sc)
+        S[2 * G + j] = _val(c2, sc)
+        S[3 * G + j] = _val(c3, sc)
+        S[4 * G + j] = _val(c4, sc)
+        S[5 * G + j] = _val(c5, sc)
+        S[6 * G + j] = _val(c6, sc)
+        S[7 * G + j] = _val(c7, sc)
+        S[8 * G + j] = _val(c8, sc)
+        S[9 * G + j] = _val(c9, sc)
+        S[10 * G + j] = _val(c10, sc)
+        S[11 * G + j] = _val(c11, sc)
+        S[12 * G + j] = _val(c12, sc)
+        S[13 * G + j] = _val(c13, sc)
+        S[14 * G + j] = _val(c14, sc)
+        S[15 * G + j] = _val(c15, sc)
+
+
+@numba.njit(cache=True, inline="always")
+def _back1d(S, nb):
+    """_back2d for 1-D blocks."""
+    for j in range(nb):
+        d0 = S[(_DRD + 0) * G + j]
+        s = S[_DRS * G + j]
+        u = S[_DRU * G + j]
+        emax = S[_DRE * G + j]
+        ws0 = max(_I32(_I32(d0 - s) + _I32(1)), _I32(0))
+        c0 = _coef(S, 0, j, ws0, u, s)
+        c1 = _coef(S, 1, j, ws0, u, s)
+        c2 = _coef(S, 2, j, ws0, u, s)
+        c3 = _coef(S, 3, j, ws0, u, s)
+        c0, c1, c2, c3 = _inv(c0, c1, c2, c3)
+        sc = _I32(_shl(_I32(emax + _I32(101)), _I32(23)) if emax > _I32(-500) else _I32(0)).view(np.float32)
+        S[0 * G + j] = _val(c0, sc)
+        S[1 * G + j] = _val(c1, sc)
+        S[2 * G + j] = _val(c2, sc)
+        S[3 * G + j] = _val(c3, sc)
+
+
+@numba.njit(cache=True)
+def _back_wide(S, nb, size, perm, gof, two_d):
+    """_back2d / _back1d in float64 (the reference's arithmetic), for tasks with a block whose values may be
+    subnormal or overflow in float32: float64(q) · 2**(emax − 26) saturated to ±FLT_MAX, then float32."""
+    c = np.zeros(16, np.int32)
+    for j in range(nb):
+        s = S[_DRS * G + j]
+        u = S[_DRU * G + j]
+        emax = S[_DRE * G + j]
+        for i in range(size):
+            wg = max(S[(_DRD + gof[i]) * G + j] - s + 1, 0)
+            up = 1 if i < u else 0
+            w = wg + up
+            raw = S[i * G + j] & ((1 << w) - 1)
+            sgn = (1 << w) >> 1
+            c[perm[i]] = np.int32((raw ^ sgn) - sgn) << (s - up)
+        if two_d:
+            for k in range(4):
+                c[k], c[k + 4], c[k + 8], c[k + 12] = _inv(c[k], c[k + 4], c[k + 8], c[k + 12])
+            for r in range(4):
+                c[4 * r], c[4 * r + 1], c[4 * r + 2], c[4 * r + 3] = _inv(c[4 * r], c[4 * r + 1], c[4 * r + 2],
+                                                                          c[4 * r + 3])
+        else:
+            c[0], c[1], c[2], c[3] = _inv(c[0], c[1], c[2], c[3])
+        sc = _POW2[emax - 26 + _POW_OFF] if emax > -500 else 0.0
+        for k in range(size):
+            d = np.float64(c[k]) * sc  # exact: an integer times a power of two
+            S[k * G + j] = np.float32(min(max(d, -_F32_MAX), _F32_MAX)).view(np.int32)
+
+
+@numba.njit(cache=True, inline="always")
+def _scatter_s(yi, n, h, w, two_d, b0, nb, S, T):
+    """The inverse of _gather_s: value k of block b0 + j (float bits in S[k * G + j]) to its place in the tensor,
+    the padding left out (runs along block rows through T, as in _gather_s)."""
+    if not two_d:
+        full = min(nb, max(n // 4 - b0, 0))
+        yv = yi[4 * b0:4 * (b0 + full)]
+        for j in range(full):
+            yv[4 * j] = S[0 * G + j]
+            yv[4 * j + 1] = S[1 * G + j]
+            yv[4 * j + 2] = S[2 * G + j]
+            yv[4 * j + 3] = S[3 * G + j]
+        for j in range(full, nb):
+            for c in range(4):
+                if 4 * (b0 + j) + c < n:
+                    yi[4 * (b0 + j) + c] = S[c * G + j]
+        return
+    for r in range(4):
+        Tr = T[r * 4 * G:(r + 1) * 4 * G]
+        Sr = S[4 * r * G:]
+        for j in range(nb):
+            Tr[4 * j] = Sr[0 * G + j]
+            Tr[4 * j + 1] = Sr[1 * G + j]
+            Tr[4 * j + 2] = Sr[2 * G + j]
+            Tr[4 * j + 3] = Sr[3 * G + j]
+    bc = (w + 3) // 4
+    br = (h + 3) // 4
+    nfull = w // 4
+    p = b0 // (br * bc)
+    rem = b0 - p * br * bc
+    by = rem // bc
+    bx = rem - by * bc
+    jd = 0
+    while jd < nb:
+        seg = min(nb - jd, bc - bx)
+        r0 = 4 * by
+        base = p * h * w
+        cnt = max(min(seg, nfull - bx), 0)
+        for r in range(min(4, h - r0)):
+            yr = yi[base + (r0 + r) * w + 4 * bx:]
+            Tr = T[r * 4 * G + 4 * jd:]
+            for e in range(4 * cnt):
+                yr[e] = Tr[e]
+            for q in range(cnt, seg):  # the partial last block column
+                for c in range(w - 4 * (bx + q)):
+                    yr[4 * q + c] = Tr[4 * q + c]
+        jd += seg
+        bx += seg
+        if bx == bc:
+            bx = 0
+            by += 1
+            if by == br:
+                by = 0
+                p += 1
+
+
 @numba.njit(parallel=True, cache=True, nogil=True)
 def decode(data, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, y):
-    """Decode every block into y (float32[n]); returns False if an exponent field is out of range."""
+    """Decode every block into y (float32[n]); returns False if an exponent field is out of range.
+    ``precision`` must be 26 (as for ``encode``)."""
     size = 16 if two_d else 4
     budget = rate * size
-    perm = _PERM2 if two_d else _PERM1
-    gs = _GS2 if two_d else _GS1
-    ng = gs.size
-    hdr = exp_bits + _FIELD_BITS * ng
-    avail = budget - hdr
-    lcap = precision + 1
-    ntasks = (nblocks + GROUP - 1) // GROUP
-    nwb = (budget + 31) // 32
-    gof = _GOF2 if two_d else _GOF1
-    two = ng > 1
-    n0 = np.int32(gs[0])
-    n1 = np.int32(gs[1]) if ng > 1 else np.int32(0)
-    n2 = np.int32(gs[2]) if ng > 2 else np.int32(0)
-    n3 = np.int32(gs[3]) if ng > 3 else np.int32(0)
-    n4 = np.int32(gs[4]) if ng > 4 else np.int32(0)
-    lc = np.int32(lcap)
+    ng = 5 if two_d else 1
+    avail = budget - (exp_bits + _FIELD_BITS * ng)
+    lc = np.int32(precision + 1)
     av = np.int32(avail)
+    ntasks = (nblocks + G - 1) // G
+    task_words = G * budget // 32
+    nwb = (budget + 31) // 32
+    perm = _PERM2 if two_d else _PERM1
+    gof = _GOF2 if two_d else _GOF1
+    yi = y.view(np.int32)
     bad = np.zeros(ntasks, np.uint8)
     for t in numba.prange(ntasks):
-        b0 = t * GROUP
-        nb = min(nblocks, b0 + GROUP) - b0
-        q = np.zeros((16, GROUP), np.int32)
-        out = np.empty((16, GROUP), np.float32)
-        scale = np.zeros(GROUP, np.float64)
-        inw = np.zeros((nwb + 1, GROUP), np.uint32)  # block j's words, counted from its first bit
-        sj = np.zeros(GROUP, np.int32)
-        uj = np.zeros(GROUP, np.int32)
-        Dt = np.zeros((5, GROUP), np.int32)
-        wrow = np.empty(GROUP, np.int32)
-        trow = np.empty(GROUP, np.int32)
-        pst = np.empty(GROUP, np.int32)
-        pos = np.empty(GROUP, np.int32)
-        for j in range(nb):
-            start = (b0 + j) * budget
-            base = start >> 5
-            off = np.uint64(start & 31)
-            for k in range(nwb + 1):
-                lo = np.uint64(data[base + k]) if base + k < data.size else np.uint64(0)
-                hi = np.uint64(data[base + k + 1]) if base + k + 1 < data.size else np.uint64(0)
-                inw[k, j] = np.uint32(((hi << np.uint64(32)) | lo) >> off)
-        # header fields -> scale, declared bounds, step, U (as the encoder's _header, one loop over the blocks)
-        h0 = inw[0]
-        d0r, d1r, d2r, d3r, d4r = Dt[0], Dt[1], Dt[2], Dt[3], Dt[4]
-        for j in range(nb):
-            hw = h0[j]
-            efield = np.int32(hw & np.uint32((1 << exp_bits) - 1))
-            if efield > 128 + exp_bias:
-                bad[t] = 1
-                efield = np.int32(128 + exp_bias)
-            scale[j] = _POW2[efield - exp_bias - precision + _POW_OFF] if efield != 0 else 0.0
-            f0 = np.int32((hw >> np.uint32(exp_bits)) & np.uint32(3))
-            f1 = np.int32((hw >> np.uint32(exp_bits + 2)) & np.uint32(3)) if two else np.int32(0)
-            f2 = np.int32((hw >> np.uint32(exp_bits + 4)) & np.uint32(3)) if two else np.int32(0)
-            f3 = np.int32((hw >> np.uint32(exp_bits + 6)) & np.uint32(3)) if two else np.int32(0)
-            f4 = np.int32((hw >> np.uint32(exp_bits + 8)) & np.uint32(3)) if two else np.int32(0)
-            d0 = np.int32(lc - f0)
-            d1 = np.int32(d0 - f1)
-            d2 = np.int32(d1 - f2)
-            d3 = np.int32(d2 - f3)
-            d4 = np.int32(d3 - f4)
-            s, u = _closed_step(d0, d1, d2, d3, d4, n0, n1, n2, n3, n4, av)
-            zero = efield == 0
-            sj[j] = np.int32(lc + 1) if zero else s
-            uj[j] = np.int32(0) if zero else u
-            d0r[j], d1r[j], d2r[j], d3r[j], d4r[j] = d0, d1, d2, d3, d4
-            pos[j] = hdr
-        for i in range(size):
-            dr, qr = Dt[gof[i]], q[perm[i]]
-            ii = np.int32(i)
-            for j in range(nb):
-                up = np.int32(ii < uj[j])
-                wrow[j] = np.int32(max(np.int32(dr[j] - sj[j] + 1), np.int32(0)) + up)
-                trow[j] = np.int32(sj[j] - up)
-            lo = np.int32(1 << 30)
-            hi = np.int32(0)
-            for j in range(nb):
-                p = pos[j]
-                pst[j] = p
-                pos[j] = np.int32(p + wrow[j])
-                nz = wrow[j] > 0
-                lo = min(lo, p if nz else np.int32(1 << 30))
-                hi = max(hi, p if nz else np.int32(0))
-            for j in range(nb):
-                qr[j] = 0
-            for k in range(lo >> 5, min((hi >> 5) + 2, nwb + 1)):
-                ik = inw[k]
-                kk = np.int32(k)
-                for j in range(nb):
-                    p = pst[j]
-                    wd = np.int32(p >> 5)
-                    sh = np.uint32(p & 31)
-                    v = ik[j]
-                    lo_part = np.uint32(v >> sh) if wd == kk else np.uint32(0)
-                    hi_part = np.uint32(np.uint32(v << np.uint32(1)) << np.uint32(31 - sh)) if wd + 1 == kk else np.uint32(0)
-                    qr[j] = np.int32(np.uint32(qr[j]) | lo_part | hi_part)
-            for j in range(nb):  # keep the field's bits, sign-extend, scale by the step
-                ww = np.uint32(wrow[j])
-                raw = np.uint32(qr[j]) & np.uint32(np.uint32(np.uint32(1) << ww) - np.uint32(1))
-                sgn = np.uint32(np.uint32(np.uint32(1) << ww) >> np.uint32(1))
-                qr[j] = np.int32(np.int32(np.int32(raw ^ sgn) - np.int32(sgn)) << np.int32(trow[j]))
+        b0 = t * G
+        nb = min(nblocks, b0 + G) - b0
+        S = np.empty(_DROWS * G, np.int32)
+        W = np.empty((nwb + 4) * G, np.int32)
+        T = np.empty(16 * G, np.int32)
+        w0 = t * task_words
+        wend = min(w0 + task_words, data.size)
+        _load_words(data, w0, wend, budget, nb, nwb, W)
+        isbad, wide = _dec_head(S, W, nb, two_d, lc, av, exp_bits, exp_bias)
+        if isbad:
+            bad[t] = 1
         if two_d:
-            for c in range(4):
-                _inv4(q, c, c + 4, c + 8, c + 12, nb)
-            for r in range(4):
-                _inv4(q, 4 * r, 4 * r + 1, 4 * r + 2, 4 * r + 3, nb)
+            _extract2d(S, W, nb, nwb, exp_bits)
         else:
-            _inv4(q, 0, 1, 2, 3, nb)
-        for k in range(size):
-            qr, orow = q[k], out[k]
-            for j in range(nb):
-                d = np.float64(qr[j]) * scale[j]  # exact: an integer times a power of two
-                orow[j] = np.float32(min(max(d, -_F32_MAX), _F32_MAX))
-        base, r0, c0 = _origin(b0, h, w, two_d)
-        for j in range(nb):
-            if j > 0:
-                base, r0, c0 = _next(base, r0, c0, h, w, two_d)
-            if two_d:
-                for r in range(min(4, h - r0)):
-                    row = base + (r0 + r) * w + c0
-                    for c in range(min(4, w - c0)):
-                        y[row + c] = out[4 * r + c, j]
-            else:
-                for c in range(min(4, n - base)):
-                    y[base + c] = out[c, j]
+            _extract1d(S, W, nb, nwb, exp_bits)
+        if wide or isbad:
+            _back_wide(S, nb, size, perm, gof, two_d)
+        elif two_d:
+            _back2d(S, nb)
+        else:
+            _back1d(S, nb)
+        _scatter_s(yi, n, h, w, two_d, b0, nb, S, T)
     return not bad.any()
