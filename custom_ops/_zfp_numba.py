@@ -1,16 +1,25 @@
 """Compiled CPU backend of the ``zfp`` codec (bitstream v3): writes the same words as ``kernels/zfp.cu`` and
 the NumPy coder (``custom_ops/zfp.py`` has the format).
 
-Work is split into tasks of GROUP blocks (``prange``: fixed rate puts block ``b`` at bit ``b · budget``, and a
-task's first bit is word-aligned, so tasks share no word). Inside a task, everything that is the same
-arithmetic for every block runs as loops over the task's blocks on structure-of-arrays tables (one row per
-coefficient position, one column per block), which LLVM vectorises: gather, block exponent, block floating
-point (float32 products by an exact power of two), ZFP's lifting in int32 (every intermediate is cast back to
-int32: numba widens int32 arithmetic to int64, which would halve the vector lanes), the groups' magnitude ORs;
-the header fields, the step (closed form) and the fixed-width packing / unpacking of the 16 fields (per
-coefficient: widths, rounding, prefix-sum positions, then a select over the few words the positions reach);
-on decode also the inverse lifting, the float conversion and the scatter. There is no serial bit loop; what
-stays serial per block is the gather / scatter of its 16 values and the copy of its words.
+Work is split into tasks of G blocks (``prange``: fixed rate puts block ``b`` at bit ``b · budget``, and a
+task's first bit is word-aligned, so tasks share no word). Inside a task every stage is a loop over the task's
+blocks that LLVM vectorises (8 blocks per AVX2 vector), on tables with one row per quantity and one column per
+block. What it took (each measured: a loop that missed one of these ran scalar, 2-4x slower):
+
+* one int32 scratch array per task with the rows at compile-time offsets ``S[row * G + j]``, so that LLVM
+  needs no runtime alias checks between rows (with one numba array per table it gave up on loops touching
+  many tables); stores at a *runtime* row go through row views (numba's negative-index wraparound makes
+  ``k * G + j`` non-affine);
+* 32-bit arithmetic throughout: numba widens int32 shifts, negations and int->float conversions to 64 bits,
+  which halves the lanes or (int64 -> float) scalarises them, so variable shifts and conversions go through
+  the small LLVM intrinsics below, and every other int32 expression is cast back;
+* no helper that stores into the scratch array from inside the block loop (inlined, it kept LLVM from
+  vectorising the loop: the stores are written out in the loop bodies), and no short-circuit ``and``/``or``.
+
+Encode: gather (stride-4 copies through a staging table), block floating point + lifting + group bounds +
+header in one loop, step + widths + fields + first bits in a second, the pack (every field against every word,
+branch-free variable shifts), the words out. Decode mirrors it. Scratch is per task (~40 KiB), so it stays in
+L1/L2. There is no serial bit loop anywhere.
 Imported only when numba is installed; ``custom_ops/zfp.py`` falls back to its vectorised NumPy coder otherwise.
 """
 from __future__ import annotations
@@ -25,14 +34,11 @@ from numba.extending import intrinsic
 
 _PERM2 = np.array([0, 1, 4, 5, 2, 8, 6, 9, 3, 12, 10, 7, 13, 11, 14, 15], dtype=np.int64)
 _PERM1 = np.array([0, 1, 2, 3], dtype=np.int64)
-# group sizes over the sequency-ordered coefficients (zfp.GROUPS_2D / GROUPS_1D) and each position's group
-_GS2 = np.array([1, 2, 3, 4, 6], dtype=np.int64)
-_GS1 = np.array([4], dtype=np.int64)
-_GOF2 = np.repeat(np.arange(5), _GS2).astype(np.int64)
+# each sequency position's group (zfp.GROUPS_2D = 1, 2, 3, 4, 6; GROUPS_1D = 4)
+_GOF2 = np.repeat(np.arange(5), [1, 2, 3, 4, 6]).astype(np.int64)
 _GOF1 = np.zeros(4, dtype=np.int64)
 _FIELD_BITS = 2
 _F32_MAX = float(np.finfo(np.float32).max)
-GROUP = 256  # blocks per parallel task: a multiple of 8, so a task's first bit (b * rate * 4 or 16) is word-aligned
 # 2**e for the block scale factors, e in [-_POW_OFF, _POW_OFF]: x * 2**(emax - precision) is exact in float64,
 # so it equals ldexp without a libm call.
 _POW_OFF = 400
@@ -41,7 +47,7 @@ _POW2 = np.array([math.ldexp(1.0, e) for e in range(-_POW_OFF, _POW_OFF + 1)], d
 
 @intrinsic
 def _clz(typingctx, x):  # noqa: ANN001, ANN202
-    """Count leading zeros (x != 0)."""
+    """Count leading zeros (x != 0). Not used here: cpu/sz.py imports it (with _popcount) from this module."""
     sig = x(x)
 
     def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
@@ -52,247 +58,13 @@ def _clz(typingctx, x):  # noqa: ANN001, ANN202
 
 @intrinsic
 def _popcount(typingctx, x):  # noqa: ANN001, ANN202
-    """Number of set bits (LLVM's ctpop). Not used here: cpu/sz.py imports it (with _clz) from this module."""
+    """Number of set bits (LLVM's ctpop); for cpu/sz.py, as _clz."""
     sig = x(x)
 
     def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
         return builder.ctpop(args[0])
 
     return sig, codegen
-
-
-@numba.njit(cache=True, inline="always")
-def _next(base, r0, c0, h, w, two_d):
-    """Origin (plane's flat index, first row, first column; 1-D: first index) of the block after the one at
-    (base, r0, c0), without integer divisions."""
-    if not two_d:
-        return base + 4, 0, 0
-    c0 += 4
-    if c0 >= w:
-        c0 = 0
-        r0 += 4
-        if r0 >= h:
-            r0 = 0
-            base += h * w
-    return base, r0, c0
-
-
-@numba.njit(cache=True, inline="always")
-def _origin(b, h, w, two_d):
-    if not two_d:
-        return b * 4, 0, 0
-    bc = (w + 3) // 4
-    br = (h + 3) // 4
-    p = b // (br * bc)
-    rem = b - p * br * bc
-    by = rem // bc
-    return p * h * w, by * 4, (rem - by * bc) * 4
-
-
-@numba.njit(cache=True, inline="always")
-def _gather(xb, n, h, w, two_d, b0, nb, v):
-    """v[k, j] = bits of value k of block b0 + j, clamped into the tensor (edge padding repeats the last row /
-    column / element); 1-D blocks fill rows 0-3 only."""
-    base, r0, c0 = _origin(b0, h, w, two_d)
-    for j in range(nb):
-        if j > 0:
-            base, r0, c0 = _next(base, r0, c0, h, w, two_d)
-        if two_d and r0 + 4 <= h and c0 + 4 <= w:  # interior block: four rows of four, no clamping
-            for r in range(4):
-                row = base + (r0 + r) * w + c0
-                for c in range(4):
-                    v[4 * r + c, j] = xb[row + c]
-        elif two_d:
-            for r in range(4):
-                row = base + min(r0 + r, h - 1) * w
-                for c in range(4):
-                    v[4 * r + c, j] = xb[row + min(c0 + c, w - 1)]
-        else:
-            for c in range(4):
-                v[c, j] = xb[min(base + c, n - 1)]
-
-
-@numba.njit(cache=True, inline="always")
-def _fwd4(q, a, b, c, d, nb):
-    """ZFP's forward lifting on rows a, b, c, d of q (int32), for every block."""
-    ra, rb, rc, rd = q[a], q[b], q[c], q[d]
-    for j in range(nb):
-        x, y, z, w = ra[j], rb[j], rc[j], rd[j]
-        x = np.int32(np.int32(x + w) >> 1)
-        w = np.int32(w - x)
-        z = np.int32(np.int32(z + y) >> 1)
-        y = np.int32(y - z)
-        x = np.int32(np.int32(x + z) >> 1)
-        z = np.int32(z - x)
-        w = np.int32(np.int32(w + y) >> 1)
-        y = np.int32(y - w)
-        w = np.int32(w + np.int32(y >> 1))
-        y = np.int32(y - np.int32(w >> 1))
-        ra[j], rb[j], rc[j], rd[j] = x, y, z, w
-
-
-@numba.njit(cache=True, inline="always")
-def _inv4(q, a, b, c, d, nb):
-    """ZFP's inverse lifting (int32: cannot overflow for |coefficient| <= 2**27, see zfp.py)."""
-    ra, rb, rc, rd = q[a], q[b], q[c], q[d]
-    for j in range(nb):
-        x, y, z, w = ra[j], rb[j], rc[j], rd[j]
-        y = np.int32(y + np.int32(w >> 1))
-        w = np.int32(w - np.int32(y >> 1))
-        y = np.int32(y + w)
-        w = np.int32(np.int32(w << 1) - y)
-        z = np.int32(z + x)
-        x = np.int32(np.int32(x << 1) - z)
-        y = np.int32(y + z)
-        z = np.int32(np.int32(z << 1) - y)
-        w = np.int32(w + x)
-        x = np.int32(np.int32(x << 1) - w)
-        ra[j], rb[j], rc[j], rd[j] = x, y, z, w
-
-
-@numba.njit(cache=True, inline="always")
-def _bitlen32(v):
-    """Bit length of 0 <= v < 2**31 (0 for 0), from the exponent of its exact float64: vectorises."""
-    e = np.int32(np.int64(np.float64(v).view(np.uint64) >> np.uint64(52)) - 1022)
-    return max(e, np.int32(0))
-
-
-@numba.njit(cache=True, inline="always")
-def _ceil_div(a, n):
-    """ceil(max(a, 0) / n) for small integers, through an exactly rounded float64 quotient: vectorises."""
-    return np.int32(math.floor(np.float64(max(a, np.int32(0)) + n - 1) / np.float64(n)))
-
-
-@numba.njit(cache=True, inline="always")
-def _closed_step(d0, d1, d2, d3, d4, n0, n1, n2, n3, n4, av):
-    """(s, U) from the declared bounds of up to 5 groups (sizes n, 0 for absent groups): see ``_header``."""
-    N1 = n0
-    S1 = np.int32(n0 * (d0 + 1))
-    N2 = np.int32(N1 + n1)
-    S2 = np.int32(S1 + n1 * (d1 + 1))
-    N3 = np.int32(N2 + n2)
-    S3 = np.int32(S2 + n2 * (d2 + 1))
-    N4 = np.int32(N3 + n3)
-    S4 = np.int32(S3 + n3 * (d3 + 1))
-    N5 = np.int32(N4 + n4)
-    S5 = np.int32(S4 + n4 * (d4 + 1))
-    s = max(max(_ceil_div(np.int32(S1 - av), N1), _ceil_div(np.int32(S2 - av), N2)),
-            max(max(_ceil_div(np.int32(S3 - av), N3), _ceil_div(np.int32(S4 - av), N4)),
-                _ceil_div(np.int32(S5 - av), N5)))
-    tot = max(max(max(np.int32(S1 - N1 * s), np.int32(S2 - N2 * s)), max(np.int32(S3 - N3 * s), np.int32(S4 - N4 * s))),
-              max(np.int32(S5 - N5 * s), np.int32(0)))
-    ne = (n0 if d0 >= s - 1 else np.int32(0)) + (n1 if d1 >= s - 1 else np.int32(0)) + \
-        (n2 if d2 >= s - 1 else np.int32(0)) + (n3 if d3 >= s - 1 else np.int32(0)) + \
-        (n4 if d4 >= s - 1 else np.int32(0))
-    u = min(np.int32(ne if s > 0 else 0), np.int32(av - tot))
-    return np.int32(s), np.int32(u)
-
-
-@numba.njit(cache=True, inline="always")
-def _header(gm, amax, emax, exp_bias, exp_bits, lcap, gs, ng, avail, Dt, hcode, sj, uj, nb):
-    """Per block, in one loop over the blocks with the (up to 5) groups unrolled into scalars (vectorises):
-    declared bounds D_g (suffix maxima of the groups' bit lengths, coded as 2-bit steps down from LCAP), the
-    header word, the step s and U, the number of leading coefficients that take one of the bits left over.
-
-    s in closed form: with S_k = sum_{g<k} n_g (D_g + 1) and N_k = sum_{g<k} n_g, the total at step p is
-    max_k (S_k - N_k p) (each term max(0, D_g - p + 1) is >= D_g - p + 1 and >= 0, with equality for the
-    groups still active, a prefix since D is non-increasing); it fits iff p >= (S_k - avail) / N_k for every
-    k. The eligible groups for leftover bits (D_g >= s - 1) are a prefix too. All-zero blocks: header 0, s
-    past every bound (no coefficient bits). Groups past ``ng`` (1-D blocks) have n = 0 and change nothing."""
-    n0 = np.int32(gs[0])
-    n1 = np.int32(gs[1]) if ng > 1 else np.int32(0)
-    n2 = np.int32(gs[2]) if ng > 2 else np.int32(0)
-    n3 = np.int32(gs[3]) if ng > 3 else np.int32(0)
-    n4 = np.int32(gs[4]) if ng > 4 else np.int32(0)
-    g0, g1, g2, g3, g4 = gm[0], gm[1], gm[2], gm[3], gm[4]
-    d0r, d1r, d2r, d3r, d4r = Dt[0], Dt[1], Dt[2], Dt[3], Dt[4]
-    two = ng > 1
-    cap = np.int32(3)
-    lc = np.int32(lcap)
-    av = np.int32(avail)
-    for j in range(nb):
-        m4 = _bitlen32(g4[j])
-        m3 = max(_bitlen32(g3[j]), m4)
-        m2 = max(_bitlen32(g2[j]), m3)
-        m1 = max(_bitlen32(g1[j]), m2)
-        m0 = max(_bitlen32(g0[j]), m1)
-        f0 = min(np.int32(lc - m0), cap)
-        d0 = np.int32(lc - f0)
-        f1 = min(np.int32(d0 - m1), cap)
-        d1 = np.int32(d0 - f1)
-        f2 = min(np.int32(d1 - m2), cap)
-        d2 = np.int32(d1 - f2)
-        f3 = min(np.int32(d2 - m3), cap)
-        d3 = np.int32(d2 - f3)
-        f4 = min(np.int32(d3 - m4), cap)
-        d4 = np.int32(d3 - f4)
-        code = np.uint32(emax[j] + exp_bias) | np.uint32(np.uint32(f0) << np.uint32(exp_bits))
-        if two:
-            code |= np.uint32(np.uint32(f1) << np.uint32(exp_bits + 2)) | np.uint32(np.uint32(f2) << np.uint32(exp_bits + 4))
-            code |= np.uint32(np.uint32(f3) << np.uint32(exp_bits + 6)) | np.uint32(np.uint32(f4) << np.uint32(exp_bits + 8))
-        s, u = _closed_step(d0, d1, d2, d3, d4, n0, n1, n2, n3, n4, av)
-        zero = amax[j] == 0
-        hcode[j] = np.uint32(0) if zero else code
-        sj[j] = np.int32(lc + 1) if zero else np.int32(s)
-        uj[j] = np.int32(0) if zero else np.int32(u)
-        d0r[j], d1r[j], d2r[j], d3r[j], d4r[j] = d0, d1, d2, d3, d4
-
-
-@numba.njit(cache=True, inline="always")
-def _pack(q, perm, gof, size, hdr, hcode, sj, uj, Dt, pos, vals, out, nb, nwb):
-    """out[k, j] = word k of block j's bits (from its first bit): header, then every coefficient at its width.
-    Loops over the blocks, each touching few arrays (LLVM vectorises a loop only while the runtime alias checks
-    between numba's arrays stay few: one loop doing all of this ran at scalar speed, ~2x slower): widths and
-    steps, rounding, positions, the range of words the positions reach, then per reachable word a select
-    (coefficient i's field lands in word pos >> 5 and the next; the word differs between blocks)."""
-    wrow = np.empty(pos.size, np.int32)
-    trow = np.empty(pos.size, np.int32)
-    pst = np.empty(pos.size, np.int32)  # first bit of the current coefficient
-    for k in range(nwb + 1):
-        ok = out[k]
-        for j in range(nb):
-            ok[j] = 0
-    o0 = out[0]
-    for j in range(nb):
-        pos[j] = hdr
-        o0[j] = hcode[j]
-    for i in range(size):
-        qr, dr = q[perm[i]], Dt[gof[i]]
-        ii = np.int32(i)
-        for j in range(nb):  # bits and step exponent (the first uj[j] coefficients take a leftover bit)
-            up = np.int32(ii < uj[j])
-            wrow[j] = np.int32(max(np.int32(dr[j] - sj[j] + 1), np.int32(0)) + up)
-            trow[j] = np.int32(sj[j] - up)
-        for j in range(nb):  # round half up at the step, saturate to the width, keep the low w bits
-            tt = np.uint32(trow[j])
-            ww = np.uint32(wrow[j])
-            half = np.int32(np.uint32(np.uint32(1) << tt) >> np.uint32(1))
-            r = np.int32(np.int32(qr[j] + half) >> np.int32(tt))
-            lim = np.int32(np.uint32(np.uint32(1) << ww) >> np.uint32(1))
-            r = min(max(r, np.int32(-lim)), np.int32(lim - 1))
-            vals[j] = np.uint32(np.uint32(r) & np.uint32(np.uint32(np.uint32(1) << ww) - np.uint32(1)))
-        for j in range(nb):
-            p = pos[j]
-            pst[j] = p
-            pos[j] = np.int32(p + wrow[j])
-        lo = np.int32(1 << 30)
-        hi = np.int32(0)
-        for j in range(nb):  # fields of no bits write nothing: zero blocks must not widen the word range
-            p = pst[j]
-            nz = wrow[j] > 0
-            lo = min(lo, p if nz else np.int32(1 << 30))
-            hi = max(hi, p if nz else np.int32(0))
-        for k in range(lo >> 5, min((hi >> 5) + 2, nwb + 1)):
-            ok = out[k]
-            kk = np.int32(k)
-            for j in range(nb):
-                p = pst[j]
-                wd = np.int32(p >> 5)
-                sh = np.uint32(p & 31)
-                v = vals[j]
-                lo_part = np.uint32(v << sh) if wd == kk else np.uint32(0)
-                hi_part = np.uint32(np.uint32(v >> np.uint32(1)) >> np.uint32(31 - sh)) if wd + 1 == kk else np.uint32(0)
-                ok[j] = np.uint32(ok[j] | lo_part | hi_part)
 
 
 # -- encoder ------------------------------------------------------------------------------------------------
@@ -429,8 +201,9 @@ def _field(c, w, t):
 
 @numba.njit(cache=True, inline="always")
 def _front2d(S, nb, lc, av, exp_bits, exp_bias):
-    """Per block (one loop over the task's blocks, 8 per vector): block floating point, lifting, group bounds,
-    header, step, every coefficient's width, field and first bit; writes rows _RVAL, _RPOS and _ROUT (header)."""
+    """Per block (one loop over the task's blocks, 8 per vector): block floating point, lifting (rows, then
+    columns), the groups' suffix ORs -> declared bounds D_g and the header word. Writes the coefficients back
+    into rows 0..15 in sequency order, D_g and the all-zero flag into rows _RD.., the header into _RHDR."""
     for j in range(nb):
         b0 = S[0 * G + j]
         b1 = S[1 * G + j]
@@ -510,9 +283,15 @@ def _front2d(S, nb, lc, av, exp_bits, exp_bias):
 
 @numba.njit(cache=True, inline="always")
 def _step2d(S, nb, lc, av, exp_bits):
-    """Per block: the step s and leftover count u from the declared bounds (closed form, see below), every
-    coefficient's width, field and first bit (rows _RVAL, _RPOS). A loop of its own: fused with _front2d,
-    LLVM did not vectorise the loop at all (measured: 2 ymm instructions, ~4x slower)."""
+    """Per block: the step s and leftover count u from the declared bounds, every coefficient's width, field and
+    first bit (rows _RVAL, _RPOS). A loop of its own (fused with _front2d, before the 32-bit fixes, LLVM kept
+    it scalar; splitting costs ~40 L1 loads and stores per 8 blocks).
+
+    s in closed form: with S_k = sum_{g<k} n_g (D_g + 1) and N_k = sum_{g<k} n_g, the total at step p is
+    max_k (S_k - N_k p) (each term max(0, D_g - p + 1) is >= D_g - p + 1 and >= 0, with equality for the
+    groups still active, a prefix since D is non-increasing); it fits iff p >= (S_k - avail) / N_k for every
+    k. The eligible groups for leftover bits (D_g >= s - 1) are a prefix too. All-zero blocks: header 0, s
+    past every bound (no coefficient bits)."""
     for j in range(nb):
         c0 = S[0 * G + j]
         c1 = S[1 * G + j]
@@ -536,7 +315,7 @@ def _step2d(S, nb, lc, av, exp_bits):
         d3 = S[(_RD + 3) * G + j]
         d4 = S[(_RD + 4) * G + j]
         zero = S[(_RD + 5) * G + j] != _I32(0)
-        # step s and leftover count u in closed form (see _header's docstring)
+        # step s and leftover count u in closed form (see the docstring)
         S1 = _I32(d0 + _I32(1))
         S2 = _I32(S1 + _I32(2) * _I32(d1 + _I32(1)))
         S3 = _I32(S2 + _I32(3) * _I32(d2 + _I32(1)))

@@ -493,7 +493,7 @@ class ZFP(Codec):
             flat = np.where(special, np.float32(0), flat)
         layout = layout_of(x.shape)
         if _use_compiled():
-            words = np.zeros(data_words(layout, rate), dtype=np.uint32)
+            words = np.empty(data_words(layout, rate), dtype=np.uint32)  # the kernel writes every word
             _compiled().encode(flat, flat.size, layout.height, layout.width, layout.nblocks, layout.two_d, rate,
                               PRECISION, EXP_BITS, EXP_BIAS, words)
             return make_header(rate), words, idx, obits, shape
