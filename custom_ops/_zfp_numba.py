@@ -203,7 +203,10 @@ def _field(c, w, t):
 def _front2d(S, nb, lc, av, exp_bits, exp_bias):
     """Per block (one loop over the task's blocks, 8 per vector): block floating point, lifting (rows, then
     columns), the groups' suffix ORs -> declared bounds D_g and the header word. Writes the coefficients back
-    into rows 0..15 in sequency order, D_g and the all-zero flag into rows _RD.., the header into _RHDR."""
+    into rows 0..15 in sequency order, D_g and the all-zero flag into rows _RD.., the header into _RHDR.
+    Returns whether a block holds NaN / ±Inf (largest magnitude's bits >= 0x7F800000; its words are then
+    meaningless and the caller re-encodes with those values zeroed)."""
+    spec = _I32(0)
     for j in range(nb):
         b0 = S[0 * G + j]
         b1 = S[1 * G + j]
@@ -279,6 +282,8 @@ def _front2d(S, nb, lc, av, exp_bits, exp_bias):
         zero = a == _I32(0)
         S[_RHDR * G + j] = _I32(0) if zero else code
         S[(_RD + 5) * G + j] = _I32(1) if zero else _I32(0)
+        spec |= _I32(1) if a >= _I32(0x7F800000) else _I32(0)
+    return spec != _I32(0)
 
 
 @numba.njit(cache=True, inline="always")
@@ -424,7 +429,8 @@ def _step2d(S, nb, lc, av, exp_bits):
 
 @numba.njit(cache=True, inline="always")
 def _front1d(S, nb, lc, av, exp_bits, exp_bias):
-    """_front2d for 1-D blocks of 4 (one group of 4)."""
+    """_front2d + _step2d for 1-D blocks of 4 (one group of 4); returns whether a block holds NaN / ±Inf."""
+    spec = _I32(0)
     for j in range(nb):
         b0 = S[0 * G + j]
         b1 = S[1 * G + j]
@@ -471,6 +477,8 @@ def _front1d(S, nb, lc, av, exp_bits, exp_bias):
         S[(_RPOS + 3) * G + j] = p
         p = _I32(p + wi)
         S[(_RPOS + 4) * G + j] = p
+        spec |= _I32(1) if a >= _I32(0x7F800000) else _I32(0)
+    return spec != _I32(0)
 
 
 @numba.njit(cache=True, inline="always")
@@ -716,9 +724,10 @@ def _store_words(O, dt, nb, nwb):
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 def encode(x, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, data):
-    """Write every block's bits into ``data`` (uint32; every word is written, it need not be zeroed). x must be
-    finite (the caller zeroes NaN/±Inf). ``precision`` must be 26 (the block scaling and the header's
-    constants assume it)."""
+    """Write every block's bits into ``data`` (uint32; every word is written, it need not be zeroed) and return
+    True, or return False if x holds NaN / ±Inf (then ``data`` is meaningless: the caller zeroes those values,
+    keeps them out of band and encodes again; checking here saves the caller a pass over x when, as almost
+    always, there are none). ``precision`` must be 26 (the block scaling and the header's constants assume it)."""
     size = 16 if two_d else 4
     budget = rate * size
     ng = 5 if two_d else 1
@@ -729,6 +738,7 @@ def encode(x, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, data
     ntasks = (nblocks + G - 1) // G
     task_words = G * budget // 32
     nwb = (budget + 31) // 32  # words a block's bits span, counted from its first bit
+    special = np.zeros(ntasks, np.uint8)
     for t in numba.prange(ntasks):
         b0 = t * G
         nb = min(nblocks, b0 + G) - b0
@@ -737,10 +747,12 @@ def encode(x, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, data
         T = np.empty(16 * G, np.int32)  # gather staging: four rows of four values per block
         _gather_s(xi, n, h, w, two_d, b0, nb, S, T)
         if two_d:
-            _front2d(S, nb, lc, av, exp_bits, exp_bias)
+            sp = _front2d(S, nb, lc, av, exp_bits, exp_bias)
             _step2d(S, nb, lc, av, exp_bits)
         else:
-            _front1d(S, nb, lc, av, exp_bits, exp_bias)
+            sp = _front1d(S, nb, lc, av, exp_bits, exp_bias)
+        if sp:
+            special[t] = 1
         if two_d:
             _pack2d(S, O, nb, nwb)
         else:
@@ -761,6 +773,7 @@ def encode(x, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, data
                     data[base + k] |= np.uint32(wv & np.uint64(0xFFFFFFFF))
                     if base + k + 1 < wend:  # bits past the task's last block are zero; its next word is another task's
                         data[base + k + 1] |= np.uint32(wv >> np.uint64(32))
+    return not special.any()
 
 
 # -- decoder ------------------------------------------------------------------------------------------------

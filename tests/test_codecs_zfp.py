@@ -217,17 +217,22 @@ def test_compiled_decoder_float32_path_at_its_limits(emaxes: tuple[int, ...], ra
 @pytest.mark.parametrize("shape", [(2, 3, 37, 45), (3 * 128 * 4 + 5,), (5, 6)])
 def test_compiled_encoder_writes_every_word(shape: tuple[int, ...], rate: int) -> None:
     """zfp.py hands the compiled encoder an uninitialised (np.empty) word array: every word must be written,
-    also the words that odd rates share between blocks and the last partial word."""
+    also the words that odd rates share between blocks and the last partial word; and it relies on the
+    kernel's report of NaN / ±Inf (one anywhere in the tensor) instead of scanning x itself."""
     from onnxcomp.custom_ops import _zfp_numba
 
     x = _blocky(np.random.default_rng(rate), shape, np.arange(-10, 10)).reshape(-1)
     lay = zfp.layout_of(shape)
     out = []
+    args = (lay.height, lay.width, lay.nblocks, lay.two_d, rate, zfp.PRECISION, zfp.EXP_BITS, zfp.EXP_BIAS)
     for fill in (0, 0xFFFFFFFF, 0x5A5A5A5A):
         words = np.full(zfp.data_words(lay, rate), fill, dtype=np.uint32)
-        _zfp_numba.encode(x, x.size, lay.height, lay.width, lay.nblocks, lay.two_d, rate, zfp.PRECISION,
-                          zfp.EXP_BITS, zfp.EXP_BIAS, words)
+        assert _zfp_numba.encode(x, x.size, *args, words)  # True: no NaN / Inf met
         out.append(words)
+    for special in (np.nan, np.inf, -np.inf):  # the kernel reports them (zfp.py then re-encodes them zeroed)
+        y = x.copy()
+        y[x.size // 2] = special
+        assert not _zfp_numba.encode(y, y.size, *args, np.empty_like(words))
     np.testing.assert_array_equal(out[0], out[1])
     np.testing.assert_array_equal(out[0], out[2])
     np.testing.assert_array_equal(out[0], ZFP.encode(x.reshape(shape), rate=rate)[1])
