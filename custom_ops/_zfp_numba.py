@@ -20,6 +20,9 @@ Encode: gather (stride-4 copies through a staging table), block floating point +
 header in one loop, step + widths + fields + first bits in a second, the pack (every field against every word,
 branch-free variable shifts), the words out. Decode mirrors it. Scratch is per task (~40 KiB), so it stays in
 L1/L2. There is no serial bit loop anywhere.
+Helpers are plain ``@njit`` functions, not numba-level ``inline="always"``: LLVM still inlines them, and
+numba's own inlining of every helper into both prange kernels took compiling from ~31 s to ~381 s of CPU (cold
+cache) for ~10 % of encode speed — a cost every fresh install and the first test run would pay.
 Imported only when numba is installed; ``custom_ops/zfp.py`` falls back to its vectorised NumPy coder otherwise.
 """
 from __future__ import annotations
@@ -134,7 +137,7 @@ def _i2fbits(typingctx, a):  # noqa: ANN001, ANN202
     return sig, codegen
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _bitlen28(v):
     """Bit length of 0 <= v < 2**28 (0 for 0) from the exponent of float32(v) (8 lanes per vector): exact,
     because a v >= 2**24 drops its low 4 bits first (that cannot change its bit length), so nothing rounds."""
@@ -143,7 +146,7 @@ def _bitlen28(v):
     return max(e, _I32(0))
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _cdiv(a, n, m):
     """ceil(max(a, 0) / n) for a < 2**15, n <= 16, m = ceil(2**16 / n): floor(a' / n) = a' · m >> 16 for
     0 <= a' = a + n - 1 < 2**15 (the excess a' (m − 2**16/n) / 2**16 < 0.008 stays below the 1/n gap to the
@@ -152,7 +155,7 @@ def _cdiv(a, n, m):
     return _I32(_I32(a2 * _I32(m)) >> _I32(16))
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _lift(x, y, z, w):
     """ZFP's forward lifting of one row / column (int32)."""
     x = _I32(_I32(x + w) >> _I32(1))
@@ -168,7 +171,7 @@ def _lift(x, y, z, w):
     return x, y, z, w
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _block_scale(a):
     """(emax, s1, s2) of a block whose largest magnitude has float bits a: q = trunc(x · s1 · s2) = trunc(x ·
     2**(26 − emax)), both products exact in float32 (s2 is a normal power of two; s1 = 2**64 lifts blocks below
@@ -184,12 +187,12 @@ def _block_scale(a):
     return emax, s1, s2
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _q(bits, s1, s2):
     return _I32(_F32(_F32(np.int32(bits).view(np.float32) * s1) * s2))
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _field(c, w, t):
     """The w low bits of round-half-up(c / 2**t) saturated to w-bit two's complement."""
     half = _sar(_shl(_I32(1), t), _I32(1))
@@ -199,7 +202,7 @@ def _field(c, w, t):
     return _I32(r & _I32(_shl(_I32(1), w) - _I32(1)))
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _front2d(S, nb, lc, av, exp_bits, exp_bias):
     """Per block (one loop over the task's blocks, 8 per vector): block floating point, lifting (rows, then
     columns), the groups' suffix ORs -> declared bounds D_g and the header word. Writes the coefficients back
@@ -286,7 +289,7 @@ def _front2d(S, nb, lc, av, exp_bits, exp_bias):
     return spec != _I32(0)
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _step2d(S, nb, lc, av, exp_bits):
     """Per block: the step s and leftover count u from the declared bounds, every coefficient's width, field and
     first bit (rows _RVAL, _RPOS). A loop of its own (fused with _front2d, before the 32-bit fixes, LLVM kept
@@ -427,7 +430,7 @@ def _step2d(S, nb, lc, av, exp_bits):
         S[(_RPOS + 16) * G + j] = p
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _front1d(S, nb, lc, av, exp_bits, exp_bias):
     """_front2d + _step2d for 1-D blocks of 4 (one group of 4); returns whether a block holds NaN / ±Inf."""
     spec = _I32(0)
@@ -481,7 +484,7 @@ def _front1d(S, nb, lc, av, exp_bits, exp_bias):
     return spec != _I32(0)
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _gather_s(xi, n, h, w, two_d, b0, nb, S, T):
     """S[k * G + j] = bits of value k of block b0 + j, clamped into the tensor (edge padding repeats the last
     row / column / element); 1-D blocks fill rows 0-3 only.
@@ -550,7 +553,7 @@ def _gather_s(xi, n, h, w, two_d, b0, nb, S, T):
             Sr[3 * G + j] = Tr[4 * j + 3]
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _part(v, d):
     """The bits of field v (first bit p) that fall into the word starting at bit p − d: v << d for 0 <= d < 32,
     v >> −d for −32 < d < 0, else 0 (the selects make LLVM emit AVX2's vpsllvd / vpsrlvd)."""
@@ -561,7 +564,7 @@ def _part(v, d):
     return _U32(left | right)
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _pack2d(S, O, nb, nwb):
     """O[k * G + j] = word k of block j (counted from its first bit), two words per pass over the blocks: word k
     is the OR over the fields of (v << (p − 32k)) | (v >> (32k − p)) with out-of-range shifts giving 0 (AVX2's
@@ -644,7 +647,7 @@ def _pack2d(S, O, nb, nwb):
             ok1[j] = _I32(o1)
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _pack1d(S, O, nb, nwb):
     """O[k * G + j] = word k of block j (counted from its first bit), two words per pass over the blocks: word k
     is the OR over the fields of (v << (p − 32k)) | (v >> (32k − p)) with out-of-range shifts giving 0 (AVX2's
@@ -679,7 +682,7 @@ def _pack1d(S, O, nb, nwb):
             ok1[j] = _I32(o1)
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _store_words(O, dt, nb, nwb):
     """dt[nwb * j + k] = word k of block j: unrolled for the word counts of rates 4, 6, 8, 12 and 16 (2-D) so that
     LLVM vectorises the stores as interleaved accesses; other counts take the generic loop."""
@@ -798,7 +801,7 @@ def _i2f(typingctx, a):  # noqa: ANN001, ANN202
     return sig, codegen
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _xpart(wv, d):
     """The bits of the word wv (stream bits 32k..32k+31) that belong to a field whose first bit is 32k + d,
     shifted to the field's bit 0: wv >> d for 0 <= d < 32, wv << −d for −32 < d < 0, else 0 (see _part)."""
@@ -809,7 +812,7 @@ def _xpart(wv, d):
     return _U32(left | right)
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _inv(x, y, z, w):
     """ZFP's inverse lifting of one row / column (int32: cannot overflow, see zfp.py)."""
     y = _I32(y + _sar(w, _I32(1)))
@@ -825,7 +828,7 @@ def _inv(x, y, z, w):
     return x, y, z, w
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _load_words(data, w0, wend, budget, nb, nwb, W):
     """W[k * G + j] = word k of block j's bits counted from its first bit (k < nwb), rows nwb..nwb+3 zero."""
     for k in range(nwb, nwb + 4):
@@ -858,7 +861,7 @@ def _load_words(data, w0, wend, budget, nb, nwb, W):
                 W[k * G + j] = np.int32(np.uint32(((hi << np.uint64(32)) | lo) >> off))
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _dec_head(S, W, nb, two_d, lc, av, exp_bits, exp_bias):
     """Per block: the header word -> D_g, s, u, emax rows; returns (any exponent field out of range, any
     nonzero block whose values may leave float32's normal range: emax outside [-100, 122])."""
@@ -918,7 +921,7 @@ def _dec_head(S, W, nb, two_d, lc, av, exp_bits, exp_bias):
     return bad != _I32(0), wide != _I32(0)
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _extract2d(S, W, nb, nwb, exp_bits):
     """Rows 0..15 = every coefficient's raw field bits (sequency order), four words per pass over the blocks
     (the field at first bit p collects _xpart(word k, p − 32k) from every word; see _pack2d)."""
@@ -1077,7 +1080,7 @@ def _extract2d(S, W, nb, nwb, exp_bits):
             p = _I32(p + _I32(ws4 + up))
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _extract1d(S, W, nb, nwb, exp_bits):
     """_extract2d for 1-D blocks (4 coefficients, one group)."""
     for kc in range(0, nwb, 4):
@@ -1131,7 +1134,7 @@ def _extract1d(S, W, nb, nwb, exp_bits):
             p = _I32(p + _I32(ws0 + up))
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _coef(S, i, j, wg, u, s):
     """Coefficient i of block j from its raw field: keep w bits, sign-extend, scale by the step."""
     up = _I32(1) if _I32(i) < u else _I32(0)
@@ -1141,12 +1144,12 @@ def _coef(S, i, j, wg, u, s):
     return _shl(_I32(_I32(raw ^ sgn) - sgn), _I32(s - up))
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _val(q, sc):
     return _I32(np.float32(_i2f(q) * sc).view(np.int32))
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _back2d(S, nb):
     """Per block: coefficients from the fields, inverse lifting (columns, then rows), y = q · 2**(emax − 26)
     in float32 (exact scaling of the rounded float32(q): equals the float64 reference while every value is a
@@ -1209,7 +1212,7 @@ def _back2d(S, nb):
         S[15 * G + j] = _val(c15, sc)
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _back1d(S, nb):
     """_back2d for 1-D blocks."""
     for j in range(nb):
@@ -1260,7 +1263,7 @@ def _back_wide(S, nb, size, perm, gof, two_d):
             S[k * G + j] = np.float32(min(max(d, -_F32_MAX), _F32_MAX)).view(np.int32)
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _scatter_s(yi, n, h, w, two_d, b0, nb, S, T):
     """The inverse of _gather_s: value k of block b0 + j (float bits in S[k * G + j]) to its place in the tensor,
     the padding left out (runs along block rows through T, as in _gather_s)."""
