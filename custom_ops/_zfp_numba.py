@@ -1,16 +1,28 @@
 """Compiled CPU backend of the ``zfp`` codec (bitstream v3): writes the same words as ``kernels/zfp.cu`` and
 the NumPy coder (``custom_ops/zfp.py`` has the format).
 
-Work is split into tasks of GROUP blocks (``prange``: fixed rate puts block ``b`` at bit ``b · budget``, and a
-task's first bit is word-aligned, so tasks share no word). Inside a task, everything that is the same
-arithmetic for every block runs as loops over the task's blocks on structure-of-arrays tables (one row per
-coefficient position, one column per block), which LLVM vectorises: gather, block exponent, block floating
-point (float32 products by an exact power of two), ZFP's lifting in int32 (every intermediate is cast back to
-int32: numba widens int32 arithmetic to int64, which would halve the vector lanes), the groups' magnitude ORs;
-the header fields, the step (closed form) and the fixed-width packing / unpacking of the 16 fields (per
-coefficient: widths, rounding, prefix-sum positions, then a select over the few words the positions reach);
-on decode also the inverse lifting, the float conversion and the scatter. There is no serial bit loop; what
-stays serial per block is the gather / scatter of its 16 values and the copy of its words.
+Work is split into tasks of G blocks (``prange``: fixed rate puts block ``b`` at bit ``b · budget``, and a
+task's first bit is word-aligned, so tasks share no word). Inside a task every stage is a loop over the task's
+blocks that LLVM vectorises (8 blocks per AVX2 vector), on tables with one row per quantity and one column per
+block. What it took (each measured: a loop that missed one of these ran scalar, 2-4x slower):
+
+* one int32 scratch array per task with the rows at compile-time offsets ``S[row * G + j]``, so that LLVM
+  needs no runtime alias checks between rows (with one numba array per table it gave up on loops touching
+  many tables); stores at a *runtime* row go through row views (numba's negative-index wraparound makes
+  ``k * G + j`` non-affine);
+* 32-bit arithmetic throughout: numba widens int32 shifts, negations and int->float conversions to 64 bits,
+  which halves the lanes or (int64 -> float) scalarises them, so variable shifts and conversions go through
+  the small LLVM intrinsics below, and every other int32 expression is cast back;
+* no helper that stores into the scratch array from inside the block loop (inlined, it kept LLVM from
+  vectorising the loop: the stores are written out in the loop bodies), and no short-circuit ``and``/``or``.
+
+Encode: gather (stride-4 copies through a staging table), block floating point + lifting + group bounds +
+header in one loop, step + widths + fields + first bits in a second, the pack (every field against every word,
+branch-free variable shifts), the words out. Decode mirrors it. Scratch is per task (~40 KiB), so it stays in
+L1/L2. There is no serial bit loop anywhere.
+Helpers are plain ``@njit`` functions, not numba-level ``inline="always"``: LLVM still inlines them, and
+numba's own inlining of every helper into both prange kernels took compiling from ~31 s to ~381 s of CPU (cold
+cache) for ~10 % of encode speed — a cost every fresh install and the first test run would pay.
 Imported only when numba is installed; ``custom_ops/zfp.py`` falls back to its vectorised NumPy coder otherwise.
 """
 from __future__ import annotations
@@ -20,18 +32,16 @@ import math
 import numba
 import numpy as np
 from llvmlite import ir
+from numba.core import types
 from numba.extending import intrinsic
 
 _PERM2 = np.array([0, 1, 4, 5, 2, 8, 6, 9, 3, 12, 10, 7, 13, 11, 14, 15], dtype=np.int64)
 _PERM1 = np.array([0, 1, 2, 3], dtype=np.int64)
-# group sizes over the sequency-ordered coefficients (zfp.GROUPS_2D / GROUPS_1D) and each position's group
-_GS2 = np.array([1, 2, 3, 4, 6], dtype=np.int64)
-_GS1 = np.array([4], dtype=np.int64)
-_GOF2 = np.repeat(np.arange(5), _GS2).astype(np.int64)
+# each sequency position's group (zfp.GROUPS_2D = 1, 2, 3, 4, 6; GROUPS_1D = 4)
+_GOF2 = np.repeat(np.arange(5), [1, 2, 3, 4, 6]).astype(np.int64)
 _GOF1 = np.zeros(4, dtype=np.int64)
 _FIELD_BITS = 2
 _F32_MAX = float(np.finfo(np.float32).max)
-GROUP = 256  # blocks per parallel task: a multiple of 8, so a task's first bit (b * rate * 4 or 16) is word-aligned
 # 2**e for the block scale factors, e in [-_POW_OFF, _POW_OFF]: x * 2**(emax - precision) is exact in float64,
 # so it equals ldexp without a libm call.
 _POW_OFF = 400
@@ -40,7 +50,7 @@ _POW2 = np.array([math.ldexp(1.0, e) for e in range(-_POW_OFF, _POW_OFF + 1)], d
 
 @intrinsic
 def _clz(typingctx, x):  # noqa: ANN001, ANN202
-    """Count leading zeros (x != 0)."""
+    """Count leading zeros (x != 0). Not used here: cpu/sz.py imports it (with _popcount) from this module."""
     sig = x(x)
 
     def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
@@ -51,7 +61,7 @@ def _clz(typingctx, x):  # noqa: ANN001, ANN202
 
 @intrinsic
 def _popcount(typingctx, x):  # noqa: ANN001, ANN202
-    """Number of set bits (LLVM's ctpop). Not used here: cpu/sz.py imports it (with _clz) from this module."""
+    """Number of set bits (LLVM's ctpop); for cpu/sz.py, as _clz."""
     sig = x(x)
 
     def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
@@ -60,466 +70,1293 @@ def _popcount(typingctx, x):  # noqa: ANN001, ANN202
     return sig, codegen
 
 
-@numba.njit(cache=True, inline="always")
-def _next(base, r0, c0, h, w, two_d):
-    """Origin (plane's flat index, first row, first column; 1-D: first index) of the block after the one at
-    (base, r0, c0), without integer divisions."""
-    if not two_d:
-        return base + 4, 0, 0
-    c0 += 4
-    if c0 >= w:
-        c0 = 0
-        r0 += 4
-        if r0 >= h:
-            r0 = 0
-            base += h * w
-    return base, r0, c0
+# -- encoder ------------------------------------------------------------------------------------------------
+# Every task (G blocks) keeps its tables in ONE int32 scratch array, row r of block j at S[r * G + j] with G a
+# compile-time constant: LLVM then knows that different rows never overlap and vectorises the loops over j
+# without runtime alias checks (with one numba array per table it gave up on loops touching more than a few).
+G = 128  # blocks per parallel task: a multiple of 8, so a task's first bit (b · rate · 4 or 16) is word-aligned
+_RV = 0      # 16 rows: the block's float32 bits (gather)
+_RVAL = 16   # 16 rows: every coefficient's field, its low w bits (sequency order)
+_RPOS = 32   # 17 rows: every coefficient's first bit counted from the block's first bit; row 48: its end
+_RHDR = 49   # 1 row: the header word (exponent and group fields; bits 0..18, or 0..10 for 1-D)
+_RD = 50     # 6 rows: declared bounds D_0..D_4 and the all-zero flag (2-D)
+_ROWS = _RD + 6
+_I32 = np.int32
+_U32 = np.uint32
+_F32 = np.float32
+# m = ceil(2**16 / n) for the cumulative group sizes N_k = 1, 3, 6, 10, 16 (2-D) and 4 (1-D): see _cdiv
+_M1, _M3, _M6, _M10, _M16, _M4 = 65536, 21846, 10923, 6554, 4096, 16384
 
 
-@numba.njit(cache=True, inline="always")
-def _origin(b, h, w, two_d):
-    if not two_d:
-        return b * 4, 0, 0
-    bc = (w + 3) // 4
-    br = (h + 3) // 4
-    p = b // (br * bc)
-    rem = b - p * br * bc
-    by = rem // bc
-    return p * h * w, by * 4, (rem - by * bc) * 4
+@intrinsic
+def _shl(typingctx, a, b):  # noqa: ANN001, ANN202
+    """a << b in a's own width (numba would widen int32 / uint32 shifts to 64 bits, which halves the vector
+    lanes and made LLVM's cost model keep whole loops scalar). b must be in [0, width): LLVM's shl semantics."""
+    sig = a(a, b)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        return builder.shl(args[0], builder.trunc(args[1], args[0].type) if args[1].type.width > args[0].type.width
+                           else args[1])
+
+    return sig, codegen
 
 
-@numba.njit(cache=True, inline="always")
-def _gather(xb, n, h, w, two_d, b0, nb, v):
-    """v[k, j] = bits of value k of block b0 + j, clamped into the tensor (edge padding repeats the last row /
-    column / element); 1-D blocks fill rows 0-3 only."""
-    base, r0, c0 = _origin(b0, h, w, two_d)
+@intrinsic
+def _shr(typingctx, a, b):  # noqa: ANN001, ANN202
+    """Logical a >> b in a's own width (see _shl)."""
+    sig = a(a, b)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        return builder.lshr(args[0], builder.trunc(args[1], args[0].type) if args[1].type.width > args[0].type.width
+                            else args[1])
+
+    return sig, codegen
+
+
+@intrinsic
+def _sar(typingctx, a, b):  # noqa: ANN001, ANN202
+    """Arithmetic a >> b in a's own width (see _shl)."""
+    sig = a(a, b)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        return builder.ashr(args[0], builder.trunc(args[1], args[0].type) if args[1].type.width > args[0].type.width
+                            else args[1])
+
+    return sig, codegen
+
+
+@intrinsic
+def _i2fbits(typingctx, a):  # noqa: ANN001, ANN202
+    """The bits (int32) of float32(a) for an int32 a, converted from 32 bits (numba goes through int64, which
+    AVX2 cannot convert in vectors: the loop's conversions ran as scalars)."""
+    sig = types.int32(a)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        return builder.bitcast(builder.sitofp(args[0], ir.FloatType()), ir.IntType(32))
+
+    return sig, codegen
+
+
+@numba.njit(cache=True)
+def _bitlen28(v):
+    """Bit length of 0 <= v < 2**28 (0 for 0) from the exponent of float32(v) (8 lanes per vector): exact,
+    because a v >= 2**24 drops its low 4 bits first (that cannot change its bit length), so nothing rounds."""
+    v2 = v if v < _I32(1 << 24) else _I32(v & _I32(-16))
+    e = _I32(_I32(_i2fbits(v2) >> _I32(23)) - _I32(126))
+    return max(e, _I32(0))
+
+
+@numba.njit(cache=True)
+def _cdiv(a, n, m):
+    """ceil(max(a, 0) / n) for a < 2**15, n <= 16, m = ceil(2**16 / n): floor(a' / n) = a' · m >> 16 for
+    0 <= a' = a + n - 1 < 2**15 (the excess a' (m − 2**16/n) / 2**16 < 0.008 stays below the 1/n gap to the
+    next integer). An int32 multiply vectorises; a division does not."""
+    a2 = _I32(max(a, _I32(0)) + _I32(n - 1))
+    return _I32(_I32(a2 * _I32(m)) >> _I32(16))
+
+
+@numba.njit(cache=True)
+def _lift(x, y, z, w):
+    """ZFP's forward lifting of one row / column (int32)."""
+    x = _I32(_I32(x + w) >> _I32(1))
+    w = _I32(w - x)
+    z = _I32(_I32(z + y) >> _I32(1))
+    y = _I32(y - z)
+    x = _I32(_I32(x + z) >> _I32(1))
+    z = _I32(z - x)
+    w = _I32(_I32(w + y) >> _I32(1))
+    y = _I32(y - w)
+    w = _I32(w + _I32(y >> _I32(1)))
+    y = _I32(y - _I32(w >> _I32(1)))
+    return x, y, z, w
+
+
+@numba.njit(cache=True)
+def _block_scale(a):
+    """(emax, s1, s2) of a block whose largest magnitude has float bits a: q = trunc(x · s1 · s2) = trunc(x ·
+    2**(26 − emax)), both products exact in float32 (s2 is a normal power of two; s1 = 2**64 lifts blocks below
+    2**-101 first, so that s2 stays <= 2**127)."""
+    ef = _I32(a >> _I32(23))
+    bl = _I32(_I32(_i2fbits(a) >> _I32(23)) - _I32(126))  # bit length of a subnormal's m
+    emax = _I32(ef - _I32(126)) if ef > _I32(0) else (_I32(bl - _I32(149)) if a != _I32(0) else _I32(0))
+    e = _I32(_I32(26) - emax)
+    big = e > _I32(127)
+    s1 = _F32(18446744073709551616.0) if big else _F32(1.0)
+    e2 = _I32(e - _I32(64)) if big else e
+    s2 = _I32(_I32(e2 + _I32(127)) << _I32(23)).view(np.float32)
+    return emax, s1, s2
+
+
+@numba.njit(cache=True)
+def _q(bits, s1, s2):
+    return _I32(_F32(_F32(np.int32(bits).view(np.float32) * s1) * s2))
+
+
+@numba.njit(cache=True)
+def _field(c, w, t):
+    """The w low bits of round-half-up(c / 2**t) saturated to w-bit two's complement."""
+    half = _sar(_shl(_I32(1), t), _I32(1))
+    r = _sar(_I32(c + half), t)
+    lim = _sar(_shl(_I32(1), w), _I32(1))
+    r = min(max(r, _I32(-lim)), _I32(lim - _I32(1)))
+    return _I32(r & _I32(_shl(_I32(1), w) - _I32(1)))
+
+
+@numba.njit(cache=True)
+def _front2d(S, nb, lc, av, exp_bits, exp_bias):
+    """Per block (one loop over the task's blocks, 8 per vector): block floating point, lifting (rows, then
+    columns), the groups' suffix ORs -> declared bounds D_g and the header word. Writes the coefficients back
+    into rows 0..15 in sequency order, D_g and the all-zero flag into rows _RD.., the header into _RHDR.
+    Returns whether a block holds NaN / ±Inf (largest magnitude's bits >= 0x7F800000; its words are then
+    meaningless and the caller re-encodes with those values zeroed)."""
+    spec = _I32(0)
     for j in range(nb):
-        if j > 0:
-            base, r0, c0 = _next(base, r0, c0, h, w, two_d)
-        if two_d and r0 + 4 <= h and c0 + 4 <= w:  # interior block: four rows of four, no clamping
-            for r in range(4):
-                row = base + (r0 + r) * w + c0
-                for c in range(4):
-                    v[4 * r + c, j] = xb[row + c]
-        elif two_d:
-            for r in range(4):
-                row = base + min(r0 + r, h - 1) * w
-                for c in range(4):
-                    v[4 * r + c, j] = xb[row + min(c0 + c, w - 1)]
-        else:
-            for c in range(4):
-                v[c, j] = xb[min(base + c, n - 1)]
+        b0 = S[0 * G + j]
+        b1 = S[1 * G + j]
+        b2 = S[2 * G + j]
+        b3 = S[3 * G + j]
+        b4 = S[4 * G + j]
+        b5 = S[5 * G + j]
+        b6 = S[6 * G + j]
+        b7 = S[7 * G + j]
+        b8 = S[8 * G + j]
+        b9 = S[9 * G + j]
+        b10 = S[10 * G + j]
+        b11 = S[11 * G + j]
+        b12 = S[12 * G + j]
+        b13 = S[13 * G + j]
+        b14 = S[14 * G + j]
+        b15 = S[15 * G + j]
+        mk = _I32(0x7FFFFFFF)
+        a = max(max(max(b0 & mk, b1 & mk), max(b2 & mk, b3 & mk)), max(max(b4 & mk, b5 & mk), max(b6 & mk, b7 & mk)))
+        a = max(a, max(max(max(b8 & mk, b9 & mk), max(b10 & mk, b11 & mk)),
+                       max(max(b12 & mk, b13 & mk), max(b14 & mk, b15 & mk))))
+        emax, s1, s2 = _block_scale(a)
+        c0, c1, c2, c3 = _lift(_q(b0, s1, s2), _q(b1, s1, s2), _q(b2, s1, s2), _q(b3, s1, s2))
+        c4, c5, c6, c7 = _lift(_q(b4, s1, s2), _q(b5, s1, s2), _q(b6, s1, s2), _q(b7, s1, s2))
+        c8, c9, c10, c11 = _lift(_q(b8, s1, s2), _q(b9, s1, s2), _q(b10, s1, s2), _q(b11, s1, s2))
+        c12, c13, c14, c15 = _lift(_q(b12, s1, s2), _q(b13, s1, s2), _q(b14, s1, s2), _q(b15, s1, s2))
+        c0, c4, c8, c12 = _lift(c0, c4, c8, c12)
+        c1, c5, c9, c13 = _lift(c1, c5, c9, c13)
+        c2, c6, c10, c14 = _lift(c2, c6, c10, c14)
+        c3, c7, c11, c15 = _lift(c3, c7, c11, c15)
+        # sequency order 0 1 4 5 2 8 6 9 3 12 10 7 13 11 14 15; groups {0} {1 4} {5 2 8} {6 9 3 12} {10 7 13 11 14 15}
+        o4 = max(c10, _I32(-c10)) | max(c7, _I32(-c7)) | max(c13, _I32(-c13)) | max(c11, _I32(-c11)) | max(c14, _I32(-c14)) | max(c15, _I32(-c15))
+        o3 = o4 | max(c6, _I32(-c6)) | max(c9, _I32(-c9)) | max(c3, _I32(-c3)) | max(c12, _I32(-c12))
+        o2 = o3 | max(c5, _I32(-c5)) | max(c2, _I32(-c2)) | max(c8, _I32(-c8))
+        o1 = o2 | max(c1, _I32(-c1)) | max(c4, _I32(-c4))
+        o0 = o1 | max(c0, _I32(-c0))
+        # the suffix ORs' bit lengths are the suffix maxima M_g of the groups' bit lengths
+        m0, m1, m2, m3, m4 = _bitlen28(o0), _bitlen28(o1), _bitlen28(o2), _bitlen28(o3), _bitlen28(o4)
+        cap = _I32(3)
+        f0 = min(_I32(lc - m0), cap)
+        d0 = _I32(lc - f0)
+        f1 = min(_I32(d0 - m1), cap)
+        d1 = _I32(d0 - f1)
+        f2 = min(_I32(d1 - m2), cap)
+        d2 = _I32(d1 - f2)
+        f3 = min(_I32(d2 - m3), cap)
+        d3 = _I32(d2 - f3)
+        f4 = min(_I32(d3 - m4), cap)
+        d4 = _I32(d3 - f4)
+        code = _I32(emax + _I32(exp_bias)) | _shl(f0, _I32(exp_bits)) | _shl(f1, _I32(exp_bits + 2)) | \
+            _shl(f2, _I32(exp_bits + 4)) | _shl(f3, _I32(exp_bits + 6)) | _shl(f4, _I32(exp_bits + 8))
+        S[0 * G + j] = c0
+        S[1 * G + j] = c1
+        S[2 * G + j] = c4
+        S[3 * G + j] = c5
+        S[4 * G + j] = c2
+        S[5 * G + j] = c8
+        S[6 * G + j] = c6
+        S[7 * G + j] = c9
+        S[8 * G + j] = c3
+        S[9 * G + j] = c12
+        S[10 * G + j] = c10
+        S[11 * G + j] = c7
+        S[12 * G + j] = c13
+        S[13 * G + j] = c11
+        S[14 * G + j] = c14
+        S[15 * G + j] = c15
+        S[(_RD + 0) * G + j] = d0
+        S[(_RD + 1) * G + j] = d1
+        S[(_RD + 2) * G + j] = d2
+        S[(_RD + 3) * G + j] = d3
+        S[(_RD + 4) * G + j] = d4
+        zero = a == _I32(0)
+        S[_RHDR * G + j] = _I32(0) if zero else code
+        S[(_RD + 5) * G + j] = _I32(1) if zero else _I32(0)
+        spec |= _I32(1) if a >= _I32(0x7F800000) else _I32(0)
+    return spec != _I32(0)
 
 
-@numba.njit(cache=True, inline="always")
-def _fwd4(q, a, b, c, d, nb):
-    """ZFP's forward lifting on rows a, b, c, d of q (int32), for every block."""
-    ra, rb, rc, rd = q[a], q[b], q[c], q[d]
-    for j in range(nb):
-        x, y, z, w = ra[j], rb[j], rc[j], rd[j]
-        x = np.int32(np.int32(x + w) >> 1)
-        w = np.int32(w - x)
-        z = np.int32(np.int32(z + y) >> 1)
-        y = np.int32(y - z)
-        x = np.int32(np.int32(x + z) >> 1)
-        z = np.int32(z - x)
-        w = np.int32(np.int32(w + y) >> 1)
-        y = np.int32(y - w)
-        w = np.int32(w + np.int32(y >> 1))
-        y = np.int32(y - np.int32(w >> 1))
-        ra[j], rb[j], rc[j], rd[j] = x, y, z, w
-
-
-@numba.njit(cache=True, inline="always")
-def _inv4(q, a, b, c, d, nb):
-    """ZFP's inverse lifting (int32: cannot overflow for |coefficient| <= 2**27, see zfp.py)."""
-    ra, rb, rc, rd = q[a], q[b], q[c], q[d]
-    for j in range(nb):
-        x, y, z, w = ra[j], rb[j], rc[j], rd[j]
-        y = np.int32(y + np.int32(w >> 1))
-        w = np.int32(w - np.int32(y >> 1))
-        y = np.int32(y + w)
-        w = np.int32(np.int32(w << 1) - y)
-        z = np.int32(z + x)
-        x = np.int32(np.int32(x << 1) - z)
-        y = np.int32(y + z)
-        z = np.int32(np.int32(z << 1) - y)
-        w = np.int32(w + x)
-        x = np.int32(np.int32(x << 1) - w)
-        ra[j], rb[j], rc[j], rd[j] = x, y, z, w
-
-
-@numba.njit(cache=True, inline="always")
-def _bitlen32(v):
-    """Bit length of 0 <= v < 2**31 (0 for 0), from the exponent of its exact float64: vectorises."""
-    e = np.int32(np.int64(np.float64(v).view(np.uint64) >> np.uint64(52)) - 1022)
-    return max(e, np.int32(0))
-
-
-@numba.njit(cache=True, inline="always")
-def _ceil_div(a, n):
-    """ceil(max(a, 0) / n) for small integers, through an exactly rounded float64 quotient: vectorises."""
-    return np.int32(math.floor(np.float64(max(a, np.int32(0)) + n - 1) / np.float64(n)))
-
-
-@numba.njit(cache=True, inline="always")
-def _closed_step(d0, d1, d2, d3, d4, n0, n1, n2, n3, n4, av):
-    """(s, U) from the declared bounds of up to 5 groups (sizes n, 0 for absent groups): see ``_header``."""
-    N1 = n0
-    S1 = np.int32(n0 * (d0 + 1))
-    N2 = np.int32(N1 + n1)
-    S2 = np.int32(S1 + n1 * (d1 + 1))
-    N3 = np.int32(N2 + n2)
-    S3 = np.int32(S2 + n2 * (d2 + 1))
-    N4 = np.int32(N3 + n3)
-    S4 = np.int32(S3 + n3 * (d3 + 1))
-    N5 = np.int32(N4 + n4)
-    S5 = np.int32(S4 + n4 * (d4 + 1))
-    s = max(max(_ceil_div(np.int32(S1 - av), N1), _ceil_div(np.int32(S2 - av), N2)),
-            max(max(_ceil_div(np.int32(S3 - av), N3), _ceil_div(np.int32(S4 - av), N4)),
-                _ceil_div(np.int32(S5 - av), N5)))
-    tot = max(max(max(np.int32(S1 - N1 * s), np.int32(S2 - N2 * s)), max(np.int32(S3 - N3 * s), np.int32(S4 - N4 * s))),
-              max(np.int32(S5 - N5 * s), np.int32(0)))
-    ne = (n0 if d0 >= s - 1 else np.int32(0)) + (n1 if d1 >= s - 1 else np.int32(0)) + \
-        (n2 if d2 >= s - 1 else np.int32(0)) + (n3 if d3 >= s - 1 else np.int32(0)) + \
-        (n4 if d4 >= s - 1 else np.int32(0))
-    u = min(np.int32(ne if s > 0 else 0), np.int32(av - tot))
-    return np.int32(s), np.int32(u)
-
-
-@numba.njit(cache=True, inline="always")
-def _header(gm, amax, emax, exp_bias, exp_bits, lcap, gs, ng, avail, Dt, hcode, sj, uj, nb):
-    """Per block, in one loop over the blocks with the (up to 5) groups unrolled into scalars (vectorises):
-    declared bounds D_g (suffix maxima of the groups' bit lengths, coded as 2-bit steps down from LCAP), the
-    header word, the step s and U, the number of leading coefficients that take one of the bits left over.
+@numba.njit(cache=True)
+def _step2d(S, nb, lc, av, exp_bits):
+    """Per block: the step s and leftover count u from the declared bounds, every coefficient's width, field and
+    first bit (rows _RVAL, _RPOS). A loop of its own (fused with _front2d, before the 32-bit fixes, LLVM kept
+    it scalar; splitting costs ~40 L1 loads and stores per 8 blocks).
 
     s in closed form: with S_k = sum_{g<k} n_g (D_g + 1) and N_k = sum_{g<k} n_g, the total at step p is
     max_k (S_k - N_k p) (each term max(0, D_g - p + 1) is >= D_g - p + 1 and >= 0, with equality for the
     groups still active, a prefix since D is non-increasing); it fits iff p >= (S_k - avail) / N_k for every
     k. The eligible groups for leftover bits (D_g >= s - 1) are a prefix too. All-zero blocks: header 0, s
-    past every bound (no coefficient bits). Groups past ``ng`` (1-D blocks) have n = 0 and change nothing."""
-    n0 = np.int32(gs[0])
-    n1 = np.int32(gs[1]) if ng > 1 else np.int32(0)
-    n2 = np.int32(gs[2]) if ng > 2 else np.int32(0)
-    n3 = np.int32(gs[3]) if ng > 3 else np.int32(0)
-    n4 = np.int32(gs[4]) if ng > 4 else np.int32(0)
-    g0, g1, g2, g3, g4 = gm[0], gm[1], gm[2], gm[3], gm[4]
-    d0r, d1r, d2r, d3r, d4r = Dt[0], Dt[1], Dt[2], Dt[3], Dt[4]
-    two = ng > 1
-    cap = np.int32(3)
-    lc = np.int32(lcap)
-    av = np.int32(avail)
+    past every bound (no coefficient bits)."""
     for j in range(nb):
-        m4 = _bitlen32(g4[j])
-        m3 = max(_bitlen32(g3[j]), m4)
-        m2 = max(_bitlen32(g2[j]), m3)
-        m1 = max(_bitlen32(g1[j]), m2)
-        m0 = max(_bitlen32(g0[j]), m1)
-        f0 = min(np.int32(lc - m0), cap)
-        d0 = np.int32(lc - f0)
-        f1 = min(np.int32(d0 - m1), cap)
-        d1 = np.int32(d0 - f1)
-        f2 = min(np.int32(d1 - m2), cap)
-        d2 = np.int32(d1 - f2)
-        f3 = min(np.int32(d2 - m3), cap)
-        d3 = np.int32(d2 - f3)
-        f4 = min(np.int32(d3 - m4), cap)
-        d4 = np.int32(d3 - f4)
-        code = np.uint32(emax[j] + exp_bias) | np.uint32(np.uint32(f0) << np.uint32(exp_bits))
-        if two:
-            code |= np.uint32(np.uint32(f1) << np.uint32(exp_bits + 2)) | np.uint32(np.uint32(f2) << np.uint32(exp_bits + 4))
-            code |= np.uint32(np.uint32(f3) << np.uint32(exp_bits + 6)) | np.uint32(np.uint32(f4) << np.uint32(exp_bits + 8))
-        s, u = _closed_step(d0, d1, d2, d3, d4, n0, n1, n2, n3, n4, av)
-        zero = amax[j] == 0
-        hcode[j] = np.uint32(0) if zero else code
-        sj[j] = np.int32(lc + 1) if zero else np.int32(s)
-        uj[j] = np.int32(0) if zero else np.int32(u)
-        d0r[j], d1r[j], d2r[j], d3r[j], d4r[j] = d0, d1, d2, d3, d4
+        c0 = S[0 * G + j]
+        c1 = S[1 * G + j]
+        c2 = S[2 * G + j]
+        c3 = S[3 * G + j]
+        c4 = S[4 * G + j]
+        c5 = S[5 * G + j]
+        c6 = S[6 * G + j]
+        c7 = S[7 * G + j]
+        c8 = S[8 * G + j]
+        c9 = S[9 * G + j]
+        c10 = S[10 * G + j]
+        c11 = S[11 * G + j]
+        c12 = S[12 * G + j]
+        c13 = S[13 * G + j]
+        c14 = S[14 * G + j]
+        c15 = S[15 * G + j]
+        d0 = S[(_RD + 0) * G + j]
+        d1 = S[(_RD + 1) * G + j]
+        d2 = S[(_RD + 2) * G + j]
+        d3 = S[(_RD + 3) * G + j]
+        d4 = S[(_RD + 4) * G + j]
+        zero = S[(_RD + 5) * G + j] != _I32(0)
+        # step s and leftover count u in closed form (see the docstring)
+        S1 = _I32(d0 + _I32(1))
+        S2 = _I32(S1 + _I32(2) * _I32(d1 + _I32(1)))
+        S3 = _I32(S2 + _I32(3) * _I32(d2 + _I32(1)))
+        S4 = _I32(S3 + _I32(4) * _I32(d3 + _I32(1)))
+        S5 = _I32(S4 + _I32(6) * _I32(d4 + _I32(1)))
+        s = max(max(_cdiv(_I32(S1 - av), 1, _M1), _cdiv(_I32(S2 - av), 3, _M3)),
+                max(max(_cdiv(_I32(S3 - av), 6, _M6), _cdiv(_I32(S4 - av), 10, _M10)), _cdiv(_I32(S5 - av), 16, _M16)))
+        tot = max(max(max(_I32(S1 - s), _I32(S2 - _I32(3) * s)), max(_I32(S3 - _I32(6) * s), _I32(S4 - _I32(10) * s))),
+                  max(_I32(S5 - _I32(16) * s), _I32(0)))
+        sm = _I32(s - _I32(1))
+        ne = _I32(_I32(1) if d0 >= sm else _I32(0)) + _I32(_I32(2) if d1 >= sm else _I32(0)) + \
+            _I32(_I32(3) if d2 >= sm else _I32(0)) + _I32(_I32(4) if d3 >= sm else _I32(0)) + \
+            _I32(_I32(6) if d4 >= sm else _I32(0))
+        u = min(_I32(ne if s > _I32(0) else _I32(0)), _I32(av - tot))
+        s = _I32(lc + _I32(1)) if zero else s
+        u = _I32(0) if zero else u
+        # widths (max(0, D_g - s + 1), one more for the first u coefficients at half the step), fields, positions
+        ws0 = max(_I32(_I32(d0 - s) + _I32(1)), _I32(0))
+        ws1 = max(_I32(_I32(d1 - s) + _I32(1)), _I32(0))
+        ws2 = max(_I32(_I32(d2 - s) + _I32(1)), _I32(0))
+        ws3 = max(_I32(_I32(d3 - s) + _I32(1)), _I32(0))
+        ws4 = max(_I32(_I32(d4 - s) + _I32(1)), _I32(0))
+        p = _I32(exp_bits + 10)
+        up = _I32(1) if _I32(0) < u else _I32(0)
+        wi = _I32(ws0 + up)
+        S[(_RVAL + 0) * G + j] = _field(c0, wi, _I32(s - up))
+        S[(_RPOS + 0) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(1) < u else _I32(0)
+        wi = _I32(ws1 + up)
+        S[(_RVAL + 1) * G + j] = _field(c1, wi, _I32(s - up))
+        S[(_RPOS + 1) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(2) < u else _I32(0)
+        wi = _I32(ws1 + up)
+        S[(_RVAL + 2) * G + j] = _field(c2, wi, _I32(s - up))
+        S[(_RPOS + 2) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(3) < u else _I32(0)
+        wi = _I32(ws2 + up)
+        S[(_RVAL + 3) * G + j] = _field(c3, wi, _I32(s - up))
+        S[(_RPOS + 3) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(4) < u else _I32(0)
+        wi = _I32(ws2 + up)
+        S[(_RVAL + 4) * G + j] = _field(c4, wi, _I32(s - up))
+        S[(_RPOS + 4) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(5) < u else _I32(0)
+        wi = _I32(ws2 + up)
+        S[(_RVAL + 5) * G + j] = _field(c5, wi, _I32(s - up))
+        S[(_RPOS + 5) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(6) < u else _I32(0)
+        wi = _I32(ws3 + up)
+        S[(_RVAL + 6) * G + j] = _field(c6, wi, _I32(s - up))
+        S[(_RPOS + 6) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(7) < u else _I32(0)
+        wi = _I32(ws3 + up)
+        S[(_RVAL + 7) * G + j] = _field(c7, wi, _I32(s - up))
+        S[(_RPOS + 7) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(8) < u else _I32(0)
+        wi = _I32(ws3 + up)
+        S[(_RVAL + 8) * G + j] = _field(c8, wi, _I32(s - up))
+        S[(_RPOS + 8) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(9) < u else _I32(0)
+        wi = _I32(ws3 + up)
+        S[(_RVAL + 9) * G + j] = _field(c9, wi, _I32(s - up))
+        S[(_RPOS + 9) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(10) < u else _I32(0)
+        wi = _I32(ws4 + up)
+        S[(_RVAL + 10) * G + j] = _field(c10, wi, _I32(s - up))
+        S[(_RPOS + 10) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(11) < u else _I32(0)
+        wi = _I32(ws4 + up)
+        S[(_RVAL + 11) * G + j] = _field(c11, wi, _I32(s - up))
+        S[(_RPOS + 11) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(12) < u else _I32(0)
+        wi = _I32(ws4 + up)
+        S[(_RVAL + 12) * G + j] = _field(c12, wi, _I32(s - up))
+        S[(_RPOS + 12) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(13) < u else _I32(0)
+        wi = _I32(ws4 + up)
+        S[(_RVAL + 13) * G + j] = _field(c13, wi, _I32(s - up))
+        S[(_RPOS + 13) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(14) < u else _I32(0)
+        wi = _I32(ws4 + up)
+        S[(_RVAL + 14) * G + j] = _field(c14, wi, _I32(s - up))
+        S[(_RPOS + 14) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(15) < u else _I32(0)
+        wi = _I32(ws4 + up)
+        S[(_RVAL + 15) * G + j] = _field(c15, wi, _I32(s - up))
+        S[(_RPOS + 15) * G + j] = p
+        p = _I32(p + wi)
+        S[(_RPOS + 16) * G + j] = p
 
 
-@numba.njit(cache=True, inline="always")
-def _pack(q, perm, gof, size, hdr, hcode, sj, uj, Dt, pos, vals, out, nb, nwb):
-    """out[k, j] = word k of block j's bits (from its first bit): header, then every coefficient at its width.
-    Loops over the blocks, each touching few arrays (LLVM vectorises a loop only while the runtime alias checks
-    between numba's arrays stay few: one loop doing all of this ran at scalar speed, ~2x slower): widths and
-    steps, rounding, positions, the range of words the positions reach, then per reachable word a select
-    (coefficient i's field lands in word pos >> 5 and the next; the word differs between blocks)."""
-    wrow = np.empty(pos.size, np.int32)
-    trow = np.empty(pos.size, np.int32)
-    pst = np.empty(pos.size, np.int32)  # first bit of the current coefficient
-    for k in range(nwb + 1):
-        ok = out[k]
-        for j in range(nb):
-            ok[j] = 0
-    o0 = out[0]
+@numba.njit(cache=True)
+def _front1d(S, nb, lc, av, exp_bits, exp_bias):
+    """_front2d + _step2d for 1-D blocks of 4 (one group of 4); returns whether a block holds NaN / ±Inf."""
+    spec = _I32(0)
     for j in range(nb):
-        pos[j] = hdr
-        o0[j] = hcode[j]
-    for i in range(size):
-        qr, dr = q[perm[i]], Dt[gof[i]]
-        ii = np.int32(i)
-        for j in range(nb):  # bits and step exponent (the first uj[j] coefficients take a leftover bit)
-            up = np.int32(ii < uj[j])
-            wrow[j] = np.int32(max(np.int32(dr[j] - sj[j] + 1), np.int32(0)) + up)
-            trow[j] = np.int32(sj[j] - up)
-        for j in range(nb):  # round half up at the step, saturate to the width, keep the low w bits
-            tt = np.uint32(trow[j])
-            ww = np.uint32(wrow[j])
-            half = np.int32(np.uint32(np.uint32(1) << tt) >> np.uint32(1))
-            r = np.int32(np.int32(qr[j] + half) >> np.int32(tt))
-            lim = np.int32(np.uint32(np.uint32(1) << ww) >> np.uint32(1))
-            r = min(max(r, np.int32(-lim)), np.int32(lim - 1))
-            vals[j] = np.uint32(np.uint32(r) & np.uint32(np.uint32(np.uint32(1) << ww) - np.uint32(1)))
+        b0 = S[0 * G + j]
+        b1 = S[1 * G + j]
+        b2 = S[2 * G + j]
+        b3 = S[3 * G + j]
+        mk = _I32(0x7FFFFFFF)
+        a = max(max(b0 & mk, b1 & mk), max(b2 & mk, b3 & mk))
+        emax, s1, s2 = _block_scale(a)
+        c0, c1, c2, c3 = _lift(_q(b0, s1, s2), _q(b1, s1, s2), _q(b2, s1, s2), _q(b3, s1, s2))
+        m0 = _bitlen28(max(c0, _I32(-c0)) | max(c1, _I32(-c1)) | max(c2, _I32(-c2)) | max(c3, _I32(-c3)))
+        f0 = min(_I32(lc - m0), _I32(3))
+        d0 = _I32(lc - f0)
+        code = _I32(emax + _I32(exp_bias)) | _shl(f0, _I32(exp_bits))
+        S1 = _I32(_I32(4) * _I32(d0 + _I32(1)))
+        s = _cdiv(_I32(S1 - av), 4, _M4)
+        tot = max(_I32(S1 - _I32(4) * s), _I32(0))
+        ne = _I32(4) if d0 >= _I32(s - _I32(1)) else _I32(0)
+        u = min(_I32(ne if s > _I32(0) else _I32(0)), _I32(av - tot))
+        zero = a == _I32(0)
+        code = _I32(0) if zero else code
+        s = _I32(lc + _I32(1)) if zero else s
+        u = _I32(0) if zero else u
+        S[_RHDR * G + j] = code
+        ws0 = max(_I32(_I32(d0 - s) + _I32(1)), _I32(0))
+        p = _I32(exp_bits + 2)
+        up = _I32(1) if _I32(0) < u else _I32(0)
+        wi = _I32(ws0 + up)
+        S[(_RVAL + 0) * G + j] = _field(c0, wi, _I32(s - up))
+        S[(_RPOS + 0) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(1) < u else _I32(0)
+        wi = _I32(ws0 + up)
+        S[(_RVAL + 1) * G + j] = _field(c1, wi, _I32(s - up))
+        S[(_RPOS + 1) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(2) < u else _I32(0)
+        wi = _I32(ws0 + up)
+        S[(_RVAL + 2) * G + j] = _field(c2, wi, _I32(s - up))
+        S[(_RPOS + 2) * G + j] = p
+        p = _I32(p + wi)
+        up = _I32(1) if _I32(3) < u else _I32(0)
+        wi = _I32(ws0 + up)
+        S[(_RVAL + 3) * G + j] = _field(c3, wi, _I32(s - up))
+        S[(_RPOS + 3) * G + j] = p
+        p = _I32(p + wi)
+        S[(_RPOS + 4) * G + j] = p
+        spec |= _I32(1) if a >= _I32(0x7F800000) else _I32(0)
+    return spec != _I32(0)
+
+
+@numba.njit(cache=True)
+def _gather_s(xi, n, h, w, two_d, b0, nb, S, T):
+    """S[k * G + j] = bits of value k of block b0 + j, clamped into the tensor (edge padding repeats the last
+    row / column / element); 1-D blocks fill rows 0-3 only.
+
+    2-D: the task's blocks are runs along block rows (8 blocks for a 32-wide map). Each run's four rows are
+    copied contiguously into T (T[r * 4G + 4j + c] = row r, column c of block j; plain copies), then one loop
+    over all the task's blocks deinterleaves T into S (stride-4 loads, which LLVM vectorises as interleaved
+    accesses; a loop per 8-block run was too short for its vector body and ran scalar, 11 ns per block).
+    A partial last block column (w % 4 != 0) takes the clamped scalar path. Views keep every index affine."""
+    if not two_d:
+        full = min(nb, max(n // 4 - b0, 0))  # blocks with all four values inside
+        xv = xi[4 * b0:4 * (b0 + full)]
+        for j in range(full):
+            S[0 * G + j] = xv[4 * j]
+            S[1 * G + j] = xv[4 * j + 1]
+            S[2 * G + j] = xv[4 * j + 2]
+            S[3 * G + j] = xv[4 * j + 3]
+        for j in range(full, nb):
+            for c in range(4):
+                S[c * G + j] = xi[min(4 * (b0 + j) + c, n - 1)]
+        return
+    bc = (w + 3) // 4
+    br = (h + 3) // 4
+    nfull = w // 4  # block columns with all four columns inside
+    p = b0 // (br * bc)
+    rem = b0 - p * br * bc
+    by = rem // bc
+    bx = rem - by * bc
+    jd = 0
+    while jd < nb:
+        seg = min(nb - jd, bc - bx)  # blocks left in this block row
+        r0 = 4 * by
+        base = p * h * w
+        cnt = max(min(seg, nfull - bx), 0)
+        for r in range(4):  # contiguous copies of the run's rows
+            xr = xi[base + min(r0 + r, h - 1) * w + 4 * bx:]
+            Tr = T[r * 4 * G + 4 * jd:]
+            for e in range(4 * cnt):
+                Tr[e] = xr[e]
+        for q in range(cnt, seg):  # the partial last block column: clamped, straight into S
+            c0 = 4 * (bx + q)
+            for r in range(4):
+                row = base + min(r0 + r, h - 1) * w
+                for c in range(4):
+                    S[(4 * r + c) * G + jd + q] = xi[row + min(c0 + c, w - 1)]
+        if cnt < seg:  # T's slots of those blocks: copy them back from S so that the loop below rewrites the same
+            for q in range(cnt, seg):
+                for r in range(4):
+                    for c in range(4):
+                        T[r * 4 * G + 4 * (jd + q) + c] = S[(4 * r + c) * G + jd + q]
+        jd += seg
+        bx += seg
+        if bx == bc:
+            bx = 0
+            by += 1
+            if by == br:
+                by = 0
+                p += 1
+    for r in range(4):
+        Tr = T[r * 4 * G:(r + 1) * 4 * G]
+        Sr = S[4 * r * G:]
         for j in range(nb):
-            p = pos[j]
-            pst[j] = p
-            pos[j] = np.int32(p + wrow[j])
-        lo = np.int32(1 << 30)
-        hi = np.int32(0)
-        for j in range(nb):  # fields of no bits write nothing: zero blocks must not widen the word range
-            p = pst[j]
-            nz = wrow[j] > 0
-            lo = min(lo, p if nz else np.int32(1 << 30))
-            hi = max(hi, p if nz else np.int32(0))
-        for k in range(lo >> 5, min((hi >> 5) + 2, nwb + 1)):
-            ok = out[k]
-            kk = np.int32(k)
-            for j in range(nb):
-                p = pst[j]
-                wd = np.int32(p >> 5)
-                sh = np.uint32(p & 31)
-                v = vals[j]
-                lo_part = np.uint32(v << sh) if wd == kk else np.uint32(0)
-                hi_part = np.uint32(np.uint32(v >> np.uint32(1)) >> np.uint32(31 - sh)) if wd + 1 == kk else np.uint32(0)
-                ok[j] = np.uint32(ok[j] | lo_part | hi_part)
+            Sr[0 * G + j] = Tr[4 * j]
+            Sr[1 * G + j] = Tr[4 * j + 1]
+            Sr[2 * G + j] = Tr[4 * j + 2]
+            Sr[3 * G + j] = Tr[4 * j + 3]
+
+
+@numba.njit(cache=True)
+def _part(v, d):
+    """The bits of field v (first bit p) that fall into the word starting at bit p − d: v << d for 0 <= d < 32,
+    v >> −d for −32 < d < 0, else 0 (the selects make LLVM emit AVX2's vpsllvd / vpsrlvd)."""
+    du = _U32(d)
+    nd = _U32(-d)
+    left = _shl(v, du) if du < _U32(32) else _U32(0)
+    right = _shr(v, nd) if nd < _U32(32) else _U32(0)
+    return _U32(left | right)
+
+
+@numba.njit(cache=True)
+def _pack2d(S, O, nb, nwb):
+    """O[k * G + j] = word k of block j (counted from its first bit), two words per pass over the blocks: word k
+    is the OR over the fields of (v << (p − 32k)) | (v >> (32k − p)) with out-of-range shifts giving 0 (AVX2's
+    variable shifts), so every field is tried against every word without a branch (O is an array of its own:
+    stores at a runtime row of S would need a runtime alias check against every load, and LLVM gives up); 16 fields unrolled."""
+    for kc in range(0, nwb, 2):
+        k0 = _I32(32 * kc)
+        k1 = _I32(k0 + _I32(32))
+        hmask = _U32(0xFFFFFFFF) if kc == 0 else _U32(0)  # the header is in word 0 (unconditional load: vectorises)
+        ok0 = O[kc * G:(kc + 1) * G]  # row views: O[kc * G + j] at a runtime kc is not affine to LLVM (numba's
+        ok1 = O[(kc + 1) * G:(kc + 2) * G]  # negative-index wraparound) and the loop stayed scalar
+        for j in range(nb):
+            o0 = _U32(_U32(S[_RHDR * G + j]) & hmask)
+            o1 = _U32(0)
+            p = S[(_RPOS + 0) * G + j]
+            v = _U32(S[(_RVAL + 0) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 1) * G + j]
+            v = _U32(S[(_RVAL + 1) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 2) * G + j]
+            v = _U32(S[(_RVAL + 2) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 3) * G + j]
+            v = _U32(S[(_RVAL + 3) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 4) * G + j]
+            v = _U32(S[(_RVAL + 4) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 5) * G + j]
+            v = _U32(S[(_RVAL + 5) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 6) * G + j]
+            v = _U32(S[(_RVAL + 6) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 7) * G + j]
+            v = _U32(S[(_RVAL + 7) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 8) * G + j]
+            v = _U32(S[(_RVAL + 8) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 9) * G + j]
+            v = _U32(S[(_RVAL + 9) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 10) * G + j]
+            v = _U32(S[(_RVAL + 10) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 11) * G + j]
+            v = _U32(S[(_RVAL + 11) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 12) * G + j]
+            v = _U32(S[(_RVAL + 12) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 13) * G + j]
+            v = _U32(S[(_RVAL + 13) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 14) * G + j]
+            v = _U32(S[(_RVAL + 14) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 15) * G + j]
+            v = _U32(S[(_RVAL + 15) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            ok0[j] = _I32(o0)
+            ok1[j] = _I32(o1)
+
+
+@numba.njit(cache=True)
+def _pack1d(S, O, nb, nwb):
+    """O[k * G + j] = word k of block j (counted from its first bit), two words per pass over the blocks: word k
+    is the OR over the fields of (v << (p − 32k)) | (v >> (32k − p)) with out-of-range shifts giving 0 (AVX2's
+    variable shifts), so every field is tried against every word without a branch (O is an array of its own:
+    stores at a runtime row of S would need a runtime alias check against every load, and LLVM gives up); 4 fields unrolled."""
+    for kc in range(0, nwb, 2):
+        k0 = _I32(32 * kc)
+        k1 = _I32(k0 + _I32(32))
+        hmask = _U32(0xFFFFFFFF) if kc == 0 else _U32(0)  # the header is in word 0 (unconditional load: vectorises)
+        ok0 = O[kc * G:(kc + 1) * G]  # row views: O[kc * G + j] at a runtime kc is not affine to LLVM (numba's
+        ok1 = O[(kc + 1) * G:(kc + 2) * G]  # negative-index wraparound) and the loop stayed scalar
+        for j in range(nb):
+            o0 = _U32(_U32(S[_RHDR * G + j]) & hmask)
+            o1 = _U32(0)
+            p = S[(_RPOS + 0) * G + j]
+            v = _U32(S[(_RVAL + 0) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 1) * G + j]
+            v = _U32(S[(_RVAL + 1) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 2) * G + j]
+            v = _U32(S[(_RVAL + 2) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            p = S[(_RPOS + 3) * G + j]
+            v = _U32(S[(_RVAL + 3) * G + j])
+            o0 |= _part(v, _I32(p - k0))
+            o1 |= _part(v, _I32(p - k1))
+            ok0[j] = _I32(o0)
+            ok1[j] = _I32(o1)
+
+
+@numba.njit(cache=True)
+def _store_words(O, dt, nb, nwb):
+    """dt[nwb * j + k] = word k of block j: unrolled for the word counts of rates 4, 6, 8, 12 and 16 (2-D) so that
+    LLVM vectorises the stores as interleaved accesses; other counts take the generic loop."""
+    if nwb == 2:
+        for j in range(nb):
+            dt[2 * j + 0] = np.uint32(O[0 * G + j])
+            dt[2 * j + 1] = np.uint32(O[1 * G + j])
+    elif nwb == 3:
+        for j in range(nb):
+            dt[3 * j + 0] = np.uint32(O[0 * G + j])
+            dt[3 * j + 1] = np.uint32(O[1 * G + j])
+            dt[3 * j + 2] = np.uint32(O[2 * G + j])
+    elif nwb == 4:
+        for j in range(nb):
+            dt[4 * j + 0] = np.uint32(O[0 * G + j])
+            dt[4 * j + 1] = np.uint32(O[1 * G + j])
+            dt[4 * j + 2] = np.uint32(O[2 * G + j])
+            dt[4 * j + 3] = np.uint32(O[3 * G + j])
+    elif nwb == 6:
+        for j in range(nb):
+            dt[6 * j + 0] = np.uint32(O[0 * G + j])
+            dt[6 * j + 1] = np.uint32(O[1 * G + j])
+            dt[6 * j + 2] = np.uint32(O[2 * G + j])
+            dt[6 * j + 3] = np.uint32(O[3 * G + j])
+            dt[6 * j + 4] = np.uint32(O[4 * G + j])
+            dt[6 * j + 5] = np.uint32(O[5 * G + j])
+    elif nwb == 8:
+        for j in range(nb):
+            dt[8 * j + 0] = np.uint32(O[0 * G + j])
+            dt[8 * j + 1] = np.uint32(O[1 * G + j])
+            dt[8 * j + 2] = np.uint32(O[2 * G + j])
+            dt[8 * j + 3] = np.uint32(O[3 * G + j])
+            dt[8 * j + 4] = np.uint32(O[4 * G + j])
+            dt[8 * j + 5] = np.uint32(O[5 * G + j])
+            dt[8 * j + 6] = np.uint32(O[6 * G + j])
+            dt[8 * j + 7] = np.uint32(O[7 * G + j])
+    else:
+        for j in range(nb):
+            for k in range(nwb):
+                dt[nwb * j + k] = np.uint32(O[k * G + j])
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 def encode(x, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, data):
-    """Write every block's bits into ``data`` (uint32, zeroed). x must be finite (the caller zeroes NaN/±Inf).
-    ``precision`` must be 26 or less (int32 coefficients)."""
+    """Write every block's bits into ``data`` (uint32; every word is written, it need not be zeroed) and return
+    True, or return False if x holds NaN / ±Inf (then ``data`` is meaningless: the caller zeroes those values,
+    keeps them out of band and encodes again; checking here saves the caller a pass over x when, as almost
+    always, there are none). ``precision`` must be 26 (the block scaling and the header's constants assume it)."""
     size = 16 if two_d else 4
     budget = rate * size
-    perm = _PERM2 if two_d else _PERM1
-    gs = _GS2 if two_d else _GS1
-    gof = _GOF2 if two_d else _GOF1
-    ng = gs.size
-    hdr = exp_bits + _FIELD_BITS * ng
-    avail = budget - hdr
-    lcap = precision + 1
-    xb = x.view(np.uint32)
-    ntasks = (nblocks + GROUP - 1) // GROUP
-    task_words = GROUP * budget // 32
+    ng = 5 if two_d else 1
+    avail = budget - (exp_bits + _FIELD_BITS * ng)
+    lc = np.int32(precision + 1)
+    av = np.int32(avail)
+    xi = x.view(np.int32)
+    ntasks = (nblocks + G - 1) // G
+    task_words = G * budget // 32
     nwb = (budget + 31) // 32  # words a block's bits span, counted from its first bit
+    special = np.zeros(ntasks, np.uint8)
     for t in numba.prange(ntasks):
-        b0 = t * GROUP
-        nb = min(nblocks, b0 + GROUP) - b0
-        v = np.zeros((16, GROUP), np.uint32)  # float bits
-        q = np.zeros((16, GROUP), np.int32)   # block-floating-point integers, then coefficients
-        amax = np.zeros(GROUP, np.uint32)
-        emax = np.zeros(GROUP, np.int32)
-        scale = np.zeros(GROUP, np.float32)
-        gm = np.zeros((5, GROUP), np.int32)   # OR of each group's |coefficient|
-        hcode = np.zeros(GROUP, np.uint32)
-        sj = np.zeros(GROUP, np.int32)
-        uj = np.zeros(GROUP, np.int32)
-        Dt = np.zeros((5, GROUP), np.int32)
-        pos = np.zeros(GROUP, np.int32)
-        vals = np.zeros(GROUP, np.uint32)
-        out = np.zeros((nwb + 1, GROUP), np.uint32)
-        buf = np.zeros(task_words + 3, np.uint32)
-        _gather(xb, n, h, w, two_d, b0, nb, v)
-        for k in range(size):  # the largest magnitude of every block
-            row = v[k]
-            for j in range(nb):
-                amax[j] = max(amax[j], row[j] & np.uint32(0x7FFFFFFF))
-        tiny = False
-        for j in range(nb):  # frexp exponent of the largest magnitude, from its bits
-            a = amax[j]
-            if a >= np.uint32(0x800000):
-                emax[j] = np.int32(a >> np.uint32(23)) - 126
-            elif a != 0:  # subnormal m * 2**-149: bit length of m - 149
-                emax[j] = 64 - np.int32(_clz(np.uint64(a))) - 149
-            e = precision - emax[j]
-            tiny |= e > 127
-            scale[j] = _POW2[min(e, 127) + _POW_OFF]
-        # q = trunc(x * 2**(precision - emax)): exact in float32 where the scale is a float32 (a product >= 1 is
-        # a normal float32 and a power-of-two scaling of it is exact; smaller ones truncate to 0 either way)
-        fv = v.view(np.float32)
-        for k in range(size):
-            row, qr = fv[k], q[k]
-            for j in range(nb):
-                qr[j] = np.int32(row[j] * scale[j])
-        if tiny:  # blocks of magnitude < 2**-101: from the mantissa m and exponent e of x = m * 2**(e' - 150)
-            for j in range(nb):
-                if precision - emax[j] <= 127:
-                    continue
-                for k in range(size):
-                    bits = v[k, j]
-                    e = np.int64((bits >> np.uint32(23)) & np.uint32(0xFF))
-                    m = np.int64(bits & np.uint32(0x7FFFFF)) | (np.int64(e != 0) << 23)
-                    sh = max(e, 1) - 150 + precision - emax[j]  # <= 2
-                    mag = (m << max(sh, 0)) >> min(max(-sh, 0), 63)
-                    q[k, j] = -mag if bits >> np.uint32(31) else mag
+        b0 = t * G
+        nb = min(nblocks, b0 + G) - b0
+        S = np.empty(_ROWS * G, np.int32)
+        O = np.empty(18 * G, np.int32)  # the blocks' words, row k = word k
+        T = np.empty(16 * G, np.int32)  # gather staging: four rows of four values per block
+        _gather_s(xi, n, h, w, two_d, b0, nb, S, T)
         if two_d:
-            for r in range(4):
-                _fwd4(q, 4 * r, 4 * r + 1, 4 * r + 2, 4 * r + 3, nb)
-            for c in range(4):
-                _fwd4(q, c, c + 4, c + 8, c + 12, nb)
+            sp = _front2d(S, nb, lc, av, exp_bits, exp_bias)
+            _step2d(S, nb, lc, av, exp_bits)
         else:
-            _fwd4(q, 0, 1, 2, 3, nb)
-        for i in range(size):
-            qr, gr = q[perm[i]], gm[gof[i]]
-            for j in range(nb):
-                a = qr[j]
-                gr[j] |= np.int32(max(a, np.int32(-a)))
-        _header(gm, amax, emax, exp_bias, exp_bits, lcap, gs, ng, avail, Dt, hcode, sj, uj, nb)
-        _pack(q, perm, gof, size, hdr, hcode, sj, uj, Dt, pos, vals, out, nb, nwb)
+            sp = _front1d(S, nb, lc, av, exp_bits, exp_bias)
+        if sp:
+            special[t] = 1
+        if two_d:
+            _pack2d(S, O, nb, nwb)
+        else:
+            _pack1d(S, O, nb, nwb)
+        w0 = t * task_words
+        wend = min(w0 + task_words, data.size)
         if budget % 32 == 0:  # blocks start on word boundaries: plain stores
-            for j in range(nb):
-                for k in range(nwb):
-                    buf[j * nwb + k] = out[k, j]
+            _store_words(O, data[w0:wend], nb, nwb)
         else:
+            for i in range(w0, wend):
+                data[i] = 0
             for j in range(nb):
                 start = j * budget
-                base = start >> 5
+                base = w0 + (start >> 5)
                 off = np.uint64(start & 31)
                 for k in range(nwb):
-                    wv = np.uint64(out[k, j]) << off
-                    buf[base + k] |= np.uint32(wv & np.uint64(0xFFFFFFFF))
-                    buf[base + k + 1] |= np.uint32(wv >> np.uint64(32))
-        w0 = t * task_words
-        for i in range(min(task_words, data.size - w0)):
-            data[w0 + i] = buf[i]
+                    wv = np.uint64(np.uint32(O[k * G + j])) << off
+                    data[base + k] |= np.uint32(wv & np.uint64(0xFFFFFFFF))
+                    if base + k + 1 < wend:  # bits past the task's last block are zero; its next word is another task's
+                        data[base + k + 1] |= np.uint32(wv >> np.uint64(32))
+    return not special.any()
+
+
+# -- decoder ------------------------------------------------------------------------------------------------
+# Scratch rows of the decoder (S[row * G + j], as the encoder's): the 16 fields (sequency order), then the
+# values (natural order, float32 bits) in the same rows; the declared bounds D_0..D_4, s, u and the block's
+# exponent (emax, or a sentinel for all-zero blocks).
+_DRD = 16   # 5 rows: D_0..D_4
+_DRS = 21   # s
+_DRU = 22   # u
+_DRE = 23   # emax (nonzero blocks), -1000 for all-zero blocks
+_DROWS = 24
+
+
+@intrinsic
+def _i2f(typingctx, a):  # noqa: ANN001, ANN202
+    """float32(a) of an int32, converted from 32 bits (numba goes through int64: scalar code under AVX2)."""
+    sig = types.float32(a)
+
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        return builder.sitofp(args[0], ir.FloatType())
+
+    return sig, codegen
+
+
+@numba.njit(cache=True)
+def _xpart(wv, d):
+    """The bits of the word wv (stream bits 32k..32k+31) that belong to a field whose first bit is 32k + d,
+    shifted to the field's bit 0: wv >> d for 0 <= d < 32, wv << −d for −32 < d < 0, else 0 (see _part)."""
+    du = _U32(d)
+    nd = _U32(-d)
+    right = _shr(wv, du) if du < _U32(32) else _U32(0)
+    left = _shl(wv, nd) if nd < _U32(32) else _U32(0)
+    return _U32(left | right)
+
+
+@numba.njit(cache=True)
+def _inv(x, y, z, w):
+    """ZFP's inverse lifting of one row / column (int32: cannot overflow, see zfp.py)."""
+    y = _I32(y + _sar(w, _I32(1)))
+    w = _I32(w - _sar(y, _I32(1)))
+    y = _I32(y + w)
+    w = _I32(_shl(w, _I32(1)) - y)
+    z = _I32(z + x)
+    x = _I32(_shl(x, _I32(1)) - z)
+    y = _I32(y + z)
+    z = _I32(_shl(z, _I32(1)) - y)
+    w = _I32(w + x)
+    x = _I32(_shl(x, _I32(1)) - w)
+    return x, y, z, w
+
+
+@numba.njit(cache=True)
+def _load_words(data, w0, wend, budget, nb, nwb, W):
+    """W[k * G + j] = word k of block j's bits counted from its first bit (k < nwb), rows nwb..nwb+3 zero."""
+    for k in range(nwb, nwb + 4):
+        for j in range(nb):
+            W[k * G + j] = 0
+    if budget % 32 == 0:
+        dt = data[w0:wend]
+        if nwb == 4:
+            for j in range(nb):
+                W[0 * G + j] = np.int32(dt[4 * j])
+                W[1 * G + j] = np.int32(dt[4 * j + 1])
+                W[2 * G + j] = np.int32(dt[4 * j + 2])
+                W[3 * G + j] = np.int32(dt[4 * j + 3])
+        elif nwb == 2:
+            for j in range(nb):
+                W[0 * G + j] = np.int32(dt[2 * j])
+                W[1 * G + j] = np.int32(dt[2 * j + 1])
+        else:
+            for j in range(nb):
+                for k in range(nwb):
+                    W[k * G + j] = np.int32(dt[nwb * j + k])
+    else:
+        for j in range(nb):
+            start = j * budget
+            base = w0 + (start >> 5)
+            off = np.uint64(start & 31)
+            for k in range(nwb):
+                lo = np.uint64(data[base + k])
+                hi = np.uint64(data[base + k + 1]) if base + k + 1 < data.size else np.uint64(0)
+                W[k * G + j] = np.int32(np.uint32(((hi << np.uint64(32)) | lo) >> off))
+
+
+@numba.njit(cache=True)
+def _dec_head(S, W, nb, two_d, lc, av, exp_bits, exp_bias):
+    """Per block: the header word -> D_g, s, u, emax rows; returns (any exponent field out of range, any
+    nonzero block whose values may leave float32's normal range: emax outside [-100, 122])."""
+    bad = _I32(0)
+    wide = _I32(0)
+    emask = _I32((1 << exp_bits) - 1)
+    eb = _I32(exp_bias)
+    xb = _I32(exp_bits)
+    for j in range(nb):
+        hw = W[j]
+        efield = _I32(hw & emask)
+        bad |= _I32(1) if efield > _I32(128 + exp_bias) else _I32(0)
+        zero = efield == _I32(0)
+        emax = _I32(efield - eb)
+        # bitwise, not `and` / `or`: short-circuits become branches and the loop stays scalar
+        wide |= _I32(_I32(0 if zero else 1) & _I32(_I32(1 if emax < _I32(-100) else 0) | _I32(1 if emax > _I32(122) else 0)))
+        f0 = _I32(_shr(hw, xb) & _I32(3))
+        d0 = _I32(lc - f0)
+        if two_d:
+            f1 = _I32(_shr(hw, _I32(xb + _I32(2))) & _I32(3))
+            f2 = _I32(_shr(hw, _I32(xb + _I32(4))) & _I32(3))
+            f3 = _I32(_shr(hw, _I32(xb + _I32(6))) & _I32(3))
+            f4 = _I32(_shr(hw, _I32(xb + _I32(8))) & _I32(3))
+            d1 = _I32(d0 - f1)
+            d2 = _I32(d1 - f2)
+            d3 = _I32(d2 - f3)
+            d4 = _I32(d3 - f4)
+            S1 = _I32(d0 + _I32(1))
+            S2 = _I32(S1 + _I32(2) * _I32(d1 + _I32(1)))
+            S3 = _I32(S2 + _I32(3) * _I32(d2 + _I32(1)))
+            S4 = _I32(S3 + _I32(4) * _I32(d3 + _I32(1)))
+            S5 = _I32(S4 + _I32(6) * _I32(d4 + _I32(1)))
+            s = max(max(_cdiv(_I32(S1 - av), 1, _M1), _cdiv(_I32(S2 - av), 3, _M3)),
+                    max(max(_cdiv(_I32(S3 - av), 6, _M6), _cdiv(_I32(S4 - av), 10, _M10)),
+                        _cdiv(_I32(S5 - av), 16, _M16)))
+            tot = max(max(max(_I32(S1 - s), _I32(S2 - _I32(3) * s)),
+                          max(_I32(S3 - _I32(6) * s), _I32(S4 - _I32(10) * s))),
+                      max(_I32(S5 - _I32(16) * s), _I32(0)))
+            sm = _I32(s - _I32(1))
+            ne = _I32(_I32(1) if d0 >= sm else _I32(0)) + _I32(_I32(2) if d1 >= sm else _I32(0)) + \
+                _I32(_I32(3) if d2 >= sm else _I32(0)) + _I32(_I32(4) if d3 >= sm else _I32(0)) + \
+                _I32(_I32(6) if d4 >= sm else _I32(0))
+            S[(_DRD + 1) * G + j] = d1
+            S[(_DRD + 2) * G + j] = d2
+            S[(_DRD + 3) * G + j] = d3
+            S[(_DRD + 4) * G + j] = d4
+        else:
+            S1 = _I32(_I32(4) * _I32(d0 + _I32(1)))
+            s = _cdiv(_I32(S1 - av), 4, _M4)
+            tot = max(_I32(S1 - _I32(4) * s), _I32(0))
+            ne = _I32(4) if d0 >= _I32(s - _I32(1)) else _I32(0)
+        u = min(_I32(ne if s > _I32(0) else _I32(0)), _I32(av - tot))
+        S[_DRD * G + j] = d0
+        S[_DRS * G + j] = _I32(lc + _I32(1)) if zero else s
+        S[_DRU * G + j] = _I32(0) if zero else u
+        S[_DRE * G + j] = _I32(-1000) if zero else emax
+    return bad != _I32(0), wide != _I32(0)
+
+
+@numba.njit(cache=True)
+def _extract2d(S, W, nb, nwb, exp_bits):
+    """Rows 0..15 = every coefficient's raw field bits (sequency order), four words per pass over the blocks
+    (the field at first bit p collects _xpart(word k, p − 32k) from every word; see _pack2d)."""
+    for kc in range(0, nwb, 4):
+        keep = _U32(0) if kc == 0 else _U32(0xFFFFFFFF)
+        k0 = _I32(32 * kc)
+        wa = W[kc * G:(kc + 1) * G]
+        wb = W[(kc + 1) * G:(kc + 2) * G]
+        wc = W[(kc + 2) * G:(kc + 3) * G]
+        wd = W[(kc + 3) * G:(kc + 4) * G]
+        for j in range(nb):
+            d0 = S[(_DRD + 0) * G + j]
+            d1 = S[(_DRD + 1) * G + j]
+            d2 = S[(_DRD + 2) * G + j]
+            d3 = S[(_DRD + 3) * G + j]
+            d4 = S[(_DRD + 4) * G + j]
+            s = S[_DRS * G + j]
+            u = S[_DRU * G + j]
+            ua = _U32(wa[j])
+            ub = _U32(wb[j])
+            uc = _U32(wc[j])
+            ud = _U32(wd[j])
+            ws0 = max(_I32(_I32(d0 - s) + _I32(1)), _I32(0))
+            ws1 = max(_I32(_I32(d1 - s) + _I32(1)), _I32(0))
+            ws2 = max(_I32(_I32(d2 - s) + _I32(1)), _I32(0))
+            ws3 = max(_I32(_I32(d3 - s) + _I32(1)), _I32(0))
+            ws4 = max(_I32(_I32(d4 - s) + _I32(1)), _I32(0))
+            p = _I32(_I32(exp_bits + 10) - k0)
+            up = _I32(1) if _I32(0) < u else _I32(0)
+            f = _U32(_U32(S[0 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[0 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws0 + up))
+            up = _I32(1) if _I32(1) < u else _I32(0)
+            f = _U32(_U32(S[1 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[1 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws1 + up))
+            up = _I32(1) if _I32(2) < u else _I32(0)
+            f = _U32(_U32(S[2 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[2 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws1 + up))
+            up = _I32(1) if _I32(3) < u else _I32(0)
+            f = _U32(_U32(S[3 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[3 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws2 + up))
+            up = _I32(1) if _I32(4) < u else _I32(0)
+            f = _U32(_U32(S[4 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[4 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws2 + up))
+            up = _I32(1) if _I32(5) < u else _I32(0)
+            f = _U32(_U32(S[5 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[5 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws2 + up))
+            up = _I32(1) if _I32(6) < u else _I32(0)
+            f = _U32(_U32(S[6 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[6 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws3 + up))
+            up = _I32(1) if _I32(7) < u else _I32(0)
+            f = _U32(_U32(S[7 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[7 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws3 + up))
+            up = _I32(1) if _I32(8) < u else _I32(0)
+            f = _U32(_U32(S[8 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[8 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws3 + up))
+            up = _I32(1) if _I32(9) < u else _I32(0)
+            f = _U32(_U32(S[9 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[9 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws3 + up))
+            up = _I32(1) if _I32(10) < u else _I32(0)
+            f = _U32(_U32(S[10 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[10 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws4 + up))
+            up = _I32(1) if _I32(11) < u else _I32(0)
+            f = _U32(_U32(S[11 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[11 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws4 + up))
+            up = _I32(1) if _I32(12) < u else _I32(0)
+            f = _U32(_U32(S[12 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[12 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws4 + up))
+            up = _I32(1) if _I32(13) < u else _I32(0)
+            f = _U32(_U32(S[13 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[13 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws4 + up))
+            up = _I32(1) if _I32(14) < u else _I32(0)
+            f = _U32(_U32(S[14 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[14 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws4 + up))
+            up = _I32(1) if _I32(15) < u else _I32(0)
+            f = _U32(_U32(S[15 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[15 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws4 + up))
+
+
+@numba.njit(cache=True)
+def _extract1d(S, W, nb, nwb, exp_bits):
+    """_extract2d for 1-D blocks (4 coefficients, one group)."""
+    for kc in range(0, nwb, 4):
+        keep = _U32(0) if kc == 0 else _U32(0xFFFFFFFF)
+        k0 = _I32(32 * kc)
+        wa = W[kc * G:(kc + 1) * G]
+        wb = W[(kc + 1) * G:(kc + 2) * G]
+        wc = W[(kc + 2) * G:(kc + 3) * G]
+        wd = W[(kc + 3) * G:(kc + 4) * G]
+        for j in range(nb):
+            d0 = S[(_DRD + 0) * G + j]
+            s = S[_DRS * G + j]
+            u = S[_DRU * G + j]
+            ua = _U32(wa[j])
+            ub = _U32(wb[j])
+            uc = _U32(wc[j])
+            ud = _U32(wd[j])
+            ws0 = max(_I32(_I32(d0 - s) + _I32(1)), _I32(0))
+            p = _I32(_I32(exp_bits + 2) - k0)
+            up = _I32(1) if _I32(0) < u else _I32(0)
+            f = _U32(_U32(S[0 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[0 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws0 + up))
+            up = _I32(1) if _I32(1) < u else _I32(0)
+            f = _U32(_U32(S[1 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[1 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws0 + up))
+            up = _I32(1) if _I32(2) < u else _I32(0)
+            f = _U32(_U32(S[2 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[2 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws0 + up))
+            up = _I32(1) if _I32(3) < u else _I32(0)
+            f = _U32(_U32(S[3 * G + j]) & keep)
+            f |= _xpart(ua, p)
+            f |= _xpart(ub, _I32(p - _I32(32)))
+            f |= _xpart(uc, _I32(p - _I32(64)))
+            f |= _xpart(ud, _I32(p - _I32(96)))
+            S[3 * G + j] = _I32(f)
+            p = _I32(p + _I32(ws0 + up))
+
+
+@numba.njit(cache=True)
+def _coef(S, i, j, wg, u, s):
+    """Coefficient i of block j from its raw field: keep w bits, sign-extend, scale by the step."""
+    up = _I32(1) if _I32(i) < u else _I32(0)
+    w = _I32(wg + up)
+    raw = _I32(S[i * G + j] & _I32(_shl(_I32(1), w) - _I32(1)))
+    sgn = _sar(_shl(_I32(1), w), _I32(1))
+    return _shl(_I32(_I32(raw ^ sgn) - sgn), _I32(s - up))
+
+
+@numba.njit(cache=True)
+def _val(q, sc):
+    return _I32(np.float32(_i2f(q) * sc).view(np.int32))
+
+
+@numba.njit(cache=True)
+def _back2d(S, nb):
+    """Per block: coefficients from the fields, inverse lifting (columns, then rows), y = q · 2**(emax − 26)
+    in float32 (exact scaling of the rounded float32(q): equals the float64 reference while every value is a
+    normal float32 or zero, which _dec_head checked), float bits into rows 0..15 (natural order)."""
+    for j in range(nb):
+        d0 = S[(_DRD + 0) * G + j]
+        d1 = S[(_DRD + 1) * G + j]
+        d2 = S[(_DRD + 2) * G + j]
+        d3 = S[(_DRD + 3) * G + j]
+        d4 = S[(_DRD + 4) * G + j]
+        s = S[_DRS * G + j]
+        u = S[_DRU * G + j]
+        emax = S[_DRE * G + j]
+        ws0 = max(_I32(_I32(d0 - s) + _I32(1)), _I32(0))
+        ws1 = max(_I32(_I32(d1 - s) + _I32(1)), _I32(0))
+        ws2 = max(_I32(_I32(d2 - s) + _I32(1)), _I32(0))
+        ws3 = max(_I32(_I32(d3 - s) + _I32(1)), _I32(0))
+        ws4 = max(_I32(_I32(d4 - s) + _I32(1)), _I32(0))
+        c0 = _coef(S, 0, j, ws0, u, s)
+        c1 = _coef(S, 1, j, ws1, u, s)
+        c4 = _coef(S, 2, j, ws1, u, s)
+        c5 = _coef(S, 3, j, ws2, u, s)
+        c2 = _coef(S, 4, j, ws2, u, s)
+        c8 = _coef(S, 5, j, ws2, u, s)
+        c6 = _coef(S, 6, j, ws3, u, s)
+        c9 = _coef(S, 7, j, ws3, u, s)
+        c3 = _coef(S, 8, j, ws3, u, s)
+        c12 = _coef(S, 9, j, ws3, u, s)
+        c10 = _coef(S, 10, j, ws4, u, s)
+        c7 = _coef(S, 11, j, ws4, u, s)
+        c13 = _coef(S, 12, j, ws4, u, s)
+        c11 = _coef(S, 13, j, ws4, u, s)
+        c14 = _coef(S, 14, j, ws4, u, s)
+        c15 = _coef(S, 15, j, ws4, u, s)
+        c0, c4, c8, c12 = _inv(c0, c4, c8, c12)
+        c1, c5, c9, c13 = _inv(c1, c5, c9, c13)
+        c2, c6, c10, c14 = _inv(c2, c6, c10, c14)
+        c3, c7, c11, c15 = _inv(c3, c7, c11, c15)
+        c0, c1, c2, c3 = _inv(c0, c1, c2, c3)
+        c4, c5, c6, c7 = _inv(c4, c5, c6, c7)
+        c8, c9, c10, c11 = _inv(c8, c9, c10, c11)
+        c12, c13, c14, c15 = _inv(c12, c13, c14, c15)
+        # 2**(emax - 26) as float32 bits (0.0 for all-zero blocks, whose coefficients are all 0)
+        sc = _I32(_shl(_I32(emax + _I32(101)), _I32(23)) if emax > _I32(-500) else _I32(0)).view(np.float32)
+        S[0 * G + j] = _val(c0, sc)
+        S[1 * G + j] = _val(c1, sc)
+        S[2 * G + j] = _val(c2, sc)
+        S[3 * G + j] = _val(c3, sc)
+        S[4 * G + j] = _val(c4, sc)
+        S[5 * G + j] = _val(c5, sc)
+        S[6 * G + j] = _val(c6, sc)
+        S[7 * G + j] = _val(c7, sc)
+        S[8 * G + j] = _val(c8, sc)
+        S[9 * G + j] = _val(c9, sc)
+        S[10 * G + j] = _val(c10, sc)
+        S[11 * G + j] = _val(c11, sc)
+        S[12 * G + j] = _val(c12, sc)
+        S[13 * G + j] = _val(c13, sc)
+        S[14 * G + j] = _val(c14, sc)
+        S[15 * G + j] = _val(c15, sc)
+
+
+@numba.njit(cache=True)
+def _back1d(S, nb):
+    """_back2d for 1-D blocks."""
+    for j in range(nb):
+        d0 = S[(_DRD + 0) * G + j]
+        s = S[_DRS * G + j]
+        u = S[_DRU * G + j]
+        emax = S[_DRE * G + j]
+        ws0 = max(_I32(_I32(d0 - s) + _I32(1)), _I32(0))
+        c0 = _coef(S, 0, j, ws0, u, s)
+        c1 = _coef(S, 1, j, ws0, u, s)
+        c2 = _coef(S, 2, j, ws0, u, s)
+        c3 = _coef(S, 3, j, ws0, u, s)
+        c0, c1, c2, c3 = _inv(c0, c1, c2, c3)
+        sc = _I32(_shl(_I32(emax + _I32(101)), _I32(23)) if emax > _I32(-500) else _I32(0)).view(np.float32)
+        S[0 * G + j] = _val(c0, sc)
+        S[1 * G + j] = _val(c1, sc)
+        S[2 * G + j] = _val(c2, sc)
+        S[3 * G + j] = _val(c3, sc)
+
+
+@numba.njit(cache=True)
+def _back_wide(S, nb, size, perm, gof, two_d):
+    """_back2d / _back1d in float64 (the reference's arithmetic), for tasks with a block whose values may be
+    subnormal or overflow in float32: float64(q) · 2**(emax − 26) saturated to ±FLT_MAX, then float32."""
+    c = np.zeros(16, np.int32)
+    for j in range(nb):
+        s = S[_DRS * G + j]
+        u = S[_DRU * G + j]
+        emax = S[_DRE * G + j]
+        for i in range(size):
+            wg = max(S[(_DRD + gof[i]) * G + j] - s + 1, 0)
+            up = 1 if i < u else 0
+            w = wg + up
+            raw = S[i * G + j] & ((1 << w) - 1)
+            sgn = (1 << w) >> 1
+            c[perm[i]] = np.int32((raw ^ sgn) - sgn) << (s - up)
+        if two_d:
+            for k in range(4):
+                c[k], c[k + 4], c[k + 8], c[k + 12] = _inv(c[k], c[k + 4], c[k + 8], c[k + 12])
+            for r in range(4):
+                c[4 * r], c[4 * r + 1], c[4 * r + 2], c[4 * r + 3] = _inv(c[4 * r], c[4 * r + 1], c[4 * r + 2],
+                                                                          c[4 * r + 3])
+        else:
+            c[0], c[1], c[2], c[3] = _inv(c[0], c[1], c[2], c[3])
+        sc = _POW2[emax - 26 + _POW_OFF] if emax > -500 else 0.0
+        for k in range(size):
+            d = np.float64(c[k]) * sc  # exact: an integer times a power of two
+            S[k * G + j] = np.float32(min(max(d, -_F32_MAX), _F32_MAX)).view(np.int32)
+
+
+@numba.njit(cache=True)
+def _scatter_s(yi, n, h, w, two_d, b0, nb, S, T):
+    """The inverse of _gather_s: value k of block b0 + j (float bits in S[k * G + j]) to its place in the tensor,
+    the padding left out (runs along block rows through T, as in _gather_s)."""
+    if not two_d:
+        full = min(nb, max(n // 4 - b0, 0))
+        yv = yi[4 * b0:4 * (b0 + full)]
+        for j in range(full):
+            yv[4 * j] = S[0 * G + j]
+            yv[4 * j + 1] = S[1 * G + j]
+            yv[4 * j + 2] = S[2 * G + j]
+            yv[4 * j + 3] = S[3 * G + j]
+        for j in range(full, nb):
+            for c in range(4):
+                if 4 * (b0 + j) + c < n:
+                    yi[4 * (b0 + j) + c] = S[c * G + j]
+        return
+    for r in range(4):
+        Tr = T[r * 4 * G:(r + 1) * 4 * G]
+        Sr = S[4 * r * G:]
+        for j in range(nb):
+            Tr[4 * j] = Sr[0 * G + j]
+            Tr[4 * j + 1] = Sr[1 * G + j]
+            Tr[4 * j + 2] = Sr[2 * G + j]
+            Tr[4 * j + 3] = Sr[3 * G + j]
+    bc = (w + 3) // 4
+    br = (h + 3) // 4
+    nfull = w // 4
+    p = b0 // (br * bc)
+    rem = b0 - p * br * bc
+    by = rem // bc
+    bx = rem - by * bc
+    jd = 0
+    while jd < nb:
+        seg = min(nb - jd, bc - bx)
+        r0 = 4 * by
+        base = p * h * w
+        cnt = max(min(seg, nfull - bx), 0)
+        for r in range(min(4, h - r0)):
+            yr = yi[base + (r0 + r) * w + 4 * bx:]
+            Tr = T[r * 4 * G + 4 * jd:]
+            for e in range(4 * cnt):
+                yr[e] = Tr[e]
+            for q in range(cnt, seg):  # the partial last block column
+                for c in range(w - 4 * (bx + q)):
+                    yr[4 * q + c] = Tr[4 * q + c]
+        jd += seg
+        bx += seg
+        if bx == bc:
+            bx = 0
+            by += 1
+            if by == br:
+                by = 0
+                p += 1
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 def decode(data, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, y):
-    """Decode every block into y (float32[n]); returns False if an exponent field is out of range."""
+    """Decode every block into y (float32[n]); returns False if an exponent field is out of range.
+    ``precision`` must be 26 (as for ``encode``)."""
     size = 16 if two_d else 4
     budget = rate * size
-    perm = _PERM2 if two_d else _PERM1
-    gs = _GS2 if two_d else _GS1
-    ng = gs.size
-    hdr = exp_bits + _FIELD_BITS * ng
-    avail = budget - hdr
-    lcap = precision + 1
-    ntasks = (nblocks + GROUP - 1) // GROUP
-    nwb = (budget + 31) // 32
-    gof = _GOF2 if two_d else _GOF1
-    two = ng > 1
-    n0 = np.int32(gs[0])
-    n1 = np.int32(gs[1]) if ng > 1 else np.int32(0)
-    n2 = np.int32(gs[2]) if ng > 2 else np.int32(0)
-    n3 = np.int32(gs[3]) if ng > 3 else np.int32(0)
-    n4 = np.int32(gs[4]) if ng > 4 else np.int32(0)
-    lc = np.int32(lcap)
+    ng = 5 if two_d else 1
+    avail = budget - (exp_bits + _FIELD_BITS * ng)
+    lc = np.int32(precision + 1)
     av = np.int32(avail)
+    ntasks = (nblocks + G - 1) // G
+    task_words = G * budget // 32
+    nwb = (budget + 31) // 32
+    perm = _PERM2 if two_d else _PERM1
+    gof = _GOF2 if two_d else _GOF1
+    yi = y.view(np.int32)
     bad = np.zeros(ntasks, np.uint8)
     for t in numba.prange(ntasks):
-        b0 = t * GROUP
-        nb = min(nblocks, b0 + GROUP) - b0
-        q = np.zeros((16, GROUP), np.int32)
-        out = np.empty((16, GROUP), np.float32)
-        scale = np.zeros(GROUP, np.float64)
-        inw = np.zeros((nwb + 1, GROUP), np.uint32)  # block j's words, counted from its first bit
-        sj = np.zeros(GROUP, np.int32)
-        uj = np.zeros(GROUP, np.int32)
-        Dt = np.zeros((5, GROUP), np.int32)
-        wrow = np.empty(GROUP, np.int32)
-        trow = np.empty(GROUP, np.int32)
-        pst = np.empty(GROUP, np.int32)
-        pos = np.empty(GROUP, np.int32)
-        for j in range(nb):
-            start = (b0 + j) * budget
-            base = start >> 5
-            off = np.uint64(start & 31)
-            for k in range(nwb + 1):
-                lo = np.uint64(data[base + k]) if base + k < data.size else np.uint64(0)
-                hi = np.uint64(data[base + k + 1]) if base + k + 1 < data.size else np.uint64(0)
-                inw[k, j] = np.uint32(((hi << np.uint64(32)) | lo) >> off)
-        # header fields -> scale, declared bounds, step, U (as the encoder's _header, one loop over the blocks)
-        h0 = inw[0]
-        d0r, d1r, d2r, d3r, d4r = Dt[0], Dt[1], Dt[2], Dt[3], Dt[4]
-        for j in range(nb):
-            hw = h0[j]
-            efield = np.int32(hw & np.uint32((1 << exp_bits) - 1))
-            if efield > 128 + exp_bias:
-                bad[t] = 1
-                efield = np.int32(128 + exp_bias)
-            scale[j] = _POW2[efield - exp_bias - precision + _POW_OFF] if efield != 0 else 0.0
-            f0 = np.int32((hw >> np.uint32(exp_bits)) & np.uint32(3))
-            f1 = np.int32((hw >> np.uint32(exp_bits + 2)) & np.uint32(3)) if two else np.int32(0)
-            f2 = np.int32((hw >> np.uint32(exp_bits + 4)) & np.uint32(3)) if two else np.int32(0)
-            f3 = np.int32((hw >> np.uint32(exp_bits + 6)) & np.uint32(3)) if two else np.int32(0)
-            f4 = np.int32((hw >> np.uint32(exp_bits + 8)) & np.uint32(3)) if two else np.int32(0)
-            d0 = np.int32(lc - f0)
-            d1 = np.int32(d0 - f1)
-            d2 = np.int32(d1 - f2)
-            d3 = np.int32(d2 - f3)
-            d4 = np.int32(d3 - f4)
-            s, u = _closed_step(d0, d1, d2, d3, d4, n0, n1, n2, n3, n4, av)
-            zero = efield == 0
-            sj[j] = np.int32(lc + 1) if zero else s
-            uj[j] = np.int32(0) if zero else u
-            d0r[j], d1r[j], d2r[j], d3r[j], d4r[j] = d0, d1, d2, d3, d4
-            pos[j] = hdr
-        for i in range(size):
-            dr, qr = Dt[gof[i]], q[perm[i]]
-            ii = np.int32(i)
-            for j in range(nb):
-                up = np.int32(ii < uj[j])
-                wrow[j] = np.int32(max(np.int32(dr[j] - sj[j] + 1), np.int32(0)) + up)
-                trow[j] = np.int32(sj[j] - up)
-            lo = np.int32(1 << 30)
-            hi = np.int32(0)
-            for j in range(nb):
-                p = pos[j]
-                pst[j] = p
-                pos[j] = np.int32(p + wrow[j])
-                nz = wrow[j] > 0
-                lo = min(lo, p if nz else np.int32(1 << 30))
-                hi = max(hi, p if nz else np.int32(0))
-            for j in range(nb):
-                qr[j] = 0
-            for k in range(lo >> 5, min((hi >> 5) + 2, nwb + 1)):
-                ik = inw[k]
-                kk = np.int32(k)
-                for j in range(nb):
-                    p = pst[j]
-                    wd = np.int32(p >> 5)
-                    sh = np.uint32(p & 31)
-                    v = ik[j]
-                    lo_part = np.uint32(v >> sh) if wd == kk else np.uint32(0)
-                    hi_part = np.uint32(np.uint32(v << np.uint32(1)) << np.uint32(31 - sh)) if wd + 1 == kk else np.uint32(0)
-                    qr[j] = np.int32(np.uint32(qr[j]) | lo_part | hi_part)
-            for j in range(nb):  # keep the field's bits, sign-extend, scale by the step
-                ww = np.uint32(wrow[j])
-                raw = np.uint32(qr[j]) & np.uint32(np.uint32(np.uint32(1) << ww) - np.uint32(1))
-                sgn = np.uint32(np.uint32(np.uint32(1) << ww) >> np.uint32(1))
-                qr[j] = np.int32(np.int32(np.int32(raw ^ sgn) - np.int32(sgn)) << np.int32(trow[j]))
+        b0 = t * G
+        nb = min(nblocks, b0 + G) - b0
+        S = np.empty(_DROWS * G, np.int32)
+        W = np.empty((nwb + 4) * G, np.int32)
+        T = np.empty(16 * G, np.int32)
+        w0 = t * task_words
+        wend = min(w0 + task_words, data.size)
+        _load_words(data, w0, wend, budget, nb, nwb, W)
+        isbad, wide = _dec_head(S, W, nb, two_d, lc, av, exp_bits, exp_bias)
+        if isbad:
+            bad[t] = 1
         if two_d:
-            for c in range(4):
-                _inv4(q, c, c + 4, c + 8, c + 12, nb)
-            for r in range(4):
-                _inv4(q, 4 * r, 4 * r + 1, 4 * r + 2, 4 * r + 3, nb)
+            _extract2d(S, W, nb, nwb, exp_bits)
         else:
-            _inv4(q, 0, 1, 2, 3, nb)
-        for k in range(size):
-            qr, orow = q[k], out[k]
-            for j in range(nb):
-                d = np.float64(qr[j]) * scale[j]  # exact: an integer times a power of two
-                orow[j] = np.float32(min(max(d, -_F32_MAX), _F32_MAX))
-        base, r0, c0 = _origin(b0, h, w, two_d)
-        for j in range(nb):
-            if j > 0:
-                base, r0, c0 = _next(base, r0, c0, h, w, two_d)
-            if two_d:
-                for r in range(min(4, h - r0)):
-                    row = base + (r0 + r) * w + c0
-                    for c in range(min(4, w - c0)):
-                        y[row + c] = out[4 * r + c, j]
-            else:
-                for c in range(min(4, n - base)):
-                    y[base + c] = out[c, j]
+            _extract1d(S, W, nb, nwb, exp_bits)
+        if wide or isbad:
+            _back_wide(S, nb, size, perm, gof, two_d)
+        elif two_d:
+            _back2d(S, nb)
+        else:
+            _back1d(S, nb)
+        _scatter_s(yi, n, h, w, two_d, b0, nb, S, T)
     return not bad.any()

@@ -486,16 +486,22 @@ class ZFP(Codec):
             raise ValueError(f"zfp encodes float32 tensors, got {x.dtype}")
         shape = np.asarray(x.shape, dtype=np.int64).reshape(x.ndim)
         flat = np.ascontiguousarray(x).reshape(-1)
+        layout = layout_of(x.shape)
+        compiled = _use_compiled()
+        if compiled:
+            # the kernel writes every word and reports NaN/±Inf itself: no pass over x here unless it finds some
+            words = np.empty(data_words(layout, rate), dtype=np.uint32)
+            args = (flat.size, layout.height, layout.width, layout.nblocks, layout.two_d, rate, PRECISION, EXP_BITS,
+                    EXP_BIAS, words)
+            if _compiled().encode(flat, *args):
+                return make_header(rate), words, np.zeros(0, np.int64), np.zeros(0, np.uint32), shape
         special = ~np.isfinite(flat)
         idx = np.flatnonzero(special).astype(np.int64)
         obits = flat.view(np.uint32)[idx]
         if idx.size:
             flat = np.where(special, np.float32(0), flat)
-        layout = layout_of(x.shape)
-        if _use_compiled():
-            words = np.zeros(data_words(layout, rate), dtype=np.uint32)
-            _compiled().encode(flat, flat.size, layout.height, layout.width, layout.nblocks, layout.two_d, rate,
-                              PRECISION, EXP_BITS, EXP_BIAS, words)
+        if compiled:
+            _compiled().encode(flat, *args)
             return make_header(rate), words, idx, obits, shape
         budget = budget_bits(layout, rate)
         stream = np.zeros(4 * data_words(layout, rate), dtype=np.uint8)

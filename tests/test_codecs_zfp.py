@@ -159,7 +159,7 @@ def test_numpy_and_compiled_coders_write_the_same_words(seed: int, shape: tuple[
 @pytest.mark.parametrize("rate", [3, 5, 8, 13, 32])
 @pytest.mark.parametrize("shape", [(2, 3, 37, 45), (3 * 1024 + 7,)])
 def test_compiled_coder_matches_numpy_across_tasks(shape: tuple[int, ...], rate: int) -> None:
-    """Several parallel tasks of the compiled coder (zfp._zfp_numba.GROUP blocks each), odd rates (1-D blocks
+    """Several parallel tasks of the compiled coder (zfp._zfp_numba.G blocks each), odd rates (1-D blocks
     then start mid-word), edge-padded blocks, and magnitudes from subnormal to huge: every stream word and
     every decoded value equal to the NumPy coder's. The run-at-a-time coder cuts planes at the budget in the
     middle of a run, which small tensors rarely hit at every rate."""
@@ -169,6 +169,73 @@ def test_compiled_coder_matches_numpy_across_tasks(shape: tuple[int, ...], rate:
     x = np.asarray(np.maximum(rng.standard_normal(n), -0.2) * scale, dtype=np.float32).reshape(shape)
     x.reshape(-1)[rng.random(n) < 0.3] = 0.0
     _assert_compiled_matches_numpy(x, rate)
+
+
+def _blocky(rng: np.random.Generator, shape: tuple[int, ...], log2_scales: np.ndarray) -> np.ndarray:
+    """float32 of ``shape`` whose values carry a scale 2**e drawn from ``log2_scales`` per run of 16 elements
+    (so blocks mix magnitudes), with zeros, ±0.0 and a few subnormals."""
+    n = int(np.prod(shape))
+    e = rng.choice(log2_scales, size=-(-n // 16)).repeat(16)[:n]
+    x = (rng.uniform(0.5, 1.0, n) * np.where(rng.random(n) < 0.5, -1, 1) * np.exp2(e.astype(np.float64)))
+    x[rng.random(n) < 0.1] = 0.0
+    x[rng.random(n) < 0.05] = -0.0
+    sub = rng.random(n) < 0.02
+    x[sub] = rng.integers(1, 2**20, size=int(sub.sum())) * 2.0 ** -149  # subnormal float32 values
+    with np.errstate(over="ignore"):
+        return np.asarray(x, dtype=np.float32).reshape(shape)
+
+
+@pytest.mark.skipif(not zfp.USE_NUMBA, reason="numba not installed")
+@pytest.mark.parametrize("rate", [4, 5, 6, 8, 12, 16])
+@pytest.mark.parametrize("shape", [(3, 5, 45, 38), (2, 130, 3), (1, 2, 1030), (600, 4), (2, 3, 1, 7), (3, 7),
+                                   (4 * 128 * 2 + 3,), (9,)])
+def test_compiled_coder_edge_layouts(shape: tuple[int, ...], rate: int) -> None:
+    """The compiled coder's gather / scatter: runs along block rows that end mid-task, cross planes and task
+    boundaries (zfp._zfp_numba.G blocks), partial last block columns and rows (w, h not multiples of 4, and
+    < 4), block rows longer than a task, 1-D tails; the word stores of every rate's word count."""
+    rng = np.random.default_rng(len(shape) * 100 + rate)
+    x = _blocky(rng, shape, np.arange(-30, 30))
+    _assert_compiled_matches_numpy(x, rate)
+
+
+@pytest.mark.skipif(not zfp.USE_NUMBA, reason="numba not installed")
+@pytest.mark.parametrize("emaxes", [(-100, 122), (-101, -100, 0), (122, 123), (-148, -120, -101), (128, 127, 5)])
+@pytest.mark.parametrize("rate", [8, 16, 32])
+def test_compiled_decoder_float32_path_at_its_limits(emaxes: tuple[int, ...], rate: int) -> None:
+    """The compiled decoder scales in float32 where every block of a task has emax in [-100, 122] (no value can
+    be subnormal or overflow there) and in float64 otherwise: blocks at and just past both limits, alone and
+    mixed in one task, decode bit-identically to the NumPy coder (float64 throughout)."""
+    rng = np.random.default_rng(rate + 7 * len(emaxes))
+    x = _blocky(rng, (3, 4, 4 * 48), np.array(emaxes) - 1)  # |x| in [2**(e-2), 2**(e-1)): frexp exponent e - 1..e
+    _assert_compiled_matches_numpy(x, rate)
+    for e in emaxes:  # one magnitude per tensor: whole tasks on one path
+        _assert_compiled_matches_numpy(_blocky(rng, (2, 8, 64), np.array([e - 1])), rate)
+
+
+@pytest.mark.skipif(not zfp.USE_NUMBA, reason="numba not installed")
+@pytest.mark.parametrize("rate", [3, 4, 5, 7, 8, 16])
+@pytest.mark.parametrize("shape", [(2, 3, 37, 45), (3 * 128 * 4 + 5,), (5, 6)])
+def test_compiled_encoder_writes_every_word(shape: tuple[int, ...], rate: int) -> None:
+    """zfp.py hands the compiled encoder an uninitialised (np.empty) word array: every word must be written,
+    also the words that odd rates share between blocks and the last partial word; and it relies on the
+    kernel's report of NaN / ±Inf (one anywhere in the tensor) instead of scanning x itself."""
+    from onnxcomp.custom_ops import _zfp_numba
+
+    x = _blocky(np.random.default_rng(rate), shape, np.arange(-10, 10)).reshape(-1)
+    lay = zfp.layout_of(shape)
+    out = []
+    args = (lay.height, lay.width, lay.nblocks, lay.two_d, rate, zfp.PRECISION, zfp.EXP_BITS, zfp.EXP_BIAS)
+    for fill in (0, 0xFFFFFFFF, 0x5A5A5A5A):
+        words = np.full(zfp.data_words(lay, rate), fill, dtype=np.uint32)
+        assert _zfp_numba.encode(x, x.size, *args, words)  # True: no NaN / Inf met
+        out.append(words)
+    for special in (np.nan, np.inf, -np.inf):  # the kernel reports them (zfp.py then re-encodes them zeroed)
+        y = x.copy()
+        y[x.size // 2] = special
+        assert not _zfp_numba.encode(y, y.size, *args, np.empty_like(words))
+    np.testing.assert_array_equal(out[0], out[1])
+    np.testing.assert_array_equal(out[0], out[2])
+    np.testing.assert_array_equal(out[0], ZFP.encode(x.reshape(shape), rate=rate)[1])
 
 
 @pytest.mark.slow
