@@ -209,9 +209,11 @@ class _Costs:
 
     def ops(self, analysis: GraphAnalysis, nodes: list[onnx.NodeProto]) -> float:
         """Seconds to run ``nodes`` once more (the cost model's op fits, by bytes moved and MACs)."""
-        shapes = {n: t.shape for n, t in analysis.tensors.items()}
+        # Only the values these nodes touch (called once per option while planning: not the whole graph's).
+        touched = {v: analysis.tensors[v] for n in nodes for v in (*n.input, *n.output) if v in analysis.tensors}
+        shapes = {v: t.shape for v, t in touched.items()}
         # dtypes: a Cast is priced by its type pair (cost_model.op_kind), as calibrated
-        dtypes = {n: str(t.type.dtype) for n, t in analysis.tensors.items()}
+        dtypes = {v: str(t.type.dtype) for v, t in touched.items()}
         total = 0.0
         for n in nodes:
             out_b = sum(analysis.tensors[o].nbytes for o in n.output if o in analysis.tensors)
