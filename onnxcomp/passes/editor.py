@@ -48,6 +48,13 @@ def const_array(v: ir.Value | None) -> np.ndarray | None:
     return None if tensor is None else tensor.numpy()
 
 
+def static_shape(value: ir.Value | None) -> tuple[int, ...] | None:
+    """``value``'s shape as ints, or None when it has none or a symbolic dimension."""
+    if value is None or value.shape is None or not value.shape.is_static():
+        return None
+    return tuple(int(d) for d in value.shape)
+
+
 def ir_taken_names(graph: ir.Graph) -> set[str]:
     """Every value and node name in use in the onnx-ir ``graph`` (what unique_name must avoid)."""
     names = {n.name for n in graph if n.name} | {v.name for n in graph for v in n.outputs if v.name}

@@ -41,6 +41,7 @@ import onnx
 import onnx_ir as ir
 
 from .base import OnnxcompPass, PassOutcome
+from .editor import static_shape
 from .records import PassRecord
 
 ACCUMULATION_SUFFIX = "_grad.accumulation.buffer"   # onnxblock's name for a parameter's gradient buffer input
@@ -57,9 +58,10 @@ def parameters(graph: ir.Graph) -> list[ir.Value]:
 
 
 def _nbytes(value: ir.Value) -> int | None:
-    if value.shape is None or value.dtype is None or not all(isinstance(d, int) for d in value.shape):
+    shape = static_shape(value)
+    if shape is None or value.dtype is None:
         return None
-    return int(value.dtype.itemsize) * math.prod(value.shape)
+    return int(value.dtype.itemsize) * math.prod(shape)
 
 
 def setup_free_chunks(sizes: Sequence[int]) -> list[int]:
@@ -88,12 +90,6 @@ def setup_free_chunks(sizes: Sequence[int]) -> list[int]:
     return sorted(free, reverse=True)
 
 
-def _static(value: ir.Value | None) -> list[int] | None:
-    if value is None or value.shape is None or not all(isinstance(d, int) for d in value.shape):
-        return None
-    return [int(d) for d in value.shape]
-
-
 def largest_scratch(graph: ir.Graph) -> int:
     """The largest single scratch request (bytes) ORT 1.19's CPU convolution kernels make from the arena in a
     step of ``graph``: ``ConvGrad``'s im2col buffer (``C/group · ∏kernel · ∏output`` floats, kept while its bias
@@ -104,9 +100,9 @@ def largest_scratch(graph: ir.Graph) -> int:
         if node.op_type not in ("Conv", "ConvGrad") or node.domain not in ("", "ai.onnx", "com.microsoft"):
             continue
         if node.op_type == "ConvGrad":
-            dy, w = _static(node.inputs[0]), _static(node.inputs[2] if len(node.inputs) > 2 else None)
+            dy, w = static_shape(node.inputs[0]), static_shape(node.inputs[2] if len(node.inputs) > 2 else None)
         else:
-            w, dy = _static(node.inputs[1] if len(node.inputs) > 1 else None), _static(node.outputs[0])
+            w, dy = static_shape(node.inputs[1] if len(node.inputs) > 1 else None), static_shape(node.outputs[0])
         if dy is None or w is None or len(dy) < 3 or len(w) < 3:
             continue
         attr = node.attributes.get("group")

@@ -45,7 +45,7 @@ from ..analysis.shapes import numel
 from ..analysis.training_graph import GRAD_BUFFER_SUFFIX, GRAD_OUT_SUFFIX
 from ..errors import OnnxcompError
 from .base import OnnxcompPass, PassOutcome, PassResult, Skipped
-from .editor import IrGraphEditor, ir_taken_names, unique_name
+from .editor import IrGraphEditor, ir_taken_names, static_shape, unique_name
 from .exact_gemm import DEFAULT_MAX_THREADS, exact_row_bounds
 from .records import PassRecord
 
@@ -78,16 +78,10 @@ def float_grad_buffers(graph: ir.Graph, rank: int) -> Iterator[tuple[ir.Value, s
     for buffer in list(graph.inputs):
         if not buffer.name.endswith(GRAD_BUFFER_SUFFIX):
             continue
-        shape = _static_shape(buffer)
+        shape = static_shape(buffer)
         if shape is None or len(shape) != rank or buffer.dtype != ir.DataType.FLOAT:
             continue
         yield buffer, buffer.name[: -len(GRAD_BUFFER_SUFFIX)], shape, 4 * numel(shape)
-
-
-def _static_shape(value: ir.Value) -> tuple[int, ...] | None:
-    if value.shape is None or not value.shape.is_static():
-        return None
-    return tuple(int(d) for d in value.shape)
 
 
 def _row_bounds(rows: int, parts: int) -> tuple[int, ...]:
@@ -227,7 +221,7 @@ class SplitWeightPass(OnnxcompPass):
                 continue
             bounds = _row_bounds(shape[0], parts)
             if self.bit_identical:
-                batch = _static_shape(site.x)
+                batch = static_shape(site.x)
                 found = exact_row_bounds(shape[0], shape[1], batch[0] if batch and len(batch) == 2 else None,
                                          parts, self.max_threads)
                 if isinstance(found, str):
@@ -266,7 +260,7 @@ def _match(graph: ir.Graph, param: str, shape: tuple[int, int], buffer: ir.Value
         return "read by something other than one forward Gemm(X, W, transB=1) and its dX Gemm"
     x = fwd[0].inputs[0]
     bias = fwd[0].inputs[2] if len(fwd[0].inputs) > 2 else None
-    if bias is not None and _static_shape(bias) != (shape[0],):
+    if bias is not None and static_shape(bias) != (shape[0],):
         return f"bias {bias.name} is not a vector of {shape[0]} (broadcast biases are not split)"
     accs = [u.node for u in buffer.uses() if u.node.op_type == "InPlaceAccumulatorV2" and u.idx == 0]
     if len(accs) != 1:
