@@ -388,14 +388,17 @@ def test_the_ops_graph_keeps_timed_outputs_intermediate_for_the_arena_table() ->
     it), so the arena variant of the calibration graph must leave no timed op's output as a graph output."""
     from onnxcomp.runtime.calibrate import _CAST_KINDS, _ops_graph, _ops_graph_traffic
 
-    plain, inter = _ops_graph(), _ops_graph(intermediate=True)
-    timed = {n.name for n in plain.graph.node}
+    timed: set[str] = set()
+    for half in (False, True):   # the cheap ops, and DPR's Casts timed on ReLU outputs
+        plain, inter = _ops_graph(half_casts=half), _ops_graph(intermediate=True, half_casts=half)
+        names = {n.name for n in plain.graph.node}
+        timed |= names
+        outs = {o.name for o in inter.graph.output}
+        produced = {o for n in inter.graph.node if n.name in names for o in n.output}
+        assert not outs & produced
+        consumed = {i for n in inter.graph.node for i in n.input}
+        assert produced <= consumed  # every timed output is read (by a reduction or a timed op)
     assert set(_CAST_KINDS) <= timed and timed == set(_ops_graph_traffic(1 << 20))
-    outs = {o.name for o in inter.graph.output}
-    produced = {o for n in inter.graph.node if n.name in timed for o in n.output}
-    assert not outs & produced
-    consumed = {i for n in inter.graph.node for i in n.input}
-    assert produced <= consumed  # every timed output is read (by a reduction or a timed op)
 
 
 @pytest.mark.parametrize("arena", [False, True])
@@ -561,3 +564,106 @@ def test_the_arena_codec_graph_keeps_the_decoded_tensor_intermediate() -> None:
     g = _codec_graph("signbits", {}, intermediate=True).graph
     assert "Y" not in {o.name for o in g.output} and any(n.op_type == "Shape" and n.input[0] == "Y" for n in g.node)
     assert "Y" in {o.name for o in _codec_graph("signbits", {}).graph.output}
+
+
+# ------------------------------------------------- float32 <-> float16 Casts: time depends on the data
+def test_branch_mix_counts_interleaved_small_values_not_zeros_as_such() -> None:
+    """ORT 1.19.2's scalar half conversion branches on |x| < 2^-14: interleaving the two classes is what
+    costs (i.i.d. zeros at 50 %: ~4x dense), not zeros themselves (all zeros, or zeros in long runs: dense
+    speed), and tiny non-zero values count like zeros."""
+    from onnxcomp.planner.cost_model import branch_mix, expected_branch_mix
+
+    rng = np.random.default_rng(0)
+    n = 1 << 16
+    dense = rng.standard_normal(n).astype(np.float32)
+    iid = np.where(rng.random(n) < 0.5, 0.0, np.abs(dense) + 0.1).astype(np.float32)
+    assert branch_mix(dense) == pytest.approx(0.0, abs=1e-3)
+    assert branch_mix(np.zeros(n, np.float32)) == 0.0
+    assert branch_mix(iid) == pytest.approx(0.5, abs=0.02)
+    assert branch_mix(np.where(iid == 0, 1e-6, iid)) == pytest.approx(branch_mix(iid))  # fp16-subnormal values
+    runs = np.repeat(rng.random(n // 64) < 0.5, 64)   # half zeros, in runs of 64
+    assert branch_mix(np.where(runs, 0.0, 1.0)) < 0.03
+    quarter = np.where(rng.random(n) < 0.25, 0.0, 1.0)
+    assert branch_mix(quarter) == pytest.approx(0.25, abs=0.02) == expected_branch_mix(0.75)
+    assert expected_branch_mix(1.0) == 0.0 and expected_branch_mix(0.5) == 0.5
+
+
+def _half_cast_graph() -> onnx.ModelProto:
+    """x -> Conv-like dense Add -> DPR's Clip(±65504) -> Cast f16 -> Cast f32, and the same on Relu(x) and on
+    MaxPool3x3(Relu(x)): three equal-sized encode / decode pairs whose inputs differ only in what made them."""
+    from onnx import TensorProto, helper
+
+    nodes, outs = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                   helper.make_node("Add", ["x", "x"], ["d"], name="dense"),
+                   helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], name="pool")], []
+    for src in ("d", "r", "p"):
+        nodes += [helper.make_node("Clip", [src, "lo", "hi"], [f"{src}_c"], name=f"{src}_clip"),
+                  helper.make_node("Cast", [f"{src}_c"], [f"{src}_h"], to=TensorProto.FLOAT16, name=f"{src}_enc"),
+                  helper.make_node("Cast", [f"{src}_h"], [f"{src}_f"], to=TensorProto.FLOAT, name=f"{src}_dec")]
+        outs.append(helper.make_tensor_value_info(f"{src}_f", TensorProto.FLOAT, [2, 4, 16, 16]))
+    inits = [helper.make_tensor("lo", TensorProto.FLOAT, [], [-65504.0]),
+             helper.make_tensor("hi", TensorProto.FLOAT, [], [65504.0])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 16, 16])],
+                              outs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_estimate_nonzero_walks_to_the_op_that_made_the_zeros() -> None:
+    from onnxcomp.planner.cost_model import constant_scalars, estimate_nonzero
+
+    model = _half_cast_graph()
+    producers = {o: n for n in model.graph.node for o in n.output}
+    consts = constant_scalars(model)
+    assert estimate_nonzero("d_h", producers, consts) == 1.0            # dense, through Cast and range Clip
+    assert estimate_nonzero("r_h", producers, consts) == 0.5            # a ReLU output
+    assert estimate_nonzero("p_c", producers, consts) == pytest.approx(1 - 0.5 ** 9)  # zero only if all 9 are
+    relu6 = onnx.helper.make_node("Clip", ["x", "zero", "six"], ["y"])
+    assert estimate_nonzero("y", {"y": relu6}, {"zero": 0.0, "six": 6.0}) == 0.5
+
+
+def test_half_casts_of_a_relu_output_cost_more_than_of_dense_data() -> None:
+    """The same bytes through DPR's float32 -> float16 -> float32 Casts: on a ReLU output (half zeros,
+    interleaved) the calibrated mixed-bytes term applies, on a dense tensor and on a MaxPool of a ReLU output
+    (almost no zeros) it does not. Fails without the data feature (the three pairs cost the same)."""
+    from onnxcomp.planner.cost_model import LinearFit
+
+    a, b, c = 1e-6, 0.25e-9, 1.4e-9
+    cost = _cost_with({k: (0.0, 0.0, 0.0) for k in ("Relu", "Add", "MaxPool", "Clip")})
+    cost.ops["Cast:float32->float16"] = LinearFit((a, b, 0.0, c))
+    cost.ops["Cast:float16->float32"] = LinearFit((a, b, 0.0, c))
+    per = predict_step(_half_cast_graph(), cost).per_node
+    traffic = 2 * 4 * 16 * 16 * 6   # float32 read + float16 written (or the reverse)
+    assert per["d_enc"] == pytest.approx(a + b * traffic) and per["d_dec"] == pytest.approx(a + b * traffic)
+    assert per["r_enc"] == pytest.approx(a + b * traffic + c * traffic * 0.5)
+    assert per["r_dec"] == per["r_enc"]
+    assert per["p_enc"] == pytest.approx(a + b * traffic + c * traffic * 0.5 ** 9)
+    # a measured nonzero ratio for the tensor overrides the estimate
+    dense = predict_step(_half_cast_graph(), cost, nonzero_ratios={"r_c": 1.0, "r_h": 1.0}).per_node
+    assert dense["r_enc"] == pytest.approx(per["d_enc"])
+
+
+def test_calibration_fits_the_half_cast_data_term() -> None:
+    """fit_ops keeps the samples' mixed_bytes as the Cast fits' fourth regressor (and no other op gets one)."""
+    from onnxcomp.runtime.calibrate import fit_ops
+
+    a, b, c = 20e-6, 0.2e-9, 1.5e-9
+    samples = []
+    for nbytes in (1 << 18, 1 << 20, 1 << 22):
+        for mix in (0.0, 0.5):
+            samples.append({"op": "Cast:float32->float16", "nbytes": nbytes, "macs": 0.0,
+                            "mixed_bytes": nbytes * mix, "seconds": a + b * nbytes + c * nbytes * mix})
+        samples.append({"op": "Mul", "nbytes": nbytes, "macs": 0.0, "seconds": 1e-6 + 1e-10 * nbytes})
+    fits = fit_ops(samples)
+    coef = fits["Cast:float32->float16"]["coef"]
+    assert coef == pytest.approx([a, b, 0.0, c], rel=1e-6, abs=1e-12)
+    assert fits["Mul"]["coef"][3] == 0.0
+
+
+def test_calibration_times_half_casts_on_dense_and_on_relu_data(tmp_path: Path) -> None:
+    from onnxcomp.runtime.calibrate import time_common_ops
+
+    samples = time_common_ops((256 * 1024,), 2, tmp_path)
+    halves = [s for s in samples if s["op"] == "Cast:float32->float16"]
+    mixes = sorted(s["mixed_bytes"] / s["nbytes"] for s in halves)
+    assert len(halves) == 2 and mixes[0] < 0.01 and mixes[1] == pytest.approx(0.5, abs=0.02)
+    assert all(s.get("mixed_bytes", 0.0) == 0.0 for s in samples if not s["op"].startswith("Cast:float"))

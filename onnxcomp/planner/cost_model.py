@@ -112,9 +112,43 @@ def codec_features(nbytes: float, nonzero_ratio: float) -> tuple[float, float, f
     return 1.0, float(nbytes), float(nbytes) * float(nonzero_ratio)
 
 
-def op_features(nbytes: float, macs: float) -> tuple[float, float, float]:
-    """Regressors of the ORT op model: 1, bytes the node reads and writes, multiply-accumulates."""
-    return 1.0, float(nbytes), float(macs)
+def op_features(nbytes: float, macs: float, mixed_bytes: float = 0.0) -> tuple[float, float, float, float]:
+    """Regressors of the ORT op model: 1, bytes the node reads and writes, multiply-accumulates, and the bytes
+    moved on elements whose value class flips (``branch_mix``; float32 <-> float16 Casts only, 0 otherwise).
+    Fits saved with three coefficients ignore the fourth regressor (predict zips)."""
+    return 1.0, float(nbytes), float(macs), float(mixed_bytes)
+
+
+# fp16's smallest normal value. ORT 1.19.2 converts float32 <-> float16 with MLAS's scalar routine, which takes
+# one branch for |x| below it (zeros, subnormals) and another for normal values: its time depends on how the
+# two classes interleave. Measured (castdata.py in NOTES-costquiet.md, 4 MiB, quiet machine): dense N(0,1)
+# 1.37 ns/element, all zeros 0.99, i.i.d. zeros at 5 / 25 / 50 % 1.79 / 3.42 / 5.36, 50 % zeros in runs of 4
+# / 32 / 256 elements 3.35 / 1.47 / 1.23, 50 % tiny non-zero values (1e-6) 5.32, random signs 1.37; the
+# float16 -> float32 direction the same way (3.3 -> 7.5 ns). Time ≈ a + b·bytes + c·bytes·mix, mix as below.
+HALF_MIN_NORMAL = 2.0 ** -14
+HALF_CASTS = frozenset({"Cast:float32->float16", "Cast:float16->float32"})
+
+
+def branch_mix(x: np.ndarray) -> float:
+    """Fraction of ``x``'s elements on which a float32 <-> float16 conversion's branch (below fp16's smallest
+    normal vs not) is expected to be mispredicted: min(fraction of class changes between neighbours, fraction
+    small, fraction normal). i.i.d. zeros at fraction z give min(z, 1 - z) (the predictor guesses the majority
+    class); zeros in runs give about the change rate (it guesses "same as the last one")."""
+    small = np.abs(np.asarray(x).reshape(-1)) < HALF_MIN_NORMAL
+    if small.size < 2:
+        return 0.0
+    z = float(np.count_nonzero(small)) / small.size
+    changes = float(np.count_nonzero(small[1:] != small[:-1])) / (small.size - 1)
+    return min(changes, z, 1.0 - z)
+
+
+def expected_branch_mix(nonzero_ratio: float) -> float:
+    """branch_mix of a tensor with ``nonzero_ratio`` of its elements nonzero, its zeros placed independently:
+    min(nz, 1 - nz). What the zoo's activations at init look like (batch 32, 64x64, N(0,1) input): ReLU
+    outputs measured 0.40 (ResNet-18), 0.49 (MobileNetV2 ReLU6), 0.31 (VGG-16) against 0.5 for this; conv /
+    BatchNorm outputs 0.00-0.006 (dense: 0)."""
+    nz = min(max(float(nonzero_ratio), 0.0), 1.0)
+    return min(nz, 1.0 - nz)
 
 
 def local_op_features(nbytes: float, macs: float, weight_pass_bytes: float = 0.0,
@@ -283,14 +317,15 @@ class CostModel:
 
     def op_seconds(self, node: onnx.NodeProto, out_bytes: int, node_seconds: dict[str, float] | None = None,
                    macs: float = 0.0, in_bytes: int = 0, conv_work: tuple[float, float] = (0.0, 0.0),
-                   kind: str | None = None) -> float:
+                   kind: str | None = None, mixed_bytes: float = 0.0) -> float:
         """Seconds of one ORT node: its measured time when ``node_seconds`` (a profile) has its name, else the
         per-op-type model (a profile carrying features refits it on that graph first; see NodeTimes).
         out_bytes, in_bytes: bytes of the node's outputs and inputs (the model's size feature is their sum: give
         in_bytes too, or ops that read more than they write, like accumulators and gradients, come out low);
         macs: its multiply-accumulates (``node_macs``), 0 if unknown; conv_work: ``node_conv_work`` (weight-pass
         bytes, GEMM calls) of a convolution, used with a profile; kind: ``op_kind`` of the node (default its op
-        type): what the profile's times and refitted models are keyed by."""
+        type): what the profile's times and refitted models are keyed by; mixed_bytes: bytes moved × the
+        input's branch_mix (``cast_mixed_bytes``), for float32 <-> float16 Casts, whose time depends on it."""
         traffic = node_traffic(node, int(in_bytes), int(out_bytes))
         kind = kind or node.op_type
         if node_seconds is not None and node.name in node_seconds and _same_op(kind, node.name, node_seconds):
@@ -320,10 +355,11 @@ class CostModel:
         table = self.op_table(node_seconds)
         fit = table.get(kind) or table.get(node.op_type) or table["*"]
         # The calibrated fit, at the speed the profile saw (1.0 without a profile; see NodeTimes.slowdown).
+        feats = op_features(traffic, macs, mixed_bytes)
         if not isinstance(node_seconds, NodeTimes):
-            return max(fit.predict(op_features(traffic, macs)), 0.0)
+            return max(fit.predict(feats), 0.0)
         # No node runs faster than the profile's tiny ones: ORT's dispatch per node (views, shape arithmetic).
-        return max(fit.predict(op_features(traffic, macs)) * node_seconds.slowdown(self),
+        return max(fit.predict(feats) * node_seconds.slowdown(self),
                    node_seconds.dispatch_seconds())
 
     def overhead_seconds(self, param_bytes: int) -> float:
@@ -651,6 +687,7 @@ def predict_step(model: onnx.ModelProto, cost: CostModel, node_seconds: dict[str
 
     shapes, nbytes, dtypes = _tensor_shapes(model)
     producers = {o: n for n in model.graph.node for o in n.output if o}
+    consts = constant_scalars(model)
     # Encoder input bytes by stash name, for decoders whose output shape inference could not reach.
     enc_bytes: dict[str, int] = {}
     per_node: dict[str, float] = {}
@@ -681,8 +718,13 @@ def predict_step(model: onnx.ModelProto, cost: CostModel, node_seconds: dict[str
         else:
             out_b = sum(nbytes.get(o, 0) for o in node.output if o)
             in_b = sum(nbytes.get(i, 0) for i in node.input if i)
+            kind = op_kind(node, dtypes)
+            mixed = 0.0
+            if kind in HALF_CASTS:
+                nz = nonzero_ratios.get(node.input[0], estimate_nonzero(node.input[0], producers, consts))
+                mixed = node_traffic(node, in_b, out_b) * expected_branch_mix(nz)
             t = cost.op_seconds(node, out_b, node_seconds, macs=node_macs(node, shapes), in_bytes=in_b,
-                                conv_work=node_conv_work(node, shapes, nbytes), kind=op_kind(node, dtypes))
+                                conv_work=node_conv_work(node, shapes, nbytes), kind=kind, mixed_bytes=mixed)
             ort_total += t
         per_node[key] = t
     if isinstance(node_seconds, NodeTimes):
@@ -698,6 +740,56 @@ def _default_nonzero(tensor: str, producers: dict[str, onnx.NodeProto]) -> float
     while node is not None and node.op_type in ("Reshape", "Identity", "Flatten") and seen < 8:
         node, seen = producers.get(node.input[0]), seen + 1
     return 0.5 if node is not None and node.op_type in _RELU_LIKE else 1.0
+
+
+# Ops that pass their input's zeros through unchanged (views, dtype conversions) for estimate_nonzero.
+_ZERO_PRESERVING = {"Reshape", "Identity", "Flatten", "Squeeze", "Unsqueeze", "Cast", "Transpose"}
+
+
+def constant_scalars(model: onnx.ModelProto) -> dict[str, float]:
+    """Value of every one-element constant (initializer or Constant node) by tensor name: Clip's bounds."""
+    from onnx import numpy_helper
+
+    out: dict[str, float] = {}
+    for t in model.graph.initializer:
+        if int(np.prod(t.dims, dtype=np.int64)) == 1:
+            out[t.name] = float(numpy_helper.to_array(t).reshape(-1)[0])
+    for n in model.graph.node:
+        if n.op_type == "Constant" and n.output:
+            a = next((a for a in n.attribute if a.name == "value"), None)
+            if a is not None and int(np.prod(a.t.dims, dtype=np.int64)) == 1:
+                out[n.output[0]] = float(numpy_helper.to_array(a.t).reshape(-1)[0])
+    return out
+
+
+def estimate_nonzero(tensor: str, producers: dict[str, onnx.NodeProto], consts: dict[str, float],
+                     depth: int = 0) -> float:
+    """Fraction of ``tensor``'s elements expected nonzero, from the ops that made it: 0.5 for a ReLU or a Clip
+    whose lower bound is >= 0 (half of a zero-mean pre-activation), a MaxPool of such a tensor 1 - (1 - nz)^k
+    over its k-element window (a window is zero only if all of it is: ResNet-18's 3x3 stem pool of a ReLU
+    output measured 0.4 % zeros), through views, Casts and range clamps (DPR's Clip to ±65504) to the
+    producer; 1.0 for anything else (conv, BatchNorm, LeakyRelu outputs: dense). A planning estimate for
+    float32 <-> float16 Cast prices (expected_branch_mix), where the stash's data is not known."""
+    node = producers.get(tensor)
+    if node is None or depth > 16:
+        return 1.0
+    op = node.op_type
+    if op in _ZERO_PRESERVING and node.input:
+        return estimate_nonzero(node.input[0], producers, consts, depth + 1)
+    if op == "Relu":
+        return 0.5
+    if op == "Clip":
+        lo = consts.get(node.input[1]) if len(node.input) > 1 and node.input[1] else None
+        if lo is None and len(node.input) == 1:  # opset < 11: bounds are attributes
+            lo = next((a.f for a in node.attribute if a.name == "min"), None)
+        if lo is not None and lo < 0:            # a range clamp keeps zeros and signs where they were
+            return estimate_nonzero(node.input[0], producers, consts, depth + 1)
+        return 0.5
+    if op == "MaxPool" and node.input:
+        kernel = next((list(a.ints) for a in node.attribute if a.name == "kernel_shape"), [])
+        k = int(np.prod(kernel)) if kernel else 1
+        return 1.0 - (1.0 - estimate_nonzero(node.input[0], producers, consts, depth + 1)) ** k
+    return 1.0
 
 
 def _param_bytes(model: onnx.ModelProto) -> int:

@@ -263,11 +263,14 @@ def time_codec(codec: str, sizes: tuple[int, ...], nonzero: tuple[float, ...], r
 # ~10x faster per byte; one "Cast" fit priced a pass's mask Casts 2x high (NOTES-costfit.md).
 _CAST_KINDS = {"Cast": "Cast:float32->float16", "Cast_back": "Cast:float16->float32",
                "Cast_mask": "Cast:bool->float32", "Cast_mask_i64": "Cast:bool->int64",
-               "Cast_i64": "Cast:int64->float32"}
+               "Cast_i64": "Cast:int64->float32",
+               "Cast_mixed": "Cast:float32->float16", "Cast_mixed_back": "Cast:float16->float32"}
+_HALF_CAST_KINDS = {"Cast:float32->float16", "Cast:float16->float32"}  # cost_model.HALF_CASTS
 
 
-def _ops_graph(intermediate: bool = False) -> Any:
-    """One input X feeding the cheap ops graph passes insert, each node its own output.
+def _ops_graph(intermediate: bool = False, half_casts: bool = False) -> Any:
+    """One input X feeding the cheap ops graph passes insert, each node its own output (half_casts: only the
+    float32 -> float16 -> float32 pair, timed on ReLU outputs).
 
     intermediate: each timed op's output is consumed by a ReduceSum ("sum_<output>") and only those scalars
     leave the graph. ORT allocates graph outputs outside its arena, so only ops writing intermediates run as
@@ -294,6 +297,14 @@ def _ops_graph(intermediate: bool = False) -> Any:
         helper.make_node("Cast", ["maski"], ["i2f"], to=TensorProto.FLOAT, name="Cast_i64"),
     ]
     outs = ["f", "clip", "relu", "mul", "add", "slice", "cat", "ident", "where", "maskf", "maski", "i2f"]
+    if half_casts:
+        # DPR's Casts alone, fed a ReLU output (zeros interleaved with normal values): ORT's float32 <-> float16
+        # conversion branches on the value class, so its time depends on the data (cost_model.branch_mix). A
+        # graph of its own: a second input in the graph above stopped the arena from reusing the 4-16 MiB
+        # outputs (Mul 0.10 instead of 0.012 ns/B).
+        nodes = [helper.make_node("Cast", ["X"], ["hz"], to=TensorProto.FLOAT16, name="Cast_mixed"),
+                 helper.make_node("Cast", ["hz"], ["fz"], to=TensorProto.FLOAT, name="Cast_mixed_back")]
+        outs = ["fz"]
     inits = [helper.make_tensor("lo", TensorProto.FLOAT, [], [0.0]), helper.make_tensor("hi", TensorProto.FLOAT, [], [6.0]),
              helper.make_tensor("starts", TensorProto.INT64, [1], [0]), helper.make_tensor("ends", TensorProto.INT64, [1], [1 << 30]),
              helper.make_tensor("axes", TensorProto.INT64, [1], [2])]
@@ -312,7 +323,16 @@ def _ops_graph_traffic(b: int) -> dict[str, int]:
     n = b // 4  # elements; bool 1 B, float16 2 B, int64 8 B each
     return {"Cast": b + 2 * n, "Cast_back": 2 * n + b, "Clip": 2 * b, "Relu": 2 * b, "Mul": 3 * b, "Add": 3 * b,
             "Slice": 2 * b, "Concat": 4 * b, "Identity": 2 * b, "Greater": b + n, "Where": n + 2 * b,
-            "Cast_mask": n + b, "Cast_mask_i64": n + 8 * n, "Cast_i64": 8 * n + b}
+            "Cast_mask": n + b, "Cast_mask_i64": n + 8 * n, "Cast_i64": 8 * n + b,
+            "Cast_mixed": b + 2 * n, "Cast_mixed_back": 2 * n + b}
+
+
+def relu_output(shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """A float32 tensor of ``shape`` like the zoo's ReLU outputs at init: i.i.d. N(0,1) through a ReLU, half
+    exact zeros interleaved with normal values (branch_mix ~0.5; ResNet-18's / MobileNetV2's real ReLU outputs
+    measured 0.40 / 0.49 at batch 32, 64x64). ``activation``'s smooth field keeps its zeros in runs (0.34 at
+    50 %): not what those Casts read."""
+    return np.maximum(rng.standard_normal(shape, dtype=np.float32), np.float32(0.0))
 
 
 def time_common_ops(sizes: tuple[int, ...], repeats: int, tmp: Path, seed: int = 0,
@@ -322,27 +342,44 @@ def time_common_ops(sizes: tuple[int, ...], repeats: int, tmp: Path, seed: int =
     ORT's defaults runs them: arena, memory pattern and reuse on, DEFAULT order, each op writing an
     intermediate (_ops_graph(intermediate=True)), so its output is reused arena memory, not pages faulted in
     anew."""
+    samples = []
+    for half_casts, make in ((False, pre_activation), (True, _relu_like)):
+        graph = _ops_graph(intermediate=arena, half_casts=half_casts)
+        name = ("prof_ops_arena" if arena else "prof_ops") + ("_half" if half_casts else "")
+        samples += _time_ops_graph(graph, make, sizes, repeats, tmp / name, seed, arena)
+    return samples
+
+
+def _relu_like(nbytes: int, rng: np.random.Generator) -> np.ndarray:
+    return relu_output(pre_activation(nbytes, rng).shape, rng)
+
+
+def _time_ops_graph(graph: Any, make: Callable[[int, np.random.Generator], np.ndarray], sizes: tuple[int, ...],
+                    repeats: int, prof_dir: Path, seed: int, arena: bool) -> list[dict[str, Any]]:
+    """time_common_ops on one graph of _ops_graph, fed ``make(size, rng)`` at each size."""
     import onnxruntime as ort
 
+    from onnxcomp.planner.cost_model import branch_mix
     from onnxcomp.runtime.session import session_options
 
-    prof_dir = tmp / ("prof_ops_arena" if arena else "prof_ops")
     prof_dir.mkdir()
     so = session_options(profile=str(prof_dir / "ops"), arena=arena, mem_pattern=arena, mem_reuse=arena,
                          execution_order="default" if arena else "priority")
     so.log_severity_level = 3
-    sess = ort.InferenceSession(_ops_graph(intermediate=arena).SerializeToString(), so,
-                                providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(graph.SerializeToString(), so, providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(seed)
     out_bytes: list[dict[str, int]] = []
+    mixes: list[float] = []
     for size in sizes:
-        x = pre_activation(size, rng)
+        x = make(size, rng)
         xs = cold_copies(x)
         sess.run(None, {"X": xs[-1]})
         for r in range(repeats):
             sess.run(None, {"X": xs[r % len(xs)]})
         del xs
         out_bytes += [_ops_graph_traffic(x.nbytes)] * (1 + repeats)
+        # the float32 <-> float16 Casts' data term: their input's branch_mix (float16(X) has X's value classes)
+        mixes += [branch_mix(x)] * (1 + repeats)
     sess.end_profiling()
     del sess
     gc.collect()
@@ -360,7 +397,9 @@ def time_common_ops(sizes: tuple[int, ...], repeats: int, tmp: Path, seed: int =
         for i in range(len(sizes)):
             runs = durs[i * per_size + 1:(i + 1) * per_size]  # the first run of a size settles allocations
             if runs:  # mean, as for the codecs: stalls are part of the expected time
-                samples.append({"op": ops[name], "nbytes": out_bytes[i * per_size][name], "macs": 0.0,
+                nbytes = out_bytes[i * per_size][name]
+                mixed = nbytes * mixes[i * per_size] if ops[name] in _HALF_CAST_KINDS else 0.0
+                samples.append({"op": ops[name], "nbytes": nbytes, "macs": 0.0, "mixed_bytes": mixed,
                                 "seconds": statistics.fmean(runs)})
     return samples
 
@@ -566,7 +605,8 @@ def fit_ops(samples: list[dict[str, Any]]) -> dict[str, Any]:
     fitted on every sample without MACs."""
     from onnxcomp.planner.cost_model import fit_linear, fit_op_types
 
-    rows = [(s["op"], s["nbytes"], s["macs"], s["seconds"]) for s in samples]
+    # mixed_bytes: float32 <-> float16 Casts' data-dependent term (cost_model.branch_mix); 0 for other ops
+    rows = [(s["op"], s["nbytes"], s["macs"], s.get("mixed_bytes", 0.0), s["seconds"]) for s in samples]
     fits = {op: f.to_dict() for op, f in fit_op_types(rows).items()}
     pooled = fit_op_types((op.split(":", 1)[0], *rest) for op, *rest in rows if ":" in op)
     fits.update({op: f.to_dict() for op, f in pooled.items() if op not in fits})
