@@ -92,7 +92,10 @@ def _built(name: str) -> Path | None:
         except OSError:
             continue
         code = f"import {__package__}.aot as a; a._build({name!r}, {str(d)!r})"
-        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+        # The child sees this process's sys.path (entries added at run time, e.g. by pytest, included), so it
+        # imports this very package; _build checks that it did.
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, env=env)
         if r.returncode == 0 and (d / filename).is_file():
             return d / filename
         errors.append(f"{d}: {(r.stderr or r.stdout).strip()[-800:]}")
