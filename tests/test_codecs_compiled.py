@@ -26,8 +26,8 @@ def _payloads(codec: Any, x: np.ndarray, params: dict[str, Any], backend: str) -
         return payload, codec.decode_cpu(payload, **params)
 
 
-def _assert_same(codec: Any, x: np.ndarray, params: dict[str, Any]) -> None:
-    (ref, y_ref), (got, y) = _payloads(codec, x, params, "numpy"), _payloads(codec, x, params, "numba")
+def _assert_same(codec: Any, x: np.ndarray, params: dict[str, Any], backend: str = "numba") -> None:
+    (ref, y_ref), (got, y) = _payloads(codec, x, params, "numpy"), _payloads(codec, x, params, backend)
     assert len(ref) == len(got)
     for name, a, b in zip(codec.payload_names, ref, got):
         assert a.dtype == b.dtype and a.shape == b.shape, name
@@ -101,8 +101,10 @@ def test_backend_switch(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_auto_backend_picks_numba_only_where_it_is_faster() -> None:
     with cpu.use_backend("auto"):
         assert cpu.kernels("bits") is None and cpu.kernels("intervalmask") is None
-        assert (cpu.kernels("sparse") is not None) == ("numba" in sys.modules)  # NUMBA_WHEN_LOADED
-        assert (cpu.kernels("maxpool") is not None) == ("numba" in sys.modules)
+        # NUMBA_WHEN_LOADED: numba's kernels once it is imported, else the AOT-compiled ones
+        impl = "numba" if "numba" in sys.modules else "aot"
+        assert cpu.backend_for("sparse") == cpu.backend_for("maxpool") == impl
+        assert cpu.kernels("sparse") is not None and cpu.kernels("maxpool") is not None
         assert cpu.kernels("sz") is not None and cpu.backend_for("zfp") == "numba"
     with cpu.use_backend("numba"):
         assert cpu.kernels("bits") is not None
@@ -125,31 +127,35 @@ idx = ind.numpy() + (np.arange(8, dtype=np.int64) * 64).reshape(2, 4, 1, 1)
 p = dict(input_shape=[2, 4, 8, 8], kernel_shape=[2, 2], strides=[2, 2], pads=[0, 0, 0, 0])
 mp = get_codec("maxpool_index")
 assert (mp.decode_cpu(mp.encode_cpu(idx, **p), **p) == idx).all()
-print("numba" in sys.modules, cpu.backend())
+print("numba" in sys.modules, cpu.backend(), ",".join(sorted(k for k, v in cpu._modules.items() if v)))
 """
 
 
 @numba_only
-@pytest.mark.parametrize(("setting", "imported"), [("", False), ("numba", True)])
-def test_lossless_codecs_do_not_import_numba_by_default(setting: str, imported: bool) -> None:
-    """The default ("auto") runs the lossless codecs with NumPy, so their process never pays numba's RSS;
-    ONNXCOMP_CODEC_BACKEND=numba still overrides it."""
+@pytest.mark.parametrize(("setting", "imported", "loaded"), [("", False, "aot:maxpool,aot:sparse"),
+                                                          ("numba", True, "bits,intervalmask,maxpool,sparse")])
+def test_lossless_codecs_do_not_import_numba_by_default(setting: str, imported: bool, loaded: str) -> None:
+    """The default ("auto") runs the lossless codecs with NumPy or, for sparse / maxpool, their AOT-compiled
+    kernels, so their process never pays numba's RSS; ONNXCOMP_CODEC_BACKEND=numba still overrides it."""
     env = {k: v for k, v in os.environ.items() if k != cpu.ENV_VAR}
     if setting:
         env[cpu.ENV_VAR] = setting
     out = subprocess.run([sys.executable, "-c", _LOSSLESS_ONLY], env=env, capture_output=True, text=True,
                          check=True).stdout.split()
-    assert out == [str(imported), setting or "auto"]
+    assert out == [str(imported), setting or "auto", loaded]
 
 
 def test_auto_runs_sparse_with_numba_only_once_it_is_imported(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Under "auto", ``sparse`` (NUMBA_WHEN_LOADED) uses numba when the process imported it anyway and NumPy
-    otherwise; the NUMBA_BY_DEFAULT modules always use numba, the rest always NumPy."""
+    """Under "auto", ``sparse`` (NUMBA_WHEN_LOADED) uses numba when the process imported it anyway and its
+    AOT-compiled copy otherwise; the NUMBA_BY_DEFAULT modules always use numba, the rest always NumPy."""
     monkeypatch.setattr(cpu, "_backend", "auto")
     monkeypatch.setitem(sys.modules, "numba", sys.modules.get("numba", object()))
     assert [cpu.backend_for(m) for m in ("sparse", "maxpool", "sz", "bits")] == ["numba", "numba", "numba", "numpy"]
     monkeypatch.delitem(sys.modules, "numba")
-    assert [cpu.backend_for(m) for m in ("sparse", "maxpool", "sz", "bits")] == ["numpy", "numpy", "numba", "numpy"]
+    assert [cpu.backend_for(m) for m in ("sparse", "maxpool", "sz", "bits")] == ["aot", "aot", "numba", "numpy"]
+    monkeypatch.setattr(cpu, "_backend", "aot")  # forced: AOT where a module has it, NumPy elsewhere
+    assert [cpu.backend_for(m) for m in ("sparse", "maxpool", "sz", "bits")] == ["aot", "aot", "numpy", "numpy"]
+    monkeypatch.setattr(cpu, "_backend", "auto")
     # the planner measures their workspace with NumPy (the larger one), whichever the process would run
     assert [cpu.workspace_backend(c) for c in ("zvc", "sparse", "maxpool_index", "sz")] == \
         ["numpy", "numpy", "numpy", "auto"]
@@ -261,3 +267,52 @@ def test_warm_up_loads_when_loaded_kernels_after_numba() -> None:
     out = subprocess.run([sys.executable, "-c", _WARM_ORDER], env=env, capture_output=True, text=True,
                          check=True).stdout.split()
     assert {"maxpool", "sparse", "sz"} <= set(out)
+
+
+@numba_only
+@pytest.mark.parametrize("name", ["zvc", "csr", "sparse"])
+@pytest.mark.parametrize("n", [3 * 65536 + 4099, 0, 1])
+def test_aot_bytes_equal_numpy(name: str, n: int) -> None:
+    """The AOT-compiled sparse kernels (single-threaded, loaded without numba) write NumPy's bytes."""
+    rng = np.random.default_rng(n)
+    x = _relu_like(rng, n)
+    if name == "csr":
+        x[rng.random(n) < 0.9] = 0.0
+        x[65536:65536 + 3000] = 0.0
+    with cpu.use_backend("aot"):
+        assert cpu.kernels("sparse") is not None, "AOT build failed (see the warning)"
+    _assert_same(get_codec(name), x, {}, backend="aot")
+
+
+@numba_only
+@pytest.mark.parametrize("shape,params", [
+    ((8, 64, 32, 32), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((4, 33, 17, 19), dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)),
+])
+def test_aot_maxpool_equal_numpy(shape: tuple[int, ...], params: dict[str, Any]) -> None:
+    x = np.random.default_rng(0).integers(-2, 3, size=shape).astype(np.float32)
+    idx = mpi.reference_indices(x, **params)
+    p = dict(input_shape=list(shape), **params)
+    with cpu.use_backend("aot"):
+        assert cpu.kernels("maxpool") is not None
+    _assert_same(get_codec("maxpool_index"), idx, p, backend="aot")
+    bad = idx.copy().reshape(-1)
+    bad[bad.size - 5] += 10**6
+    with cpu.use_backend("aot"), pytest.raises(ValueError, match=f"flat position {bad.size - 5} "):
+        get_codec("maxpool_index").encode_cpu(bad.reshape(idx.shape), **p)
+
+
+def test_aot_build_failure_falls_back_to_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No C compiler / no numba.pycc: the module runs with NumPy (a warning says why), same bytes."""
+    from onnxcomp.custom_ops.cpu import aot
+
+    monkeypatch.setattr(aot, "_failed", set())
+    monkeypatch.setattr(aot, "cache_dirs", lambda: [])  # nowhere to find or build the extension
+    monkeypatch.setattr(cpu, "_modules", {})
+    with cpu.use_backend("aot"), pytest.warns(RuntimeWarning, match="ahead-of-time"):
+        assert cpu.kernels("sparse") is None
+    with cpu.use_backend("aot"):
+        assert cpu.kernels("sparse") is None  # remembered: no second attempt, no second warning
+    x = _relu_like(np.random.default_rng(0), 5000)
+    (ref, _), (got, _) = _payloads(get_codec("zvc"), x, {}, "numpy"), _payloads(get_codec("zvc"), x, {}, "aot")
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(ref, got))

@@ -5,10 +5,13 @@ compiled kernel when their module runs with numba and produce the same bytes (te
 
 The default backend, ``"auto"``, picks per kernel module: numba only for the modules in ``NUMBA_BY_DEFAULT``
 (dpr, sz, zfp: their compiled kernels encode 2-9x faster than NumPy at 1-16 MiB stashes on 2 cores), for
-``NUMBA_WHEN_LOADED`` (sparse, maxpool) once numba is imported anyway, NumPy otherwise (bits, intervalmask: NumPy
-was as fast or faster; docs/cpu-codecs.md has the table), so a graph whose codecs are all NumPy-default never
-imports numba nor pays its ~125 MiB of RSS. Without numba installed everything is NumPy. ``ONNXCOMP_CODEC_BACKEND=numpy|numba|auto`` or ``set_backend`` /
-``use_backend`` choose explicitly (``numba`` / ``numpy``: for every codec).
+``NUMBA_WHEN_LOADED`` (sparse, maxpool) once numba is imported anyway, else their ahead-of-time compiled copies
+(``aot.py``: the same kernel functions built by numba.pycc in a child process, single-threaded, loaded without
+numba), NumPy otherwise (bits, intervalmask: NumPy was as fast or faster; docs/cpu-codecs.md has the table), so a
+graph whose codecs are all NumPy-default or AOT never imports numba nor pays its ~115-125 MiB of RSS. Without
+numba installed everything is NumPy. ``ONNXCOMP_CODEC_BACKEND=numpy|numba|aot|auto`` or ``set_backend`` /
+``use_backend`` choose explicitly (``numba`` / ``numpy``: for every codec; ``aot``: AOT where a module has it,
+else NumPy).
 
 Kernels are compiled on first use and cached on disk (``cache=True``): numba writes the cache into
 ``__pycache__`` next to this package, and where that is not writable (an installed, read-only site-packages)
@@ -36,7 +39,7 @@ from contextlib import contextmanager
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
-BACKENDS = ("numpy", "numba")  # the concrete implementations
+BACKENDS = ("numpy", "numba", "aot")  # the concrete implementations
 CHOICES = (*BACKENDS, "auto")  # what ONNXCOMP_CODEC_BACKEND / set_backend accept
 # Kernel modules (and zfp's coder) whose numba kernels beat NumPy by more than ~10 % at 1-16 MiB float32
 # activations on this project's 2-core reference machine (docs/cpu-codecs.md, "Default backend per codec").
@@ -46,12 +49,15 @@ NUMBA_BY_DEFAULT = frozenset({"dpr", "sz", "zfp"})
 # numba once the process has imported it anyway (a dpr / sz / zfp codec ran), else with NumPy. Same bytes.
 # maxpool: the table lookup of maxpool_index's encoder (1.5-2x its NumPy path; docs: NOTES-codecthru.md).
 NUMBA_WHEN_LOADED = frozenset({"sparse", "maxpool"})
+# ... and without numba loaded they run AOT-compiled (aot.py: +<1 MiB of RSS instead of numba's ~115 MiB; ZVC
+# encode 0.54x copy per CPU second vs NumPy's 0.34x, NOTES-numbarss.md). Must have AOT_SIGNATURES.
+AOT_WHEN_NOT_LOADED = frozenset({"sparse", "maxpool"})
 _WHEN_LOADED_CODECS = frozenset({"zvc", "csr", "sparse", "maxpool_index"})  # whose kernels are in those modules
 ENV_VAR = "ONNXCOMP_CODEC_BACKEND"
 
 _lock = threading.Lock()
 _backend: str | None = None
-_modules: dict[str, SimpleNamespace] = {}
+_modules: dict[str, SimpleNamespace | None] = {}  # "sparse" (numba JIT) or "aot:sparse" (None: unbuildable)
 _kernel_lock = threading.Lock()  # one parallel launch at a time (workqueue is not thread-safe)
 
 
@@ -72,7 +78,7 @@ def _check(name: str) -> None:
     if name not in CHOICES:
         raise ValueError(f"unknown codec backend {name!r} (from {ENV_VAR} or set_backend); "
                          f"choose one of {', '.join(CHOICES)}")
-    if name == "numba" and not numba_available():
+    if name in ("numba", "aot") and not numba_available():
         raise ValueError(f"codec backend 'numba' asked for but numba is not installed; "
                          f"pip install numba, or set {ENV_VAR}=numpy")
 
@@ -94,13 +100,15 @@ def set_backend(name: str) -> None:
 
 
 def backend_for(module: str) -> str:
-    """The implementation ("numba" or "numpy") that kernel module ``module`` (``custom_ops/cpu/<module>.py``,
-    or "zfp") runs with under the active setting."""
+    """The implementation ("numba", "aot" or "numpy") that kernel module ``module`` (``custom_ops/cpu/<module>.py``,
+    or "zfp") runs with under the active setting ("aot": if it cannot be built, ``kernels`` falls back to NumPy)."""
     name = backend()
     if name == "auto":
         if module in NUMBA_BY_DEFAULT or (module in NUMBA_WHEN_LOADED and "numba" in sys.modules):
             return "numba"
-        return "numpy"
+        return "aot" if module in AOT_WHEN_NOT_LOADED else "numpy"
+    if name == "aot":
+        return "aot" if module in AOT_WHEN_NOT_LOADED else "numpy"
     return name
 
 
@@ -150,18 +158,29 @@ def _load(name: str) -> SimpleNamespace:
     return SimpleNamespace(**{k: _locked(getattr(mod, k)) for k in public})
 
 
+def _load_aot(name: str) -> SimpleNamespace | None:
+    from . import aot
+
+    mod = aot.load(name)
+    if mod is None:
+        return None
+    # No launch lock: the AOT kernels are single-threaded machine code, no numba threading layer involved.
+    return SimpleNamespace(**{k: getattr(mod, k) for k in mod.__all__})
+
+
 def kernels(name: str) -> SimpleNamespace | None:
     """The public functions of ``custom_ops/cpu/<name>.py`` (behind the launch lock) if that module runs
-    with numba (``backend_for``), else None: numba is imported only here, on first use."""
-    if backend_for(name) != "numba":
+    with numba (``backend_for``), their AOT-compiled copy if it runs "aot" (None if that cannot be built),
+    else None: numba is imported only here, on first use."""
+    impl = backend_for(name)
+    if impl == "numpy":
         return None
-    ns = _modules.get(name)
-    if ns is None:
+    key = name if impl == "numba" else f"aot:{name}"
+    if key not in _modules:
         with _lock:
-            ns = _modules.get(name)
-            if ns is None:
-                ns = _modules[name] = _load(name)
-    return ns
+            if key not in _modules:
+                _modules[key] = _load(name) if impl == "numba" else _load_aot(name)
+    return _modules[key]
 
 
 def warm_up(codecs: list[str] | None = None) -> None:

@@ -9,9 +9,13 @@ Decoding stays in NumPy: its table path is faster than ``cpu/bits.py``'s compile
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+
+from ._jit import njit, prange  # numba's, or AOT-bound stand-ins (cpu/aot.py)
 
 __all__ = ["window_offsets"]
+
+# Signature of the ahead-of-time compiled copy (cpu/aot.py; the types window_offsets passes).
+AOT_SIGNATURES = {"_window_offsets": "void(i8[:, ::1], u1[::1], i8, i8[::1], u1[::1], i8, i8[::1])"}
 
 ELEMENTS = 1 << 15  # about this many offsets per parallel task (whole planes)
 

@@ -7,9 +7,21 @@ nonzeros to its offset. ZVC chunks are ``CHUNK`` elements; CSR chunks are whole 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+
+from ._jit import njit, prange  # numba's, or AOT-bound stand-ins (cpu/aot.py)
 
 __all__ = ["zvc_count", "zvc_finish", "zvc_encode", "zvc_decode", "csr_encode", "csr_decode"]
+
+# Signatures of the ahead-of-time compiled copies (cpu/aot.py; the types the wrappers below pass).
+AOT_SIGNATURES = {
+    "_zvc_count": "void(u4[::1], u1[::1], i8[::1])",
+    "_compact": "void(u4[::1], i8[::1], u4[::1], i8)",
+    "_zvc_decode": "void(u1[::1], u4[::1], i8[::1], u4[::1])",
+    "_zvc_decode_counts": "void(u1[::1], i8, i8[::1])",
+    "_csr_row_counts": "void(u4[::1], i8[::1])",
+    "_csr_scatter": "void(u4[::1], i4[::1], u4[::1], u1[::1])",
+    "_csr_decode": "void(u4[::1], u1[::1], i4[::1], u4[::1])",
+}
 
 CHUNK = 1 << 16   # elements per ZVC task (a multiple of 8 and of 256)
 ROW = 256

@@ -1,0 +1,150 @@
+"""Ahead-of-time compiled copies of the lossless codecs' kernel modules (``sparse``, ``maxpool``), loadable
+without numba.
+
+Why: loading one numba kernel from numba's on-disk cache costs a process ~115 MiB of RSS (``import numba``
++54 MiB, then the first cached call +62 MiB: ~69 MiB of LLVM's own code and data pages in libllvmlite.so,
+~39 MiB of heap and Python objects, ~5 MiB of scipy; NOTES-numbarss.md), because numba links cached object
+code with LLVM's JIT. An extension module compiled by ``numba.pycc`` from the same kernel functions is plain
+machine code: importing it and calling its kernels adds < 1 MiB. So a lossless graph's process (no other numba
+codec) runs these kernels compiled at almost no RSS, where it ran NumPy before.
+
+The AOT build runs once per kernel source / numba / numpy / Python / CPU in a child process (numba's RSS is
+the child's, ~5 s of CPU) and is cached beside numba's cache; the extension is compiled for the host CPU
+(``target_cpu = "host"``: the generic x86-64 target measured 0.38x copy vs 0.54x for ZVC encode), hence the
+CPU flags in the cache key. The kernels run single-threaded (``prange`` compiles as ``range``; pycc has no
+parallel target): this path is for processes that have not imported numba; once numba is loaded, ``cpu``
+prefers the parallel JIT kernels. Any failure (no C compiler, no numba, numba without pycc) leaves the module
+on NumPy with a warning: same bytes either way.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.metadata
+import importlib.util
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+from types import ModuleType
+
+from . import _jit
+
+MODULES = frozenset({"sparse", "maxpool"})  # kernel modules with AOT_SIGNATURES
+_HERE = Path(__file__).resolve().parent
+_failed: set[str] = set()
+
+
+def _cpu_id() -> str:
+    """Host CPU identity for the cache key (the extension uses its instruction set extensions)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features", "model name")):
+                    return line
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "-"
+
+
+def module_name(name: str) -> str:
+    """The extension's module name: its kernel source, this build recipe and what the code depends on."""
+    h = hashlib.sha256()
+    for part in ((_HERE / f"{name}.py").read_bytes(), Path(__file__).read_bytes(), _version("numba").encode(),
+                 _version("numpy").encode(), sys.version.encode(), platform.machine().encode(), _cpu_id().encode()):
+        h.update(hashlib.sha256(part).digest())
+    return f"_onnxcomp_aot_{name}_{h.hexdigest()[:20]}"
+
+
+def cache_dirs() -> list[Path]:
+    """Where to keep built extensions, first writable wins: ``__pycache__`` beside the kernels (as numba's
+    cache), ``$NUMBA_CACHE_DIR/onnxcomp_aot``, ``~/.cache/onnxcomp/aot``."""
+    dirs = [_HERE / "__pycache__"]
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        dirs.append(Path(os.environ["NUMBA_CACHE_DIR"]) / "onnxcomp_aot")
+    dirs.append(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "onnxcomp" / "aot")
+    return dirs
+
+
+def _built(name: str) -> Path | None:
+    """Path of the extension for kernel module ``name``, building it (in a child process) if no cache has it."""
+    mod = module_name(name)
+    filename = mod + importlib.machinery.EXTENSION_SUFFIXES[0]
+    for d in cache_dirs():
+        if (d / filename).is_file():
+            return d / filename
+    errors = []
+    for d in cache_dirs():
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            if not os.access(d, os.W_OK):
+                continue
+        except OSError:
+            continue
+        code = f"import {__package__}.aot as a; a._build({name!r}, {str(d)!r})"
+        # The child sees this process's sys.path (entries added at run time, e.g. by pytest, included), so it
+        # imports this very package; _build checks that it did.
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, env=env)
+        if r.returncode == 0 and (d / filename).is_file():
+            return d / filename
+        errors.append(f"{d}: {(r.stderr or r.stdout).strip()[-800:]}")
+    warnings.warn(f"onnxcomp: could not build the ahead-of-time kernels of cpu/{name}.py; its codecs run with "
+                  f"NumPy (same bytes, slower). {' | '.join(errors) or 'no writable cache directory'}",
+                  RuntimeWarning, stacklevel=3)
+    return None
+
+
+def _build(name: str, out_dir: str) -> None:
+    """Child process: compile kernel module ``name``'s AOT_SIGNATURES kernels with numba.pycc into out_dir
+    (written under a temporary name, then renamed: concurrent builders do not see half a file)."""
+    import importlib
+
+    from numba.pycc import CC
+
+    kernels = importlib.import_module(f"{__package__}.{name}")
+    if Path(kernels.__file__).resolve() != _HERE / f"{name}.py":  # another checkout's copy on sys.path
+        raise RuntimeError(f"{kernels.__file__} is not {_HERE / f'{name}.py'}")
+    mod = module_name(name)
+    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
+        cc = CC(mod)
+        cc.output_dir = tmp
+        cc.target_cpu = "host"
+        cc.verbose = False
+        for fn, sig in kernels.AOT_SIGNATURES.items():
+            cc.export(fn, sig)(getattr(kernels, fn).py_func)
+        cc.compile()
+        (built,) = Path(tmp).glob(mod + "*")
+        os.replace(built, Path(out_dir) / (mod + importlib.machinery.EXTENSION_SUFFIXES[0]))
+
+
+def load(name: str) -> ModuleType | None:
+    """A copy of ``cpu/<name>.py`` whose kernels are the AOT-compiled ones (numba not imported), or None if
+    they cannot be built here. Call under ``cpu._lock``."""
+    if name not in MODULES or name in _failed:
+        return None
+    path = _built(name)
+    if path is None:
+        _failed.add(name)
+        return None
+    mod = module_name(name)
+    lib = importlib.util.module_from_spec(importlib.util.spec_from_file_location(mod, path))
+    lib.__spec__.loader.exec_module(lib)
+    spec = importlib.util.spec_from_file_location(f"{__package__}._aot_{name}", _HERE / f"{name}.py")
+    kernels = importlib.util.module_from_spec(spec)
+    _jit.AOT_LIB = lib
+    try:
+        spec.loader.exec_module(kernels)
+    finally:
+        _jit.AOT_LIB = None
+    return kernels
