@@ -20,9 +20,14 @@ Encode: gather (stride-4 copies through a staging table), block floating point +
 header in one loop, step + widths + fields + first bits in a second, the pack (every field against every word,
 branch-free variable shifts), the words out. Decode mirrors it. Scratch is per task (~40 KiB), so it stays in
 L1/L2. There is no serial bit loop anywhere.
-Helpers are plain ``@njit`` functions, not numba-level ``inline="always"``: LLVM still inlines them, and
-numba's own inlining of every helper into both prange kernels took compiling from ~31 s to ~381 s of CPU (cold
-cache) for ~10 % of encode speed — a cost every fresh install and the first test run would pay.
+Stage functions are plain ``@njit`` functions, not numba-level ``inline="always"``: numba's own inlining of every
+helper into both prange kernels took compiling from ~31 s to ~381 s of CPU (cold cache). Only the four small
+helpers of the encoder's front end (``_block_scale``, ``_q``, ``_lift``, ``_bitlen28``) are inlined at numba level,
+into ``_front2d`` / ``_front1d`` only (no measurable compile cost): called as separate functions, numba's
+negative-index wraparound selects (24) stayed in the loop's optimised IR and it was not vectorised (11 ns per
+block single-thread instead of ~5). A loop also stays scalar when numba widens an int32 ``|=`` reduction to int64
+or when LLVM turns ``x if c else y`` around stores into branches, so those are written as int32 casts of
+comparisons and masks.
 Imported only when numba is installed; ``custom_ops/zfp.py`` falls back to its vectorised NumPy coder otherwise.
 """
 from __future__ import annotations
@@ -81,6 +86,9 @@ _RPOS = 32   # 17 rows: every coefficient's first bit counted from the block's f
 _RHDR = 49   # 1 row: the header word (exponent and group fields; bits 0..18, or 0..10 for 1-D)
 _RD = 50     # 6 rows: declared bounds D_0..D_4 and the all-zero flag (2-D)
 _ROWS = _RD + 6
+# The parallel loops run over (at most) _CHUNKS chunks of tasks, each allocating its scratch once: three np.empty
+# per task (of 128 blocks) cost 2-3 ns CPU per block (measured: rate 16 decode 30.2 -> 27.1, encode 31.3 -> 29.3).
+_CHUNKS = 64
 _I32 = np.int32
 _U32 = np.uint32
 _F32 = np.float32
@@ -137,7 +145,7 @@ def _i2fbits(typingctx, a):  # noqa: ANN001, ANN202
     return sig, codegen
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")  # into _front2d / _front1d only: see the module docstring
 def _bitlen28(v):
     """Bit length of 0 <= v < 2**28 (0 for 0) from the exponent of float32(v) (8 lanes per vector): exact,
     because a v >= 2**24 drops its low 4 bits first (that cannot change its bit length), so nothing rounds."""
@@ -155,7 +163,7 @@ def _cdiv(a, n, m):
     return _I32(_I32(a2 * _I32(m)) >> _I32(16))
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")  # into _front2d / _front1d only: see the module docstring
 def _lift(x, y, z, w):
     """ZFP's forward lifting of one row / column (int32)."""
     x = _I32(_I32(x + w) >> _I32(1))
@@ -171,7 +179,7 @@ def _lift(x, y, z, w):
     return x, y, z, w
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")  # into _front2d / _front1d only: see the module docstring
 def _block_scale(a):
     """(emax, s1, s2) of a block whose largest magnitude has float bits a: q = trunc(x · s1 · s2) = trunc(x ·
     2**(26 − emax)), both products exact in float32 (s2 is a normal power of two; s1 = 2**64 lifts blocks below
@@ -187,7 +195,7 @@ def _block_scale(a):
     return emax, s1, s2
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")  # into _front2d / _front1d only: see the module docstring
 def _q(bits, s1, s2):
     return _I32(_F32(_F32(np.int32(bits).view(np.float32) * s1) * s2))
 
@@ -229,8 +237,10 @@ def _front2d(S, nb, lc, av, exp_bits, exp_bias):
         b15 = S[15 * G + j]
         mk = _I32(0x7FFFFFFF)
         a = max(max(max(b0 & mk, b1 & mk), max(b2 & mk, b3 & mk)), max(max(b4 & mk, b5 & mk), max(b6 & mk, b7 & mk)))
-        a = max(a, max(max(max(b8 & mk, b9 & mk), max(b10 & mk, b11 & mk)),
-                       max(max(b12 & mk, b13 & mk), max(b14 & mk, b15 & mk))))
+        # int32 (numba types `&` / `max` / `|` of int32 as int64): with an int64 argument the helpers' int -> float
+        # conversions are int64 ones, which AVX2 has no vector instruction for
+        a = _I32(max(a, max(max(max(b8 & mk, b9 & mk), max(b10 & mk, b11 & mk)),
+                            max(max(b12 & mk, b13 & mk), max(b14 & mk, b15 & mk)))))
         emax, s1, s2 = _block_scale(a)
         c0, c1, c2, c3 = _lift(_q(b0, s1, s2), _q(b1, s1, s2), _q(b2, s1, s2), _q(b3, s1, s2))
         c4, c5, c6, c7 = _lift(_q(b4, s1, s2), _q(b5, s1, s2), _q(b6, s1, s2), _q(b7, s1, s2))
@@ -247,7 +257,8 @@ def _front2d(S, nb, lc, av, exp_bits, exp_bias):
         o1 = o2 | max(c1, _I32(-c1)) | max(c4, _I32(-c4))
         o0 = o1 | max(c0, _I32(-c0))
         # the suffix ORs' bit lengths are the suffix maxima M_g of the groups' bit lengths
-        m0, m1, m2, m3, m4 = _bitlen28(o0), _bitlen28(o1), _bitlen28(o2), _bitlen28(o3), _bitlen28(o4)
+        m0, m1, m2, m3, m4 = _bitlen28(_I32(o0)), _bitlen28(_I32(o1)), _bitlen28(_I32(o2)), _bitlen28(_I32(o3)), \
+            _bitlen28(_I32(o4))
         cap = _I32(3)
         f0 = min(_I32(lc - m0), cap)
         d0 = _I32(lc - f0)
@@ -282,10 +293,12 @@ def _front2d(S, nb, lc, av, exp_bits, exp_bias):
         S[(_RD + 2) * G + j] = d2
         S[(_RD + 3) * G + j] = d3
         S[(_RD + 4) * G + j] = d4
-        zero = a == _I32(0)
-        S[_RHDR * G + j] = _I32(0) if zero else code
-        S[(_RD + 5) * G + j] = _I32(1) if zero else _I32(0)
-        spec |= _I32(1) if a >= _I32(0x7F800000) else _I32(0)
+        # comparisons cast to int32 and masks, not `x if c else y`: LLVM jump-threaded those into branches around
+        # the stores, which kept the loop scalar (see the module docstring)
+        zero = _I32(a == _I32(0))
+        S[_RHDR * G + j] = _I32(code & _I32(zero - _I32(1)))
+        S[(_RD + 5) * G + j] = zero
+        spec = _I32(spec | _I32(a >= _I32(0x7F800000)))  # an int32 reduction (numba made `|=` int64: scalar)
     return spec != _I32(0)
 
 
@@ -440,10 +453,10 @@ def _front1d(S, nb, lc, av, exp_bits, exp_bias):
         b2 = S[2 * G + j]
         b3 = S[3 * G + j]
         mk = _I32(0x7FFFFFFF)
-        a = max(max(b0 & mk, b1 & mk), max(b2 & mk, b3 & mk))
+        a = _I32(max(max(b0 & mk, b1 & mk), max(b2 & mk, b3 & mk)))  # int32: see _front2d
         emax, s1, s2 = _block_scale(a)
         c0, c1, c2, c3 = _lift(_q(b0, s1, s2), _q(b1, s1, s2), _q(b2, s1, s2), _q(b3, s1, s2))
-        m0 = _bitlen28(max(c0, _I32(-c0)) | max(c1, _I32(-c1)) | max(c2, _I32(-c2)) | max(c3, _I32(-c3)))
+        m0 = _bitlen28(_I32(max(c0, _I32(-c0)) | max(c1, _I32(-c1)) | max(c2, _I32(-c2)) | max(c3, _I32(-c3))))
         f0 = min(_I32(lc - m0), _I32(3))
         d0 = _I32(lc - f0)
         code = _I32(emax + _I32(exp_bias)) | _shl(f0, _I32(exp_bits))
@@ -480,7 +493,7 @@ def _front1d(S, nb, lc, av, exp_bits, exp_bias):
         S[(_RPOS + 3) * G + j] = p
         p = _I32(p + wi)
         S[(_RPOS + 4) * G + j] = p
-        spec |= _I32(1) if a >= _I32(0x7F800000) else _I32(0)
+        spec = _I32(spec | _I32(a >= _I32(0x7F800000)))
     return spec != _I32(0)
 
 
@@ -742,40 +755,43 @@ def encode(x, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, data
     task_words = G * budget // 32
     nwb = (budget + 31) // 32  # words a block's bits span, counted from its first bit
     special = np.zeros(ntasks, np.uint8)
-    for t in numba.prange(ntasks):
-        b0 = t * G
-        nb = min(nblocks, b0 + G) - b0
+    nchunks = min(ntasks, _CHUNKS)
+    for c in numba.prange(nchunks):
         S = np.empty(_ROWS * G, np.int32)
         O = np.empty(18 * G, np.int32)  # the blocks' words, row k = word k
         T = np.empty(16 * G, np.int32)  # gather staging: four rows of four values per block
-        _gather_s(xi, n, h, w, two_d, b0, nb, S, T)
-        if two_d:
-            sp = _front2d(S, nb, lc, av, exp_bits, exp_bias)
-            _step2d(S, nb, lc, av, exp_bits)
-        else:
-            sp = _front1d(S, nb, lc, av, exp_bits, exp_bias)
-        if sp:
-            special[t] = 1
-        if two_d:
-            _pack2d(S, O, nb, nwb)
-        else:
-            _pack1d(S, O, nb, nwb)
-        w0 = t * task_words
-        wend = min(w0 + task_words, data.size)
-        if budget % 32 == 0:  # blocks start on word boundaries: plain stores
-            _store_words(O, data[w0:wend], nb, nwb)
-        else:
-            for i in range(w0, wend):
-                data[i] = 0
-            for j in range(nb):
-                start = j * budget
-                base = w0 + (start >> 5)
-                off = np.uint64(start & 31)
-                for k in range(nwb):
-                    wv = np.uint64(np.uint32(O[k * G + j])) << off
-                    data[base + k] |= np.uint32(wv & np.uint64(0xFFFFFFFF))
-                    if base + k + 1 < wend:  # bits past the task's last block are zero; its next word is another task's
-                        data[base + k + 1] |= np.uint32(wv >> np.uint64(32))
+        for t in range(c * ntasks // nchunks, (c + 1) * ntasks // nchunks):
+            b0 = t * G
+            nb = min(nblocks, b0 + G) - b0
+            _gather_s(xi, n, h, w, two_d, b0, nb, S, T)
+            if two_d:
+                sp = _front2d(S, nb, lc, av, exp_bits, exp_bias)
+                _step2d(S, nb, lc, av, exp_bits)
+            else:
+                sp = _front1d(S, nb, lc, av, exp_bits, exp_bias)
+            if sp:
+                special[t] = 1
+            if two_d:
+                _pack2d(S, O, nb, nwb)
+            else:
+                _pack1d(S, O, nb, nwb)
+            w0 = t * task_words
+            wend = min(w0 + task_words, data.size)
+            if budget % 32 == 0:  # blocks start on word boundaries: plain stores
+                _store_words(O, data[w0:wend], nb, nwb)
+            else:
+                for i in range(w0, wend):
+                    data[i] = 0
+                for j in range(nb):
+                    start = j * budget
+                    base = w0 + (start >> 5)
+                    off = np.uint64(start & 31)
+                    for k in range(nwb):
+                        wv = np.uint64(np.uint32(O[k * G + j])) << off
+                        data[base + k] |= np.uint32(wv & np.uint64(0xFFFFFFFF))
+                        # bits past the task's last block are zero; its next word is another task's
+                        if base + k + 1 < wend:
+                            data[base + k + 1] |= np.uint32(wv >> np.uint64(32))
     return not special.any()
 
 
@@ -846,6 +862,29 @@ def _load_words(data, w0, wend, budget, nb, nwb, W):
             for j in range(nb):
                 W[0 * G + j] = np.int32(dt[2 * j])
                 W[1 * G + j] = np.int32(dt[2 * j + 1])
+        elif nwb == 3:
+            for j in range(nb):
+                W[0 * G + j] = np.int32(dt[3 * j + 0])
+                W[1 * G + j] = np.int32(dt[3 * j + 1])
+                W[2 * G + j] = np.int32(dt[3 * j + 2])
+        elif nwb == 6:
+            for j in range(nb):
+                W[0 * G + j] = np.int32(dt[6 * j + 0])
+                W[1 * G + j] = np.int32(dt[6 * j + 1])
+                W[2 * G + j] = np.int32(dt[6 * j + 2])
+                W[3 * G + j] = np.int32(dt[6 * j + 3])
+                W[4 * G + j] = np.int32(dt[6 * j + 4])
+                W[5 * G + j] = np.int32(dt[6 * j + 5])
+        elif nwb == 8:
+            for j in range(nb):
+                W[0 * G + j] = np.int32(dt[8 * j + 0])
+                W[1 * G + j] = np.int32(dt[8 * j + 1])
+                W[2 * G + j] = np.int32(dt[8 * j + 2])
+                W[3 * G + j] = np.int32(dt[8 * j + 3])
+                W[4 * G + j] = np.int32(dt[8 * j + 4])
+                W[5 * G + j] = np.int32(dt[8 * j + 5])
+                W[6 * G + j] = np.int32(dt[8 * j + 6])
+                W[7 * G + j] = np.int32(dt[8 * j + 7])
         else:
             for j in range(nb):
                 for k in range(nwb):
@@ -865,59 +904,93 @@ def _load_words(data, w0, wend, budget, nb, nwb, W):
 def _dec_head(S, W, nb, two_d, lc, av, exp_bits, exp_bias):
     """Per block: the header word -> D_g, s, u, emax rows; returns (any exponent field out of range, any
     nonzero block whose values may leave float32's normal range: emax outside [-100, 122])."""
+    if two_d:
+        return _dec_head2d(S, W, nb, lc, av, exp_bits, exp_bias)
+    return _dec_head1d(S, W, nb, lc, av, exp_bits, exp_bias)
+
+
+# _dec_head's loops: one per layout (a loop-invariant `if two_d` inside the loop body), int32 reductions and
+# comparisons cast to int32 with masks instead of `x if c else y` (numba makes `|=` of int32 an int64 and the
+# conditional expressions became branches around the stores): as one loop with those, LLVM kept it scalar.
+@numba.njit(cache=True)
+def _dec_head2d(S, W, nb, lc, av, exp_bits, exp_bias):
     bad = _I32(0)
     wide = _I32(0)
     emask = _I32((1 << exp_bits) - 1)
     eb = _I32(exp_bias)
     xb = _I32(exp_bits)
+    top = _I32(128 + exp_bias)
     for j in range(nb):
         hw = W[j]
         efield = _I32(hw & emask)
-        bad |= _I32(1) if efield > _I32(128 + exp_bias) else _I32(0)
-        zero = efield == _I32(0)
+        bad = _I32(bad | _I32(efield > top))
+        zero = _I32(efield == _I32(0))
+        nz = _I32(zero - _I32(1))  # all ones for a nonzero block, 0 for an all-zero one
         emax = _I32(efield - eb)
-        # bitwise, not `and` / `or`: short-circuits become branches and the loop stays scalar
-        wide |= _I32(_I32(0 if zero else 1) & _I32(_I32(1 if emax < _I32(-100) else 0) | _I32(1 if emax > _I32(122) else 0)))
+        wide = _I32(wide | _I32(nz & _I32(_I32(emax < _I32(-100)) | _I32(emax > _I32(122)))))
         f0 = _I32(_shr(hw, xb) & _I32(3))
         d0 = _I32(lc - f0)
-        if two_d:
-            f1 = _I32(_shr(hw, _I32(xb + _I32(2))) & _I32(3))
-            f2 = _I32(_shr(hw, _I32(xb + _I32(4))) & _I32(3))
-            f3 = _I32(_shr(hw, _I32(xb + _I32(6))) & _I32(3))
-            f4 = _I32(_shr(hw, _I32(xb + _I32(8))) & _I32(3))
-            d1 = _I32(d0 - f1)
-            d2 = _I32(d1 - f2)
-            d3 = _I32(d2 - f3)
-            d4 = _I32(d3 - f4)
-            S1 = _I32(d0 + _I32(1))
-            S2 = _I32(S1 + _I32(2) * _I32(d1 + _I32(1)))
-            S3 = _I32(S2 + _I32(3) * _I32(d2 + _I32(1)))
-            S4 = _I32(S3 + _I32(4) * _I32(d3 + _I32(1)))
-            S5 = _I32(S4 + _I32(6) * _I32(d4 + _I32(1)))
-            s = max(max(_cdiv(_I32(S1 - av), 1, _M1), _cdiv(_I32(S2 - av), 3, _M3)),
-                    max(max(_cdiv(_I32(S3 - av), 6, _M6), _cdiv(_I32(S4 - av), 10, _M10)),
-                        _cdiv(_I32(S5 - av), 16, _M16)))
-            tot = max(max(max(_I32(S1 - s), _I32(S2 - _I32(3) * s)),
-                          max(_I32(S3 - _I32(6) * s), _I32(S4 - _I32(10) * s))),
-                      max(_I32(S5 - _I32(16) * s), _I32(0)))
-            sm = _I32(s - _I32(1))
-            ne = _I32(_I32(1) if d0 >= sm else _I32(0)) + _I32(_I32(2) if d1 >= sm else _I32(0)) + \
-                _I32(_I32(3) if d2 >= sm else _I32(0)) + _I32(_I32(4) if d3 >= sm else _I32(0)) + \
-                _I32(_I32(6) if d4 >= sm else _I32(0))
-            S[(_DRD + 1) * G + j] = d1
-            S[(_DRD + 2) * G + j] = d2
-            S[(_DRD + 3) * G + j] = d3
-            S[(_DRD + 4) * G + j] = d4
-        else:
-            S1 = _I32(_I32(4) * _I32(d0 + _I32(1)))
-            s = _cdiv(_I32(S1 - av), 4, _M4)
-            tot = max(_I32(S1 - _I32(4) * s), _I32(0))
-            ne = _I32(4) if d0 >= _I32(s - _I32(1)) else _I32(0)
-        u = min(_I32(ne if s > _I32(0) else _I32(0)), _I32(av - tot))
+        f1 = _I32(_shr(hw, _I32(xb + _I32(2))) & _I32(3))
+        f2 = _I32(_shr(hw, _I32(xb + _I32(4))) & _I32(3))
+        f3 = _I32(_shr(hw, _I32(xb + _I32(6))) & _I32(3))
+        f4 = _I32(_shr(hw, _I32(xb + _I32(8))) & _I32(3))
+        d1 = _I32(d0 - f1)
+        d2 = _I32(d1 - f2)
+        d3 = _I32(d2 - f3)
+        d4 = _I32(d3 - f4)
+        S1 = _I32(d0 + _I32(1))
+        S2 = _I32(S1 + _I32(2) * _I32(d1 + _I32(1)))
+        S3 = _I32(S2 + _I32(3) * _I32(d2 + _I32(1)))
+        S4 = _I32(S3 + _I32(4) * _I32(d3 + _I32(1)))
+        S5 = _I32(S4 + _I32(6) * _I32(d4 + _I32(1)))
+        s = max(max(_cdiv(_I32(S1 - av), 1, _M1), _cdiv(_I32(S2 - av), 3, _M3)),
+                max(max(_cdiv(_I32(S3 - av), 6, _M6), _cdiv(_I32(S4 - av), 10, _M10)),
+                    _cdiv(_I32(S5 - av), 16, _M16)))
+        tot = max(max(max(_I32(S1 - s), _I32(S2 - _I32(3) * s)),
+                      max(_I32(S3 - _I32(6) * s), _I32(S4 - _I32(10) * s))),
+                  max(_I32(S5 - _I32(16) * s), _I32(0)))
+        sm = _I32(s - _I32(1))
+        ne = _I32(_I32(d0 >= sm) + _I32(_I32(2) * _I32(d1 >= sm)) + _I32(_I32(3) * _I32(d2 >= sm)) +
+                  _I32(_I32(4) * _I32(d3 >= sm)) + _I32(_I32(6) * _I32(d4 >= sm)))
+        u = min(_I32(ne & _I32(-_I32(s > _I32(0)))), _I32(av - tot))
+        S[(_DRD + 0) * G + j] = d0
+        S[(_DRD + 1) * G + j] = d1
+        S[(_DRD + 2) * G + j] = d2
+        S[(_DRD + 3) * G + j] = d3
+        S[(_DRD + 4) * G + j] = d4
+        S[_DRS * G + j] = _I32(_I32(s & nz) | _I32(_I32(lc + _I32(1)) & _I32(~nz)))
+        S[_DRU * G + j] = _I32(u & nz)
+        S[_DRE * G + j] = _I32(_I32(emax & nz) | _I32(_I32(-1000) & _I32(~nz)))
+    return bad != _I32(0), wide != _I32(0)
+
+
+@numba.njit(cache=True)
+def _dec_head1d(S, W, nb, lc, av, exp_bits, exp_bias):
+    bad = _I32(0)
+    wide = _I32(0)
+    emask = _I32((1 << exp_bits) - 1)
+    eb = _I32(exp_bias)
+    xb = _I32(exp_bits)
+    top = _I32(128 + exp_bias)
+    for j in range(nb):
+        hw = W[j]
+        efield = _I32(hw & emask)
+        bad = _I32(bad | _I32(efield > top))
+        zero = _I32(efield == _I32(0))
+        nz = _I32(zero - _I32(1))
+        emax = _I32(efield - eb)
+        wide = _I32(wide | _I32(nz & _I32(_I32(emax < _I32(-100)) | _I32(emax > _I32(122)))))
+        f0 = _I32(_shr(hw, xb) & _I32(3))
+        d0 = _I32(lc - f0)
+        S1 = _I32(_I32(4) * _I32(d0 + _I32(1)))
+        s = _cdiv(_I32(S1 - av), 4, _M4)
+        tot = max(_I32(S1 - _I32(4) * s), _I32(0))
+        ne = _I32(_I32(4) * _I32(d0 >= _I32(s - _I32(1))))
+        u = min(_I32(ne & _I32(-_I32(s > _I32(0)))), _I32(av - tot))
         S[_DRD * G + j] = d0
-        S[_DRS * G + j] = _I32(lc + _I32(1)) if zero else s
-        S[_DRU * G + j] = _I32(0) if zero else u
-        S[_DRE * G + j] = _I32(-1000) if zero else emax
+        S[_DRS * G + j] = _I32(_I32(s & nz) | _I32(_I32(lc + _I32(1)) & _I32(~nz)))
+        S[_DRU * G + j] = _I32(u & nz)
+        S[_DRE * G + j] = _I32(_I32(emax & nz) | _I32(_I32(-1000) & _I32(~nz)))
     return bad != _I32(0), wide != _I32(0)
 
 
@@ -1336,27 +1409,29 @@ def decode(data, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, y
     gof = _GOF2 if two_d else _GOF1
     yi = y.view(np.int32)
     bad = np.zeros(ntasks, np.uint8)
-    for t in numba.prange(ntasks):
-        b0 = t * G
-        nb = min(nblocks, b0 + G) - b0
+    nchunks = min(ntasks, _CHUNKS)
+    for c in numba.prange(nchunks):
         S = np.empty(_DROWS * G, np.int32)
         W = np.empty((nwb + 4) * G, np.int32)
         T = np.empty(16 * G, np.int32)
-        w0 = t * task_words
-        wend = min(w0 + task_words, data.size)
-        _load_words(data, w0, wend, budget, nb, nwb, W)
-        isbad, wide = _dec_head(S, W, nb, two_d, lc, av, exp_bits, exp_bias)
-        if isbad:
-            bad[t] = 1
-        if two_d:
-            _extract2d(S, W, nb, nwb, exp_bits)
-        else:
-            _extract1d(S, W, nb, nwb, exp_bits)
-        if wide or isbad:
-            _back_wide(S, nb, size, perm, gof, two_d)
-        elif two_d:
-            _back2d(S, nb)
-        else:
-            _back1d(S, nb)
-        _scatter_s(yi, n, h, w, two_d, b0, nb, S, T)
+        for t in range(c * ntasks // nchunks, (c + 1) * ntasks // nchunks):
+            b0 = t * G
+            nb = min(nblocks, b0 + G) - b0
+            w0 = t * task_words
+            wend = min(w0 + task_words, data.size)
+            _load_words(data, w0, wend, budget, nb, nwb, W)
+            isbad, wide = _dec_head(S, W, nb, two_d, lc, av, exp_bits, exp_bias)
+            if isbad:
+                bad[t] = 1
+            if two_d:
+                _extract2d(S, W, nb, nwb, exp_bits)
+            else:
+                _extract1d(S, W, nb, nwb, exp_bits)
+            if wide or isbad:
+                _back_wide(S, nb, size, perm, gof, two_d)
+            elif two_d:
+                _back2d(S, nb)
+            else:
+                _back1d(S, nb)
+            _scatter_s(yi, n, h, w, two_d, b0, nb, S, T)
     return not bad.any()
