@@ -25,7 +25,8 @@ def _with_outputs(model: onnx.ModelProto, names: tuple[str, ...]) -> onnx.ModelP
     return out
 
 
-def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray], outputs: tuple[str, ...], order: str) -> list[np.ndarray]:
+def _run(model: onnx.ModelProto, feeds: dict[str, np.ndarray], outputs: tuple[str, ...],
+         order: str) -> list[np.ndarray]:
     import onnxruntime as ort
 
     from onnxcomp.runtime import session_options
