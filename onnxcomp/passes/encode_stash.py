@@ -64,6 +64,9 @@ class Encoding:
 
 # Node-name suffix of a native encoder's first node: how later passes tell the stash is already taken.
 NATIVE_ENCODER_SUFFIX = "__native_encode"
+# Node-name mark of a native bit encoder's anchor (``shape + zero_after(payload)``): the view
+# ``Reshape(gate, anchor)`` is the gate itself, which the recompute pass sees through (is_native_anchor).
+NATIVE_ANCHOR_MARK = "__native_anchor"
 _FP16_MAX = 65504.0
 NATIVE_FORMS = ("fp16", "bits")
 # The native bit decoder's table: row v = the 8 booleans byte v holds, element i in bit i % 8 (np.packbits
@@ -387,6 +390,13 @@ def native_bits_problem(numel_: int | None) -> str | None:
     return None
 
 
+def is_native_anchor(name: str) -> bool:
+    """Whether a node (by name) makes a native bit encoder's anchor: ``Reshape(x, anchor)`` is then a
+    zero-copy view of x that waits for the encoder, as a PyOp encoder's anchor view."""
+    base, _, k = name.rpartition("_")
+    return name.endswith(NATIVE_ANCHOR_MARK) or (k.isdigit() and base.endswith(NATIVE_ANCHOR_MARK))
+
+
 def is_native_bits_decode(node: ir.Node) -> bool:
     """Whether ``node`` is the last node of a native bit decode (``Reshape(Gather(LUT, bytes), shape)``): its
     output is the decoded boolean tensor, as a ``bitmask`` decoder's."""
@@ -455,7 +465,7 @@ def _encode_native_bits(site: _Site, stash: StashedTensor, enc: Encoding, pass_:
     zero_fwd = ed.zero_after(payload, u8, base=f"{base}__bits_anchor")
     anchor_name = site.name(f"{base}__bits_anchor")
     anchor = ed.node("Add", [shape_c, zero_fwd], [(anchor_name, i64, [len(shape)])],
-                     name=site.name(f"{anchor_name}__add")).outputs[0]
+                     name=site.name(f"{anchor_name}{NATIVE_ANCHOR_MARK}")).outputs[0]
     new_fwd = site.made(since)
     site.encoders.update(new_fwd)
     if readers:
