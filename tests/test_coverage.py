@@ -150,15 +150,20 @@ def test_batchnorm_input_is_a_lossy_candidate(small_artifacts: Path) -> None:
 
 
 # -- passes on the hand-written graphs --------------------------------------------------------------------------
-def test_leaky_relu_grad_reads_the_sign_bits_as_float() -> None:
-    result = SignBitsPass().run(_graph(LEAKY))
+@pytest.mark.parametrize("native", [False, True])
+def test_leaky_relu_grad_reads_the_sign_bits_as_float(native: bool) -> None:
+    result = SignBitsPass(native=native).run(_graph(LEAKY))
     out = result.model
     check_model(out, "signbits")
     (rec,) = result.records
     assert rec["tensor"] == "y" and rec["codec"] == "bitmask" and rec["encoded_tensor"] == "y"
     grad = next(n for n in out.graph.node if n.op_type == "LeakyReluGrad")
     cast = next(n for n in out.graph.node if grad.input[1] in n.output)
-    (dec,) = _ours(out, "decode")
+    if native:   # the mask is the native decode's Reshape(Gather(LUT, bytes)) (encode_stash._encode_native_bits)
+        assert rec["native"] == "bits" and not _ours(out, "decode")
+        dec = next(n for n in out.graph.node if n.name == rec["decoder"])
+    else:
+        (dec,) = _ours(out, "decode")
     assert cast.op_type == "Cast" and cast.input[0] == dec.output[0]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnx_ir as ir
+import pytest
 from graphs import _CONV, FC_DROPOUT, parse, two_conv
 
 from onnxcomp.analysis import analyze_model
@@ -13,6 +14,7 @@ from onnxcomp.custom_ops import contract, zfp
 from onnxcomp.passes import DropoutMaskPass, FixedRatePass, IntervalMaskPass, SignBitsPass
 from onnxcomp.passes.base import check_model, ungated_nodes
 from onnxcomp.passes.editor import IrGraphEditor
+from onnxcomp.passes.encode_stash import is_native_bits_decode
 
 # Conv -> Clip(0, 6) (ReLU6) -> Conv, with the Clip gradient as ORT 1.19 builds it: the comparisons on the
 # Clip input, their And, the float mask and the Mul with dY.
@@ -105,16 +107,18 @@ def test_fixed_rate_declares_payload_shapes_but_not_the_shape_payload() -> None:
     assert dims[shape] == [f"{shape}_len"] and dims[enc.output[contract.ENCODER_ANCHOR]] == [4]
 
 
-def test_in_place_on_ir_reports_modified_honestly() -> None:
+@pytest.mark.parametrize("native", [False, True])
+def test_in_place_on_ir_reports_modified_honestly(native: bool) -> None:
     model = ir.serde.deserialize_model(two_conv())
-    first = SignBitsPass()(model)
+    first = SignBitsPass(native=native)(model)
     assert first.modified and first.model is model and [r.subject for r in first.records] == ["x"]
     relu_grad = model.graph.node("ReluGrad_7")
     mask_float = relu_grad.inputs[1]
-    assert mask_float.producer().op_type == "Cast" and mask_float.producer().inputs[0].producer().op_type == \
-        contract.decode_op("bitmask")
+    decoder = mask_float.producer().inputs[0].producer()
+    assert mask_float.producer().op_type == "Cast" and (is_native_bits_decode(decoder) if native else
+                                                         decoder.op_type == contract.decode_op("bitmask"))
     before = onnx.printer.to_text(ir.serde.serialize_model(model))
-    again = SignBitsPass()(model)
+    again = SignBitsPass(native=native)(model)
     assert not again.modified and not again.records
     assert onnx.printer.to_text(ir.serde.serialize_model(model)) == before
 

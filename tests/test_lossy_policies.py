@@ -10,6 +10,7 @@ import onnx
 import pytest
 
 from onnxcomp.errors import OnnxcompError
+from onnxcomp.passes.encode_stash import NATIVE_BITS_LUT
 from onnxcomp.runtime import bounds
 from onnxcomp.runtime.controller import AdaptiveBoundController, BoundedLayer, bounded_layers, combined_elements
 from onnxcomp.runtime.train import train
@@ -33,6 +34,10 @@ def test_dpr_policy_reduces_only_the_backward_copy(small_artifacts: Path, tmp_pa
     # ReluGrad keeps exact signs: no DPR copy is ever read by a ReluGrad.
     model = onnx.load(str(out / "training_model.onnx"))
     decoded_by = {n.output[0]: n.op_type for n in model.graph.node if n.op_type.startswith("OnnxcompDecode_")}
+    # (sign masks held natively, the default: Reshape(Gather(the bits table, bytes)); encode_stash.py)
+    gathers = {n.output[0] for n in model.graph.node if n.op_type == "Gather" and n.input[0] == NATIVE_BITS_LUT}
+    decoded_by.update({n.output[0]: "OnnxcompDecode_bitmask" for n in model.graph.node
+                       if n.op_type == "Reshape" and n.input[0] in gathers})
     cast_of = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "Cast"}
     # (the first layer's backward runs in batch chunks: its ReluGrads read a Cast of a Slice of the mask)
     slice_of = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "Slice"}

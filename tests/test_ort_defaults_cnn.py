@@ -32,8 +32,13 @@ def test_lossless_encode_under_ort_defaults_is_bit_identical(cnn: Path, tmp_path
     encoders = [(n, contract.codec_op(n.domain, n.op_type).codec) for n in model.graph.node
                 if contract.is_encoder(n.domain, n.op_type)]
     params = {n.name: json.loads(n.attribute[0].s) for n, _ in encoders}
-    masks = [n for n, c in encoders if c == "bitmask"]
-    assert masks and all(made_by[n.input[0]].op_type == "Greater" for n in masks)   # a bool input, not floats
+    # ReLU sign masks are packed natively (passes/signbits.py ``native``): MatMulInteger over rows of 8 of
+    # Cast(Greater(y, 0)) -- a bool mask, not floats -- and no bitmask PyOp.
+    packs = [n for n in model.graph.node if n.op_type == "MatMulInteger"]
+    assert packs and not [n for n, c in encoders if c == "bitmask"]
+    for n in packs:
+        cast = made_by[made_by[n.input[0]].input[0]]
+        assert cast.op_type == "Cast" and made_by[cast.input[0]].op_type == "Greater"
     sparse = [n for n, c in encoders if c == "sparse"]
     assert sparse and all(params[n.name].get("store") == "inline" for n in sparse)     # data-sized payloads
     assert all("store" not in params[n.name] for n, c in encoders if c in ("bitmask", "maxpool_index"))

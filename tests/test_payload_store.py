@@ -19,11 +19,12 @@ MODES = ("off", "inline", "async")
 
 @pytest.fixture(scope="module")
 def encoded_dir(small_artifacts: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The small CNN with every stash encoded (ReLU masks as bitmask, maxpool_index, sparse; no recompute)."""
+    """The small CNN with every stash encoded (ReLU masks as bitmask, maxpool_index, sparse; no recompute).
+    The masks as bitmask PyOps (``native=False``): the store serves PyOps, and the tests inject into that codec."""
     from onnxcomp.transform import transform
 
     out = tmp_path_factory.mktemp("store") / "art"
-    result = transform(small_artifacts, out, "lossless-encode", min_bytes=0)
+    result = transform(small_artifacts, out, "lossless-encode", min_bytes=0, native=False)
     assert len({r["codec"] for r in result.records}) >= 2
     return out
 

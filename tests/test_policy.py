@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_every_policy_declares_exactly_the_options_its_passes_take() -> None:
     for p in POLICIES.values():
         assert isinstance(p, Policy) and p.options <= set(OPTIONS)
-    assert POLICIES["lossless"].options == {"min_bytes", "overrides"}
+    assert POLICIES["lossless"].options == {"min_bytes", "overrides", "native"}
     assert "dpr_format" in POLICIES["comet"].options and "dpr_format" not in POLICIES["dpr-fp8"].options
     # A declaration that disagrees with the passes is caught when the policy is defined.
     with pytest.raises(AssertionError, match="declares"):
@@ -39,7 +39,7 @@ def test_options_reach_the_passes_that_take_them() -> None:
 def test_an_option_the_policy_does_not_take_is_an_error() -> None:
     with pytest.raises(OnnxcompError) as exc:
         get_policy("lossless").build(eb=0.1)
-    assert str(exc.value) == "policy 'lossless' does not take option 'eb' (it takes: min_bytes, overrides)"
+    assert str(exc.value) == "policy 'lossless' does not take option 'eb' (it takes: min_bytes, native, overrides)"
     assert "--" not in str(exc.value)            # the library names options, the CLI names flags
     assert exc.value.render({"eb": "--eb"}).startswith("policy 'lossless' does not take option --eb")
     with pytest.raises(OnnxcompError, match="unknown option 'window'"):

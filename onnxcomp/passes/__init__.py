@@ -74,9 +74,9 @@ _POLICIES = [
     policy("lossless", "exact: cheap layers (BN, ReLU, pooling; LayerNorm, GELU, attention probabilities) "
            "recomputed in backward, then the lossless encodings (Dropout masks as bits)",
            *REORDER, RecomputePass, *TRANSFORMER_EXACT, *LOSSLESS_ENCODINGS, SparsePass, *ATTENTION_CHUNKS,
-           HOIST_DRAWS, options=("min_bytes", "overrides")),
+           HOIST_DRAWS, options=("min_bytes", "overrides", "native")),
     policy("lossless-encode", "the lossless encodings alone (Gist's lossless set), without recomputation",
-           *REORDER, *LOSSLESS_ENCODINGS, DropoutMaskPass, SparsePass, options=("min_bytes", "overrides")),
+           *REORDER, *LOSSLESS_ENCODINGS, DropoutMaskPass, SparsePass, options=("min_bytes", "overrides", "native")),
     policy("recompute", "cheap layers (and transformer LayerNorm, GELU, attention probabilities) recomputed "
            "in backward", *REORDER, RecomputePass, *TRANSFORMER_RECOMPUTE, *ATTENTION_CHUNKS, options=("min_bytes",)),
     policy("rows", "LR-CNN: conv chains split into row blocks, recomputed row by row in backward (exact)",
@@ -86,7 +86,7 @@ _POLICIES = [
     # stashed outside the chains (and chunk_backward the first layer when no chain took it).
     policy("rows+lossless", "LR-CNN row split, then the lossless policy on the remaining stashes",
            step(RowSplitPass, only_lowering=True), *REORDER, RecomputePass, *LOSSLESS_ENCODINGS, SparsePass,
-           options=("rows", "variant", "checkpoints", "budget_bytes", "min_bytes", "overrides")),
+           options=("rows", "variant", "checkpoints", "budget_bytes", "min_bytes", "overrides", "native")),
     policy("rows+comet", "LR-CNN row split, then COMET on the remaining stashes and batch-chunked backward "
            "regions", step(RowSplitPass, only_lowering=True), *LOSSY_FIRST, ErrorBoundedPass,
            CHUNKS_BEFORE_ENCODERS, DprPass, SparsePass, MASK_GRAD,
@@ -98,7 +98,7 @@ _POLICIES = [
     # the regions run), then the regions in batch chunks: no lossy codec, but rounding-level differences.
     policy("encode+chunks", "the lossless encodings, then backward regions in batch chunks (exact up "
            "to float rounding, not bit-identical)", *REORDER, *LOSSLESS_ENCODINGS, DropoutMaskPass, SparsePass,
-           ChunkedBackwardPass, options=("min_bytes", "overrides")),
+           ChunkedBackwardPass, options=("min_bytes", "overrides", "native")),
     policy("reorder", "reordering alone: the share of a lossless saving that needs no codec at all", *REORDER,
            options=("min_bytes",)),
     # Gist: lossless encodings where they apply, the rest of the float stashes in reduced precision. Backward
@@ -124,12 +124,12 @@ _POLICIES = [
     # CSWAP+/FreeLunch: the float stashes DPR would take held by the fixed-rate zfp codec at N bits/value.
     *(policy(f"zfp-{rate}", f"fixed-rate zfp codec at {rate} bits/value for the float stashes DPR would take",
              *LOSSY_FIRST, CHUNKS_BEFORE_ENCODERS, step(FixedRatePass, rate=rate), *LOSSY_ATTENTION_CHUNKS, MASK_GRAD,
-             options=("min_bytes", "overrides", "split_weight_bytes"))
+             options=("min_bytes", "overrides", "split_weight_bytes", "native"))
       for rate in FIXED_RATES),
     # Mesa: the float stashes DPR would take as 8-bit affine codes with a min and scale per channel (row).
     policy("q8", "Mesa-style 8-bit per-channel affine quantisation of the float stashes DPR would take",
            *LOSSY_FIRST, CHUNKS_BEFORE_ENCODERS, Q8Pass, *LOSSY_ATTENTION_CHUNKS, MASK_GRAD,
-           options=("min_bytes", "overrides", "split_weight_bytes")),
+           options=("min_bytes", "overrides", "split_weight_bytes", "native")),
 ]
 # Per stash and backward region, the cheapest technique that makes the predicted step peak fit a budget
 # (onnxcomp/planner/auto.py; docs/auto-planner.md).

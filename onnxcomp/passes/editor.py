@@ -109,8 +109,8 @@ class IrGraphEditor:
     # -- ordering ----------------------------------------------------------------------------------------
     def zero_after(self, after: ir.Value, elem: ir.DataType | None = None, base: str | None = None) -> ir.Value:
         """An int64 [1] zero that exists only once ``after`` (element type ``elem``, default its own) does:
-        ``Cast(Less(t, t), int64)`` on one element ``t`` of it (cast to float first for float16: ORT's CPU
-        Less has no float16 kernel)."""
+        ``Cast(Less(t, t), int64)`` on one element ``t`` of it (cast to float first for types ORT's CPU Less
+        has no kernel for: float16, bool, uint8, ...)."""
         start, end, minus_one = (self.shared_const(n, v) for n, v in TRIGGER_CONSTANTS)
         base = base or f"{self.prefix}{self.sep}gate"
         elem = elem if elem is not None else after.dtype
@@ -118,7 +118,8 @@ class IrGraphEditor:
             raise ValueError(f"zero_after: the element type of {after.name!r} is unknown; pass it")
         flat = self.op("Reshape", [after, minus_one], "", elem, None, out=f"{base}_flat")
         one = self.op("Slice", [flat, start, end], "", elem, [1], out=f"{base}_trigger")
-        if elem in (ir.DataType.FLOAT16, ir.DataType.BOOL):   # (bool: Less has no bool kernel either)
+        # ORT 1.19's CPU Less has kernels for float, double, int32 and int64 only (no float16, bool, uint8).
+        if elem not in (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.INT32, ir.DataType.INT64):
             one = self.op("Cast", [one], "", ir.DataType.FLOAT, [1], out=f"{base}_f32", to=ir.DataType.FLOAT)
         less = self.op("Less", [one, one], "", ir.DataType.BOOL, [1], out=f"{base}_less")
         return self.op("Cast", [less], "", ir.DataType.INT64, [1], out=f"{base}_zero", to=ir.DataType.INT64)

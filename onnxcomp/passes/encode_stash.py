@@ -50,7 +50,9 @@ class Encoding:
     # stash, which a later pass may encode differently (e.g. sign bits for ReluGrad, sz for ConvGrad).
     readers: tuple[str, ...] | None = None
     # Held by standard ONNX ops instead of PyOps (no bridge copies): "fp16" = Clip to ±65504 then Cast,
-    # bit-identical to the dpr_fp16 codec except that ±Inf saturates too.
+    # bit-identical to the dpr_fp16 codec except that ±Inf saturates too; "bits" = a boolean tensor (or
+    # Greater(target, 0) with ``sign_test``) packed 8 per byte by MatMulInteger and unpacked by a Gather from
+    # a 256-row table: the ``bitmask`` codec's bits byte for byte and the same bool decode (_encode_native_bits).
     native: str | None = None
     # The encoder reads Greater(target, 0) (bool, one byte per element, computed by ORT) instead of the float
     # target: the codec must take bool (``bitmask``). The PyOp bridge copies every input into a fresh array,
@@ -62,7 +64,17 @@ class Encoding:
 
 # Node-name suffix of a native encoder's first node: how later passes tell the stash is already taken.
 NATIVE_ENCODER_SUFFIX = "__native_encode"
+# Node-name mark of a native bit encoder's anchor (``shape + zero_after(payload)``): the view
+# ``Reshape(gate, anchor)`` is the gate itself, which the recompute pass sees through (is_native_anchor).
+NATIVE_ANCHOR_MARK = "__native_anchor"
 _FP16_MAX = 65504.0
+NATIVE_FORMS = ("fp16", "bits")
+# The native bit decoder's table: row v = the 8 booleans byte v holds, element i in bit i % 8 (np.packbits
+# little bit order, as the bitmask codec). Passes recognise a native bit decode by this initializer's name.
+NATIVE_BITS_LUT = "onnxcomp_bits_lut_bool"
+_BITS_LUT = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little").astype(np.bool_)
+# Bit weights of the packing MatMulInteger: element 8k + i of the tensor lands in bit i of byte k.
+_BITS_WEIGHTS = (1 << np.arange(8, dtype=np.uint8)).astype(np.uint8).reshape(8, 1)
 
 
 class EncodeStashPass(OnnxcompPass):
@@ -368,7 +380,141 @@ def _encode_codec(site: _Site, stash: StashedTensor, enc: Encoding, pass_: Encod
     }
 
 
+def native_bits_problem(numel_: int | None) -> str | None:
+    """Why the native bit packing cannot hold a tensor of ``numel_`` elements, or None. It packs rows of 8
+    elements (Reshape [n/8, 8]); a ragged tail would need padding, which the bitmask PyOp handles instead."""
+    if numel_ is None:
+        return "shape unresolved"
+    if numel_ % 8:
+        return f"{numel_} elements: not a multiple of 8"
+    return None
+
+
+def is_native_anchor(name: str) -> bool:
+    """Whether a node (by name) makes a native bit encoder's anchor: ``Reshape(x, anchor)`` is then a
+    zero-copy view of x that waits for the encoder, as a PyOp encoder's anchor view."""
+    base, _, k = name.rpartition("_")
+    return name.endswith(NATIVE_ANCHOR_MARK) or (k.isdigit() and base.endswith(NATIVE_ANCHOR_MARK))
+
+
+def is_native_bits_decode(node: ir.Node) -> bool:
+    """Whether ``node`` is the last node of a native bit decode (``Reshape(Gather(LUT, bytes), shape)``): its
+    output is the decoded boolean tensor, as a ``bitmask`` decoder's."""
+    if node.op_type != "Reshape" or node.domain not in ("", "ai.onnx") or not node.inputs or node.inputs[0] is None:
+        return False
+    gather = node.inputs[0].producer()
+    return gather is not None and gather.op_type == "Gather" and gather.inputs[0] is not None \
+        and gather.inputs[0].name == NATIVE_BITS_LUT
+
+
 def _encode_native(site: _Site, stash: StashedTensor, enc: Encoding, pass_: EncodeStashPass) -> dict[str, Any]:
+    if enc.native == "bits":
+        return _encode_native_bits(site, stash, enc, pass_)
+    return _encode_native_fp16(site, stash, enc, pass_)
+
+
+def _encode_native_bits(site: _Site, stash: StashedTensor, enc: Encoding, pass_: EncodeStashPass) -> dict[str, Any]:
+    """One bit per element with standard ops (opset 10+), no PyOp and so no bridge copies:
+
+    encode (after the target's producer): ``[Greater(target, 0) →] Cast(uint8) → Reshape [n/8, 8] →
+    MatMulInteger(·, [1, 2, …, 128]ᵀ) → Cast(uint8)``: payload uint8 [n/8, 1], the bytes ``np.packbits(m,
+    bitorder="little")`` gives (the bitmask codec's ``bits``; its int64 shape payload is a constant here);
+    decode (before the first backward reader): ``Reshape(payload, [n/8] + zero(dY)) → Cast(int32) →
+    Gather(LUT [256, 8] bool) → Reshape(shape)``: the codec's bool decode. The gate's forward readers read
+    ``Reshape(gate, shape + zero(payload))`` as in the PyOp path, so the encoder runs in the forward pass under
+    either execution order."""
+    ed, values = site.editor, site.values
+    u8, i32, i64, b8 = ir.DataType.UINT8, ir.DataType.INT32, ir.DataType.INT64, ir.DataType.BOOL
+    base = enc.source.replace("/", "_").strip("_")
+    shape = list(stash.shape)
+    n = numel(shape)
+    problem = native_bits_problem(n)
+    if problem:
+        raise ValueError(f"{enc.source}: native bits: {problem} (select() must not choose it)")
+    tgt_elem, tgt_shape = site.type_of(enc.target)
+    if tgt_shape is None or numel(tgt_shape) != n:
+        raise ValueError(f"{enc.target}: native bits need the target's static shape, {n} elements")
+    if not enc.sign_test and tgt_elem != b8:
+        raise ValueError(f"{enc.target}: native bits pack a bool tensor (or sign_test on a float one)")
+    rows, nbytes = n // 8, n // 8
+    shape_c = ed.shared_const(f"onnxcomp_shape_{'x'.join(map(str, shape)) or 'scalar'}", shape, [len(shape)])
+    rows8 = ed.shared_const(f"onnxcomp_shape_{rows}x8", [rows, 8], [2])
+    flat_c = ed.shared_const(f"onnxcomp_shape_{rows}", [rows], [1])
+    weights = ed.shared_tensor("onnxcomp_bits_weights", _BITS_WEIGHTS)
+    gate = values[enc.gate]
+    readers = site.forward_readers(gate)     # before the encoder exists (it may read the gate itself)
+    since = len(ed.nodes)
+    mask = values[enc.target]
+    if enc.sign_test:
+        zero = ed.shared_tensor("onnxcomp_zero_f32", np.zeros((), dtype=np.float32))
+        mask = ed.node("Greater", [mask, zero], [(site.name(f"{base}__positive"), b8, tgt_shape)],
+                       name=site.name(f"{base}__positive__greater")).outputs[0]
+    # The node that reads the stash itself carries the suffix (as the PyOp encoder would read it): with a
+    # sign test that is Greater, which is no encoder (the PyOp path's Greater is not either).
+    first_name = site.name(f"{base}__bits_u8" + ("" if enc.sign_test else NATIVE_ENCODER_SUFFIX))
+    as_u8 = ed.node("Cast", [mask], [(site.name(f"{base}__bits_u8"), u8, tgt_shape)], to=u8,
+                    name=first_name).outputs[0]
+    grouped = ed.node("Reshape", [as_u8, rows8], [(site.name(f"{base}__bits_rows"), u8, [rows, 8])],
+                      name=site.name(f"{base}__bits_rows__reshape")).outputs[0]
+    packed = ed.node("MatMulInteger", [grouped, weights], [(site.name(f"{base}__bits_i32"), i32, [rows, 1])],
+                     name=site.name(f"{base}__bits_pack")).outputs[0]
+    payload_name = site.name(f"{base}__bits_p0")
+    payload = ed.node("Cast", [packed], [(payload_name, u8, [rows, 1])], to=u8,
+                      name=site.name(f"{base}__encode_bits_cast")).outputs[0]
+    # Less has no uint8 kernel: zero_after casts the one element to float (editor).
+    zero_fwd = ed.zero_after(payload, u8, base=f"{base}__bits_anchor")
+    anchor_name = site.name(f"{base}__bits_anchor")
+    anchor = ed.node("Add", [shape_c, zero_fwd], [(anchor_name, i64, [len(shape)])],
+                     name=site.name(f"{anchor_name}{NATIVE_ANCHOR_MARK}")).outputs[0]
+    new_fwd = site.made(since)
+    site.encoders.update(new_fwd)
+    if readers:
+        elem, gshape = site.type_of(enc.gate)
+        gated_name = site.name(f"{enc.gate.replace('/', '_').strip('_')}__anchored")
+        gated = ed.node("Reshape", [gate, anchor], [(gated_name, elem, gshape)],
+                        name=site.name(f"{gated_name}__reshape")).outputs[0]
+        new_fwd.append(gated.producer())
+        site.encoders.add(gated.producer())
+        _rewire(readers, gate, gated)
+    else:                      # nothing forward to hold back: the anchor is not needed
+        keep = new_fwd.index(payload.producer()) + 1
+        for node in reversed(new_fwd[keep:]):
+            for k in range(len(node.inputs)):
+                node.replace_input_with(k, None)
+        new_fwd = new_fwd[:keep]
+    site.graph.insert_after(site.producer(enc.target), new_fwd)
+
+    source = values[enc.source]
+    bwd_readers = site.backward_readers(source, enc.readers)
+    first = site.first(bwd_readers)
+    d_y_name = site.incoming_gradient(first, enc.source)
+    lut = ed.shared_tensor(NATIVE_BITS_LUT, _BITS_LUT)
+    since = len(ed.nodes)
+    dzero = ed.zero_after(values[d_y_name], site.type_of(d_y_name)[0], base=f"{base}__bits_trigger")
+    dshape = ed.node("Add", [flat_c, dzero], [(site.name(f"{base}__bits_shape"), i64, [1])],
+                     name=site.name(f"{base}__bits_shape__add")).outputs[0]
+    view = ed.node("Reshape", [payload, dshape], [(site.name(f"{base}__bits_gated"), u8, [rows])],
+                   name=site.name(f"{base}__bits_gated__reshape")).outputs[0]
+    index = ed.node("Cast", [view], [(site.name(f"{base}__bits_index"), i32, [rows])], to=i32,
+                    name=site.name(f"{base}__bits_index__cast")).outputs[0]
+    rows_out = ed.node("Gather", [lut, index], [(site.name(f"{base}__bits_unpacked"), b8, [rows, 8])],
+                       name=site.name(f"{base}__bits_unpack"), axis=0).outputs[0]
+    decoded_name = site.name(f"{base}__decoded")
+    decoder = ed.node("Reshape", [rows_out, shape_c], [(decoded_name, b8, shape)],
+                      name=site.name(f"{base}__decode_bits"))
+    dec_nodes = site.made(since)
+    site.graph.insert_before(first, dec_nodes)
+    site.backward.update(dec_nodes)
+    _rewire(bwd_readers, source, decoder.outputs[0])
+    return {
+        "tensor": enc.source, "encoded_tensor": enc.target, "pattern": stash.pattern,
+        "encoding": pass_.encoding, "codec": enc.codec, "native": enc.native, "params": enc.params,
+        "shape": shape, "original_bytes": stash.nbytes, "predicted_bytes": nbytes,
+        "payload": {payload_name: nbytes}, "encoder": first_name, "decoder": decoder.name, "note": enc.note,
+    }
+
+
+def _encode_native_fp16(site: _Site, stash: StashedTensor, enc: Encoding, pass_: EncodeStashPass) -> dict[str, Any]:
     """Clip + Cast to float16 after the producer; Cast back just before the first backward reader.
 
     Same timing guarantees as the PyOp path, with standard ops: the gate's forward readers read

@@ -21,7 +21,8 @@ OPTIONS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "eb": ((float, int), "error bound the error-bounded codec starts from"),
     "adaptive": (bool, "let the run-time controller retune the error bound"),
     "dpr_format": (str, "reduced precision for stashes not held otherwise"),
-    "native": (bool, "hold fp16 with ONNX Clip + Cast instead of the dpr_fp16 PyOp (library only; default on)"),
+    "native": (bool, "hold fp16 (Clip + Cast) and ReLU sign masks (MatMulInteger / Gather bit packing) with "
+                     "standard ONNX ops instead of the dpr_fp16 / bitmask PyOps (library only; default on)"),
     "split_weight_bytes": (int, "hold fully connected weights larger than this as row blocks"),
     "rows": ((int, str), "row blocks per conv chain, or 'auto'"),
     "variant": (str, "row-split variant: overl or 2ps"),

@@ -38,7 +38,7 @@ from ..custom_ops import contract
 from ..errors import OnnxcompError
 from .base import OnnxcompPass, PassOutcome, Skipped
 from .editor import IrGraphEditor, ir_taken_names, unique_name
-from .encode_stash import already_encoded
+from .encode_stash import already_encoded, is_native_anchor
 from .records import PassRecord
 
 # Cheap, deterministic, side-effect-free ops: recomputing them costs little next to a Conv/Gemm.
@@ -445,8 +445,10 @@ def _is_anchor_view(graph: onnx.GraphProto, analysis: GraphAnalysis, node: onnx.
     if node.op_type != "Reshape" or len(node.input) < 2:
         return False
     shape = analysis.tensors.get(node.input[1])
-    return (shape is not None and shape.producer is not None
-            and contract.is_encoder(graph.node[shape.producer].domain, graph.node[shape.producer].op_type))
+    if shape is None or shape.producer is None:
+        return False
+    maker = graph.node[shape.producer]
+    return contract.is_encoder(maker.domain, maker.op_type) or is_native_anchor(maker.name)
 
 
 def _optional_indices(node: onnx.NodeProto | ir.Node, k: int) -> bool:

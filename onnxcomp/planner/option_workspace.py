@@ -21,7 +21,11 @@ _CANONICAL = (16, 16, 64, 64)
 def workspace_bytes(codec: str, params: dict[str, Any], nbytes: int, native: str | None = None) -> tuple[int, int]:
     """(encode, decode) bytes an option's codec ops hold beyond their graph inputs and outputs, for a stash
     of ``nbytes`` float32 bytes. Native fp16 (Clip + Cast, ONNX ops) holds Clip's float32 output while it
-    encodes; the graph shows it once rewritten, the virtual curve does not."""
+    encodes; the graph shows it once rewritten, the virtual curve does not. Native bits (a sign mask packed by
+    MatMulInteger, unpacked by Gather) hold the mask as uint8 and the int32 byte sums while they encode (n + n/2
+    bytes for n elements, 3/8 of the float32 bytes) and the int32 table indices while they decode (n/2)."""
+    if native == "bits":
+        return nbytes * 3 // 8, nbytes // 8
     if native:
         return nbytes, 0
     key = json.dumps({k: v for k, v in params.items()}, sort_keys=True, default=str)
