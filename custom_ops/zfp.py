@@ -192,7 +192,7 @@ class Layout:
 
 def layout_of(shape: tuple[int, ...]) -> Layout:
     # math.prod, not np.prod: np.prod costs microseconds per call on a small tuple, and every encode / decode
-    # calls this (the codec's fixed cost per call, measured in NOTES-zfpapi.md)
+    # calls this (the codec's fixed cost per call, measured in `docs/notes/zfpapi.md`)
     dims = [int(d) for d in shape]
     n = math.prod(dims)
     dims = [d for d in dims if d != 1]

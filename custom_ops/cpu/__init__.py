@@ -50,7 +50,7 @@ NUMBA_BY_DEFAULT = frozenset({"dpr", "sz", "zfp"})
 # maxpool: the table lookup of maxpool_index's encoder (1.5-2x its NumPy path; docs: NOTES-codecthru.md).
 NUMBA_WHEN_LOADED = frozenset({"sparse", "maxpool"})
 # ... and without numba loaded they run AOT-compiled (aot.py: +<1 MiB of RSS instead of numba's ~115 MiB; ZVC
-# encode 0.54x copy per CPU second vs NumPy's 0.34x, NOTES-numbarss.md). Must have AOT_SIGNATURES.
+# encode 0.54x copy per CPU second vs NumPy's 0.34x, `docs/notes/numbarss.md`). Must have AOT_SIGNATURES.
 AOT_WHEN_NOT_LOADED = frozenset({"sparse", "maxpool"})
 _WHEN_LOADED_CODECS = frozenset({"zvc", "csr", "sparse", "maxpool_index"})  # whose kernels are in those modules
 ENV_VAR = "ONNXCOMP_CODEC_BACKEND"

@@ -3,7 +3,7 @@ without numba.
 
 Why: loading one numba kernel from numba's on-disk cache costs a process ~115 MiB of RSS (``import numba``
 +54 MiB, then the first cached call +62 MiB: ~69 MiB of LLVM's own code and data pages in libllvmlite.so,
-~39 MiB of heap and Python objects, ~5 MiB of scipy; NOTES-numbarss.md), because numba links cached object
+~39 MiB of heap and Python objects, ~5 MiB of scipy; `docs/notes/numbarss.md`), because numba links cached object
 code with LLVM's JIT. An extension module compiled by ``numba.pycc`` from the same kernel functions is plain
 machine code: importing it and calling its kernels adds < 1 MiB. So a lossless graph's process (no other numba
 codec) runs these kernels compiled at almost no RSS, where it ran NumPy before.

@@ -34,7 +34,7 @@ class SignBitsPass(EncodeStashPass):
         # encode_stash._encode_native_bits) instead of the bitmask PyOps: the same bits and the same bool
         # mask, without the PyOp bridge's copies of the mask into and out of Python (ResNet-18-sized
         # [32, 64, 32, 32] mask round trip, ORT defaults: 6.5 vs 9.6 ms CPU, no transient above the pattern
-        # vs 12 MiB; NOTES-nativebits.md). Tensors whose element count is not a multiple of 8 keep the PyOp.
+        # vs 12 MiB; `docs/notes/nativebits.md`). Tensors whose element count is not a multiple of 8 keep the PyOp.
         self.native = native
         self.codec = "relumask" if mask else "signbits"
         # The mask form: ORT tests X > 0 in the graph (Greater, one byte per element) and the ``bitmask``

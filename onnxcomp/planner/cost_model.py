@@ -121,7 +121,7 @@ def op_features(nbytes: float, macs: float, mixed_bytes: float = 0.0) -> tuple[f
 
 # fp16's smallest normal value. ORT 1.19.2 converts float32 <-> float16 with MLAS's scalar routine, which takes
 # one branch for |x| below it (zeros, subnormals) and another for normal values: its time depends on how the
-# two classes interleave. Measured (castdata.py in NOTES-costquiet.md, 4 MiB, quiet machine): dense N(0,1)
+# two classes interleave. Measured (castdata.py in `docs/notes/costquiet.md`, 4 MiB, quiet machine): dense N(0,1)
 # 1.37 ns/element, all zeros 0.99, i.i.d. zeros at 5 / 25 / 50 % 1.79 / 3.42 / 5.36, 50 % zeros in runs of 4
 # / 32 / 256 elements 3.35 / 1.47 / 1.23, 50 % tiny non-zero values (1e-6) 5.32, random signs 1.37; the
 # float16 -> float32 direction the same way (3.3 -> 7.5 ns). Time ≈ a + b·bytes + c·bytes·mix, mix as below.
