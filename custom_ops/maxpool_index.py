@@ -182,10 +182,19 @@ def fast_tables(g: PoolGeometry) -> _Tables | None:
 # All paths do whole-word shifts on little-endian views ('<u2'/'<u4'/'<u8' of the byte array), so the
 # layout is the same on any host; column-wise uint8 ops were 5x slower.
 _WORD = {2: "<u4", 4: "<u2"}  # b divides 8: one word holds the 8/b values of one packed byte
+# Block sizes of the packing and decoding loops: their temporaries stay under 128 KiB, below the mmap threshold
+# the project measures with (MALLOC_MMAP_THRESHOLD_=131072), so they come from the heap, not fresh pages.
+_PACK_BYTES = 1 << 16  # word bytes per block in pack_bits
+_TAKE_BYTES = 1 << 13  # payload bytes per np.take in _decode_lut: 64 KiB of widened (intp) indices
 
 
 def pack_bits(values: np.ndarray, bits: int) -> np.ndarray:
-    """Pack unsigned ``values`` (< 2**bits) into the little-endian bit stream described in the module doc."""
+    """Pack unsigned ``values`` (< 2**bits) into the little-endian bit stream described in the module doc.
+
+    uint8 ``values`` already padded to whole words (``_encode_lut``'s buffer) are read in place, and the words
+    are packed in blocks of ``_PACK_BYTES``: inside a training step the encoder's temporaries add to the step's
+    peak (under ORT's defaults the first MaxPool-index encoder's were its high-water mark), so beyond the
+    values and the packed bytes this holds a few hundred KiB, not two more copies of the values."""
     values = np.asarray(values).reshape(-1)
     n = values.size
     nbytes = (n * bits + 7) // 8
@@ -199,23 +208,57 @@ def pack_bits(values: np.ndarray, bits: int) -> np.ndarray:
         return np.packbits(bitmat.reshape(-1), bitorder="little")
     per_word = 8 // bits if bits in _WORD else 8  # values per word
     words = -(-n // per_word)
-    buf = np.zeros(words * per_word, dtype=np.uint8)
-    buf[:n] = values
+    if values.dtype == np.uint8 and n == words * per_word and values.flags.c_contiguous:
+        buf = values
+    else:
+        buf = np.zeros(words * per_word, dtype=np.uint8)
+        buf[:n] = values
     if bits in _WORD:
         v = buf.view(_WORD[bits])
-        acc = v >> v.dtype.type(8 - bits)
-        for j in range(2, per_word):  # value j sits at bit 8j; bring it to bit j*bits (no overlap: k < 2**bits)
-            acc |= v >> v.dtype.type(j * (8 - bits))
         out = np.empty(words, dtype=np.uint8)
-        np.bitwise_or(v, acc, out=out, casting="unsafe")  # the low byte, as astype(uint8): no extra pass
+        block = _PACK_BYTES // v.itemsize
+        for w0 in range(0, words, block):
+            vc = v[w0:w0 + block]
+            acc = vc >> vc.dtype.type(8 - bits)
+            for j in range(2, per_word):  # value j sits at bit 8j; bring it to bit j*bits (no overlap: k < 2**bits)
+                acc |= vc >> vc.dtype.type(j * (8 - bits))
+            # the low byte, as astype(uint8): no extra pass
+            np.bitwise_or(vc, acc, out=out[w0:w0 + block], casting="unsafe")
         return out[:nbytes]
     # b in {3, 5, 6, 7}: 8 values -> b bytes through a uint64 per group; masks drop the shifted neighbours.
     v = buf.view("<u8")
     mask = (1 << bits) - 1
-    acc = v & np.uint64(mask)
-    for j in range(1, 8):
-        acc |= (v >> np.uint64(j * (8 - bits))) & np.uint64(mask << (j * bits))
-    return acc.astype("<u8").view(np.uint8).reshape(words, 8)[:, :bits].reshape(-1)[:nbytes].copy()
+    out = np.empty((words, bits), dtype=np.uint8)
+    block = _PACK_BYTES // v.itemsize
+    for w0 in range(0, words, block):
+        vc = v[w0:w0 + block]
+        acc = vc & np.uint64(mask)
+        for j in range(1, 8):
+            acc |= (vc >> np.uint64(j * (8 - bits))) & np.uint64(mask << (j * bits))
+        out[w0:w0 + block] = acc.astype("<u8", copy=False).view(np.uint8).reshape(-1, 8)[:, :bits]
+    return out.reshape(-1)[:nbytes]
+
+
+def offsets_outside_window(packed: np.ndarray, bits: int, n: int, window: int) -> bool:
+    """Whether any of the first ``n`` b-bit offsets (b divides 8) in ``packed`` is ``>= window`` -- what
+    ``unpack_bits(packed, bits, n).max() >= window`` says, without unpacking: no offset can be when 2**b <=
+    window (2x2 windows, 2 bits); else the largest of each of a byte's 8/b fields over blocks of whole bytes
+    (uint8 shifts and masks), and the last byte's first ``n mod (8 // b)`` offsets."""
+    if 8 % bits:
+        raise ValueError(f"offsets_outside_window: {bits}-bit offsets do not divide a byte")
+    if (1 << bits) <= window:
+        return False
+    per, mask = 8 // bits, np.uint8((1 << bits) - 1)
+    packed = np.asarray(packed, dtype=np.uint8).reshape(-1)
+    full = n // per
+    for c0 in range(0, full, _CHUNK):
+        blk = packed[c0:min(full, c0 + _CHUNK)]
+        for j in range(per):
+            if int(((blk >> np.uint8(j * bits)) & mask).max()) >= window:
+                return True
+    rest = n - full * per
+    last = int(packed[full]) if rest else 0
+    return any((last >> (j * bits)) & ((1 << bits) - 1) >= window for j in range(rest))
 
 
 def unpack_bits(packed: np.ndarray, bits: int, n: int) -> np.ndarray:
@@ -318,7 +361,12 @@ def _decode_lut(packed: np.ndarray, g: PoolGeometry, t: _Tables) -> np.ndarray:
         mask = (1 << g.bits) - 1
         code = np.arange(256, dtype=np.int64)
         fields = np.minimum((code[:, None] >> (np.arange(per) * g.bits)[None, :]) & mask, g.kh * g.kw - 1)
-        np.take(t.taps[fields], packed, axis=0, out=out.reshape(-1, per), mode="clip")  # clip: no buffered out
+        table, rows = t.taps[fields], out.reshape(-1, per)
+        # In blocks: np.take widens its uint8 indices to intp first (8 bytes per payload byte, 2x the offsets
+        # of a 2-bit payload), a temporary beside the int64 output when it runs whole.
+        for c0 in range(0, packed.size, _TAKE_BYTES):
+            c1 = min(packed.size, c0 + _TAKE_BYTES)
+            np.take(table, packed[c0:c1], axis=0, out=rows[c0:c1], mode="clip")  # clip: no buffered out
     else:
         np.take(t.taps, unpack_bits(packed, g.bits, n), out=out, mode="clip")
     grid = out[:n].reshape(P, ohw)
@@ -488,10 +536,20 @@ class MaxPoolIndex(Codec):
             if corrupt:
                 raise ValueError("maxpool_index: corrupt payload (offset outside the window)")
             return out.reshape(shape)
+        t = fast_tables(g)
+        if t is not None and 8 % g.bits == 0:
+            # The table path reads the packed bytes directly; the offsets are checked on the bytes too, so no
+            # unpacked copy (two temporaries of one byte per offset) sits beside the int64 output.
+            packed = np.asarray(packed, dtype=np.uint8).reshape(-1)
+            if packed.size != (P * ohw * g.bits + 7) // 8:
+                raise ValueError(f"maxpool_index: {packed.size} bytes cannot hold {P * ohw} offsets of {g.bits} bits")
+            if offsets_outside_window(packed, g.bits, P * ohw, g.kh * g.kw):
+                raise ValueError("maxpool_index: corrupt payload (offset outside the window)")
+            return _decode_lut(packed, g, t).reshape(shape)
         k = unpack_bits(packed, g.bits, P * ohw).reshape(P, ohw)
         if k.size and int(k.max()) >= g.kh * g.kw:
             raise ValueError("maxpool_index: corrupt payload (offset outside the window)")
-        if (t := fast_tables(g)) is not None:
+        if t is not None:
             return _decode_lut(packed, g, t).reshape(shape)
         # idx = plane*H*W + origin + (k // kw)*dh*W + (k % kw)*dw
         #     = plane*H*W + origin + k*dw + (k // kw)*(dh*W - kw*dw): int32 arithmetic on in-cache blocks

@@ -73,6 +73,75 @@ def test_pack_bits_matches_bit_stream(bits: int, n: int, seed: int) -> None:
     np.testing.assert_array_equal(mpi.unpack_bits(packed, bits, n).astype(np.int64), values)
 
 
+@settings(max_examples=120, deadline=None)
+@given(st.sampled_from([1, 2, 4]), st.integers(1, 64), st.integers(0, 200), st.integers(0, 2**32 - 1))
+def test_offsets_outside_window_matches_unpacked_check(bits: int, window: int, n: int, seed: int) -> None:
+    """The byte-table check the decoder runs instead of unpacking says what ``unpack_bits(...).max() >= window``
+    says, on random payloads (random padding bits in the last byte included: only the first n offsets count)."""
+    rng = np.random.default_rng(seed)
+    packed = rng.integers(0, 256, size=(n * bits + 7) // 8, dtype=np.uint8)
+    if rng.random() < 0.5:  # mostly valid offsets, so both answers occur
+        values = rng.integers(0, min(window, 1 << bits), size=n)
+        packed = mpi.pack_bits(values, bits).copy()
+        if n and rng.random() < 0.5:
+            packed[-1] |= np.uint8(rng.integers(0, 256)) & np.uint8(~((1 << ((n * bits) % 8 or 8)) - 1) & 0xFF)
+    expected = bool(n) and int(mpi.unpack_bits(packed, bits, n).max()) >= window
+    assert mpi.offsets_outside_window(packed, bits, n, window) is expected
+
+
+def test_pack_bits_reads_a_padded_buffer_in_place() -> None:
+    """A uint8 buffer padded to whole words (the encoder's) is packed without copying it, in blocks: beyond the
+    packed bytes, pack_bits holds well under one more buffer (it held two: a padded copy and a word-sized
+    accumulator). Same bytes as from an unpadded copy."""
+    import tracemalloc
+
+    n = 1 << 22
+    for bits in (2, 4, 3):
+        per = 8 // bits if 8 % bits == 0 else 8
+        buf = np.random.default_rng(bits).integers(0, 1 << bits, size=n, dtype=np.uint8)
+        assert n % per == 0
+        ref = mpi.pack_bits(buf.astype(np.int64), bits)  # the copying path (not uint8)
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            out = mpi.pack_bits(buf, bits)
+            held = tracemalloc.get_traced_memory()[1] - before
+        finally:
+            tracemalloc.stop()
+        assert held - out.nbytes < n // 4, (bits, held, out.nbytes)
+        np.testing.assert_array_equal(out, ref)
+        short = mpi.pack_bits(buf[: n - 5], bits)  # uint8, not whole words: the copying path
+        np.testing.assert_array_equal(short[: (n - 8) * bits // 8], ref[: (n - 8) * bits // 8])
+        np.testing.assert_array_equal(mpi.unpack_bits(out, bits, n), buf)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "auto"])
+def test_maxpool_decode_holds_little_beyond_its_output(backend: str) -> None:
+    """The decoder's table path (2x2 windows: 2 bits, no offset can be outside) checks and looks offsets up on
+    the packed bytes: beside its int64 output it holds a few hundred KiB, not the unpacked offsets and np.take's
+    widened indices (1.2 MiB more on this [16, 32, 28, 28] tensor before)."""
+    import tracemalloc
+
+    shape, params = (16, 32, 56, 56), dict(kernel_shape=[2, 2], strides=[2, 2])
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    idx = mpi.reference_indices(x, **params)
+    p = dict(input_shape=list(shape), **params)
+    with cpu.use_backend(backend):
+        payload = tuple(np.ascontiguousarray(a) for a in MAXPOOL.encode(idx, **p))
+        MAXPOOL.decode(payload, **p)  # tables built, kernels loaded: not per-call memory
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            out = MAXPOOL.decode(payload, **p)
+            held = tracemalloc.get_traced_memory()[1] - before
+        finally:
+            tracemalloc.stop()
+    np.testing.assert_array_equal(out, idx)
+    assert held - out.nbytes < 384 * 1024, held - out.nbytes
+
+
 def test_offset_bits() -> None:
     assert [mpi.offset_bits(w) for w in (1, 2, 3, 4, 5, 9, 16, 17, 256, 257)] == [1, 1, 2, 2, 3, 4, 4, 5, 8, 9]
 
@@ -167,6 +236,11 @@ def test_maxpool_rejects_corrupt_payload() -> None:
     packed[0] = 0xFF  # offset 15 in a 9-element window
     with pytest.raises(ValueError, match="corrupt"):
         MAXPOOL.decode((packed, shape), **p)
+    with cpu.use_backend("numpy"), pytest.raises(ValueError, match="corrupt"):  # the table path's byte check
+        MAXPOOL.decode((packed, shape), **p)
+    good = MAXPOOL.encode(idx, **p)[0]
+    with cpu.use_backend("numpy"), pytest.raises(ValueError, match="cannot hold"):
+        MAXPOOL.decode((good[:-1], shape), **p)
 
 
 # -- maxpool_index against ONNX Runtime ------------------------------------------------------------------
