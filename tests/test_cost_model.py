@@ -207,9 +207,11 @@ def test_views_move_no_bytes_and_slices_read_what_they_write() -> None:
     assert cost.op_seconds(helper.make_node("Reshape", ["x", "s"], ["y"]), 8 << 20, in_bytes=8 << 20) == 0.0
 
 
-def test_a_slow_profile_slows_the_calibrated_predictions_of_new_nodes() -> None:
-    """New nodes (op types the profile never timed, codec ops) run at the profiled step's speed: a profile
-    whose memory-bound nodes took 3× their calibrated time predicts them 3× the calibration; views and
+def test_a_slow_profile_prices_new_nodes_by_their_own_kind_only() -> None:
+    """A new node runs at the speed the profile measured on its own nodes of that kind (a profile whose Relus
+    took 3x their calibrated time prices a new Relu 3x), and a kind the profile never timed (a float32 ->
+    float16 Cast) at its calibrated time, not at the profile's overall slowdown: in-step, the Casts a lossy
+    policy adds did not follow the slowdown of ORT's multi-threaded kernels (NOTES-costgap.md). Views and
     shape arithmetic cost the profile's tiny-node time, not zero."""
     from onnx import helper
 
@@ -218,10 +220,13 @@ def test_a_slow_profile_slows_the_calibrated_predictions_of_new_nodes() -> None:
     feats = {f"relu{k}": ("Relu", 4 * mib, 0.0) for k in range(3)} | {"tiny": ("Relu", 64, 0.0)}
     times = NodeTimes({f"relu{k}": 3 * 4 * mib * 1e-9 for k in range(3)} | {"tiny": 5e-6}, features=feats)
     assert times.slowdown(cost) == pytest.approx(3.0)
+    assert times.kind_slowdowns(cost) == pytest.approx({"Relu": 3.0})
     assert times.dispatch_seconds() == pytest.approx(5e-6)
+    relu = helper.make_node("Relu", ["x"], ["r"], name="new_relu")
+    assert cost.op_seconds(relu, mib, times, in_bytes=mib) == pytest.approx(3 * 1e-9 * 2 * mib, rel=1e-3)
     cast = helper.make_node("Cast", ["x"], ["h"], to=onnx.TensorProto.FLOAT16, name="new_cast")
-    assert cost.op_seconds(cast, mib, times, in_bytes=2 * mib) == pytest.approx(3 * 2e-9 * 3 * mib)
-    assert cost.op_seconds(cast, mib, None, in_bytes=2 * mib) == pytest.approx(2e-9 * 3 * mib)
+    assert cost.op_seconds(cast, mib, times, in_bytes=2 * mib) == pytest.approx(2e-9 * 3 * mib)
+    assert cost.op_seconds(cast, mib, times, in_bytes=2 * mib) == cost.op_seconds(cast, mib, None, in_bytes=2 * mib)
     view = helper.make_node("Reshape", ["x", "s"], ["y"], name="new_view")
     assert cost.op_seconds(view, mib, times, in_bytes=mib) == pytest.approx(5e-6)
     # A profile at the calibration's speed changes nothing.
@@ -246,11 +251,19 @@ def test_slowdown_is_the_median_op_type_not_the_heaviest() -> None:
                       | {f"relu{k}": 0.25 * 2 * mib * 1e-9 for k in range(2)}
                       | {f"slow{k}": 200 * mib * 1e-9 for k in range(2)}, features=feats)
     assert times.slowdown(cost) == pytest.approx(0.25)
+    # a new Add at the Adds' ratio, a new "Slow" at its own (~1.0), a Mul (no Mul profiled) at calibration speed
+    add = helper.make_node("Add", ["x", "y"], ["z"], name="new_add")
+    assert cost.op_seconds(add, mib, times, in_bytes=2 * mib) == pytest.approx(0.25 * 3 * mib * 1e-9)
+    slow = helper.make_node("Slow", ["x"], ["z"], name="new_slow")
+    assert cost.op_seconds(slow, mib, times, in_bytes=mib) == pytest.approx(2 * mib * 1e-9, rel=0.02)
     mul = helper.make_node("Mul", ["x", "y"], ["z"], name="new_mul")
-    assert cost.op_seconds(mul, mib, times, in_bytes=2 * mib) == pytest.approx(0.25 * 3 * mib * 1e-9)
+    assert cost.op_seconds(mul, mib, times, in_bytes=2 * mib) == pytest.approx(3 * mib * 1e-9)
 
 
-def test_codec_ops_are_predicted_at_the_profiled_speed(small_artifacts: Path) -> None:
+def test_codec_ops_are_predicted_at_their_calibrated_time_whatever_the_profile_speed(small_artifacts: Path) -> None:
+    """Codec PyOps are priced at their calibrated time, not scaled by the profile's slowdown (ORT's kernels'
+    ratio to their fits): in-step dpr_fp8 / zfp ran at 0.75-1.16x their calibration at slowdowns 1.3-1.7
+    (NOTES-costgap.md). On main the slower profile priced them 2.5x."""
     from onnxcomp.transform import transform_model
 
     encoded = transform_model(onnx.load(str(small_artifacts / "training_model.onnx")), "lossless-encode")
@@ -260,11 +273,14 @@ def test_codec_ops_are_predicted_at_the_profiled_speed(small_artifacts: Path) ->
     feats = {f"big_relu{k}": ("Relu", 4 * mib, 0.0) for k in range(2)}
     at_speed = NodeTimes({n: 4 * mib * 1e-9 for n in feats}, features=feats)
     slower = NodeTimes({n: 2.5 * 4 * mib * 1e-9 for n in feats}, features=feats)
-    base = predict_step(encoded, cost, at_speed)
-    assert base.codec_nodes and base.codec_ops >= 1e-3  # the calibrated intercepts, at calibration speed
-    assert predict_step(encoded, cost, slower).codec_ops == pytest.approx(2.5 * base.codec_ops)
     faster = NodeTimes({n: 0.5 * 4 * mib * 1e-9 for n in feats}, features=feats)
-    assert predict_step(encoded, cost, faster).codec_ops == pytest.approx(base.codec_ops)  # never below calibration
+    assert slower.slowdown(cost) == pytest.approx(2.5)
+    base = predict_step(encoded, cost, at_speed)
+    assert base.codec_nodes and base.codec_ops >= 1e-3  # the calibrated intercepts
+    expected = sum(cost.codec_seconds(c, d, n, nz) for c, d, n, nz in base.codec_nodes.values())
+    assert base.codec_ops == pytest.approx(expected)
+    assert predict_step(encoded, cost, slower).codec_ops == pytest.approx(base.codec_ops)
+    assert predict_step(encoded, cost, faster).codec_ops == pytest.approx(base.codec_ops)
 
 
 # ------------------------------------------------------------- convolution blocks, renamed ops, old profiles
@@ -447,9 +463,11 @@ def test_a_profile_taken_under_the_arena_prices_new_nodes_from_the_arena_table()
     # a kind the arena table lacks falls back to the op table (here the pooled "Cast")
     assert cost.op_seconds(unpack, mib, arena, in_bytes=mib // 4, kind="Cast:int64->float32") == \
         pytest.approx(1e-9 * (mib + mib // 4))
-    # twice as slow as the arena table under load: the new nodes too
+    # the profiled Adds twice as slow as the arena table (load): a new Mul, a kind the profile lacks, stays at
+    # the arena fit (NOTES-costgap.md: new kinds did not follow the profiled kernels' slowdown)
     slow = NodeTimes({n: 2e-10 * 3 * mib for n in feats}, features=feats, settings={"arena": True})
-    assert cost.op_seconds(mul, mib, slow, in_bytes=2 * mib) == pytest.approx(2 * 2e-10 * 3 * mib)
+    assert slow.slowdown(cost) == pytest.approx(2.0)
+    assert cost.op_seconds(mul, mib, slow, in_bytes=2 * mib) == pytest.approx(2e-10 * 3 * mib)
     # without a profile (the planner) the op table, as before
     assert cost.op_seconds(mul, mib, in_bytes=2 * mib) == pytest.approx(1e-9 * 3 * mib)
 
