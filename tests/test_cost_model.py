@@ -211,7 +211,7 @@ def test_a_slow_profile_prices_new_nodes_by_their_own_kind_only() -> None:
     """A new node runs at the speed the profile measured on its own nodes of that kind (a profile whose Relus
     took 3x their calibrated time prices a new Relu 3x), and a kind the profile never timed (a float32 ->
     float16 Cast) at its calibrated time, not at the profile's overall slowdown: in-step, the Casts a lossy
-    policy adds did not follow the slowdown of ORT's multi-threaded kernels (NOTES-costgap.md). Views and
+    policy adds did not follow the slowdown of ORT's multi-threaded kernels (`docs/notes/costgap.md`). Views and
     shape arithmetic cost the profile's tiny-node time, not zero."""
     from onnx import helper
 
@@ -263,7 +263,7 @@ def test_slowdown_is_the_median_op_type_not_the_heaviest() -> None:
 def test_codec_ops_are_predicted_at_their_calibrated_time_whatever_the_profile_speed(small_artifacts: Path) -> None:
     """Codec PyOps are priced at their calibrated time, not scaled by the profile's slowdown (ORT's kernels'
     ratio to their fits): in-step dpr_fp8 / zfp ran at 0.75-1.16x their calibration at slowdowns 1.3-1.7
-    (NOTES-costgap.md). On main the slower profile priced them 2.5x."""
+    (`docs/notes/costgap.md`). On main the slower profile priced them 2.5x."""
     from onnxcomp.transform import transform_model
 
     encoded = transform_model(onnx.load(str(small_artifacts / "training_model.onnx")), "lossless-encode")
@@ -464,7 +464,7 @@ def test_a_profile_taken_under_the_arena_prices_new_nodes_from_the_arena_table()
     assert cost.op_seconds(unpack, mib, arena, in_bytes=mib // 4, kind="Cast:int64->float32") == \
         pytest.approx(1e-9 * (mib + mib // 4))
     # the profiled Adds twice as slow as the arena table (load): a new Mul, a kind the profile lacks, stays at
-    # the arena fit (NOTES-costgap.md: new kinds did not follow the profiled kernels' slowdown)
+    # the arena fit (`docs/notes/costgap.md`: new kinds did not follow the profiled kernels' slowdown)
     slow = NodeTimes({n: 2e-10 * 3 * mib for n in feats}, features=feats, settings={"arena": True})
     assert slow.slowdown(cost) == pytest.approx(2.0)
     assert cost.op_seconds(mul, mib, slow, in_bytes=2 * mib) == pytest.approx(2e-10 * 3 * mib)

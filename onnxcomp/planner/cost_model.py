@@ -484,7 +484,7 @@ class NodeTimes(dict):
         in-step ratio of ORT's multi-threaded kernels (Conv, BatchNorm, ReluGrad, Add) to their fits rises
         with load (1.3-2.2 at load 3-4), while the kinds a policy adds that the baseline lacks (float32 <->
         float16 Casts, single-threaded) ran at their calibrated speed whatever that ratio was (raw predicted /
-        profiled 1.1-1.5 for Casts at ratios 0.87-1.70; NOTES-costgap.md), so scaling them by it over-priced
+        profiled 1.1-1.5 for Casts at ratios 0.87-1.70; `docs/notes/costgap.md`), so scaling them by it over-priced
         every lossy graph under load."""
         kinds = self.kind_slowdowns(cost)
         if kind in kinds:
@@ -723,7 +723,7 @@ def predict_step(model: onnx.ModelProto, cost: CostModel, node_seconds: dict[str
     # Codec ops are never in the baseline's profile: their calibrated times, not scaled by the profile's
     # slowdown. That ratio is ORT's own multi-threaded kernels' (it rises with load, 1.3-2.2 at load 3-4); the
     # PyOps' in-step time does not follow it (dpr_fp8 / zfp at 0.75-1.16x their calibration at ratios
-    # 1.3-1.7, over-priced 1.3-1.7x when scaled; NOTES-costgap.md).
+    # 1.3-1.7, over-priced 1.3-1.7x when scaled; `docs/notes/costgap.md`).
     arena = isinstance(node_seconds, NodeTimes) and bool(node_seconds.settings.get("arena"))
     for i, node in enumerate(model.graph.node):
         key = node.name or f"{node.op_type}#{i}"
