@@ -891,7 +891,9 @@ def encode(x, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, data
             if sp:
                 special[t] = 1
             if two_d:
-                if nwb >= _SPARSE_MIN_WORDS and _ranges2d(S, nb, _RPOS, _RD + 5, nwb, R) <= _SPARSE_MAX * nwb:
+                # row numbers as int64, not literals: one compiled _ranges2d for both kernels
+                if nwb >= _SPARSE_MIN_WORDS and \
+                        _ranges2d(S, nb, np.int64(_RPOS), np.int64(_RD + 5), nwb, R) <= _SPARSE_MAX * nwb:
                     _pack2d_sparse(S, O, nb, nwb, R)
                 else:
                     _pack2d(S, O, nb, nwb)
@@ -1647,7 +1649,7 @@ def decode(data, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, y
                 sparse = False
                 if nwb >= _SPARSE_MIN_WORDS:
                     _dec_pos2d(S, nb, exp_bits)
-                    sparse = _ranges2d(S, nb, _DRP, _DRZ, nwb, R) <= _SPARSE_MAX * nwb
+                    sparse = _ranges2d(S, nb, np.int64(_DRP), np.int64(_DRZ), nwb, R) <= _SPARSE_MAX * nwb
                 if sparse:
                     _extract2d_sparse(S, W, nb, R)
                 else:
