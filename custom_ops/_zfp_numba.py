@@ -18,7 +18,10 @@ block. What it took (each measured: a loop that missed one of these ran scalar, 
 
 Encode: gather (stride-4 copies through a staging table), block floating point + lifting + group bounds +
 header in one loop, step + widths + fields + first bits in a second, the pack (every field against every word,
-branch-free variable shifts), the words out. Decode mirrors it. Scratch is per task (~40 KiB), so it stays in
+branch-free variable shifts), the words out. Decode mirrors it. From six words per block on (rate >= 12), a task
+whose fields' bits fall into few words (on real activations ~29 of the 128 (field, word) pairs at rate 16: a
+field reaches 1-3 words over a whole task) packs / extracts only those pairs (``_ranges2d``, ``_pack2d_sparse``,
+``_extract2d_sparse``); every pair left out gives 0 in the full scheme, so the words are the same. Scratch is per task (~40 KiB), so it stays in
 L1/L2. There is no serial bit loop anywhere.
 Stage functions are plain ``@njit`` functions, not numba-level ``inline="always"``: numba's own inlining of every
 helper into both prange kernels took compiling from ~31 s to ~381 s of CPU (cold cache). Only the four small
@@ -89,6 +92,14 @@ _ROWS = _RD + 6
 # The parallel loops run over (at most) _CHUNKS chunks of tasks, each allocating its scratch once: three np.empty
 # per task (of 128 blocks) cost 2-3 ns CPU per block (measured: rate 16 decode 30.2 -> 27.1, encode 31.3 -> 29.3).
 _CHUNKS = 64
+# A task takes the sparse pack / extraction when its (field, word) pairs are at most _SPARSE_MAX per word of a
+# block (the full ones try all 16 per word): see _pack2d_sparse.
+_SPARSE_MAX = 6
+# ... and only at six or more words per block (rate >= 12 for 2-D blocks). Measured on the ResNet-18 stem map: a
+# sparse (field, word) pair costs ~2x a full one (a read-modify-write of the word row, one loop per pair), plus the
+# ranges (~0.8 ns per block) and, in the decoder, the first-bit rows (~1 ns); at rate 8 (25 of 64 pairs) that was
+# no gain (encode 28.9 -> 30.4, decode 25.6 -> 28.0 ns CPU per block through the API), at rate 4 (19 of 32) a loss.
+_SPARSE_MIN_WORDS = 6
 _I32 = np.int32
 _U32 = np.uint32
 _F32 = np.float32
@@ -578,6 +589,13 @@ def _part(v, d):
 
 
 @numba.njit(cache=True)
+def _lpart(v, d):
+    """_part where d >= 0 or v == 0: v << d for d < 32, else 0."""
+    du = _U32(d)
+    return _shl(v, du) if du < _U32(32) else _U32(0)
+
+
+@numba.njit(cache=True)
 def _pack2d(S, O, nb, nwb):
     """O[k * G + j] = word k of block j (counted from its first bit), two words per pass over the blocks: word k
     is the OR over the fields of (v << (p − 32k)) | (v >> (32k − p)) with out-of-range shifts giving 0 (AVX2's
@@ -696,6 +714,106 @@ def _pack1d(S, O, nb, nwb):
 
 
 @numba.njit(cache=True)
+def _ranges2d(S, nb, r0, rz, nwb, R):
+    """R[2i], R[2i + 1] = the first and last word (counted from a block's first bit; the last clamped to nwb − 1)
+    that field i touches in any of the task's blocks: the fields' first bits are in rows r0 .. r0 + 15 of S and
+    their ends in the next row, row rz is 1 for an all-zero block (no field has bits; its positions are left out of
+    the first word). A field that is empty in a nonzero block counts its neighbour's word (harmless: the sparse
+    pack / extraction then tries one pair more). First > last: no bits in any block. Returns the number of (field,
+    word) pairs. Four fields per loop over the blocks (eight int32 min / max reductions in registers: LLVM
+    vectorises them; one loop per field cost 1.9 ns per block at rate 16, twice as much)."""
+    big = _I32(1 << 30)
+    Z = S[rz * G:(rz + 1) * G]
+    pairs = 0
+    for q in range(4):
+        r = r0 + 4 * q
+        Pa = S[r * G:(r + 1) * G]
+        Pb = S[(r + 1) * G:(r + 2) * G]
+        Pc = S[(r + 2) * G:(r + 3) * G]
+        Pd = S[(r + 3) * G:(r + 4) * G]
+        Pe = S[(r + 4) * G:(r + 5) * G]
+        la = big
+        lb = big
+        lc = big
+        ld = big
+        ha = _I32(0)
+        hb = _I32(0)
+        hc = _I32(0)
+        hd = _I32(0)
+        for j in range(nb):
+            z = _I32(_I32(-Z[j]) & big)
+            b = Pb[j]
+            c = Pc[j]
+            d = Pd[j]
+            la = _I32(min(la, _I32(Pa[j] | z)))
+            lb = _I32(min(lb, _I32(b | z)))
+            lc = _I32(min(lc, _I32(c | z)))
+            ld = _I32(min(ld, _I32(d | z)))
+            ha = _I32(max(ha, b))
+            hb = _I32(max(hb, c))
+            hc = _I32(max(hc, d))
+            hd = _I32(max(hd, Pe[j]))
+        lo0 = np.int64(la >> _I32(5))
+        lo1 = np.int64(lb >> _I32(5))
+        lo2 = np.int64(lc >> _I32(5))
+        lo3 = np.int64(ld >> _I32(5))
+        hi0 = min(np.int64(_I32(ha - _I32(1)) >> _I32(5)), nwb - 1)
+        hi1 = min(np.int64(_I32(hb - _I32(1)) >> _I32(5)), nwb - 1)
+        hi2 = min(np.int64(_I32(hc - _I32(1)) >> _I32(5)), nwb - 1)
+        hi3 = min(np.int64(_I32(hd - _I32(1)) >> _I32(5)), nwb - 1)
+        R[8 * q + 0] = lo0
+        R[8 * q + 1] = hi0
+        R[8 * q + 2] = lo1
+        R[8 * q + 3] = hi1
+        R[8 * q + 4] = lo2
+        R[8 * q + 5] = hi2
+        R[8 * q + 6] = lo3
+        R[8 * q + 7] = hi3
+        pairs += max(hi0 - lo0 + 1, 0) + max(hi1 - lo1 + 1, 0) + max(hi2 - lo2 + 1, 0) + max(hi3 - lo3 + 1, 0)
+    return pairs
+
+
+@numba.njit(cache=True)
+def _pack2d_sparse(S, O, nb, nwb, R):
+    """_pack2d restricted to the (field, word) pairs that occur in the task (R from _ranges2d): on real activations
+    a field's bits fall into 1-3 words over a whole task, so at rate 16 ~29 of the 128 pairs remain (~25 of 64 at
+    rate 8). One loop over the task's blocks per field and word pair (row views: runtime rows), ORing into O."""
+    Oh = O[0:G]
+    for j in range(nb):
+        Oh[j] = S[_RHDR * G + j]
+    for k in range(1, nwb):
+        Ok = O[k * G:(k + 1) * G]
+        for j in range(nb):
+            Ok[j] = 0
+    for i in range(16):
+        k = R[2 * i]
+        khi = R[2 * i + 1]
+        if k > khi:
+            continue
+        V = S[(_RVAL + i) * G:(_RVAL + i + 1) * G]
+        P = S[(_RPOS + i) * G:(_RPOS + i + 1) * G]
+        Oa = O[k * G:(k + 1) * G]
+        ka = _I32(32 * k)
+        # word k is the first the field's bits reach in any block, so p − 32k >= 0 where the field has bits (an empty
+        # field's value is 0): only the left shift can be nonzero there
+        if k == khi:
+            for j in range(nb):
+                Oa[j] = _I32(_U32(Oa[j]) | _lpart(_U32(V[j]), _I32(P[j] - ka)))
+            continue
+        Ob = O[(k + 1) * G:(k + 2) * G]  # the first two words in one pass: one load of value and first bit
+        for j in range(nb):
+            v = _U32(V[j])
+            d = _I32(P[j] - ka)
+            Oa[j] = _I32(_U32(Oa[j]) | _lpart(v, d))
+            Ob[j] = _I32(_U32(Ob[j]) | _part(v, _I32(d - _I32(32))))
+        for k2 in range(k + 2, khi + 1):  # a third word (~7 % of the fields on the stem map at rate 16)
+            Oc = O[k2 * G:(k2 + 1) * G]
+            kc = _I32(32 * k2)
+            for j in range(nb):
+                Oc[j] = _I32(_U32(Oc[j]) | _part(_U32(V[j]), _I32(P[j] - kc)))
+
+
+@numba.njit(cache=True)
 def _store_words(O, dt, nb, nwb):
     """dt[nwb * j + k] = word k of block j: unrolled for the word counts of rates 4, 6, 8, 12 and 16 (2-D) so that
     LLVM vectorises the stores as interleaved accesses; other counts take the generic loop."""
@@ -760,6 +878,7 @@ def encode(x, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, data
         S = np.empty(_ROWS * G, np.int32)
         O = np.empty(18 * G, np.int32)  # the blocks' words, row k = word k
         T = np.empty(16 * G, np.int32)  # gather staging: four rows of four values per block
+        R = np.empty(32, np.int64)  # (first, last) word of every field over the task (_ranges2d)
         for t in range(c * ntasks // nchunks, (c + 1) * ntasks // nchunks):
             b0 = t * G
             nb = min(nblocks, b0 + G) - b0
@@ -772,7 +891,12 @@ def encode(x, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, data
             if sp:
                 special[t] = 1
             if two_d:
-                _pack2d(S, O, nb, nwb)
+                # row numbers as int64, not literals: one compiled _ranges2d for both kernels
+                if nwb >= _SPARSE_MIN_WORDS and \
+                        _ranges2d(S, nb, np.int64(_RPOS), np.int64(_RD + 5), nwb, R) <= _SPARSE_MAX * nwb:
+                    _pack2d_sparse(S, O, nb, nwb, R)
+                else:
+                    _pack2d(S, O, nb, nwb)
             else:
                 _pack1d(S, O, nb, nwb)
             w0 = t * task_words
@@ -803,7 +927,9 @@ _DRD = 16   # 5 rows: D_0..D_4
 _DRS = 21   # s
 _DRU = 22   # u
 _DRE = 23   # emax (nonzero blocks), -1000 for all-zero blocks
-_DROWS = 24
+_DRP = 24   # 17 rows (2-D): every field's first bit counted from the block's first bit; row 40: the end of the last
+_DRZ = 41   # 1 for an all-zero block, else 0 (2-D)
+_DROWS = 42
 
 
 @intrinsic
@@ -826,6 +952,13 @@ def _xpart(wv, d):
     right = _shr(wv, du) if du < _U32(32) else _U32(0)
     left = _shl(wv, nd) if nd < _U32(32) else _U32(0)
     return _U32(left | right)
+
+
+@numba.njit(cache=True)
+def _rpart(wv, d):
+    """_xpart where d >= 0 (or the result is not used): wv >> d for d < 32, else 0."""
+    du = _U32(d)
+    return _shr(wv, du) if du < _U32(32) else _U32(0)
 
 
 @numba.njit(cache=True)
@@ -961,7 +1094,62 @@ def _dec_head2d(S, W, nb, lc, av, exp_bits, exp_bias):
         S[_DRS * G + j] = _I32(_I32(s & nz) | _I32(_I32(lc + _I32(1)) & _I32(~nz)))
         S[_DRU * G + j] = _I32(u & nz)
         S[_DRE * G + j] = _I32(_I32(emax & nz) | _I32(_I32(-1000) & _I32(~nz)))
+        S[_DRZ * G + j] = zero
     return bad != _I32(0), wide != _I32(0)
+
+
+@numba.njit(cache=True)
+def _dec_pos2d(S, nb, exp_bits):
+    """Rows _DRP..: every field's first bit (for _ranges2d / _extract2d_sparse): widths max(0, D_g − s + 1), one
+    more for the first u coefficients (all-zero blocks: s past every bound, u = 0, so every width is 0). A loop
+    of its own, run only where the sparse extraction may be taken (in _dec_head2d it cost rate 4 ~1 ns per block)."""
+    for j in range(nb):
+        d0 = S[(_DRD + 0) * G + j]
+        d1 = S[(_DRD + 1) * G + j]
+        d2 = S[(_DRD + 2) * G + j]
+        d3 = S[(_DRD + 3) * G + j]
+        d4 = S[(_DRD + 4) * G + j]
+        s = S[_DRS * G + j]
+        u = S[_DRU * G + j]
+        ws0 = max(_I32(_I32(d0 - s) + _I32(1)), _I32(0))
+        ws1 = max(_I32(_I32(d1 - s) + _I32(1)), _I32(0))
+        ws2 = max(_I32(_I32(d2 - s) + _I32(1)), _I32(0))
+        ws3 = max(_I32(_I32(d3 - s) + _I32(1)), _I32(0))
+        ws4 = max(_I32(_I32(d4 - s) + _I32(1)), _I32(0))
+        p = _I32(exp_bits + 10)
+        S[(_DRP + 0) * G + j] = p
+        p = _I32(_I32(p + ws0) + _I32(u > _I32(0)))
+        S[(_DRP + 1) * G + j] = p
+        p = _I32(_I32(p + ws1) + _I32(u > _I32(1)))
+        S[(_DRP + 2) * G + j] = p
+        p = _I32(_I32(p + ws1) + _I32(u > _I32(2)))
+        S[(_DRP + 3) * G + j] = p
+        p = _I32(_I32(p + ws2) + _I32(u > _I32(3)))
+        S[(_DRP + 4) * G + j] = p
+        p = _I32(_I32(p + ws2) + _I32(u > _I32(4)))
+        S[(_DRP + 5) * G + j] = p
+        p = _I32(_I32(p + ws2) + _I32(u > _I32(5)))
+        S[(_DRP + 6) * G + j] = p
+        p = _I32(_I32(p + ws3) + _I32(u > _I32(6)))
+        S[(_DRP + 7) * G + j] = p
+        p = _I32(_I32(p + ws3) + _I32(u > _I32(7)))
+        S[(_DRP + 8) * G + j] = p
+        p = _I32(_I32(p + ws3) + _I32(u > _I32(8)))
+        S[(_DRP + 9) * G + j] = p
+        p = _I32(_I32(p + ws3) + _I32(u > _I32(9)))
+        S[(_DRP + 10) * G + j] = p
+        p = _I32(_I32(p + ws4) + _I32(u > _I32(10)))
+        S[(_DRP + 11) * G + j] = p
+        p = _I32(_I32(p + ws4) + _I32(u > _I32(11)))
+        S[(_DRP + 12) * G + j] = p
+        p = _I32(_I32(p + ws4) + _I32(u > _I32(12)))
+        S[(_DRP + 13) * G + j] = p
+        p = _I32(_I32(p + ws4) + _I32(u > _I32(13)))
+        S[(_DRP + 14) * G + j] = p
+        p = _I32(_I32(p + ws4) + _I32(u > _I32(14)))
+        S[(_DRP + 15) * G + j] = p
+        p = _I32(_I32(p + ws4) + _I32(u > _I32(15)))
+        S[(_DRP + 16) * G + j] = p
 
 
 @numba.njit(cache=True)
@@ -1208,6 +1396,39 @@ def _extract1d(S, W, nb, nwb, exp_bits):
 
 
 @numba.njit(cache=True)
+def _extract2d_sparse(S, W, nb, R):
+    """_extract2d restricted to the (field, word) pairs that occur in the task (R from _ranges2d on the first-bit
+    rows _DRP..): field i = OR over its words k of _xpart(word k, p − 32k), one loop over the task's blocks per
+    field (its first two words in one pass, no read-modify-write), ~29 of the 128 pairs at rate 16 on real data."""
+    for i in range(16):
+        klo = R[2 * i]
+        khi = R[2 * i + 1]
+        F = S[i * G:(i + 1) * G]
+        P = S[(_DRP + i) * G:(_DRP + i + 1) * G]
+        if klo > khi:  # no bits in any block (the raw field is masked to width 0 later)
+            for j in range(nb):
+                F[j] = 0
+            continue
+        Wa = W[klo * G:(klo + 1) * G]
+        ka = _I32(32 * klo)
+        # word klo is the first the field's bits reach in any block: p − 32 klo >= 0 where it has bits (elsewhere its
+        # raw bits are masked to width 0 later), so only the right shift matters there
+        if klo == khi:
+            for j in range(nb):
+                F[j] = _I32(_rpart(_U32(Wa[j]), _I32(P[j] - ka)))
+            continue
+        Wb = W[(klo + 1) * G:(klo + 2) * G]
+        for j in range(nb):
+            d = _I32(P[j] - ka)
+            F[j] = _I32(_rpart(_U32(Wa[j]), d) | _xpart(_U32(Wb[j]), _I32(d - _I32(32))))
+        for k in range(klo + 2, khi + 1):
+            Wk = W[k * G:(k + 1) * G]
+            kk = _I32(32 * k)
+            for j in range(nb):
+                F[j] = _I32(_U32(F[j]) | _xpart(_U32(Wk[j]), _I32(P[j] - kk)))
+
+
+@numba.njit(cache=True)
 def _coef(S, i, j, wg, u, s):
     """Coefficient i of block j from its raw field: keep w bits, sign-extend, scale by the step."""
     up = _I32(1) if _I32(i) < u else _I32(0)
@@ -1414,6 +1635,7 @@ def decode(data, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, y
         S = np.empty(_DROWS * G, np.int32)
         W = np.empty((nwb + 4) * G, np.int32)
         T = np.empty(16 * G, np.int32)
+        R = np.empty(32, np.int64)
         for t in range(c * ntasks // nchunks, (c + 1) * ntasks // nchunks):
             b0 = t * G
             nb = min(nblocks, b0 + G) - b0
@@ -1424,7 +1646,14 @@ def decode(data, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, y
             if isbad:
                 bad[t] = 1
             if two_d:
-                _extract2d(S, W, nb, nwb, exp_bits)
+                sparse = False
+                if nwb >= _SPARSE_MIN_WORDS:
+                    _dec_pos2d(S, nb, exp_bits)
+                    sparse = _ranges2d(S, nb, np.int64(_DRP), np.int64(_DRZ), nwb, R) <= _SPARSE_MAX * nwb
+                if sparse:
+                    _extract2d_sparse(S, W, nb, R)
+                else:
+                    _extract2d(S, W, nb, nwb, exp_bits)
             else:
                 _extract1d(S, W, nb, nwb, exp_bits)
             if wide or isbad:
