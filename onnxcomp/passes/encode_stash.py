@@ -73,6 +73,10 @@ NATIVE_FORMS = ("fp16", "bits")
 # little bit order, as the bitmask codec). Passes recognise a native bit decode by this initializer's name.
 NATIVE_BITS_LUT = "onnxcomp_bits_lut_bool"
 _BITS_LUT = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little").astype(np.bool_)
+# The same table as float32 0.0 / 1.0: a decode whose only reader is Cast(mask, float) gathers from it instead
+# (passes/mask_grad.py), giving Cast's values without the bool buffer and the Cast.
+NATIVE_BITS_LUT_FLOAT = "onnxcomp_bits_lut_float"
+BITS_LUT_FLOAT = _BITS_LUT.astype(np.float32)
 # Bit weights of the packing MatMulInteger: element 8k + i of the tensor lands in bit i of byte k.
 _BITS_WEIGHTS = (1 << np.arange(8, dtype=np.uint8)).astype(np.uint8).reshape(8, 1)
 
@@ -405,6 +409,17 @@ def is_native_bits_decode(node: ir.Node) -> bool:
     gather = node.inputs[0].producer()
     return gather is not None and gather.op_type == "Gather" and gather.inputs[0] is not None \
         and gather.inputs[0].name == NATIVE_BITS_LUT
+
+
+def is_native_float_mask_decode(node: ir.Node) -> bool:
+    """Whether ``node`` is the last node of a native bit decode that gathers from the float table
+    (``Reshape(Gather(float LUT, bytes), shape)``): its output is the mask as float32 0.0 / 1.0, the values of
+    ``Cast(bool decode, float)``."""
+    if node.op_type != "Reshape" or node.domain not in ("", "ai.onnx") or not node.inputs or node.inputs[0] is None:
+        return False
+    gather = node.inputs[0].producer()
+    return gather is not None and gather.op_type == "Gather" and gather.inputs[0] is not None \
+        and gather.inputs[0].name == NATIVE_BITS_LUT_FLOAT
 
 
 def _encode_native(site: _Site, stash: StashedTensor, enc: Encoding, pass_: EncodeStashPass) -> dict[str, Any]:
