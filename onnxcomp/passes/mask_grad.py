@@ -104,7 +104,7 @@ class MaskGradPass(OnnxcompPass):
 
     def __init__(self, fold_decode: bool = False) -> None:
         # Off by default (no policy turns it on): bit-identical and 3.5 MiB fewer fresh bytes a step on ResNet-18
-        # dpr-fp16, but ORT-defaults growth measured +0.3 MiB there (2 runs each, NOTES-steptime3.md) and the
+        # dpr-fp16, but ORT-defaults growth measured +0.3 MiB there (2 runs each, `docs/notes/steptime3.md`) and the
         # whole-step time gain was within the noise; the lead's call.
         self.fold_decode = bool(fold_decode)
 
