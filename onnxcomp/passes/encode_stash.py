@@ -428,6 +428,28 @@ def _encode_native(site: _Site, stash: StashedTensor, enc: Encoding, pass_: Enco
     return _encode_native_fp16(site, stash, enc, pass_)
 
 
+def _hold_back_gate_readers(site: _Site, ed: IrGraphEditor, enc: Encoding, gate: ir.Value, readers: list[ir.Node],
+                            anchor: ir.Value, new_fwd: list[ir.Node], keep: int) -> list[ir.Node]:
+    """A native encoder's forward nodes, registered as encoders: the gate's forward readers read it through a
+    Reshape by ``anchor`` (which depends on the payload), so ORT cannot free the stash before the payload exists.
+    With no such readers the anchor is not needed: the nodes after the first ``keep`` are dropped."""
+    site.encoders.update(new_fwd)
+    if readers:
+        elem, gshape = site.type_of(enc.gate)
+        gated_name = site.name(f"{enc.gate.replace('/', '_').strip('_')}__anchored")
+        gated = ed.node("Reshape", [gate, anchor], [(gated_name, elem, gshape)],
+                        name=site.name(f"{gated_name}__reshape")).outputs[0]
+        new_fwd.append(gated.producer())
+        site.encoders.add(gated.producer())
+        _rewire(readers, gate, gated)
+        return new_fwd
+    for node in reversed(new_fwd[keep:]):
+        for k in range(len(node.inputs)):
+            node.replace_input_with(k, None)
+    anchor.type = None         # declared only where the anchor exists
+    return new_fwd[:keep]
+
+
 def _encode_native_bits(site: _Site, stash: StashedTensor, enc: Encoding, pass_: EncodeStashPass) -> dict[str, Any]:
     """One bit per element with standard ops (opset 10+), no PyOp and so no bridge copies:
 
@@ -481,22 +503,9 @@ def _encode_native_bits(site: _Site, stash: StashedTensor, enc: Encoding, pass_:
     anchor_name = site.name(f"{base}__bits_anchor")
     anchor = ed.node("Add", [shape_c, zero_fwd], [(anchor_name, i64, [len(shape)])],
                      name=site.name(f"{anchor_name}{NATIVE_ANCHOR_MARK}")).outputs[0]
-    new_fwd = site.made(since)
-    site.encoders.update(new_fwd)
-    if readers:
-        elem, gshape = site.type_of(enc.gate)
-        gated_name = site.name(f"{enc.gate.replace('/', '_').strip('_')}__anchored")
-        gated = ed.node("Reshape", [gate, anchor], [(gated_name, elem, gshape)],
-                        name=site.name(f"{gated_name}__reshape")).outputs[0]
-        new_fwd.append(gated.producer())
-        site.encoders.add(gated.producer())
-        _rewire(readers, gate, gated)
-    else:                      # nothing forward to hold back: the anchor is not needed
-        keep = new_fwd.index(payload.producer()) + 1
-        for node in reversed(new_fwd[keep:]):
-            for k in range(len(node.inputs)):
-                node.replace_input_with(k, None)
-        new_fwd = new_fwd[:keep]
+    made = site.made(since)
+    new_fwd = _hold_back_gate_readers(site, ed, enc, gate, readers, anchor, made,
+                                      keep=made.index(payload.producer()) + 1)
     site.graph.insert_after(site.producer(enc.target), new_fwd)
 
     source = values[enc.source]
@@ -556,22 +565,7 @@ def _encode_native_fp16(site: _Site, stash: StashedTensor, enc: Encoding, pass_:
     anchor_name = site.name(f"{base}__fp16_anchor")
     anchor = ed.node("Add", [shape_c, zero], [(anchor_name, i64, [len(shape)])],
                      name=site.name(f"{anchor_name}__add")).outputs[0]
-    new_fwd = site.made(since)
-    site.encoders.update(new_fwd)
-    if readers:
-        elem, gshape = site.type_of(enc.gate)
-        gated_name = site.name(f"{enc.gate.replace('/', '_').strip('_')}__anchored")
-        gated = ed.node("Reshape", [gate, anchor], [(gated_name, elem, gshape)],
-                        name=site.name(f"{gated_name}__reshape")).outputs[0]
-        new_fwd.append(gated.producer())
-        site.encoders.add(gated.producer())
-        _rewire(readers, gate, gated)
-    else:                      # nothing forward to hold back: the anchor is not needed
-        for node in reversed(new_fwd[2:]):
-            for k in range(len(node.inputs)):
-                node.replace_input_with(k, None)
-        anchor.type = None     # as before the port: declared only where the anchor exists
-        new_fwd = new_fwd[:2]
+    new_fwd = _hold_back_gate_readers(site, ed, enc, gate, readers, anchor, site.made(since), keep=2)
     site.graph.insert_after(site.producer(enc.target), new_fwd)
 
     source = values[enc.source]
