@@ -1,5 +1,5 @@
 import json, collections, numpy as np
-rows = json.load(open("rows.json"))
+rows = json.load(open(__import__("pathlib").Path(__file__).with_name("calls_rows.json")))
 print(collections.Counter((r["src"], r["graph"]) for r in rows))
 b = collections.defaultdict(list)
 for r in rows:

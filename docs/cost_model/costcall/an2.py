@@ -1,5 +1,5 @@
 import json, collections, numpy as np
-rows = json.load(open("rows.json"))
+rows = json.load(open(__import__("pathlib").Path(__file__).with_name("calls_rows.json")))
 g = collections.defaultdict(lambda: collections.defaultdict(lambda: [0, 0.0, 0.0]))
 for r in rows:
     x = g[(r["src"].split("/")[-1][:14], r["graph"])][r["codec"]]; x[0] += 1; x[1] += r["pred"]; x[2] += r["prof"]

@@ -1,5 +1,5 @@
 import json, collections, numpy as np
-rows = json.load(open("rows.json"))
+rows = json.load(open(__import__("pathlib").Path(__file__).with_name("calls_rows.json")))
 def joint(rs, w_rel=True):
     groups = sorted({(r["codec"], r["role"]) for r in rs})
     X = np.zeros((len(rs), len(groups) + 1)); y = np.zeros(len(rs)); w = np.ones(len(rs))
