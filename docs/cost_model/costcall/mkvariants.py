@@ -1,4 +1,4 @@
-"""Write the cost-model variants compared in NOTES-costcall.md to /tmp/costcall/cost_<v>.json: the shipped defaults with a
+"""Write the cost-model variants compared in docs/notes/costcall.md to /tmp/costcall/cost_<v>.json: the shipped defaults with a
 ``codec_call`` entry. Needs codec_call.patch applied (without it the entry is ignored and every variant is main).
   zero: no term (= main); c104: 0.104 ms per call (joint fit's intercept); the shipped candidate 0.166 ms (derive.py's
   median) is what derive.py --write puts in the defaults; scale_only: per codec/direction in-step scale, no call term;
