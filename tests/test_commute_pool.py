@@ -155,6 +155,7 @@ def test_densenet_trains_like_the_original(densenet: Path, tmp_path: Path) -> No
         np.testing.assert_allclose(stats[name], s, rtol=1e-5, atol=1e-6, err_msg=name)
 
 
+@pytest.mark.slow   # ~16-25 s of planning; the pass / memo unit tests stay in the default run
 def test_planner_region_runs_the_pass_only_when_asked(densenet: Path) -> None:
     from onnxcomp.planner.auto import Regions, apply, plan_auto
 

@@ -53,6 +53,7 @@ def test_cached_plan_is_the_uncached_plan_on_two_convs(exact: bool) -> None:
     assert fitting["fits"]
 
 
+@pytest.mark.slow   # ~16-25 s of planning; the pass / memo unit tests stay in the default run
 def test_cached_plan_is_the_uncached_plan_with_a_row_split() -> None:
     # CHAIN3's lossy floor needs the row-split search (plan_auto's second search, its own base graph).
     summary = _assert_same_plan(_chain3(), 4 * KiB, exact=False)
