@@ -7,6 +7,7 @@ import numpy as np
 import onnx
 import pytest
 from graphs import TWO_CONV, parse, two_conv
+from test_passes_unit import _upstream
 
 from onnxcomp.custom_ops import contract, get_codec
 from onnxcomp.passes import MaskGradPass, SignBitsPass
@@ -71,27 +72,15 @@ def test_native_bits_use_onnx_ops_only_and_keep_the_timing() -> None:
     assert rec["payload"][payload] == 2 * 4 * 8 * 8 // 8
     conv2 = next(n for n in nodes if n.name == "Conv_2")
     gated = by_out[conv2.input[0]]
-    assert gated.op_type == "Reshape" and payload in _upstream(by_out, gated.input[1])
+    assert gated.op_type == "Reshape" and payload in _upstream(out, gated.input[1])
     # Backward: the decode waits on ReluGrad's dY and sits just before it; ReluGrad reads Cast(mask, float).
     relu_grad = next(n for n in nodes if n.op_type == "ReluGrad")
     cast = by_out[relu_grad.input[1]]
     assert cast.op_type == "Cast" and by_out[cast.input[0]].name == rec["decoder"]
     decoder = by_out[cast.input[0]]
-    assert {"dy", payload} <= _upstream(by_out, decoder.output[0])
+    assert {"dy", payload} <= _upstream(out, decoder.output[0])
     assert any(n.op_type == "Gather" and n.input[0] == NATIVE_BITS_LUT for n in nodes)
     assert nodes.index(relu_grad) - nodes.index(decoder) <= 2 and "x" not in relu_grad.input
-
-
-def _upstream(by_out: dict[str, onnx.NodeProto], tensor: str) -> set[str]:
-    seen, todo = set(), [tensor]
-    while todo:
-        t = todo.pop()
-        if t in seen:
-            continue
-        seen.add(t)
-        if t in by_out:
-            todo += [i for i in by_out[t].input if i]
-    return seen
 
 
 @pytest.mark.parametrize("order", ["default", "priority"])
