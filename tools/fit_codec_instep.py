@@ -3,8 +3,8 @@
 Input: JSON files written by ``tools/bench_cost_model.py`` (each holds, per chunk, the baseline's profile and
 every graph's measured step); the graphs they name must still exist on disk (predictions are redone from the
 stored profile with the cost model given by --cost, its own in-step factors switched off). A round is a set
-of files measured together: ``--round NAME FILE...`` (repeatable); plain files after the options are one round
-each. Equal weight per round; the fit itself is ``onnxcomp.planner.instep_fit.fit_codec_instep``.
+of files measured together: ``--round NAME FILE...`` (repeatable); plain files, given before any --round,
+are one round each. Equal weight per round; the fit itself is ``onnxcomp.planner.instep_fit.fit_codec_instep``.
 
     python tools/fit_codec_instep.py --round q docs/cost_model/costquiet/q_*.json --round b1 ... --loo
     python tools/fit_codec_instep.py --round ... --write ~/.cache/onnxcomp/cost_model.json   # the user's model
