@@ -203,7 +203,13 @@ class CostModel:
     codecs_arena: the codec ops timed the same way (arena on, the decoder writing an intermediate): a
     decoder's output under the arena is reused memory, not pages faulted in anew (codec_seconds(arena=)).
     step_overhead: LinearFit over (1, parameter bytes): a step's time outside the training graph's nodes
-    (optimizer step, feeds), used when no profile of the graph is given."""
+    (optimizer step, feeds), used when no profile of the graph is given.
+    codec_instep: per codec and direction, the factor between a codec op's time inside a measured training
+    step and its calibrated time (``{"scale": {codec: {direction: s}}, "scale_arena": {...}, ...provenance}``;
+    ``scale_arena`` for steps under ORT's arena, falling back to ``scale``; a codec not listed: 1.0). Fitted by
+    least squares against measured (not profiled: the profiler itself slows codec-heavy steps 8-11 %) step
+    times of benchmark rounds, ``planner/instep_fit.py`` / ``tools/fit_codec_instep.py``; calibrate times each
+    PyOp alone, so a calibration without one takes the shipped defaults' (`docs/notes/costfit2.md`)."""
 
     codecs: dict[str, dict[str, LinearFit]]
     ops: dict[str, LinearFit]
@@ -213,6 +219,17 @@ class CostModel:
     source: str = "unsaved"
     ops_arena: dict[str, LinearFit] = field(default_factory=dict)
     codecs_arena: dict[str, dict[str, LinearFit]] = field(default_factory=dict)
+    codec_instep: dict[str, Any] = field(default_factory=dict)
+
+    def instep_scale(self, codec: str, direction: str, arena: bool = False) -> float:
+        """The in-step factor on ``codec``'s calibrated ``direction`` time (1.0 where none was fitted)."""
+        tables = (self.codec_instep.get("scale_arena"), self.codec_instep.get("scale")) if arena else \
+            (self.codec_instep.get("scale"),)
+        for table in tables:
+            value = (table or {}).get(codec, {}).get(direction)
+            if value is not None:
+                return float(value)
+        return 1.0
 
     # -- loading ------------------------------------------------------------------------------------------
     @classmethod
@@ -260,13 +277,15 @@ class CostModel:
         step = LinearFit.from_dict(data["step_overhead"]) if "step_overhead" in data else LinearFit((0.0, 0.0))
         meta = {k: v for k, v in data.items()
                 if k not in ("codecs", "codecs_arena", "ops", "ops_arena", "step_overhead", "pyop_overhead",
-                             "samples")}
+                             "samples", "codec_instep")}
         arena = {t: LinearFit.from_dict(fit) for t, fit in data.get("ops_arena", {}).items()}
         codecs_arena = {name: {d: LinearFit.from_dict(fit) for d, fit in dirs.items()}
                         for name, dirs in data.get("codecs_arena", {}).items()
                         if set(DIRECTIONS) <= set(dirs)}
+        instep = data["codec_instep"] if "codec_instep" in data else _shipped_codec_instep()
+        _check_codec_instep(instep)
         return cls(codecs, ops, step, dict(data.get("pyop_overhead", {})), meta, ops_arena=arena,
-                   codecs_arena=codecs_arena)
+                   codecs_arena=codecs_arena, codec_instep=dict(instep))
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.meta, "format": FORMAT_VERSION,
@@ -275,7 +294,9 @@ class CostModel:
                 **({"ops_arena": {t: f.to_dict() for t, f in self.ops_arena.items()}} if self.ops_arena else {}),
                 **({"codecs_arena": {n: {d: f.to_dict() for d, f in dirs.items()}
                                      for n, dirs in self.codecs_arena.items()}} if self.codecs_arena else {}),
-                "step_overhead": self.step_overhead.to_dict(), "pyop_overhead": self.pyop_overhead}
+                "step_overhead": self.step_overhead.to_dict(), "pyop_overhead": self.pyop_overhead,
+                # always written: a file without the entry inherits the shipped factors (from_dict)
+                "codec_instep": self.codec_instep}
 
     def op_table(self, node_seconds: Any = None) -> dict[str, LinearFit]:
         """The op fits that price nodes a profile cannot time: ``ops``, with ``ops_arena``'s fits over them
@@ -295,10 +316,11 @@ class CostModel:
 
     # -- predictions --------------------------------------------------------------------------------------
     def codec_seconds(self, codec: str, direction: str, nbytes: int, nonzero_ratio: float = 1.0,
-                      arena: bool = False) -> float:
+                      arena: bool = False, in_step: bool = True) -> float:
         """Seconds of one ``OnnxcompEncode_/Decode_<codec>`` op, PyOp bridge included. nbytes: the encoder's
         input bytes / the decoder's output bytes; nonzero_ratio: fraction of nonzero elements (ReLU
-        outputs ~0.5); arena: in a session with ORT's arena (the codecs_arena fits where calibrated)."""
+        outputs ~0.5); arena: in a session with ORT's arena (the codecs_arena fits where calibrated);
+        in_step: times the codec's in-step factor (``instep_scale``), False for the calibrated time alone."""
         if direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
         fits = (self.codecs_arena.get(codec) if arena else None) or self.codecs.get(codec)
@@ -306,7 +328,8 @@ class CostModel:
             fits = self._codec_fallback()
         nz = min(max(float(nonzero_ratio), 0.0), 1.0)
         fit = fits[direction]
-        return max(fit.predict(codec_features(nbytes, nz)), 0.0) * fit.size_factor(nbytes)
+        seconds = max(fit.predict(codec_features(nbytes, nz)), 0.0) * fit.size_factor(nbytes)
+        return seconds * self.instep_scale(codec, direction, arena) if in_step else seconds
 
     def _codec_fallback(self) -> dict[str, LinearFit]:
         """An uncalibrated codec (added after the calibration): the slowest calibrated one, per byte."""
@@ -366,6 +389,33 @@ class CostModel:
     def overhead_seconds(self, param_bytes: int) -> float:
         """A step's time outside the training graph (optimizer, feeds) when the graph was not profiled."""
         return max(self.step_overhead.predict((1.0, float(param_bytes))), 0.0)
+
+
+def _check_codec_instep(instep: Any) -> None:
+    if not isinstance(instep, dict):
+        raise ValueError("codec_instep must be an object")
+    for table in ("scale", "scale_arena"):
+        for codec, dirs in (instep.get(table) or {}).items():
+            if not isinstance(dirs, dict) or set(dirs) - set(DIRECTIONS):
+                raise ValueError(f"codec_instep {table}[{codec!r}] must map {DIRECTIONS} to factors")
+            if any(not isinstance(v, (int, float)) or not v > 0 for v in dirs.values()):
+                raise ValueError(f"codec_instep {table}[{codec!r}] factors must be > 0")
+
+
+_SHIPPED_INSTEP: dict[str, Any] | None = None
+
+
+def _shipped_codec_instep() -> dict[str, Any]:
+    """The shipped defaults' codec_instep: a user calibration has none (calibrate times each PyOp alone, not
+    inside a measured step), so it inherits these factors. Stopgap until calibrate measures steps itself:
+    the factors are ratios to the development machine's codec fits. {} when the shipped file has none."""
+    global _SHIPPED_INSTEP
+    if _SHIPPED_INSTEP is None:
+        try:
+            _SHIPPED_INSTEP = dict(json.loads(SHIPPED_DEFAULTS.read_text()).get("codec_instep") or {})
+        except (OSError, ValueError):
+            _SHIPPED_INSTEP = {}
+    return dict(_SHIPPED_INSTEP)
 
 
 def _same_op(kind: str, name: str, node_seconds: dict[str, float]) -> bool:
