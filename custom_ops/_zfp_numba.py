@@ -21,8 +21,8 @@ header in one loop, step + widths + fields + first bits in a second, the pack (e
 branch-free variable shifts), the words out. Decode mirrors it. From six words per block on (rate >= 12), a task
 whose fields' bits fall into few words (on real activations ~29 of the 128 (field, word) pairs at rate 16: a
 field reaches 1-3 words over a whole task) packs / extracts only those pairs (``_ranges2d``, ``_pack2d_sparse``,
-``_extract2d_sparse``); every pair left out gives 0 in the full scheme, so the words are the same. Scratch is per task (~40 KiB), so it stays in
-L1/L2. There is no serial bit loop anywhere.
+``_extract2d_sparse``); every pair left out gives 0 in the full scheme, so the words are the same. Scratch is per
+task: ~29 KiB in the encoder (L1 is 32 KiB here), ~35 KiB in the decoder. There is no serial bit loop anywhere.
 Stage functions are plain ``@njit`` functions, not numba-level ``inline="always"``: numba's own inlining of every
 helper into both prange kernels took compiling from ~31 s to ~381 s of CPU (cold cache). Only the four small
 helpers of the encoder's front end (``_block_scale``, ``_q``, ``_lift``, ``_bitlen28``) are inlined at numba level,
@@ -319,8 +319,9 @@ def _front2d(S, nb, lc, av, exp_bits, exp_bias):
 @numba.njit(cache=True)
 def _step2d(S, nb, lc, av, exp_bits):
     """Per block: the step s and leftover count u from the declared bounds, every coefficient's width, field and
-    first bit (rows _RVAL, _RPOS). A loop of its own (fused with _front2d, before the 32-bit fixes, LLVM kept
-    it scalar; splitting costs ~40 L1 loads and stores per 8 blocks).
+    first bit (rows _RVAL, _RPOS). A loop of its own: fused with _front2d, LLVM kept it scalar (before the
+    32-bit fixes, and again after them: with max(x, 0) widths written as masks it vectorised up to the first
+    field, not with the second; docs/codecs/zfp16c); splitting costs ~40 L1 loads and stores per 8 blocks.
 
     s in closed form: with S_k = sum_{g<k} n_g (D_g + 1) and N_k = sum_{g<k} n_g, the total at step p is
     max_k (S_k - N_k p) (each term max(0, D_g - p + 1) is >= D_g - p + 1 and >= 0, with equality for the
