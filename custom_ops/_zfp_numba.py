@@ -21,8 +21,8 @@ header in one loop, step + widths + fields + first bits in a second, the pack (e
 branch-free variable shifts), the words out. Decode mirrors it. From six words per block on (rate >= 12), a task
 whose fields' bits fall into few words (on real activations ~29 of the 128 (field, word) pairs at rate 16: a
 field reaches 1-3 words over a whole task) packs / extracts only those pairs (``_ranges2d``, ``_pack2d_sparse``,
-``_extract2d_sparse``); every pair left out gives 0 in the full scheme, so the words are the same. Scratch is per task (~40 KiB), so it stays in
-L1/L2. There is no serial bit loop anywhere.
+``_extract2d_sparse``); every pair left out gives 0 in the full scheme, so the words are the same. Scratch is per
+task: ~29 KiB in the encoder (L1 is 32 KiB here), ~35 KiB in the decoder. There is no serial bit loop anywhere.
 Stage functions are plain ``@njit`` functions, not numba-level ``inline="always"``: numba's own inlining of every
 helper into both prange kernels took compiling from ~31 s to ~381 s of CPU (cold cache). Only the four small
 helpers of the encoder's front end (``_block_scale``, ``_q``, ``_lift``, ``_bitlen28``) are inlined at numba level,
@@ -83,11 +83,14 @@ def _popcount(typingctx, x):  # noqa: ANN001, ANN202
 # compile-time constant: LLVM then knows that different rows never overlap and vectorises the loops over j
 # without runtime alias checks (with one numba array per table it gave up on loops touching more than a few).
 G = 128  # blocks per parallel task: a multiple of 8, so a task's first bit (b · rate · 4 or 16) is word-aligned
-_RV = 0      # 16 rows: the block's float32 bits (gather)
-_RVAL = 16   # 16 rows: every coefficient's field, its low w bits (sequency order)
-_RPOS = 32   # 17 rows: every coefficient's first bit counted from the block's first bit; row 48: its end
-_RHDR = 49   # 1 row: the header word (exponent and group fields; bits 0..18, or 0..10 for 1-D)
-_RD = 50     # 6 rows: declared bounds D_0..D_4 and the all-zero flag (2-D)
+# Rows 0..15 hold the block's float32 bits (gather), then its coefficients (sequency order), then their fields
+# (each overwritten in place, in the same loop iteration that reads it): a smaller scratch stays in L1 (32 KiB
+# here), with the words' rows O (and the gather's staging table in O's rows) ~29 KiB per task of 128 blocks.
+_RV = 0      # 16 rows: the block's float32 bits (gather), its coefficients (_front2d), their fields (_step2d)
+_RVAL = 0    # 16 rows: every coefficient's field, its low w bits (sequency order)
+_RPOS = 16   # 17 rows: every coefficient's first bit counted from the block's first bit; row 32: its end
+_RHDR = 33   # 1 row: the header word (exponent and group fields; bits 0..18, or 0..10 for 1-D)
+_RD = 34     # 6 rows: declared bounds D_0..D_4 and the all-zero flag (2-D)
 _ROWS = _RD + 6
 # The parallel loops run over (at most) _CHUNKS chunks of tasks, each allocating its scratch once: three np.empty
 # per task (of 128 blocks) cost 2-3 ns CPU per block (measured: rate 16 decode 30.2 -> 27.1, encode 31.3 -> 29.3).
@@ -316,8 +319,9 @@ def _front2d(S, nb, lc, av, exp_bits, exp_bias):
 @numba.njit(cache=True)
 def _step2d(S, nb, lc, av, exp_bits):
     """Per block: the step s and leftover count u from the declared bounds, every coefficient's width, field and
-    first bit (rows _RVAL, _RPOS). A loop of its own (fused with _front2d, before the 32-bit fixes, LLVM kept
-    it scalar; splitting costs ~40 L1 loads and stores per 8 blocks).
+    first bit (rows _RVAL, _RPOS). A loop of its own: fused with _front2d, LLVM kept it scalar (before the
+    32-bit fixes, and again after them: with max(x, 0) widths written as masks it vectorised up to the first
+    field, not with the second; docs/codecs/zfp16c); splitting costs ~40 L1 loads and stores per 8 blocks.
 
     s in closed form: with S_k = sum_{g<k} n_g (D_g + 1) and N_k = sum_{g<k} n_g, the total at step p is
     max_k (S_k - N_k p) (each term max(0, D_g - p + 1) is >= D_g - p + 1 and >= 0, with equality for the
@@ -877,7 +881,7 @@ def encode(x, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, data
     for c in numba.prange(nchunks):
         S = np.empty(_ROWS * G, np.int32)
         O = np.empty(18 * G, np.int32)  # the blocks' words, row k = word k
-        T = np.empty(16 * G, np.int32)  # gather staging: four rows of four values per block
+        T = O[:16 * G]  # gather staging (four rows of four values per block): free until the pack writes O
         R = np.empty(32, np.int64)  # (first, last) word of every field over the task (_ranges2d)
         for t in range(c * ntasks // nchunks, (c + 1) * ntasks // nchunks):
             b0 = t * G
