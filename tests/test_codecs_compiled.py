@@ -201,6 +201,42 @@ def test_compiled_sz_float32_fast_path_at_rounding_ties(eb: float) -> None:
             _assert_same(get_codec("sz"), (x * np.float32(scale)).astype(np.float32), {"eb": eb})
 
 
+def _blocks_of_rates(rng: np.random.Generator, rates: np.ndarray) -> np.ndarray:
+    """float32 integers (exact quantization at eb = 0.5: q = x) whose block-reset Lorenzo deltas have, per
+    32-element block, exactly the bit width in ``rates`` (r = 0: an all-zero block)."""
+    r = rates.astype(np.int64)[:, None]
+    mag = rng.integers(0, 1 << 30, size=(rates.size, 32)) % np.maximum(1 << r, 1)   # |d| < 2^r
+    top = rng.integers(0, 32, size=rates.size)
+    mag[np.arange(rates.size), top] |= np.where(r[:, 0] > 0, 1 << np.maximum(r[:, 0] - 1, 0), 0)  # width r
+    d = mag * rng.choice([-1, 1], size=mag.shape)
+    return np.cumsum(d, axis=1).reshape(-1).astype(np.float32)
+
+
+@numba_only
+def test_compiled_sz_wide_blocks_and_scratch_overflow() -> None:
+    """The sz kernel's byte-lane paths for 8 < r <= 16 (pack and unpack with two byte planes per lane) and
+    pass 2 of a task whose words overflow its scratch part-way (the blocks that fit are copied, the rest
+    re-quantized): bytes and decode equal the NumPy reference's. Task 0 mixes every width 0..24 and
+    overflows its scratch after a few hundred blocks; task 1 is narrow (fits); the partial last task is all
+    9..16 bits (what ReLU activations at eb ~ 1e-3 give) and overflows too."""
+    from onnxcomp.custom_ops.cpu import sz as ksz
+
+    rng = np.random.default_rng(7)
+    tb = ksz.TASK_BLOCKS
+    rates = np.concatenate([np.arange(tb) % 25, rng.integers(0, 5, tb), rng.integers(9, 17, 1500)]).astype(np.uint8)
+    x = _blocks_of_rates(rng, rates)
+    x = x[:x.size - 13]  # a partial last block
+    with cpu.use_backend("numba"):
+        got_rates = get_codec("sz").encode_cpu(x, eb=0.5)[1]
+    assert np.array_equal(got_rates[:-1], rates[:-1])  # the widths the test means to cover
+    words = np.where(rates > 0, rates.astype(np.int64) + 1, 0)
+    cap = tb * ksz.SCRATCH_WORDS_PER_BLOCK
+    first_over = [int(np.argmax(np.cumsum(words[t * tb:(t + 1) * tb]) > cap)) for t in (0, 2)]
+    assert all(0 < b for b in first_over) and words[tb:2 * tb].sum() <= cap
+    _assert_same(get_codec("sz"), x, {"eb": 0.5})
+    _assert_same(get_codec("sz"), x * np.float32(1e-3), {"eb": 0.5e-3})  # inexact quantization, same widths
+
+
 @numba_only
 @pytest.mark.parametrize("n", [0, 1, 7, 8, 2048, 2048 + 5, 2 * 65536 + 13])
 def test_compiled_zvc_count_packs_every_byte_pattern(n: int) -> None:
