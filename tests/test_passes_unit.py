@@ -111,36 +111,6 @@ def test_float_codecs_take_the_conv_input(make, codec: str) -> None:  # noqa: AN
         assert any(n.op_type == "ReduceL2" and n.input[0] == "dz" for n in out.graph.node)
 
 
-def test_stored_payloads_are_declared_with_a_length_of_their_own() -> None:
-    """zfp's outlier arrays are sized by the data, so the payload store holds the whole payload and ORT gets
-    empty arrays and a token frame. Its fixed-size arrays (header, words) must then not be declared with the
-    codec's static sizes: ORT's buffer reuse would hand an empty buffer to a later tensor of that shape and
-    abort the step ("Shape mismatch attempting to re-use buffer. {0} != {8192}"). Each gets a symbolic
-    length no other tensor has, and the plan's size hints still size it for the predictor."""
-    import json
-
-    from onnxcomp.metadata import PLAN_METADATA_KEY
-    from onnxcomp.passes.fixed_rate import FixedRatePass
-
-    result = FixedRatePass(rate=8, min_bytes=0).run(two_conv())
-    out = result.model
-    check_model(out, "zfp")
-    (rec,) = [r for r in result.records if r["tensor"] == "y"]
-    assert rec["codec"] == "zfp" and rec["params"]["store"] == "inline"
-    (enc,) = [n for n in _ours(out, "encode") if n.input[0] == "y"]
-    declared = {v.name: v.type.tensor_type.shape for v in out.graph.value_info}
-    hints = json.loads({p.key: p.value for p in out.metadata_props}[PLAN_METADATA_KEY])
-    payload = enc.output[:contract.ENCODER_ANCHOR]
-    assert len(payload) == 5
-    params = [declared[o].dim[0].dim_param for o in payload]
-    assert all(len(declared[o].dim) == 1 and not declared[o].dim[0].HasField("dim_value") for o in payload)
-    assert len(set(params)) == len(params) and all(params)
-    # the words are still counted: the hint is the codec's size, not the empty array ORT holds
-    assert hints[payload[1]] == rec["payload"][payload[1]] > 0
-    anchor_shape = declared[enc.output[contract.ENCODER_ANCHOR]]
-    assert [d.dim_value for d in anchor_shape.dim] == [4]
-
-
 def test_native_fp16_uses_onnx_ops_only() -> None:
     result = DprPass(min_bytes=0).run(two_conv())
     out = result.model
