@@ -4,6 +4,7 @@ depends on the data are held by the payload store (ORT carries a token frame), a
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import onnx
@@ -46,3 +47,21 @@ def test_lossless_encode_under_ort_defaults_is_bit_identical(cnn: Path, tmp_path
     base = measure(cnn, steps=3, settings=ORT_DEFAULTS)
     enc = measure(cnn, model=out, steps=3, settings=ORT_DEFAULTS)
     assert len(set(base.losses)) > 1 and enc.losses == base.losses
+
+
+def test_stored_fixed_rate_payloads_run_under_ort_defaults(cnn: Path, tmp_path: Path) -> None:
+    """zfp's outlier arrays are sized by the data, so the payload store holds its payloads and ORT gets empty
+    arrays. Declared with zfp's static sizes, ORT's buffer reuse gave a native-bits index of the same shape the
+    empty words buffer and the step aborted ("Shape mismatch attempting to re-use buffer. {0} != {N}"; this
+    net at zfp-8, and mobilenet_v1_s's auto plan at 4.6 MiB). With a length of their own the step runs."""
+    out = tmp_path / "zfp8"
+    transform(cnn, out, "zfp-8", min_bytes=0)
+    model = onnx.load(str(out / "training_model.onnx"), load_external_data=False)
+    encoders = [n for n in model.graph.node if n.op_type == contract.encode_op("zfp")]
+    assert encoders and all(json.loads(n.attribute[0].s).get("store") == "inline" for n in encoders)
+    base = measure(cnn, steps=3, settings=ORT_DEFAULTS)
+    lossy = measure(cnn, model=out / "training_model.onnx", steps=3, settings=ORT_DEFAULTS)
+    # (not bit-identical even in step 0 under ORT's defaults: 2.62675 vs 2.62668 here; the rewritten graph's
+    # views change ORT's kernels' order of work. test_fixed_rate checks the forward under onnxcomp's settings.)
+    assert len(lossy.losses) == 3 and all(math.isfinite(v) for v in lossy.losses)
+    assert all(abs(a - b) <= 0.05 * abs(b) for a, b in zip(lossy.losses, base.losses))

@@ -371,6 +371,15 @@ def _encode_codec(site: _Site, stash: StashedTensor, enc: Encoding, pass_: Encod
     for value, elem, shp, fr in zip(encoder.outputs[:contract.ENCODER_ANCHOR], payload_types,
                                     enc.payload_shapes or [None] * len(payload), framed):
         shp = None if fr else shp  # a declared [ndim] breaks ORT's buffer reuse (mem pattern/reuse on)
+        if sized_by_data:
+            # The payload store holds the payload: the op hands ORT an empty array for every payload but the
+            # token frame (framing.stored_payload; a failed encode too, framing.failed_payload). Declared with
+            # the codec's size instead (zfp's [words]), ORT's buffer-reuse planner lets a later tensor of that
+            # shape take this empty buffer and the step aborts ("Shape mismatch attempting to re-use buffer.
+            # {0} != {8192}": mobilenet_v1_s auto at 4.6 MiB, a native-bits index after a zfp decoder), and the
+            # memory pattern reserves bytes nobody writes. A symbolic length of its own matches no other
+            # tensor; the plan's size hint (PLAN_METADATA_KEY) still sizes it for the predictor.
+            shp = None
         _typed(value, elem, shp if shp is not None else [f"{value.name}_len"])
     _, tgt_shape = site.type_of(enc.target)
     _typed(anchor, ir.DataType.INT64, [len(tgt_shape)] if tgt_shape else None)
