@@ -167,7 +167,7 @@ def _encode_chunk(x, i0, lanes, recip, twoeb, eb, recip32, ql, mag, mag8, neg8, 
         rates[b] = r
         if r == 0:
             continue
-        if words + r + 1 <= cap:  # once over, the task stays over: pass 2 redoes it whole
+        if words + r + 1 <= cap:  # once over, the task stays over: pass 2 redoes the blocks from here on
             w = words
             sc[w] = _gather_plane(n64[4 * bl], n64[4 * bl + 1], n64[4 * bl + 2], n64[4 * bl + 3], 0)
             if r <= 16:  # planes 0-7 from the low byte lanes, 8-15 from the high ones
@@ -201,8 +201,8 @@ CHUNK_BLOCKS = 64  # blocks per inner chunk of pass 1: 8 KiB of x, its q / magni
 def _encode_rates(x, recip, twoeb, eb, recip32, rates, outlier_bits, task_words, task_outliers, scratch, cap, bytes8, words64):  # noqa: ANN001, ANN202
     """Pass 1: rates, outlier bits, per-task word and outlier counts; a task's packed words go to its ``cap``
     words of ``scratch`` while they fit (pass 2 then copies them instead of quantizing again). ``bytes8[t]``
-    (uint8[3, span]: low bytes of |d|, signs, bits 8-15 of |d|) is task t's byte-lane workspace and ``words64[t]`` the same memory as uint64 (viewed in
-    Python: the planes are gathered from 8 lanes at a time)."""
+    (uint8[3, span]: low bytes of |d|, signs, bits 8-15 of |d|) is task t's byte-lane workspace and
+    ``words64[t]`` the same memory as uint64 (viewed in Python: the planes are gathered from 8 lanes at a time)."""
     n = x.size
     nb = rates.size
     span = CHUNK_BLOCKS * BLOCK
