@@ -131,7 +131,8 @@ def test_the_search_aims_past_twice_the_scratch_where_an_order_leaves_more():
     assert scratch == 921600 and max(setup_free_chunks(wide)) < 2 * scratch
     result = GradBufferOrderPass().run(model)
     record = result.records[0]
-    assert result.changed and record["free_chunk_after"] >= MARGIN * scratch == record["free_chunk_target"]
+    assert result.changed and record["free_chunk_after"] >= MARGIN * scratch      # the old search: 2,347,520 B
+    assert record["free_chunk_target"] == MARGIN * scratch
     # the order written leaves what the record says, and a second run keeps it
     order = [int(n[1:]) for n in _names(result.model) if n.startswith("p") and not n.endswith(ACCUMULATION_SUFFIX)]
     assert max(setup_free_chunks([wide[k] for k in order])) == record["free_chunk_after"]
