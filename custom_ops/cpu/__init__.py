@@ -196,6 +196,10 @@ def warm_up(codecs: list[str] | None = None) -> None:
     names = list(REGISTRY) if codecs is None else list(codecs)
     # NUMBA_WHEN_LOADED codecs last: they pick numba only once another codec has imported it, and a kernel
     # they would first meet inside a training step must be loaded here (sorted names put sparse before sz).
+    # Every sample, not the first few: numba compiles a kernel on its first call, and a codec's later samples
+    # (sparse's ZVC mode at low density) reach kernels its first ones do not; a kernel first met inside a step
+    # compiles there, and its compiler's memory lands in that step's peak (+11-13 MiB on squeezenet_s's lossy
+    # plan under ORT's defaults, docs/notes/lossyvgg.md). The samples are small: ~5 ms a codec once compiled.
     for codec in [REGISTRY[c] for c in sorted(names, key=lambda c: c in _WHEN_LOADED_CODECS)]:
-        for x, params in codec.sample_inputs(rng)[:2]:
+        for x, params in codec.sample_inputs(rng):
             codec.decode_cpu(codec.encode_cpu(x, **params), **params)
