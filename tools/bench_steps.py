@@ -16,6 +16,10 @@ settings are onnxcomp's defaults (arena off, mem pattern off, mem reuse off, pri
         comet=comet.onnx comet@numpy=comet.onnx comet+async=comet.onnx --steps 9 --json out.json
 
 ``+inline`` / ``+async`` run that configuration with the payload store (runtime.payload_store) in that mode.
+``%nothp`` runs that configuration's steps with transparent huge pages disabled for the process
+(``prctl(PR_SET_THP_DISABLE)``): in a process started with ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1`` (glibc
+advises THP on its mmap'd chunks >= 2 MiB), ``base=F base%nothp=F comet=G comet%nothp=G`` times both
+allocators interleaved in one run. (NumPy advises THP on its own arrays >= 4 MiB whatever glibc does.)
 A FILE in another artifact directory (``plan=/tmp/out/training_model.onnx``: a transform that wrote its own
 checkpoint, e.g. with split weights) runs with that directory's checkpoint and optimizer.
 """
@@ -33,16 +37,33 @@ from typing import Any
 import numpy as np
 
 
-def _config(spec: str) -> tuple[str, str, str, str]:
-    """LABEL[@BACKEND][+STORE]=FILE -> (label, file, backend, payload-store mode); the backend and the store mode
-    default to the process's (``+inline`` / ``+async``: runtime.payload_store)."""
+_PR_SET_THP_DISABLE, _PR_GET_THP_DISABLE = 41, 42   # linux/prctl.h
+
+
+def set_thp_disabled(disabled: bool) -> None:
+    """Disable (or re-enable) transparent huge pages for this process's future page faults (Linux prctl)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_THP_DISABLE, int(disabled), 0, 0, 0) != 0 or \
+            libc.prctl(_PR_GET_THP_DISABLE, 0, 0, 0, 0) != int(disabled):
+        raise SystemExit(f"bench_steps: prctl(PR_SET_THP_DISABLE, {int(disabled)}) failed "
+                         f"(errno {ctypes.get_errno()})")
+
+
+def _config(spec: str) -> tuple[str, str, str, str, bool]:
+    """LABEL[@BACKEND][+STORE][%nothp]=FILE -> (label, file, backend, payload-store mode, THP off); the backend
+    and the store mode default to the process's (``+inline`` / ``+async``: runtime.payload_store)."""
     from onnxcomp.custom_ops import cpu
     from onnxcomp.runtime import payload_store
 
     if "=" not in spec:
-        raise SystemExit(f"bench_steps: configuration {spec!r} is not LABEL[@BACKEND][+STORE]=FILE")
+        raise SystemExit(f"bench_steps: configuration {spec!r} is not LABEL[@BACKEND][+STORE][%nothp]=FILE")
     label, file = spec.split("=", 1)
-    head, _, store = label.partition("+")
+    head, _, flag = label.partition("%")
+    if flag not in ("", "nothp"):
+        raise SystemExit(f"bench_steps: unknown flag %{flag} in {spec!r}; the only one is %nothp")
+    head, _, store = head.partition("+")
     store = store or payload_store.mode()
     if store not in payload_store.MODES:
         raise SystemExit(f"bench_steps: unknown payload-store mode {store!r} in {spec!r}; use one of "
@@ -50,7 +71,7 @@ def _config(spec: str) -> tuple[str, str, str, str]:
     backend = head.split("@", 1)[1] if "@" in head else cpu.backend()
     if backend not in cpu.CHOICES:
         raise SystemExit(f"bench_steps: unknown backend {backend!r} in {spec!r}; use one of {cpu.CHOICES}")
-    return label, file, backend, store
+    return label, file, backend, store, flag == "nothp"
 
 
 def run(artifact_dir: Path, specs: list[str], steps: int, warmup: int, seed: int,
@@ -66,7 +87,7 @@ def run(artifact_dir: Path, specs: list[str], steps: int, warmup: int, seed: int
     configs = [_config(s) for s in specs]
     settings = RuntimeSettings(intra_threads=threads)
     sessions = []
-    for label, file, backend, store in configs:
+    for label, file, backend, store, nothp in configs:
         path = artifact_dir / file
         if not path.is_file():
             raise SystemExit(f"bench_steps: {path} does not exist")
@@ -76,14 +97,16 @@ def run(artifact_dir: Path, specs: list[str], steps: int, warmup: int, seed: int
         session = open_artifact_session(home, path, settings=settings)
         spec = graph_data(home, path, list(session.module.input_names()))
         batches = synthetic_batches(spec.image.shape, spec.classes, seed, spec.image.dtype)
-        sessions.append((label, backend, session, batches, store))
+        sessions.append((label, backend, session, batches, store, nothp))
     ort.set_seed(seed)  # once, after every session exists: they share ORT's generator
 
     def step(i: int) -> tuple[float, float]:
-        _, backend, session, batches, store = sessions[i]
+        _, backend, session, batches, store, nothp = sessions[i]
         x, y = next(batches)
         cpu.set_backend(backend)
         payload_store.set_mode(store)
+        if any_nothp:
+            set_thp_disabled(nothp)
         r0 = resource.getrusage(resource.RUSAGE_SELF)
         w, c = time.perf_counter(), time.process_time()
         session.step(x, y)
@@ -95,6 +118,7 @@ def run(artifact_dir: Path, specs: list[str], steps: int, warmup: int, seed: int
         faults[sessions[i][0]].append(r1.ru_minflt - r0.ru_minflt)
         return wall_s, cpu_s
 
+    any_nothp = any(c[4] for c in configs)
     kernel: dict[str, list[float]] = {label: [] for label, *_ in sessions}
     faults: dict[str, list[int]] = {label: [] for label, *_ in sessions}
     for _ in range(warmup):
@@ -111,9 +135,9 @@ def run(artifact_dir: Path, specs: list[str], steps: int, warmup: int, seed: int
             cpu_t[sessions[i][0]].append(c)
     base = sessions[0][0]
     rows = []
-    for label, backend, _, _, store in sessions:
+    for label, backend, _, _, store, nothp in sessions:
         rows.append({
-            "config": label, "backend": backend, "payload_store": store,
+            "config": label, "backend": backend, "payload_store": store, "thp_disabled": nothp,
             "wall_median_s": statistics.median(wall[label]), "wall_min_s": min(wall[label]),
             "cpu_median_s": statistics.median(cpu_t[label]), "cpu_min_s": min(cpu_t[label]),
             # ratio of the fastest steps: on a machine whose load comes in bursts, the rounds no burst hit
@@ -127,14 +151,15 @@ def run(artifact_dir: Path, specs: list[str], steps: int, warmup: int, seed: int
         })
     return {"dir": str(artifact_dir), "steps": steps, "warmup": warmup, "baseline": base, "intra_threads": threads,
             "malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_", "glibc default"),
+            "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
             "load_avg": os.getloadavg(), "rows": rows}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dir", type=Path, help="artifact directory (checkpoint, optimizer_model.onnx, graphs)")
-    ap.add_argument("configs", nargs="+", help="LABEL[@numpy|@numba][+off|+inline|+async]=GRAPH_FILE; the first "
-                                                "is the baseline")
+    ap.add_argument("configs", nargs="+", help="LABEL[@numpy|@numba][+off|+inline|+async][%%nothp]=GRAPH_FILE; "
+                                                "the first is the baseline")
     ap.add_argument("--steps", type=int, default=9)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
@@ -142,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=None, help="ORT intra-op threads (default: ORT's)")
     args = ap.parse_args(argv)
     result = run(args.dir, args.configs, args.steps, args.warmup, args.seed, args.threads)
-    print(f"malloc mmap threshold: {result['malloc_mmap_threshold']}; load average {result['load_avg']}")
+    print(f"malloc mmap threshold: {result['malloc_mmap_threshold']}; GLIBC_TUNABLES "
+          f"{result['glibc_tunables'] or '(none)'}; load average {result['load_avg']}")
     print("| config | backend | step wall min / median | ratio wall (min / median) | step CPU min / median "
           "| ratio CPU (min / median) | kernel CPU (median) | minor faults (median) |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
