@@ -264,12 +264,24 @@ def _fieldm(c, half, t, mask):
 
 @numba.njit(cache=True)
 def _front2d(S, nb, lc, av, exp_bits, exp_bias):
-    """Per block (one loop over the task's blocks, 8 per vector): block floating point, lifting (rows, then
+    """Per block (two loops over the task's blocks, 8 per vector: the largest magnitude's bits, kept in row _RPOS,
+    then the rest; one loop carried ~78 register spills and a longer dependency chain: llvm-mca (znver3) 121 ->
+    9 + 102 cycles per 8 blocks, docs/codecs/zfp16d): block floating point, lifting (rows, then
     columns), the groups' suffix ORs -> declared bounds D_g and the header word. Writes the coefficients back
     into rows 0..15 in sequency order, D_g and the all-zero flag into rows _RD.., the header into _RHDR.
     Returns whether a block holds NaN / ±Inf (largest magnitude's bits >= 0x7F800000; its words are then
     meaningless and the caller re-encodes with those values zeroed)."""
     spec = _I32(0)
+    for j in range(nb):
+        mk = _I32(0x7FFFFFFF)
+        a = max(max(max(S[0 * G + j] & mk, S[1 * G + j] & mk), max(S[2 * G + j] & mk, S[3 * G + j] & mk)),
+                max(max(S[4 * G + j] & mk, S[5 * G + j] & mk), max(S[6 * G + j] & mk, S[7 * G + j] & mk)))
+        a = _I32(max(a, max(max(max(S[8 * G + j] & mk, S[9 * G + j] & mk), max(S[10 * G + j] & mk, S[11 * G + j] & mk)),
+                            max(max(S[12 * G + j] & mk, S[13 * G + j] & mk), max(S[14 * G + j] & mk, S[15 * G + j] & mk)))))
+        # int32 (numba types `&` / `max` / `|` of int32 as int64): with an int64 argument the helpers' int -> float
+        # conversions are int64 ones, which AVX2 has no vector instruction for
+        S[(_RPOS + 0) * G + j] = a  # row _RPOS is free until _step2d
+        spec = _I32(spec | _I32(a >= _I32(0x7F800000)))  # an int32 reduction (numba made `|=` int64: scalar)
     for j in range(nb):
         b0 = S[0 * G + j]
         b1 = S[1 * G + j]
@@ -287,12 +299,7 @@ def _front2d(S, nb, lc, av, exp_bits, exp_bias):
         b13 = S[13 * G + j]
         b14 = S[14 * G + j]
         b15 = S[15 * G + j]
-        mk = _I32(0x7FFFFFFF)
-        a = max(max(max(b0 & mk, b1 & mk), max(b2 & mk, b3 & mk)), max(max(b4 & mk, b5 & mk), max(b6 & mk, b7 & mk)))
-        # int32 (numba types `&` / `max` / `|` of int32 as int64): with an int64 argument the helpers' int -> float
-        # conversions are int64 ones, which AVX2 has no vector instruction for
-        a = _I32(max(a, max(max(max(b8 & mk, b9 & mk), max(b10 & mk, b11 & mk)),
-                            max(max(b12 & mk, b13 & mk), max(b14 & mk, b15 & mk)))))
+        a = S[(_RPOS + 0) * G + j]
         emax, s1, s2 = _block_scale(a)
         c0, c1, c2, c3 = _lift(_q(b0, s1, s2), _q(b1, s1, s2), _q(b2, s1, s2), _q(b3, s1, s2))
         c4, c5, c6, c7 = _lift(_q(b4, s1, s2), _q(b5, s1, s2), _q(b6, s1, s2), _q(b7, s1, s2))
@@ -350,16 +357,17 @@ def _front2d(S, nb, lc, av, exp_bits, exp_bias):
         zero = _I32(a == _I32(0))
         S[_RHDR * G + j] = _I32(code & _I32(zero - _I32(1)))
         S[(_RD + 5) * G + j] = zero
-        spec = _I32(spec | _I32(a >= _I32(0x7F800000)))  # an int32 reduction (numba made `|=` int64: scalar)
     return spec != _I32(0)
 
 
 @numba.njit(cache=True)
 def _step2d(S, nb, lc, av, exp_bits):
     """Per block: the step s and leftover count u from the declared bounds, every coefficient's width, field and
-    first bit (rows _RVAL, _RPOS). A loop of its own: fused with _front2d, LLVM kept it scalar (before the
+    first bit (rows _RVAL, _RPOS). A function of its own: fused with _front2d, LLVM kept it scalar (before the
     32-bit fixes, and again after them: with max(x, 0) widths written as masks it vectorised up to the first
     field, not with the second; docs/codecs/zfp16c); splitting costs ~40 L1 loads and stores per 8 blocks.
+    Two loops: s and u (kept in rows _RPOS, _RPOS + 1, each read before the second loop overwrites it with a first
+    bit), then the fields and first bits (llvm-mca: 112 -> 26 + 82 cycles per 8 blocks, fewer spills).
 
     s in closed form: with S_k = sum_{g<k} n_g (D_g + 1) and N_k = sum_{g<k} n_g, the total at step p is
     max_k (S_k - N_k p) (each term max(0, D_g - p + 1) is >= D_g - p + 1 and >= 0, with equality for the
@@ -367,22 +375,6 @@ def _step2d(S, nb, lc, av, exp_bits):
     k. The eligible groups for leftover bits (D_g >= s - 1) are a prefix too. All-zero blocks: header 0, s
     past every bound (no coefficient bits)."""
     for j in range(nb):
-        c0 = S[0 * G + j]
-        c1 = S[1 * G + j]
-        c2 = S[2 * G + j]
-        c3 = S[3 * G + j]
-        c4 = S[4 * G + j]
-        c5 = S[5 * G + j]
-        c6 = S[6 * G + j]
-        c7 = S[7 * G + j]
-        c8 = S[8 * G + j]
-        c9 = S[9 * G + j]
-        c10 = S[10 * G + j]
-        c11 = S[11 * G + j]
-        c12 = S[12 * G + j]
-        c13 = S[13 * G + j]
-        c14 = S[14 * G + j]
-        c15 = S[15 * G + j]
         d0 = S[(_RD + 0) * G + j]
         d1 = S[(_RD + 1) * G + j]
         d2 = S[(_RD + 2) * G + j]
@@ -406,6 +398,32 @@ def _step2d(S, nb, lc, av, exp_bits):
         u = min(_I32(ne if s > _I32(0) else _I32(0)), _I32(av - tot))
         s = _I32(lc + _I32(1)) if zero else s
         u = _I32(0) if zero else u
+        S[(_RPOS + 0) * G + j] = s
+        S[(_RPOS + 1) * G + j] = u
+    for j in range(nb):
+        c0 = S[0 * G + j]
+        c1 = S[1 * G + j]
+        c2 = S[2 * G + j]
+        c3 = S[3 * G + j]
+        c4 = S[4 * G + j]
+        c5 = S[5 * G + j]
+        c6 = S[6 * G + j]
+        c7 = S[7 * G + j]
+        c8 = S[8 * G + j]
+        c9 = S[9 * G + j]
+        c10 = S[10 * G + j]
+        c11 = S[11 * G + j]
+        c12 = S[12 * G + j]
+        c13 = S[13 * G + j]
+        c14 = S[14 * G + j]
+        c15 = S[15 * G + j]
+        d0 = S[(_RD + 0) * G + j]
+        d1 = S[(_RD + 1) * G + j]
+        d2 = S[(_RD + 2) * G + j]
+        d3 = S[(_RD + 3) * G + j]
+        d4 = S[(_RD + 4) * G + j]
+        s = S[(_RPOS + 0) * G + j]
+        u = S[(_RPOS + 1) * G + j]
         # widths (max(0, D_g - s + 1), one more for the first u coefficients at half the step), fields, positions.
         # Per block, not per coefficient: the two rounding halves (t = s or s - 1) and every group's two masks
         # (w = ws_g or ws_g + 1); see _fieldm for why one clamp is enough.
