@@ -593,3 +593,34 @@ def test_compiled_sparse_pack_agrees_with_numpy(rate: int) -> None:
                    dtype=np.float32)
     assert _sparse_tasks(x, rate) > 0
     _assert_compiled_matches_numpy(x, rate)
+
+
+@pytest.mark.skipif(not zfp.USE_NUMBA, reason="numba not installed")
+@pytest.mark.parametrize("shape", [(4, 6, 13, 16), (2, 3, 18, 32), (2, 5, 7, 48), (2, 1, 30, 80), (1, 1, 4, 16),
+                                   (2, 2, 8, 64)])
+def test_compiled_gather_direct_rows(shape: tuple[int, ...]) -> None:
+    """Maps with w % 16 == 0 take the encoder's direct gather (rows of 8 or 4 blocks deinterleaved by an LLVM
+    shuffle, no staging table): 8- and 4-block rows (w = 16, 32, 48, 80, 64), runs that cross tasks mid-row
+    (80-wide: 20 blocks per row) and planes, clamped last block rows (h % 4 != 0), a partial last task. Every
+    task's scratch rows equal a NumPy gather (value 4r + c of a block = its row r, column c, the last row repeated
+    past h), and the words and decoded values equal the NumPy coder's."""
+    from onnxcomp.custom_ops import _zfp_numba as K
+
+    rng = np.random.default_rng(sum(shape))
+    x = _blocky(rng, shape, np.arange(-20, 20))
+    lay = zfp.layout_of(shape)
+    h, w = lay.height, lay.width
+    assert w % 16 == 0
+    planes = x.reshape(-1, h, w)
+    padded = np.pad(planes, ((0, 0), (0, -h % 4), (0, 0)), mode="edge")
+    want = padded.reshape(len(planes), -(-h // 4), 4, w // 4, 4).transpose(0, 1, 3, 2, 4).reshape(-1, 16)
+    assert len(want) == lay.nblocks
+    xi = np.ascontiguousarray(x).reshape(-1).view(np.int32)
+    S, T = np.full(K._ROWS * K.G, 0x5A5A5A5A, np.int32), np.empty(16 * K.G, np.int32)
+    for b0 in range(0, lay.nblocks, K.G):
+        nb = min(lay.nblocks - b0, K.G)
+        K._gather_s(xi, xi.size, h, w, True, b0, nb, S, T)
+        got = S[:16 * K.G].reshape(16, K.G)[:, :nb].T
+        np.testing.assert_array_equal(got, want[b0:b0 + nb].view(np.int32))
+    for rate in (4, 8, 16):
+        _assert_compiled_matches_numpy(x, rate)
