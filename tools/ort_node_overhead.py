@@ -3,16 +3,17 @@
     MALLOC_MMAP_THRESHOLD_=131072 python tools/ort_node_overhead.py N [N ...]
 
 Builds a chain of N tiny elementwise nodes (Mul/Add on a [1, 16] float tensor, shapes declared), opens an
-``InferenceSession`` with the CPU arena on and the memory pattern on or off (graph optimisations off, so the
-chain stays N nodes), and prints how much the process's RSS grows in the first run and the second. The tensors
-are 64 bytes: what grows is ORT's per-node and per-value bookkeeping (execution frame, memory-pattern cache),
-which the first run creates and keeps.
+``InferenceSession`` with the CPU arena on, the memory pattern and ORT's buffer reuse each on or off (graph
+optimisations off, so the chain stays N nodes), and prints how much the process's RSS grows in the first run and
+the second. The tensors are 64 bytes: what grows is ORT's per-node and per-value bookkeeping, which the first run
+creates and keeps; it depends on reuse and the pattern (not identified further inside ORT).
 
 Why it matters (NOTES-lossyr18.md): ``onnxcomp measure --arena --mem-pattern --mem-reuse --order default``
 reports the growth over the post-set-up RSS, so that bookkeeping counts, whereas onnxcomp's step peak (peak over
-the RSS before a step, after a warm-up) does not see it. Measured here (ORT 1.19.2, 2-core VM): with the
-pattern ~370 B per node at 45,000 nodes (15.9 MiB), without it ~260 B (11.2 MiB). ResNet-18's ``auto --budget
-15MiB`` plan (26 batch chunks through 5 units) is a 45,460-node graph.
+the RSS before a step, after a warm-up) does not see it. Measured here (ORT 1.19.2, 2-core VM, 45,000 nodes):
+reuse and pattern on (ORT's defaults) ~370 B per node (15.9 MiB); reuse on, pattern off ~260 B; reuse off,
+pattern on ~150 B; both off ~6 B. ResNet-18's ``auto --budget 15MiB`` plan (26 batch chunks through 5 units) is a
+45,460-node graph.
 """
 from __future__ import annotations
 
@@ -50,11 +51,12 @@ def chain_model(n: int, width: int = 16) -> onnx.ModelProto:
     return model
 
 
-def first_run_growth(n: int, mem_pattern: bool, width: int = 16) -> tuple[int, int]:
+def first_run_growth(n: int, mem_pattern: bool, mem_reuse: bool = True, width: int = 16) -> tuple[int, int]:
     """(RSS growth in the first run, in the second run) of an n-node chain, in bytes."""
     so = ort.SessionOptions()
     so.enable_cpu_mem_arena = True
     so.enable_mem_pattern = mem_pattern
+    so.enable_mem_reuse = mem_reuse
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     session = ort.InferenceSession(chain_model(n, width).SerializeToString(), so,
                                    providers=["CPUExecutionProvider"])
@@ -69,7 +71,8 @@ def first_run_growth(n: int, mem_pattern: bool, width: int = 16) -> tuple[int, i
 if __name__ == "__main__":
     for arg in sys.argv[1:] or ["5000", "20000", "45000"]:
         n = int(arg)
-        for pattern in (True, False):
-            first, second = first_run_growth(n, pattern)
-            print(f"{n:6d} nodes, mem pattern {'on ' if pattern else 'off'}: first run +{first / MIB:6.2f} MiB "
-                  f"({first / n:4.0f} B/node), second +{second / MIB:5.2f} MiB")
+        for reuse in (True, False):
+            for pattern in (True, False):
+                first, second = first_run_growth(n, pattern, reuse)
+                print(f"{n:6d} nodes, mem reuse {'on ' if reuse else 'off'}, pattern {'on ' if pattern else 'off'}: "
+                      f"first run +{first / MIB:6.2f} MiB ({first / n:4.0f} B/node), second +{second / MIB:5.2f} MiB")
