@@ -8,7 +8,7 @@ optimisations off, so the chain stays N nodes), and prints how much the process'
 the second. The tensors are 64 bytes: what grows is ORT's per-node and per-value bookkeeping, which the first run
 creates and keeps; it depends on reuse and the pattern (not identified further inside ORT).
 
-Why it matters (NOTES-lossyr18.md): ``onnxcomp measure --arena --mem-pattern --mem-reuse --order default``
+Why it matters (docs/notes/lossyr18.md): ``onnxcomp measure --arena --mem-pattern --mem-reuse --order default``
 reports the growth over the post-set-up RSS, so that bookkeeping counts, whereas onnxcomp's step peak (peak over
 the RSS before a step, after a warm-up) does not see it. Measured here (ORT 1.19.2, 2-core VM, 45,000 nodes):
 reuse and pattern on (ORT's defaults) ~370 B per node (15.9 MiB); reuse on, pattern off ~260 B; reuse off,
