@@ -99,6 +99,7 @@ def run(artifact_dir: Path, specs: list[str], steps: int, warmup: int, seed: int
         batches = synthetic_batches(spec.image.shape, spec.classes, seed, spec.image.dtype)
         sessions.append((label, backend, session, batches, store, nothp))
     ort.set_seed(seed)  # once, after every session exists: they share ORT's generator
+    any_nothp = any(c[4] for c in configs)   # only then is THP switched per step (a prctl each)
 
     def step(i: int) -> tuple[float, float]:
         _, backend, session, batches, store, nothp = sessions[i]
@@ -118,7 +119,6 @@ def run(artifact_dir: Path, specs: list[str], steps: int, warmup: int, seed: int
         faults[sessions[i][0]].append(r1.ru_minflt - r0.ru_minflt)
         return wall_s, cpu_s
 
-    any_nothp = any(c[4] for c in configs)
     kernel: dict[str, list[float]] = {label: [] for label, *_ in sessions}
     faults: dict[str, list[int]] = {label: [] for label, *_ in sessions}
     for _ in range(warmup):

@@ -24,15 +24,9 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
+from onnxcomp.runtime.proc_memory import status_bytes
+
 MIB = 2 ** 20
-
-
-def _status(key: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    raise KeyError(key)
 
 
 def chain_model(n: int, width: int = 16) -> onnx.ModelProto:
@@ -61,11 +55,11 @@ def first_run_growth(n: int, mem_pattern: bool, mem_reuse: bool = True, width: i
     session = ort.InferenceSession(chain_model(n, width).SerializeToString(), so,
                                    providers=["CPUExecutionProvider"])
     x = np.ones((1, width), np.float32)
-    r0 = _status("VmRSS")
+    r0 = status_bytes("VmRSS")
     session.run(None, {"x": x})
-    r1 = _status("VmRSS")
+    r1 = status_bytes("VmRSS")
     session.run(None, {"x": x})
-    return r1 - r0, _status("VmRSS") - r1
+    return r1 - r0, status_bytes("VmRSS") - r1
 
 
 if __name__ == "__main__":
