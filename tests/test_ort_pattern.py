@@ -153,3 +153,28 @@ def test_a_reuse_chain_holds_its_offsets_through_its_dead_stretch():
     assert (plan.start["A"], plan.end["A"]) == (0, 5)
     pb = pattern_block(plan)
     assert pb.offsets == {"A": (0, BYTES), "Z": (BYTES, BYTES // 2)} and pb.size == BYTES + BYTES // 2
+
+
+def test_the_offline_replay_agrees_with_ort_where_ort_rewrites_nothing(tmp_path):
+    from onnxcomp.planner.ort_pattern import replay_pattern_block
+
+    # two branches listed first-then-second; ORT's DEFAULT order walks the second first (its producer has the
+    # higher index): the offline replay must order the graph as ORT does to place the same buffers
+    g = helper.make_graph([
+        helper.make_node("Add", ["X", "X"], ["A"]),
+        helper.make_node("Relu", ["A"], ["B"]),
+        helper.make_node("Mul", ["X", "X"], ["C"]),
+        helper.make_node("Sigmoid", ["C"], ["D"]),
+        helper.make_node("Add", ["B", "D"], ["S"]),
+        helper.make_node("ReduceSum", ["S"], ["Y"], keepdims=0),
+    ], "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, SHAPE)],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [])],
+        value_info=[helper.make_tensor_value_info(v, TensorProto.FLOAT, SHAPE) for v in "ABCDS"])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    path = tmp_path / "branches.onnx"
+    onnx.save(m, str(path))
+    import onnxruntime as ort
+
+    offline = replay_pattern_block(m)
+    assert [n.output[0] for n in offline.plan.nodes][:2] == ["C", "D"]
+    assert offline.offsets == predict_pattern_block(path, ort.SessionOptions()).offsets
