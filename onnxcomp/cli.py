@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from .argv import glue_dash_values
 from .errors import OnnxcompError
@@ -70,6 +71,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     analysis = analyze(args.path, batch=args.batch, model=args.model)
     report = inspect_report(analysis)
     report["model"] = str(args.path)
+    if args.ort_pattern:
+        report["ort_defaults"] = _ort_pattern(args)
     if args.budget is not None:
         from .planner.auto import preview_auto
 
@@ -85,7 +88,26 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         render_report(report, limit=None if args.all else 40)
         if args.plot:
             print(f"plot written to {args.plot}")
+        if "ort_defaults" in report:
+            o = report["ort_defaults"]
+            print(f"ORT defaults (arena, mem pattern, mem reuse, DEFAULT order): predicted memory-pattern block "
+                  f"{o['pattern_bytes'] / (1 << 20):,.2f} MiB ({o['planned_buffers']} buffers); "
+                  f"{o['dynamic_tensors']} tensors without a static shape are allocated outside it. The process's "
+                  "growth under those settings is this block (twice, when the arena opens a second region for it) "
+                  "plus what runs outside it.")
     return 0
+
+
+def _ort_pattern(args: argparse.Namespace) -> dict[str, Any]:
+    """ORT's pattern block for the graph as stored (ORT runs it at its own batch size)."""
+    from .load import resolve_model_path
+    from .planner.ort_pattern import predict_pattern_block
+
+    if args.batch is not None:
+        raise OnnxcompError("--ort-pattern predicts ORT's plan of the graph as stored, at its own batch size: "
+                            "drop --batch (or export the graph at the batch you want)")
+    path, _ = resolve_model_path(args.path, args.model)
+    return predict_pattern_block(path).to_dict()
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
@@ -196,6 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--budget", type=_bytes_arg, metavar="SIZE", help="preview the plan `transform --policy auto "
                    "--budget SIZE` would write (nothing is written; exit 2 when the budget cannot be met)")
     s.add_argument("--exact", action="store_true", help="with --budget: only bit-identical techniques")
+    s.add_argument("--ort-pattern", action="store_true",
+                   help="also predict ORT's memory-pattern block under its default session settings (arena, mem "
+                   "pattern, mem reuse, DEFAULT order): ORT optimises the graph (a session's set-up, nothing runs), "
+                   "its allocation and pattern planners are replayed")
     s.set_defaults(func=cmd_inspect)
 
     s = sub.add_parser("measure", help="measure training-step peak memory and step time in a fresh process")
