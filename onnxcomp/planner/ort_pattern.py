@@ -29,7 +29,7 @@ core/framework/allocation_planner.cc, session_state.cc ``GeneratePatternGroupCac
    highest one, else at the end; sizes rounded up to 64 bytes.
 
 Measured against P read from the step's own allocation (the CPU arena off, so P is one aligned allocation at the
-step's start; NOTES-patternblock.md): exact to within 0.05 % on 15 of the architecture suite's 18 graphs (6 nets ×
+step's start; docs/notes/patternblock.md): exact to within 0.05 % on 15 of the architecture suite's 18 graphs (6 nets ×
 baseline, ``auto --exact``, lossy ``auto``), +2.5 % / -4.1 % on two lossy ones and +27 % on lossy densenet_s,
 which this replay does not explain. The tables below are ORT's kernel registrations where a measurement showed
 they matter (removing Relu's in-place entry breaks 9 of the 18 graphs; without InPlaceAccumulatorV2's alias the
@@ -393,7 +393,7 @@ def predict_pattern_block(model_path: str | os.PathLike[str], session_options: A
 
 def replay_pattern_block(model: onnx.ModelProto) -> PatternBlock:
     """P replayed on ``model`` itself in ORT's DEFAULT order, without ORT: no session, so cheap enough for a
-    planner's inner loop, but blind to ORT's graph optimisations. Measured (NOTES-patternblock.md): within 10 % of
+    planner's inner loop, but blind to ORT's graph optimisations. Measured (docs/notes/patternblock.md): within 10 % of
     P on 21 of 23 graphs; VGG-16's 112 MiB plan reads -21 %: ORT's NCHWc transformer wraps its single-output
     MaxPools in ReorderInput/ReorderOutput copies that live across the step (+61 MiB of reorder buffers)."""
     from ..analysis.execution_order import in_run_order
