@@ -1,0 +1,123 @@
+"""Pass: keep the MaxPools our passes emit out of ORT's NCHWc layout, whose reorder copies stay in its memory pattern.
+
+Under ORT's default graph optimisation level (ALL), the CPU execution provider's NCHWc transformer
+(onnxruntime 1.19, ``nchwc_transformer.cc``, ``NchwcTransformerImpl::TransformPool``) rewrites every MaxPool
+that has *no indices output*, a float input of rank 4 and a static channel count divisible by MLAS's NCHWc
+block (8 with AVX2, 16 with AVX-512) into ``ReorderInput → NchwcMaxPool → ReorderOutput``. The training
+graph's own forward MaxPools keep their indices output (MaxPoolGrad reads them) and are left alone; the
+single-output MaxPools that recomputation (passes/recompute.py), the chunked input chains and row split emit
+are not. Each ReorderInput is a full copy of the pool's input (the large tensor), a buffer of its own in ORT's
+memory pattern; with buffer reuse those copies are handed on to later same-sized tensors and held across the
+step. VGG-16's ``auto --budget 112MiB`` plan: ORT's pattern block 171.6 MiB with the five reorder copies,
+~104 MiB without (docs/notes/patternblock.md).
+
+ORT's transformer only takes 4-D inputs. So every such MaxPool becomes the 3-D one over ``[N, C, 1, H, W]``
+(kernel, stride and dilation 1 and no padding on the new axis), between zero-copy views: ``Unsqueeze`` of its
+input and a ``Reshape`` of its output back to ``[N, C, OH, OW]`` — the form ``ReuseSignaturePass`` gives
+convolutions (its ``spatial`` lift). ORT's CPU MaxPool runs both through ``MlasPool`` (2-D and 3-D kernels
+alike when there is no indices output, no dilation and ``storage_order`` 0), and a maximum is the same number
+in any order: the same bits (tests/test_planar_pool.py checks ORT's outputs and that its optimised graph has no
+Reorder node).
+"""
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from ..analysis import analysis_of
+from .base import OnnxcompPass, PassOutcome, Skipped
+from .chunk_attention import value_shapes
+from .editor import IrGraphEditor, ir_taken_names, unique_name
+from .records import PassRecord
+from .reuse_signature import _widen_conv_attributes, lifted_shape
+
+PREFIX = "onnxcomp_planarpool"
+PATTERN = "MaxPool without indices output (NCHWc-converted by ORT)"
+_ONNX = ("", "ai.onnx")
+# The smallest NCHWc block MLAS uses on any CPU that has the NCHWc kernels (AVX2: 8; AVX-512F: 16). A channel
+# count that is no multiple of it is never converted, so its MaxPool is left as it is.
+NCHWC_MIN_BLOCK = 8
+
+
+def _site(node: ir.Node, shapes: dict[ir.Value, tuple[int, ...]]) -> str | None:
+    """Why ``node`` (a MaxPool) is not one to lift, or None when it is."""
+    if len(node.outputs) > 1 and node.outputs[1].name:
+        return "has an indices output (ORT does not convert it)"
+    x, y = node.inputs[0], node.outputs[0]
+    if x is None or x.dtype not in (None, ir.DataType.FLOAT):
+        return "not a float32 MaxPool"
+    xs, ys = shapes.get(x), shapes.get(y)
+    if xs is None or ys is None or len(xs) != 4 or len(ys) != 4:
+        return "not a 2-D pool with static input and output shapes"
+    if xs[1] % NCHWC_MIN_BLOCK:
+        return f"{xs[1]} channels: no multiple of the NCHWc block (ORT does not convert it)"
+    if y.is_graph_output():
+        return "its output is a graph output"
+    pad = node.attributes["auto_pad"].value if "auto_pad" in node.attributes else "NOTSET"
+    if (pad.decode() if isinstance(pad, bytes) else pad) not in ("NOTSET", "VALID"):
+        return f"auto_pad {pad}: the 3-D form would pad the new axis"
+    return None
+
+
+class PlanarPoolPass(OnnxcompPass):
+    """Every MaxPool ORT would wrap in NCHWc reorder copies run as the 3-D MaxPool of a zero-copy view instead
+    (see the module docstring)."""
+
+    name = "planar_pool"
+
+    def call(self, model: ir.Model) -> PassOutcome:
+        outcome = PassOutcome(model, False)
+        graph = model.graph
+        nodes = list(graph)
+        pools = [n for n in nodes if n.op_type == "MaxPool" and n.domain in _ONNX]
+        if not pools:
+            return outcome
+        shapes = value_shapes(analysis_of(model), nodes)
+        shapes.update({v: tuple(int(d) for d in v.shape) for n in pools for v in (n.inputs[0], n.outputs[0])
+                       if v is not None and v not in shapes and v.shape is not None and v.shape.is_static()})
+        editor = IrGraphEditor(graph, ir_taken_names(graph), PREFIX)
+        views: dict[ir.Value, ir.Value] = {}   # a pool input → its [N, C, 1, H, W] view (pools may share one)
+        for pool in pools:
+            why = _site(pool, shapes)
+            if why is not None:
+                if not why.startswith("has an indices output"):   # the training graph's own: not worth listing
+                    outcome.skipped.append(Skipped(pool.name, PATTERN, why))
+                continue
+            x, y = pool.inputs[0], pool.outputs[0]
+            xs, ys = shapes[x], shapes[y]
+            if x not in views:
+                axes = editor.shared_const("onnxcomp_axes_2", [2])   # the name reuse_signature gives it
+                mark = len(editor.nodes)
+                views[x] = editor.op("Unsqueeze", [x, axes], "view", ir.DataType.FLOAT, lifted_shape(xs, 1, "spatial"),
+                                     out=f"{x.name}__planar")
+                # Right behind the input's producer (first, for a graph input), not by the pool: ORT's DEFAULT
+                # order walks a node's inputs by their producers' list positions (as in reuse_signature._lift).
+                made = editor.nodes[mark:]
+                if x.producer() is not None:
+                    graph.insert_after(x.producer(), made)
+                else:
+                    graph.insert_before(next(iter(graph)), made)
+            pool.replace_input_with(0, views[x])
+            _widen_conv_attributes(pool, 1)   # kernel_shape, strides, dilations, pads: the same keys as Conv's
+            # The pool's output takes the 3-D shape under a new name; its readers read a Reshape view back,
+            # under the old name (later passes and reports know the value by it).
+            uses = list(y.uses())
+            original = y.name
+            y.name = unique_name(f"{original}__planar", editor.taken)
+            y.type = ir.TensorType(ir.DataType.FLOAT)
+            y.shape = ir.Shape(lifted_shape(ys, 1, "spatial"))
+            dims = editor.shared_const(f"onnxcomp_shape_{'x'.join(map(str, ys))}", list(ys), [len(ys)])
+            mark = len(editor.nodes)
+            editor.taken.discard(original)
+            back = editor.node("Reshape", [y, dims], [(original, ir.DataType.FLOAT, list(ys))],
+                               name=unique_name(f"{original}__unplanar", editor.taken)).outputs[0]
+            graph.insert_after(pool, editor.nodes[mark:])
+            for use in uses:
+                use.node.replace_input_with(use.idx, back)
+            outcome.records.append(PassRecord("moved", self.name, original, {
+                "node": pool.name, "op": "MaxPool", "pass": self.name, "pattern": PATTERN,
+                "as": "3-D MaxPool of a [N, C, 1, H, W] view", "input": x.name, "input_shape": list(xs),
+                "exact": True,
+                "note": "ORT's NCHWc transformer converts only 4-D MaxPools: no ReorderInput copy of the input "
+                        "in ORT's memory pattern"}))
+            outcome.modified = True
+        return outcome
