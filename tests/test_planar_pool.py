@@ -74,3 +74,15 @@ def test_pools_orts_transformer_leaves_alone_are_left_alone():
     result = PlanarPoolPass().run(_model(channels=12))      # 12 channels: no multiple of an NCHWc block
     assert not result.modified
     assert any("no multiple of the NCHWc block" in s.reason for s in result.skipped)
+
+
+def test_an_unread_pool_output_gets_no_view():
+    """A pool nothing reads (a chunked chain's last top pool) is lifted without a Reshape nobody would read."""
+    model = _model()
+    g = next(n for n in model.graph.node if n.op_type == "Mul")
+    g.input[0] = "Y_grad"                                   # g = Y_grad · Y_grad: nothing reads pr any more
+    result = PlanarPoolPass().run(model)
+    assert result.modified
+    assert [n.op_type for n in result.model.graph.node].count("Reshape") == 0
+    lifted = next(n for n in result.model.graph.node if n.op_type == "MaxPool" and len(n.output) == 1)
+    assert lifted.output[0] == "pr"

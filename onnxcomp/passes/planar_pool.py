@@ -102,17 +102,20 @@ class PlanarPoolPass(OnnxcompPass):
             # under the old name (later passes and reports know the value by it).
             uses = list(y.uses())
             original = y.name
-            y.name = unique_name(f"{original}__planar", editor.taken)
             y.type = ir.TensorType(ir.DataType.FLOAT)
             y.shape = ir.Shape(lifted_shape(ys, 1, "spatial"))
-            dims = editor.shared_const(f"onnxcomp_shape_{'x'.join(map(str, ys))}", list(ys), [len(ys)])
-            mark = len(editor.nodes)
-            editor.taken.discard(original)
-            back = editor.node("Reshape", [y, dims], [(original, ir.DataType.FLOAT, list(ys))],
-                               name=unique_name(f"{original}__unplanar", editor.taken)).outputs[0]
-            graph.insert_after(pool, editor.nodes[mark:])
-            for use in uses:
-                use.node.replace_input_with(use.idx, back)
+            if uses:
+                y.name = unique_name(f"{original}__planar", editor.taken)
+            # An output nobody reads (a chunked chain's last top pool) gets no view: it would be a dead node.
+            if uses:
+                dims = editor.shared_const(f"onnxcomp_shape_{'x'.join(map(str, ys))}", list(ys), [len(ys)])
+                mark = len(editor.nodes)
+                editor.taken.discard(original)
+                back = editor.node("Reshape", [y, dims], [(original, ir.DataType.FLOAT, list(ys))],
+                                   name=unique_name(f"{original}__unplanar", editor.taken)).outputs[0]
+                graph.insert_after(pool, editor.nodes[mark:])
+                for use in uses:
+                    use.node.replace_input_with(use.idx, back)
             outcome.records.append(PassRecord("moved", self.name, original, {
                 "node": pool.name, "op": "MaxPool", "pass": self.name, "pattern": PATTERN,
                 "as": "3-D MaxPool of a [N, C, 1, H, W] view", "input": x.name, "input_shape": list(xs),
