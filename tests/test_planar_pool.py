@@ -71,7 +71,7 @@ def test_a_lifted_maxpool_has_no_reorder_copies_and_the_same_bits(tmp_path, kern
 
 
 def test_pools_orts_transformer_leaves_alone_are_left_alone():
-    result = PlanarPoolPass().run(_model(channels=12))      # 12 channels: no multiple of an NCHWc block
+    result = PlanarPoolPass(only_lowering=False).run(_model(channels=12))      # 12 channels: no multiple of an NCHWc block
     assert not result.modified
     assert any("no multiple of the NCHWc block" in s.reason for s in result.skipped)
 
@@ -81,8 +81,20 @@ def test_an_unread_pool_output_gets_no_view():
     model = _model()
     g = next(n for n in model.graph.node if n.op_type == "Mul")
     g.input[0] = "Y_grad"                                   # g = Y_grad · Y_grad: nothing reads pr any more
-    result = PlanarPoolPass().run(model)
+    result = PlanarPoolPass(only_lowering=False).run(model)
     assert result.modified
     assert [n.op_type for n in result.model.graph.node].count("Reshape") == 0
     lifted = next(n for n in result.model.graph.node if n.op_type == "MaxPool" and len(n.output) == 1)
     assert lifted.output[0] == "pr"
+
+
+def test_the_gate_leaves_a_graph_whose_pattern_would_not_drop(monkeypatch):
+    """``only_lowering``: the lift is kept only where ORT's predicted pattern block drops (lossy plain_deep's
+    row-split forward pools: it would rise). The prediction is stubbed to say "no drop" here."""
+    from onnxcomp.passes import planar_pool
+
+    monkeypatch.setattr(planar_pool, "_predicted_pattern", lambda model: 1 << 20)
+    gated = PlanarPoolPass().run(_model())
+    assert not gated.modified and not gated.records
+    assert any("would not drop" in s.reason for s in gated.skipped)
+    assert PlanarPoolPass(only_lowering=False).run(_model()).modified
