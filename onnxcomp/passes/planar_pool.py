@@ -8,8 +8,9 @@ graph's own forward MaxPools keep their indices output (MaxPoolGrad reads them) 
 single-output MaxPools that recomputation (passes/recompute.py), the chunked input chains and row split emit
 are not. Each ReorderInput is a full copy of the pool's input (the large tensor), a buffer of its own in ORT's
 memory pattern; with buffer reuse those copies are handed on to later same-sized tensors and held across the
-step. VGG-16's ``auto --budget 112MiB`` plan: ORT's pattern block 171.6 MiB with the five reorder copies,
-~104 MiB without (docs/notes/patternblock.md).
+step. VGG-16's ``auto --budget 112MiB`` plan: ORT's pattern block 171.6 MiB with the five reorder copies
+(docs/notes/patternblock.md), 136.0 MiB with the pools lifted; growth under ORT's defaults 196.8 → 161.4 MiB
+(NOTES-nchwcpool.md).
 
 ORT's transformer only takes 4-D inputs. So every such MaxPool becomes the 3-D one over ``[N, C, 1, H, W]``
 (kernel, stride and dilation 1 and no padding on the new axis), between zero-copy views: ``Unsqueeze`` of its
