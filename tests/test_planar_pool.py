@@ -71,7 +71,8 @@ def test_a_lifted_maxpool_has_no_reorder_copies_and_the_same_bits(tmp_path, kern
 
 
 def test_pools_orts_transformer_leaves_alone_are_left_alone():
-    result = PlanarPoolPass(only_lowering=False).run(_model(channels=12))      # 12 channels: no multiple of an NCHWc block
+    # 12 channels: no multiple of an NCHWc block, so ORT would not wrap the pool.
+    result = PlanarPoolPass(only_lowering=False).run(_model(channels=12))
     assert not result.modified
     assert any("no multiple of the NCHWc block" in s.reason for s in result.skipped)
 
