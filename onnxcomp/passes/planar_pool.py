@@ -10,7 +10,7 @@ are not. Each ReorderInput is a full copy of the pool's input (the large tensor)
 memory pattern; with buffer reuse those copies are handed on to later same-sized tensors and held across the
 step. VGG-16's ``auto --budget 112MiB`` plan: ORT's pattern block 171.6 MiB with the five reorder copies
 (docs/notes/patternblock.md), 136.0 MiB with the pools lifted; growth under ORT's defaults 196.8 → 161.4 MiB
-(NOTES-nchwcpool.md).
+(docs/notes/nchwcpool.md).
 
 ORT's transformer only takes 4-D inputs. So every such MaxPool becomes the 3-D one over ``[N, C, 1, H, W]``
 (kernel, stride and dilation 1 and no padding on the new axis), between zero-copy views: ``Unsqueeze`` of its
@@ -66,7 +66,7 @@ class PlanarPoolPass(OnnxcompPass):
     set-ups, nothing runs). The wrap also moves the pool in ORT's run order (ORT's new nodes take the highest
     node indices, which both execution orders run last among the ready ones), and on a graph whose pools the
     passes placed early that later run can hold less: lossy plain_deep's row-split forward pools, P 9.40 →
-    9.67 MiB lifted (NOTES-nchwcpool.md)."""
+    9.67 MiB lifted (docs/notes/nchwcpool.md)."""
 
     name = "planar_pool"
 
