@@ -220,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--policy", nargs="*", default=[], help="policies searched beside the baseline")
     s.add_argument("--classes", type=_positive, default=10)
     s.add_argument("--steps", type=_positive, default=2, help="measured steps per probe, after one warm-up "
-                   "(with --arena or --mem-pattern at least 2: ORT allocates its pattern block from the second run)")
+                   "(with --arena or --mem-pattern at least 2: the arena can move ORT's pattern block after the first run)")
     s.add_argument("--figure", choices=["peak", "growth"], default=None,
                    help="peak: step over pre-step RSS; growth: over the RSS after set-up (counts ORT's arena). "
                    "Default: growth with --arena (where peak reads ~0; refused there), peak otherwise")

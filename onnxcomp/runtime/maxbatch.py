@@ -23,10 +23,10 @@ from .session import RuntimeSettings
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 10**6, "mb": 10**6, "mib": 1 << 20,
           "g": 10**9, "gb": 10**9, "gib": 1 << 30}
 FIGURES = ("peak", "growth")  # measure's peak_bytes (step over pre-step RSS) / growth_bytes (over set-up RSS)
-# ORT's memory pattern is traced in a session's first run and its block allocated from the second on; with the
-# arena a run may also leave regions that the next one extends. Under either, a probe needs this many runs
-# (warm-up included) before its figure stands: the first two runs differ in kind, the third shows whether the
-# second's figure repeats.
+# Under ORT's arena or memory pattern the first runs differ in kind: the first run sets the pattern block and
+# the arena's regions up, and the next can move the block into a second region and keep both resident
+# ("2P", docs/notes/suitedef3.md: 27.9 MiB growth in run 1, 45.4 from run 2 on). A probe needs this many runs
+# (warm-up included) so that its figure comes from the second run on and shows whether it repeats.
 PATTERN_RUNS = 3
 _MiB = 1 << 20
 
@@ -48,8 +48,8 @@ def check_measurement(settings: RuntimeSettings, figure: str, steps: int, warmup
                             "(--figure growth, the default under --arena)")
     if (settings.arena or settings.mem_pattern) and warmup + steps < PATTERN_RUNS:
         raise OnnxcompError(f"maxbatch: with ORT's arena or memory pattern on, a probe needs {PATTERN_RUNS} runs "
-                            f"(warm-up included; got {warmup} + {steps}): the pattern is traced in the first "
-                            f"run and its block allocated from the second; use --steps {PATTERN_RUNS - warmup} "
+                            f"(warm-up included; got {warmup} + {steps}): the arena can move the pattern "
+                            f"block into a new region after the first run; use --steps {PATTERN_RUNS - warmup} "
                             "or more")
 
 
