@@ -164,13 +164,14 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     res = max_batch(args.model, args.image, parse_size(args.budget), policies, classes=args.classes,
                     steps=args.steps, settings=_settings(args), figure=args.figure, limit=args.max_batch,
                     start=args.start, tolerance=args.tolerance, work_dir=args.work, starts=starts, reuse=reuse,
+                    replans=args.replans, plan_fraction=args.plan_fraction,
                     progress=(lambda m: print(m, file=sys.stderr, flush=True)) if args.json else print)
     if args.json:
         _print_json(res)
     else:
         for policy, r in res["results"].items():
             vs = f"  ({r['vs_baseline']:.2f}x the baseline's)" if r["vs_baseline"] and policy != "baseline" else ""
-            print(f"{policy}: largest batch within {res['budget_bytes'] / 2**20:.0f} MiB ({args.figure}): "
+            print(f"{policy}: largest batch within {res['budget_bytes'] / 2**20:.0f} MiB ({res['figure']}): "
                   f"{r['max_batch']}{'+ (hit --max-batch)' if r['hit_limit'] else ''}{vs}")
     return 0 if all(r["max_batch"] > 0 for r in res["results"].values()) else 1
 
@@ -244,9 +245,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--budget", required=True, help="memory budget, e.g. 512MiB")
     s.add_argument("--policy", nargs="*", default=[], help="policies searched beside the baseline")
     s.add_argument("--classes", type=_positive, default=10)
-    s.add_argument("--steps", type=_positive, default=2, help="measured steps per probe")
-    s.add_argument("--figure", choices=["peak", "growth"], default="peak",
-                   help="peak: step over pre-step RSS; growth: over the RSS after set-up (counts ORT's arena)")
+    s.add_argument("--steps", type=_positive, default=2, help="measured steps per probe, after one warm-up "
+                   "(with --arena or --mem-pattern at least 2: the arena can move ORT's pattern block after the first run)")
+    s.add_argument("--figure", choices=["peak", "growth"], default=None,
+                   help="peak: step over pre-step RSS; growth: over the RSS after set-up (counts ORT's arena). "
+                   "Default: growth with --arena (where peak reads ~0; refused there), peak otherwise")
+    s.add_argument("--plan-fraction", type=float, default=1.0, metavar="F",
+                   help="auto policies: plan the first probe for F x the budget (default 1); later probes plan "
+                   "for what earlier ones measured. Under ORT's defaults a plan's growth exceeds its predicted "
+                   "step peak, so F < 1 saves a re-plan")
+    s.add_argument("--replans", type=int, default=2, metavar="N",
+                   help="auto policies: a plan measured over the budget is planned again for proportionally "
+                   "less, at most N times per probe (default 2)")
     s.add_argument("--max-batch", type=_positive, default=4096)
     s.add_argument("--start", type=_positive, default=1, help="first batch probed (the search doubles from it)")
     s.add_argument("--start-at", action="append", default=[], metavar="POLICY=BATCH",
