@@ -96,6 +96,8 @@ def ort_optimized_model(model_path: str | os.PathLike[str], session_options: Any
     with tempfile.TemporaryDirectory(prefix="onnxcomp_ortopt_") as tmp:
         out = Path(tmp) / "optimized.onnx"
         session_options.optimized_model_filepath = str(out)
+        # ORT warns on every such set-up that an NCHWc-optimised file is machine-specific: we only read it here
+        session_options.log_severity_level = 3
         ort.InferenceSession(str(model_path), session_options, providers=["CPUExecutionProvider"])
         optimized = onnx.load(str(out), load_external_data=False)
     return _in_default_order(optimized, onnx.load(str(model_path), load_external_data=False))
