@@ -23,71 +23,9 @@ DIR MODEL 1 -1`, the arena's first large extension) on 20 ViT-tiny graphs it was
 from __future__ import annotations
 
 import argparse
-from collections import defaultdict
-from collections.abc import Sequence
 from pathlib import Path
 
-from onnxcomp.planner.ort_reuse import Physical
-
-ALIGN = 64   # ORT rounds every planned allocation up to kAllocAlignment
-
-
-def _overlap(a: Sequence[tuple[int, int]], b: Sequence[tuple[int, int]]) -> bool:
-    """ORT's ``OverlappingTimeSchedules``: do two sorted lists of [start, end] steps (ends inclusive) meet?"""
-    i = j = 0
-    while i < len(a) and j < len(b):
-        if a[i][0] <= b[j][0]:
-            if a[i][1] >= b[j][0]:
-                return True
-            i += 1
-        else:
-            if b[j][1] >= a[i][0]:
-                return True
-            j += 1
-    return False
-
-
-def pattern_bytes(plan: Sequence[Physical], align: int = ALIGN, counters: bool = True) -> int:
-    """Size of the block ORT's MemPatternPlanner gives ``plan``'s allocations (see module docstring).
-
-    ``counters`` (ORT's training build: ``GeneratePatternGroupCache`` builds its planner with program counters):
-    a block still held by a reuse chain whose tensors' [birth, death] intervals all miss the new allocation's
-    intervals does not count as occupied, so the chain's dead stretches take other tensors. Without it, a chain
-    is one occupied block from its first tensor's birth to its last one's death (the inference build)."""
-    born: dict[int, list[int]] = defaultdict(list)
-    dies: dict[int, list[int]] = defaultdict(list)
-    spans: list[list[tuple[int, int]]] = []
-    for i, p in enumerate(plan):
-        spans.append(sorted((b.start, b.end) for b in p.values) or [(p.start, p.end)])
-        if p.size > 0:
-            born[p.start].append(i)
-            dies[p.end].append(i)
-    blocks: list[tuple[int, int, int]] = []   # (offset, size, allocation), by offset
-    total = 0
-    for step in sorted(set(born) | set(dies)):
-        for i in born.get(step, []):
-            size = -(-plan[i].size // align) * align
-            current, waste, best = 0, None, None
-            for off, sz, j in blocks:
-                if counters and not _overlap(spans[i], spans[j]):
-                    continue      # held, but by tensors that are dead whenever this one lives
-                if off >= current:
-                    gap = off - current
-                    if gap >= size and (waste is None or gap - size < waste):
-                        waste, best = gap - size, current
-                current = max(current, off + sz)
-            if current < total and total - current >= size and (waste is None or total - current - size < waste):
-                best = current      # the stretch between the highest occupied block and the block's end
-            if best is None:      # no gap fits: after the highest occupied block
-                best = current
-            total = max(total, best + size)
-            at = next((k for k, (off, sz, _) in enumerate(blocks) if off > best or (off == best and sz >= size)),
-                      len(blocks))
-            blocks.insert(at, (best, size, i))
-        gone = set(dies.get(step, []))
-        if gone:
-            blocks = [b for b in blocks if b[2] not in gone]
-    return total
+from onnxcomp.planner.ort_reuse import ALIGN, pattern_bytes  # noqa: F401 (the model lives in the planner)
 
 
 def report(path: Path) -> dict[str, int]:
