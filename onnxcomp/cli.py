@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from .argv import glue_dash_values
 from .errors import OnnxcompError
@@ -70,6 +71,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     analysis = analyze(args.path, batch=args.batch, model=args.model)
     report = inspect_report(analysis)
     report["model"] = str(args.path)
+    if args.ort_pattern:
+        report["ort_defaults"] = _ort_pattern(args)
     if args.budget is not None:
         from .planner.auto import preview_auto
 
@@ -85,7 +88,26 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         render_report(report, limit=None if args.all else 40)
         if args.plot:
             print(f"plot written to {args.plot}")
+        if "ort_defaults" in report:
+            o = report["ort_defaults"]
+            print(f"ORT defaults (arena, mem pattern, mem reuse, DEFAULT order): predicted memory-pattern block "
+                  f"{o['pattern_bytes'] / (1 << 20):,.2f} MiB ({o['planned_buffers']} buffers); "
+                  f"{o['dynamic_tensors']} tensors without a static shape are allocated outside it. The process's "
+                  "growth under those settings is this block (twice, when the arena opens a second region for it) "
+                  "plus what runs outside it.")
     return 0
+
+
+def _ort_pattern(args: argparse.Namespace) -> dict[str, Any]:
+    """ORT's pattern block for the graph as stored (ORT runs it at its own batch size)."""
+    from .load import resolve_model_path
+    from .planner.ort_pattern import predict_pattern_block
+
+    if args.batch is not None:
+        raise OnnxcompError("--ort-pattern predicts ORT's plan of the graph as stored, at its own batch size: "
+                            "drop --batch (or export the graph at the batch you want)")
+    path, _ = resolve_model_path(args.path, args.model)
+    return predict_pattern_block(path).to_dict()
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
@@ -142,13 +164,14 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     res = max_batch(args.model, args.image, parse_size(args.budget), policies, classes=args.classes,
                     steps=args.steps, settings=_settings(args), figure=args.figure, limit=args.max_batch,
                     start=args.start, tolerance=args.tolerance, work_dir=args.work, starts=starts, reuse=reuse,
+                    replans=args.replans, plan_fraction=args.plan_fraction,
                     progress=(lambda m: print(m, file=sys.stderr, flush=True)) if args.json else print)
     if args.json:
         _print_json(res)
     else:
         for policy, r in res["results"].items():
             vs = f"  ({r['vs_baseline']:.2f}x the baseline's)" if r["vs_baseline"] and policy != "baseline" else ""
-            print(f"{policy}: largest batch within {res['budget_bytes'] / 2**20:.0f} MiB ({args.figure}): "
+            print(f"{policy}: largest batch within {res['budget_bytes'] / 2**20:.0f} MiB ({res['figure']}): "
                   f"{r['max_batch']}{'+ (hit --max-batch)' if r['hit_limit'] else ''}{vs}")
     return 0 if all(r["max_batch"] > 0 for r in res["results"].values()) else 1
 
@@ -196,6 +219,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--budget", type=_bytes_arg, metavar="SIZE", help="preview the plan `transform --policy auto "
                    "--budget SIZE` would write (nothing is written; exit 2 when the budget cannot be met)")
     s.add_argument("--exact", action="store_true", help="with --budget: only bit-identical techniques")
+    s.add_argument("--ort-pattern", action="store_true",
+                   help="also predict ORT's memory-pattern block under its default session settings (arena, mem "
+                   "pattern, mem reuse, DEFAULT order): ORT optimises the graph (a session's set-up, nothing runs), "
+                   "its allocation and pattern planners are replayed")
     s.set_defaults(func=cmd_inspect)
 
     s = sub.add_parser("measure", help="measure training-step peak memory and step time in a fresh process")
@@ -218,9 +245,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--budget", required=True, help="memory budget, e.g. 512MiB")
     s.add_argument("--policy", nargs="*", default=[], help="policies searched beside the baseline")
     s.add_argument("--classes", type=_positive, default=10)
-    s.add_argument("--steps", type=_positive, default=2, help="measured steps per probe")
-    s.add_argument("--figure", choices=["peak", "growth"], default="peak",
-                   help="peak: step over pre-step RSS; growth: over the RSS after set-up (counts ORT's arena)")
+    s.add_argument("--steps", type=_positive, default=2, help="measured steps per probe, after one warm-up "
+                   "(with --arena or --mem-pattern at least 2: the arena can move ORT's pattern block after the first run)")
+    s.add_argument("--figure", choices=["peak", "growth"], default=None,
+                   help="peak: step over pre-step RSS; growth: over the RSS after set-up (counts ORT's arena). "
+                   "Default: growth with --arena (where peak reads ~0; refused there), peak otherwise")
+    s.add_argument("--plan-fraction", type=float, default=1.0, metavar="F",
+                   help="auto policies: plan the first probe for F x the budget (default 1); later probes plan "
+                   "for what earlier ones measured. Under ORT's defaults a plan's growth exceeds its predicted "
+                   "step peak, so F < 1 saves a re-plan")
+    s.add_argument("--replans", type=int, default=2, metavar="N",
+                   help="auto policies: a plan measured over the budget is planned again for proportionally "
+                   "less, at most N times per probe (default 2)")
     s.add_argument("--max-batch", type=_positive, default=4096)
     s.add_argument("--start", type=_positive, default=1, help="first batch probed (the search doubles from it)")
     s.add_argument("--start-at", action="append", default=[], metavar="POLICY=BATCH",

@@ -25,6 +25,7 @@ from .passes.masked_fill import MaskedFillPass
 from .passes.declare_shapes import DeclareShapesPass
 from .passes.default_order import DefaultOrderPass
 from .passes.grad_buffer_order import GradBufferOrderPass, align_eval_inputs
+from .passes.planar_pool import PlanarPoolPass
 from .passes.reuse_signature import ReuseSignaturePass
 from .passes.records import PassRecord, by_section
 from .passes.split_weight import WeightSplit
@@ -165,9 +166,11 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
             # no kernel scratch outside ORT's memory pattern (passes/arena_scratch.py), ORT's buffer reuse kept
             # from holding forward buffers across the peak (passes/reuse_signature.py); masked fills without
             # Where, whose kernel allocates outside the pattern (passes/masked_fill.py); encoders of views
-            # ORT placed in backward run in the forward pass (passes/early_encode.py); last, the static shapes
+            # ORT placed in backward run in the forward pass (passes/early_encode.py); first, the MaxPools the
+            # passes emitted without indices run as 3-D pools, out of ORT's NCHWc reorder copies
+            # (passes/planar_pool.py); last, the static shapes
             # ORT's inference misses declared, so it plans those tensors in its pattern (passes/declare_shapes.py)
-            last = run_passes(ir_model, [MaskedFillPass(), EarlyEncodePass(), ArenaScratchPass(),
+            last = run_passes(ir_model, [PlanarPoolPass(), MaskedFillPass(), EarlyEncodePass(), ArenaScratchPass(),
                                          DefaultOrderPass(), ReuseSignaturePass(keep_fusions=not _lossy(log.records),
                                                             lift_convs=lift_convs),
                                          DeclareShapesPass()])

@@ -236,3 +236,104 @@ def test_interpolated_search_needs_few_probes_on_a_linear_peak() -> None:
     res = search_max_batch(_linear(46_000_000, 1_600_000, calls), 512 << 20, start=256, limit=4096)
     assert res.max_batch == (512 * 2**20 - 46_000_000) // 1_600_000
     assert len(calls) <= 5   # 256, 512, then the line's answer and its neighbour (bisection: 10)
+
+
+def _arena_pipeline(monkeypatch: pytest.MonkeyPatch, per_sample: int, overhead: float, seen: list) -> None:
+    """A model of ResNet-18 under ORT's defaults: the arena keeps the previous step's memory, so a step's peak
+    over its pre-step RSS reads 0 while the growth over set-up is ``per_sample`` x batch (baseline); the
+    planner meets any planning budget down to 30 % of the baseline's figure, predicting 95 % of it, and a
+    plan's measured growth is ``overhead`` x its prediction (pattern block, arena regions, node bookkeeping
+    the planner does not model). ``seen``: (batch, planning budget) of every plan made."""
+    import onnxcomp.models.artifacts as artifacts_mod
+    import onnxcomp.runtime.measure as measure_mod
+    import onnxcomp.transform as transform_mod
+    from onnxcomp.planner.auto import BudgetError
+
+    def batch_of(path: Path) -> int:   # the artifact directory's name: resnet18_b<batch>_64px
+        name = next(q.name for q in (path, *path.parents) if q.name.startswith("resnet18_b"))
+        return int(name.split("_")[1][1:])
+
+    def fake_artifacts(name, batch, image, classes, out, **kw):  # noqa: ANN001, ANN003, ANN202
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / "training_model.onnx").write_text("graph")
+
+    def fake_transform(src, out, policy, *, budget_bytes, exact, force):  # noqa: ANN001, ANN202
+        batch = batch_of(Path(src))
+        seen.append((batch, budget_bytes))
+        floor = 0.3 * per_sample * batch
+        if floor > 0.95 * budget_bytes:
+            raise BudgetError("no plan", predicted_peak=int(floor), target=int(0.95 * budget_bytes))
+        Path(out).mkdir(parents=True)
+        (Path(out) / "training_model.onnx").write_text("graph")
+        (Path(out) / "training_model.plan.json").write_text(json.dumps({"auto": {
+            "predicted_peak_bytes": int(0.95 * budget_bytes), "target_bytes": int(0.95 * budget_bytes),
+            "predicted_step_seconds": {"baseline": 1.0, "plan": 1.5}}}))
+
+    class Measured:
+        def __init__(self, growth: int) -> None:
+            self.peak_bytes, self.growth_bytes, self.step_time_s = 0, growth, 0.1
+            self.extras = {"growth_bytes_per_step": [growth, growth]}
+
+    def fake_measure(run_dir, model=None, steps=1, settings=None):  # noqa: ANN001, ANN202
+        assert settings.arena
+        plan = Path(run_dir) / "training_model.plan.json"
+        if plan.exists():
+            return Measured(int(overhead * json.loads(plan.read_text())["auto"]["predicted_peak_bytes"]))
+        return Measured(per_sample * batch_of(Path(run_dir)))
+
+    monkeypatch.setattr(artifacts_mod, "generate_artifacts", fake_artifacts)
+    monkeypatch.setattr(transform_mod, "transform", fake_transform)
+    monkeypatch.setattr(measure_mod, "measure", fake_measure)
+
+
+ORT_DEFAULTS = ["--arena", "--mem-pattern", "--mem-reuse", "--order", "default"]
+
+
+def test_maxbatch_under_ort_defaults_compares_growth(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """With the arena on a step's peak reads ~0: the search compares the growth over set-up (the old default,
+    the step peak, found every batch fitting), refuses --figure peak, and refuses a probe of fewer runs than
+    ORT's memory pattern needs to show its block."""
+    from onnxcomp.cli import main
+
+    _arena_pipeline(monkeypatch, per_sample=1000, overhead=1.5, seen=[])
+    common = ["maxbatch", "--model", "resnet18", "--budget", "100000", "--max-batch", "512", "--work",
+              str(tmp_path), "--json", *ORT_DEFAULTS]
+    assert main(common) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["figure"] == "growth"
+    assert res["results"]["baseline"]["max_batch"] == 100
+    assert main([*common, "--figure", "peak"]) != 0
+    assert "growth" in capsys.readouterr().err
+    assert main([*common, "--steps", "1"]) != 0
+    assert "pattern" in capsys.readouterr().err
+
+
+def test_maxbatch_auto_replans_below_the_budget_under_ort_defaults(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A plan for the budget itself measures over it under ORT's defaults (growth 1.5x the prediction): the
+    probe is planned again for a proportionally lower planning budget, and later probes start from what the
+    earlier ones measured (one plan each). Planning for the budget only, every batch the planner can reach
+    would count as over."""
+    from onnxcomp.cli import main
+
+    seen: list[tuple[int, int]] = []
+    _arena_pipeline(monkeypatch, per_sample=1000, overhead=1.5, seen=seen)
+    budget = 1_000_000
+    assert main(["maxbatch", "--model", "resnet18", "--budget", str(budget), "--policy", "auto", "--start", "500",
+                 "--max-batch", "8192", "--work", str(tmp_path), "--json", *ORT_DEFAULTS]) == 0
+    res = json.loads(capsys.readouterr().out)
+    base, auto = res["results"]["baseline"], res["results"]["auto"]
+    assert base["max_batch"] == 1000
+    # reachable: 0.3 * 1000 * b <= 0.95 * planning budget, and 1.5 * 0.95 * planning budget <= budget
+    assert 2000 <= auto["max_batch"] <= int(budget / 1.5 / 1000 / 0.3) + 1
+    assert seen[0] == (500, budget)               # the first plan is for the budget itself ...
+    first = auto["probes"][0]["extras"]["attempts"]
+    assert len(first) == 2 and first[0]["bytes"] > budget >= first[1]["bytes"]   # ... and is planned again
+    assert first[1]["planned_budget_bytes"] < budget
+    for p in auto["probes"]:
+        assert p["fits"] == (p["bytes"] <= budget)
+        if p["fits"]:
+            assert p["extras"]["growth_bytes"] == p["bytes"]
+    # after the first probe every plan starts from the learned fraction: one plan per probe
+    assert all(len(p["extras"]["attempts"]) == 1 for p in auto["probes"][1:])

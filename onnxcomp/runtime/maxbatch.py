@@ -9,6 +9,7 @@ grows (true of every graph here: activations scale with the batch, weights do no
 from __future__ import annotations
 
 import json
+import os
 import re
 import tempfile
 import time
@@ -22,6 +23,34 @@ from .session import RuntimeSettings
 _UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 10**6, "mb": 10**6, "mib": 1 << 20,
           "g": 10**9, "gb": 10**9, "gib": 1 << 30}
 FIGURES = ("peak", "growth")  # measure's peak_bytes (step over pre-step RSS) / growth_bytes (over set-up RSS)
+# Under ORT's arena or memory pattern the first runs differ in kind: the first run sets the pattern block and
+# the arena's regions up, and the next can move the block into a second region and keep both resident
+# ("2P", docs/notes/suitedef3.md: 27.9 MiB growth in run 1, 45.4 from run 2 on). A probe needs this many runs
+# (warm-up included) so that its figure comes from the second run on and shows whether it repeats.
+PATTERN_RUNS = 3
+_MiB = 1 << 20
+
+
+def default_figure(settings: RuntimeSettings) -> str:
+    """The figure to compare with a budget under ``settings``: growth over set-up with ORT's arena on (the
+    arena keeps the previous step's memory, so a step's peak over its pre-step RSS reads ~0), the step
+    peak otherwise."""
+    return "growth" if settings.arena else "peak"
+
+
+def check_measurement(settings: RuntimeSettings, figure: str, steps: int, warmup: int = 1) -> None:
+    """Refuse a figure or a step count that under-reports under ``settings`` (OnnxcompError)."""
+    if figure not in FIGURES:
+        raise OnnxcompError(f"maxbatch: unknown figure {figure!r}; use one of {', '.join(FIGURES)}")
+    if settings.arena and figure == "peak":
+        raise OnnxcompError("maxbatch: with ORT's arena on, a step's peak over its pre-step RSS reads ~0 (the "
+                            "arena holds the previous step's memory); compare the growth over set-up "
+                            "(--figure growth, the default under --arena)")
+    if (settings.arena or settings.mem_pattern) and warmup + steps < PATTERN_RUNS:
+        raise OnnxcompError(f"maxbatch: with ORT's arena or memory pattern on, a probe needs {PATTERN_RUNS} runs "
+                            f"(warm-up included; got {warmup} + {steps}): the arena can move the pattern "
+                            f"block into a new region after the first run; use --steps {PATTERN_RUNS - warmup} "
+                            "or more")
 
 
 def parse_size(text: str) -> int:
@@ -129,10 +158,11 @@ AUTO_POLICIES = {"auto": False, "auto-exact": True}   # the budget planner; valu
 
 
 def max_batch(model: str, image: int, budget: int, policies: list[str], *, classes: int = 10, steps: int = 2,
-              settings: RuntimeSettings | None = None, figure: str = "peak", start: int = 1, limit: int = 4096,
-              work_dir: str | Path | None = None, progress: Callable[[str], None] | None = None,
-              tolerance: float = 0.0, starts: dict[str, int] | None = None,
-              reuse: dict[str, Any] | None = None) -> dict[str, Any]:
+              settings: RuntimeSettings | None = None, figure: str | None = None, start: int = 1,
+              limit: int = 4096, work_dir: str | Path | None = None,
+              progress: Callable[[str], None] | None = None, tolerance: float = 0.0,
+              starts: dict[str, int] | None = None, reuse: dict[str, Any] | None = None,
+              replans: int = 2, plan_fraction: float = 1.0) -> dict[str, Any]:
     """Max batch within ``budget`` for the baseline and each policy ("baseline" needs no listing), measured.
     Policy "auto" is the budget planner planned at each probed batch for ``budget`` itself, "auto-exact" the
     same with bit-identical techniques only (`transform --policy auto --exact`); their probes also carry the
@@ -142,17 +172,28 @@ def max_batch(model: str, image: int, budget: int, policies: list[str], *, class
     by every policy's search; so are plans (per budget) and budgets a plan could not meet. ``starts``: the
     first batch per policy (default ``start``). ``reuse``: an earlier result of this function (its JSON) whose
     searches are taken as they are (e.g. the baseline's, long at large batches) where it was measured the same
-    way; another model, budget, figure, steps or settings is an error."""
+    way; another model, budget, figure, steps or settings is an error.
+
+    ``figure``: what is compared with the budget (default: ``default_figure(settings)``). The planner predicts
+    a step's peak under measure's own settings; under others (ORT's defaults: arena, memory pattern) the
+    measured figure can be far above its prediction, so a plan for ``budget`` itself need not fit. An auto
+    probe therefore plans for a *planning budget*: ``plan_fraction`` x ``budget`` at first, then as the
+    earlier probes of the policy measured (the last measured plan's planning budget x budget / its figure,
+    less 2 %), and when a plan measures over ``budget`` it is planned again for a proportionally lower
+    planning budget, at most ``replans`` times. Every attempt is recorded in the probe (``attempts``)."""
     from ..models.artifacts import generate_artifacts
     from ..models.zoo import canonical_name
     from ..planner.auto import BudgetError
     from ..transform import transform
     from .measure import measure
 
-    if figure not in FIGURES:
-        raise OnnxcompError(f"maxbatch: unknown figure {figure!r}; use one of {', '.join(FIGURES)}")
-    name = canonical_name(model)
     settings = settings or RuntimeSettings()
+    figure = figure or default_figure(settings)
+    check_measurement(settings, figure, steps)
+    if not 0 < plan_fraction <= 1 or replans < 0:
+        raise OnnxcompError(f"maxbatch: need 0 < plan fraction <= 1 and replans >= 0 (got {plan_fraction}, "
+                            f"{replans})")
+    name = canonical_name(model)
     policies = ["baseline", *[p for p in policies if p != "baseline"]]
     key = "peak_bytes" if figure == "peak" else "growth_bytes"
     tmp = tempfile.TemporaryDirectory(prefix="onnxcomp-maxbatch-") if work_dir is None else None
@@ -171,41 +212,84 @@ def max_batch(model: str, image: int, budget: int, policies: list[str], *, class
             if policy in policies:
                 searches[policy] = found
         for policy in [p for p in policies if p not in searches]:
-            def probe(batch: int, policy: str = policy) -> tuple[int, dict[str, Any]]:
-                art = artifacts(batch)
-                graph, run_dir = None, art
-                planned: dict[str, Any] = {}
-                if policy in AUTO_POLICIES:
-                    # The budget planner at this batch, for this budget (a plan may split weights: its own
-                    # artifact directory). A batch it cannot plan within the budget does not fit.
-                    run_dir = art / f"{policy}-{budget}B"
-                    failed = run_dir.with_name(run_dir.name + ".budget-error.json")
-                    if failed.exists():
-                        extras = json.loads(failed.read_text())
-                        say(f"{policy}: batch {batch}: no plan within the budget (cached: {extras['error']})")
-                        return budget + 1, extras
-                    if not (run_dir / "training_model.onnx").exists():
-                        t0 = time.perf_counter()
-                        try:
-                            transform(art, run_dir, "auto", budget_bytes=budget, exact=AUTO_POLICIES[policy],
-                                      force=True)
-                        except BudgetError as exc:
-                            extras = {"planned": False, "error": str(exc),
-                                      "planning_s": round(time.perf_counter() - t0, 1), **_reachable(exc, budget)}
-                            failed.write_text(json.dumps(extras) + "\n")
-                            say(f"{policy}: batch {batch}: no plan within the budget ({exc})")
-                            return budget + 1, extras
-                        planned["planning_s"] = round(time.perf_counter() - t0, 1)
-                    planned.update(_plan_figures(run_dir / "training_model.plan.json"))
-                elif policy != "baseline":
-                    graph = art / f"{policy}.onnx"
-                    if not graph.exists():
-                        transform(art, graph, policy)
+            # The planning budget's fraction of ``budget`` that the policy's last measured plan implies.
+            learned = {"fraction": plan_fraction}
+
+            def measured(run_dir: Path, graph: Path | None) -> dict[str, Any]:
+                t0 = time.perf_counter()
                 m = measure(run_dir, model=graph, steps=steps, settings=settings)
-                say(f"{policy}: batch {batch}: {figure} {getattr(m, key) / 2**20:.1f} MiB "
-                    f"({'fits' if getattr(m, key) <= budget else 'over'} {budget / 2**20:.0f} MiB)")
-                return getattr(m, key), {"peak_bytes": m.peak_bytes, "growth_bytes": m.growth_bytes,
-                                         "step_time_s": m.step_time_s, **planned}
+                return {"bytes": int(getattr(m, key)), "peak_bytes": m.peak_bytes, "growth_bytes": m.growth_bytes,
+                        "step_time_s": m.step_time_s, "measure_s": round(time.perf_counter() - t0, 1),
+                        "load": [round(x, 2) for x in os.getloadavg()],
+                        **{k: m.extras[k] for k in _PER_STEP if k in (getattr(m, "extras", None) or {})}}
+
+            def plan(art: Path, batch: int, planned_budget: int, policy: str) -> tuple[Path | None, dict[str, Any]]:
+                """The plan for ``planned_budget`` at this batch (kept per planning budget in the work dir, and
+                so are budgets the planner could not meet): its directory, or None and why."""
+                run_dir = art / f"{policy}-{planned_budget}B"
+                failed = run_dir.with_name(run_dir.name + ".budget-error.json")
+                info: dict[str, Any] = {"planned_budget_bytes": planned_budget}
+                if failed.exists():
+                    info.update(json.loads(failed.read_text()))
+                    say(f"{policy}: batch {batch}: no plan within {planned_budget / _MiB:.1f} MiB (cached: "
+                        f"{info['error']})")
+                    return None, info
+                if not (run_dir / "training_model.onnx").exists():
+                    t0 = time.perf_counter()
+                    try:
+                        transform(art, run_dir, "auto", budget_bytes=planned_budget, exact=AUTO_POLICIES[policy],
+                                  force=True)
+                    except BudgetError as exc:
+                        # its best reachable peak, scaled to the measured budget, as the probe's figure
+                        info.update({"planned": False, "error": str(exc),
+                                     "planning_s": round(time.perf_counter() - t0, 1), **_reachable(exc, budget)})
+                        failed.write_text(json.dumps(info) + "\n")
+                        say(f"{policy}: batch {batch}: no plan within {planned_budget / _MiB:.1f} MiB ({exc})")
+                        return None, info
+                    info["planning_s"] = round(time.perf_counter() - t0, 1)
+                info.update(_plan_figures(run_dir / "training_model.plan.json"))
+                return run_dir, info
+
+            def probe(batch: int, policy: str = policy, learned: dict[str, float] = learned) -> tuple[int, dict[str, Any]]:
+                art = artifacts(batch)
+                if policy not in AUTO_POLICIES:
+                    graph = None
+                    if policy != "baseline":
+                        graph = art / f"{policy}.onnx"
+                        if not graph.exists():
+                            transform(art, graph, policy)
+                    got = measured(art, graph)
+                    say(f"{policy}: batch {batch}: {figure} {got['bytes'] / _MiB:.1f} MiB "
+                        f"({'fits' if got['bytes'] <= budget else 'over'} {budget / _MiB:.0f} MiB)")
+                    return got.pop("bytes"), got
+                # The budget planner at this batch. A batch it cannot plan within the planning budget does
+                # not fit; a plan measured over the budget is planned again for less.
+                attempts: list[dict[str, Any]] = []
+                planned_budget = _planning_budget(budget, learned["fraction"])
+                while True:
+                    run_dir, info = plan(art, batch, planned_budget, policy)
+                    if run_dir is None:
+                        attempts.append(info)
+                        break
+                    got = measured(run_dir, None)
+                    info.update(got)
+                    attempts.append(info)
+                    say(f"{policy}: batch {batch}: planned for {planned_budget / _MiB:.1f} MiB, {figure} "
+                        f"{got['bytes'] / _MiB:.1f} MiB ({'fits' if got['bytes'] <= budget else 'over'} "
+                        f"{budget / _MiB:.0f} MiB)")
+                    learned["fraction"] = min(1.0, planned_budget * _AIM / got["bytes"])
+                    lower = _planning_budget(budget, learned["fraction"])
+                    if got["bytes"] <= budget or len(attempts) > replans or lower >= planned_budget:
+                        break
+                    planned_budget = lower
+                last = attempts[-1]
+                fitting = [a for a in attempts if a.get("bytes") is not None and a["bytes"] <= budget]
+                best = fitting[-1] if fitting else last
+                extras = {k: v for k, v in best.items() if k != "bytes"}
+                extras["attempts"] = attempts
+                if best.get("bytes") is None:           # no plan at the last planning budget
+                    return budget + 1, extras
+                return best["bytes"], extras
 
             searches[policy] = search_max_batch(probe, budget, start=(starts or {}).get(policy, start),
                                                 limit=limit, tolerance=tolerance)
@@ -217,6 +301,22 @@ def max_batch(model: str, image: int, budget: int, policies: list[str], *, class
             "settings": settings.to_dict(), "steps": steps, "tolerance": tolerance,
             "results": {p: {**s.to_dict(), "vs_baseline": (s.max_batch / base) if base else None}
                         for p, s in searches.items()}}
+
+
+# Aim a planning budget this far below the proportional estimate (a plan's figure is not exactly
+# proportional to its planning budget).
+_AIM = 0.98
+_PER_STEP = ("peak_bytes_per_step", "growth_bytes_per_step", "warmup_peak_bytes", "step_times_s", "rss_setup_bytes",
+             "process_peak_bytes")
+
+
+def _planning_budget(budget: int, fraction: float) -> int:
+    """``fraction`` of ``budget``, rounded down to whole MiB above 1 MiB (so that probes share plans in the work
+    dir); ``budget`` itself at fraction 1."""
+    if fraction >= 1:
+        return budget
+    aimed = int(budget * fraction)
+    return max(1, aimed - aimed % _MiB if aimed > _MiB else aimed)
 
 
 def _plan_figures(plan_path: Path) -> dict[str, Any]:
