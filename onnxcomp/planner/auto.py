@@ -1026,8 +1026,17 @@ MAX_CHAIN_BATCHNORMS = 4
 # 3.8 MiB depthwise-separable layers measured within budget chunked (NOTES-suite4x.md). Each chunk should
 # still hold about a MiB per layer: more chunks only multiply the graph ((B + 1) passes per chunk; 15 chunks of
 # mobilenet_v1_s's 4 layers made a 6500-node graph whose first planning round took over 10 min).
+# The chunk count chosen here is where the search starts; once a chunked plan fits, ``_fewest_chunks`` prices
+# the nodes (NODE_BYTES) and keeps the fewest chunks whose predicted peak still fits.
 MIN_CHUNK_WORKING_SET = 1 << 20
 MIN_CHAIN_WORKING_SET = 3 << 20
+# What one graph node costs under ORT's default session settings (buffer reuse and memory pattern on): the first
+# run keeps ~370 B of bookkeeping per node, for the rest of the session. tools/ort_node_overhead.py measured
+# 362-437 B/node on 15k-45k-node chains (ORT 1.19.2); ResNet-18's lossy plan rebuilt with 8 / 16 / 26 batch
+# chunks grew 338 B per node under ORT's defaults (docs/notes/lossyr18.md §2). onnxcomp's own step peak does
+# not see it (it is kept from the first run on); the planner's prediction does not either. Used to price a
+# chunked plan's nodes against its predicted peak (``_fewest_chunks``).
+NODE_BYTES = 370
 
 
 def _input_chains(model: onnx.ModelProto, blocks: bool = False) -> list[Any]:
@@ -1121,6 +1130,73 @@ def _enable_input_region(model: onnx.ModelProto, regions: Regions, target: int, 
     layers, chunks = _input_chain(model, target, further, at_least) if regions.rows is None else (0, 0)
     regions.input_chain_layers = layers
     regions.input_block_chunks = chunks if layers else _input_block_chunks(model, target)
+
+
+def _input_region_batch(model: onnx.ModelProto, regions: Regions) -> int:
+    """The batch the chunked input region splits (0 where the graph shows none)."""
+    if regions.input_chain_layers:
+        chains = _input_chains(model, blocks=True) or _input_chains(model)
+        shape = chains[0].conv.inputs[0].shape if chains else None
+    else:
+        blocks = _input_blocks(model)
+        shape = blocks[0].conv.outputs[0].shape if blocks else None
+    try:
+        return int(shape[0]) if shape is not None else 0
+    except (TypeError, ValueError):
+        return 0
+
+
+def chunk_candidates(batch: int, chunks: int) -> list[int]:
+    """Chunk counts below ``chunks`` worth trying, ascending: those that divide the batch evenly (equal chunks:
+    ORT's buffer reuse then matches every chunk's tensors by shape; uneven counts left ResNet-18's reuse pass
+    adding up to 26.5k view nodes, docs/notes/lossyr18.md §2), or every count from 2 where none does."""
+    even = [k for k in range(2, chunks) if batch % k == 0]
+    return even or list(range(2, chunks))
+
+
+def plan_cost(pattern: int, nodes: int) -> int:
+    """What a plan is ranked by among those that fit (the budget itself is checked on the predicted live peak):
+    what ORT's default session settings keep for it, i.e. its modelled memory-pattern block (``modelled_pattern``)
+    plus NODE_BYTES per node. The live peak alone does not rank chunk counts: fewer, larger chunks left it
+    unchanged on ResNet-18 at 20 MiB (input block 8 → 4 chunks) and leaky_vgg (chain 16 → 8) while ORT's pattern
+    block grew 3.5 / 6.3 MiB under its defaults (NOTES-fewchunks.md)."""
+    return int(pattern) + NODE_BYTES * int(nodes)
+
+
+def modelled_pattern(model: onnx.ModelProto) -> int:
+    """ORT's memory-pattern block for ``model`` under its defaults: ORT optimises the graph (one session set-up,
+    nothing runs) and its allocation and pattern planners are replayed on the result
+    (``planner.ort_pattern.predict_pattern_block``: within 0.05 % of the measured block on 21 of 24 graphs,
+    docs/notes/patternblock.md). Where ORT cannot set the graph up here, the same replay without ORT's graph
+    optimisations (``replay_pattern_block``)."""
+    import tempfile
+    from pathlib import Path
+
+    from .ort_pattern import predict_pattern_block, replay_pattern_block
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="onnxcomp_pattern_") as tmp:
+            path = Path(tmp) / "graph.onnx"
+            onnx.save(model, str(path))
+            return predict_pattern_block(path).size
+    except Exception:   # noqa: BLE001  (an ORT set-up failure: rank by the replay instead)
+        return replay_pattern_block(model).size
+
+
+def fewest_chunks(candidates: list[int], fits: Any) -> list[int]:
+    """The candidate counts (ascending) to evaluate to find the fewest that fits, by bisection: the predicted
+    peak only falls as chunks are added (each chunk holds less of the batch), so one evaluation halves what is
+    left (ResNet-18: 2-3 evaluations of minutes each instead of every count). ``fits(k)`` evaluates (and
+    should remember) count ``k``; returns the counts evaluated."""
+    lo, hi, tried = 0, len(candidates), []
+    while lo < hi:
+        mid = (lo + hi) // 2
+        tried.append(candidates[mid])
+        if fits(candidates[mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    return tried
 
 
 def _has_encoding(options: dict[str, list[Option]], stash: str) -> bool:
@@ -1412,10 +1488,66 @@ def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int,
             continue
         break
     assert best is not None
+    if best.fits and not exact and best.regions.input_block_chunks > 2:
+        best = _fewer_chunks(model, best, techniques, min_bytes, say, rounds)
     best.rounds = rounds
     if best.model is not None:
         best.step_seconds = (costs.step(model), costs.step(best.model))
     return best
+
+
+def _fewer_chunks(model: onnx.ModelProto, plan: AutoPlan, techniques: list[Technique], min_bytes: int,
+                  say: Any, rounds: list[dict[str, Any]]) -> AutoPlan:
+    """A fitting plan with its input region in batch chunks, re-chunked: the fewest chunks (even where the batch
+    allows) whose predicted peak still fits, or the plan as it was, whichever costs less by ``plan_cost`` (what
+    ORT's defaults keep: modelled pattern block plus NODE_BYTES per node).
+
+    Each chunk repeats the chunked region's forward and backward (and each BatchNorm's recomputation pass of the
+    chain below it), so the graph grows with the chunk count: ResNet-18's 15 MiB plan (26 chunks through 5
+    units) was a 45,460-node graph that grew 38.6 MiB under ORT's defaults; the same regions in 8 chunks, 14,769
+    nodes, 28.7 MiB, with a predicted peak still within the budget (docs/notes/lossyr18.md). The search's
+    own chunk count comes from a rule of thumb on the chain's working sets (``_input_chain``); only the real
+    prediction says how few still fit. Same stash options and other regions: only the chunk count changes, so
+    no lossy tier or recomputation is added for it."""
+    batch = _input_region_batch(model, plan.regions)
+    candidates = chunk_candidates(batch, plan.regions.input_block_chunks) if batch else []
+    if not candidates or plan.model is None:
+        return plan
+    found: dict[int, AutoPlan] = {}
+
+    def fits(k: int) -> bool:
+        regions = replace(plan.regions, input_block_chunks=k)
+        applied, seen_out, live_out = _evaluate(model, plan.chosen, regions, techniques, min_bytes)
+        peak = int(live_out.max()) if len(live_out) else 0
+        at = int(np.argmax(live_out)) if len(live_out) else 0
+        bufs = sorted((b for b in memo.analysis(seen_out).buffers() if b.start <= at <= b.end and b.size > 0),
+                      key=lambda b: -b.size)
+        say(f"auto: input region in {k} chunk(s) instead of {plan.regions.input_block_chunks}: predicted "
+            f"{peak / MiB:.1f} MiB (target {plan.target / MiB:.1f} MiB), {len(applied.model.graph.node)} nodes")
+        rounds.append({"input_block_chunks": k, "predicted_peak_bytes": peak, "nodes": len(applied.model.graph.node),
+                       "options": len(plan.chosen), "chunked": regions.chunked,
+                       "split_weight_bytes": regions.split_weight_bytes})
+        if peak > plan.target:
+            return False
+        found[k] = replace(plan, regions=regions, predicted_peak=peak, fits=True,
+                           dominant=[(b.name, int(b.size)) for b in bufs[:3]], model=applied.model,
+                           applied=applied)
+        return True
+
+    fewest_chunks(candidates, fits)
+    if not found:
+        return plan
+
+    def cost(p: AutoPlan) -> int:
+        assert p.model is not None
+        c = plan_cost(modelled_pattern(p.model), len(p.model.graph.node))
+        say(f"auto: {p.regions.input_block_chunks} chunk(s): modelled pattern block + nodes {c / MiB:.1f} MiB")
+        rounds.append({"input_block_chunks": p.regions.input_block_chunks, "plan_cost_bytes": c})
+        return c
+
+    # The fewest chunks that fit against the plan as it was (the others in between were not evaluated).
+    fewest = found[min(found)]
+    return fewest if cost(fewest) < cost(plan) else plan
 
 
 # ------------------------------------------------------------------------------------------------- report
