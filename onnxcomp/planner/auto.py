@@ -1159,7 +1159,7 @@ def plan_cost(pattern: int, nodes: int) -> int:
     what ORT's default session settings keep for it, i.e. its modelled memory-pattern block (``modelled_pattern``)
     plus NODE_BYTES per node. The live peak alone does not rank chunk counts: fewer, larger chunks left it
     unchanged on ResNet-18 at 20 MiB (input block 8 → 4 chunks) and leaky_vgg (chain 16 → 8) while ORT's pattern
-    block grew 3.5 / 6.3 MiB under its defaults (NOTES-fewchunks.md)."""
+    block grew 3.5 / 6.3 MiB under its defaults (docs/notes/fewchunks.md)."""
     return int(pattern) + NODE_BYTES * int(nodes)
 
 
