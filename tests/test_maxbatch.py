@@ -11,6 +11,12 @@ from onnxcomp.errors import OnnxcompError
 from onnxcomp.runtime.maxbatch import parse_size, search_max_batch
 
 
+def _fake_artifacts(name, batch, image, classes, out, **kw):  # noqa: ANN001, ANN003, ANN202
+    """Stands in for ``artifacts.generate_artifacts``: a directory with a placeholder training graph."""
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out) / "training_model.onnx").write_text("graph")
+
+
 def _linear(fixed: int, per_sample: int, calls: list[int]):  # noqa: ANN202
     def probe(batch: int) -> tuple[int, dict]:
         calls.append(batch)
@@ -111,10 +117,6 @@ def _fake_pipeline(monkeypatch: pytest.MonkeyPatch, planned: list[tuple[int, boo
     def batch_of(path: Path) -> int:
         return int(next(part for part in str(path).split("_") if part.startswith("b"))[1:])
 
-    def fake_artifacts(name, batch, image, classes, out, **kw):  # noqa: ANN001, ANN003, ANN202
-        Path(out).mkdir(parents=True, exist_ok=True)
-        (Path(out) / "training_model.onnx").write_text("graph")
-
     def fake_transform(src, out, policy, *, budget_bytes, exact, force):  # noqa: ANN001, ANN202
         batch = batch_of(Path(src))
         planned.append((batch, exact))
@@ -135,7 +137,7 @@ def _fake_pipeline(monkeypatch: pytest.MonkeyPatch, planned: list[tuple[int, boo
     def fake_measure(run_dir, model=None, steps=1, settings=None):  # noqa: ANN001, ANN202
         return Measured(batch_of(Path(run_dir)), 4 if Path(run_dir).name.startswith("resnet18_b") else 1)
 
-    monkeypatch.setattr(artifacts_mod, "generate_artifacts", fake_artifacts)
+    monkeypatch.setattr(artifacts_mod, "generate_artifacts", _fake_artifacts)
     monkeypatch.setattr(transform_mod, "transform", fake_transform)
     monkeypatch.setattr(measure_mod, "measure", fake_measure)
 
@@ -253,10 +255,6 @@ def _arena_pipeline(monkeypatch: pytest.MonkeyPatch, per_sample: int, overhead: 
         name = next(q.name for q in (path, *path.parents) if q.name.startswith("resnet18_b"))
         return int(name.split("_")[1][1:])
 
-    def fake_artifacts(name, batch, image, classes, out, **kw):  # noqa: ANN001, ANN003, ANN202
-        Path(out).mkdir(parents=True, exist_ok=True)
-        (Path(out) / "training_model.onnx").write_text("graph")
-
     def fake_transform(src, out, policy, *, budget_bytes, exact, force):  # noqa: ANN001, ANN202
         batch = batch_of(Path(src))
         seen.append((batch, budget_bytes))
@@ -281,7 +279,7 @@ def _arena_pipeline(monkeypatch: pytest.MonkeyPatch, per_sample: int, overhead: 
             return Measured(int(overhead * json.loads(plan.read_text())["auto"]["predicted_peak_bytes"]))
         return Measured(per_sample * batch_of(Path(run_dir)))
 
-    monkeypatch.setattr(artifacts_mod, "generate_artifacts", fake_artifacts)
+    monkeypatch.setattr(artifacts_mod, "generate_artifacts", _fake_artifacts)
     monkeypatch.setattr(transform_mod, "transform", fake_transform)
     monkeypatch.setattr(measure_mod, "measure", fake_measure)
 
