@@ -101,18 +101,10 @@ class PlanarPoolPass(OnnxcompPass):
 def _predicted_pattern(model: ir.Model) -> int | None:
     """ORT's memory-pattern block for ``model`` (planner.ort_pattern), or None where ORT cannot set it up here
     (then the lift is not gated)."""
-    import tempfile
-    from pathlib import Path
-
-    import onnx
-
-    from ..planner.ort_pattern import predict_pattern_block
+    from ..planner.ort_pattern import predict_pattern_block_of
 
     try:
-        with tempfile.TemporaryDirectory(prefix="onnxcomp_planarpool_") as tmp:
-            path = Path(tmp) / "graph.onnx"
-            onnx.save(ir.serde.serialize_model(model), str(path))
-            return predict_pattern_block(path).size
+        return predict_pattern_block_of(ir.serde.serialize_model(model)).size
     except Exception:   # noqa: BLE001  (any ORT set-up failure: the lift itself stays exact either way)
         return None
 

@@ -866,13 +866,18 @@ def conv_workspace(analysis: GraphAnalysis, node: onnx.NodeProto) -> int:
 
 def dominant_at_peak(model: onnx.ModelProto, top: int = 3) -> tuple[int, list[tuple[str, int]]]:
     """The predicted peak of ``model`` and the largest buffers live at it."""
-    seen, live = predicted_live(model)
+    peak, bufs = _peak_buffers(*predicted_live(model))
+    return peak, [(b.name, int(b.size)) for b in bufs[:top]]
+
+
+def _peak_buffers(seen: onnx.ModelProto, live: np.ndarray) -> tuple[int, list[Any]]:
+    """The peak of a predicted live curve and the buffers of ``seen`` live at it, largest first."""
     if not len(live):
         return 0, []
-    p = int(np.argmax(live))
-    bufs = [b for b in memo.analysis(seen).buffers() if b.start <= p <= b.end and b.size > 0]
-    bufs.sort(key=lambda b: -b.size)
-    return int(live[p]), [(b.name, int(b.size)) for b in bufs[:top]]
+    at = int(np.argmax(live))
+    bufs = sorted((b for b in memo.analysis(seen).buffers() if b.start <= at <= b.end and b.size > 0),
+                  key=lambda b: -b.size)
+    return int(live[at]), bufs
 
 
 def _recomputable(model: onnx.ModelProto, alone: bool = True, extend: bool = True
@@ -1026,7 +1031,7 @@ MAX_CHAIN_BATCHNORMS = 4
 # 3.8 MiB depthwise-separable layers measured within budget chunked (NOTES-suite4x.md). Each chunk should
 # still hold about a MiB per layer: more chunks only multiply the graph ((B + 1) passes per chunk; 15 chunks of
 # mobilenet_v1_s's 4 layers made a 6500-node graph whose first planning round took over 10 min).
-# The chunk count chosen here is where the search starts; once a chunked plan fits, ``_fewest_chunks`` prices
+# The chunk count chosen here is where the search starts; once a chunked plan fits, ``_fewer_chunks`` prices
 # the nodes (NODE_BYTES) and keeps the fewest chunks whose predicted peak still fits.
 MIN_CHUNK_WORKING_SET = 1 << 20
 MIN_CHAIN_WORKING_SET = 3 << 20
@@ -1035,7 +1040,7 @@ MIN_CHAIN_WORKING_SET = 3 << 20
 # 362-437 B/node on 15k-45k-node chains (ORT 1.19.2); ResNet-18's lossy plan rebuilt with 8 / 16 / 26 batch
 # chunks grew 338 B per node under ORT's defaults (docs/notes/lossyr18.md §2). onnxcomp's own step peak does
 # not see it (it is kept from the first run on); the planner's prediction does not either. Used to price a
-# chunked plan's nodes against its predicted peak (``_fewest_chunks``).
+# chunked plan's nodes against its predicted peak (``_fewer_chunks``).
 NODE_BYTES = 370
 
 
@@ -1169,16 +1174,10 @@ def modelled_pattern(model: onnx.ModelProto) -> int:
     (``planner.ort_pattern.predict_pattern_block``: within 0.05 % of the measured block on 21 of 24 graphs,
     docs/notes/patternblock.md). Where ORT cannot set the graph up here, the same replay without ORT's graph
     optimisations (``replay_pattern_block``)."""
-    import tempfile
-    from pathlib import Path
-
-    from .ort_pattern import predict_pattern_block, replay_pattern_block
+    from .ort_pattern import predict_pattern_block_of, replay_pattern_block
 
     try:
-        with tempfile.TemporaryDirectory(prefix="onnxcomp_pattern_") as tmp:
-            path = Path(tmp) / "graph.onnx"
-            onnx.save(model, str(path))
-            return predict_pattern_block(path).size
+        return predict_pattern_block_of(model).size
     except Exception:   # noqa: BLE001  (an ORT set-up failure: rank by the replay instead)
         return replay_pattern_block(model).size
 
@@ -1393,10 +1392,8 @@ def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int,
         chosen, virtual = search(base.live, base.windows, options, chosen, target - correction, ignore, banned)
         applied, seen_out, live_out = _evaluate(model, chosen, regions, techniques, min_bytes)
         out = applied.model
-        peak = int(live_out.max()) if len(live_out) else 0
+        peak, bufs = _peak_buffers(seen_out, live_out)
         at = int(np.argmax(live_out)) if len(live_out) else 0
-        bufs = sorted((b for b in memo.analysis(seen_out).buffers() if b.start <= at <= b.end and b.size > 0),
-                      key=lambda b: -b.size)
         dominant = [(b.name, int(b.size)) for b in bufs[:3]]
         rounds.append({"virtual_peak_bytes": virtual, "predicted_peak_bytes": peak, "options": len(chosen),
                        "chunked": regions.chunked, "split_weight_bytes": regions.split_weight_bytes})
@@ -1518,10 +1515,7 @@ def _fewer_chunks(model: onnx.ModelProto, plan: AutoPlan, techniques: list[Techn
     def fits(k: int) -> bool:
         regions = replace(plan.regions, input_block_chunks=k)
         applied, seen_out, live_out = _evaluate(model, plan.chosen, regions, techniques, min_bytes)
-        peak = int(live_out.max()) if len(live_out) else 0
-        at = int(np.argmax(live_out)) if len(live_out) else 0
-        bufs = sorted((b for b in memo.analysis(seen_out).buffers() if b.start <= at <= b.end and b.size > 0),
-                      key=lambda b: -b.size)
+        peak, bufs = _peak_buffers(seen_out, live_out)
         say(f"auto: input region in {k} chunk(s) instead of {plan.regions.input_block_chunks}: predicted "
             f"{peak / MiB:.1f} MiB (target {plan.target / MiB:.1f} MiB), {len(applied.model.graph.node)} nodes")
         rounds.append({"input_block_chunks": k, "predicted_peak_bytes": peak, "nodes": len(applied.model.graph.node),

@@ -393,6 +393,17 @@ def predict_pattern_block(model_path: str | os.PathLike[str], session_options: A
     return pattern_block(allocation_plan(optimized, ort_static_shapes(optimized, original)))
 
 
+def predict_pattern_block_of(model: onnx.ModelProto, session_options: Any = None) -> PatternBlock:
+    """``predict_pattern_block`` for a graph in memory (written to a temporary file for ORT to optimise; its
+    initializers must be inline). Raises whatever ORT's set-up raises."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="onnxcomp_pattern_") as tmp:
+        path = Path(tmp) / "graph.onnx"
+        onnx.save(model, str(path))
+        return predict_pattern_block(path, session_options)
+
+
 def replay_pattern_block(model: onnx.ModelProto) -> PatternBlock:
     """P replayed on ``model`` itself in ORT's DEFAULT order, without ORT: no session, so cheap enough for a
     planner's inner loop, but blind to ORT's graph optimisations. Measured (docs/notes/patternblock.md): within 10 % of
