@@ -175,3 +175,20 @@ def test_an_ort_set_up_failure_is_reported_not_silent(monkeypatch, caplog):
     assert gate is not None and gate["source"] == "replay"
     assert gate["fallback_reason"] == "RuntimeError: no session here"
     assert "planar_pool's gate" in caplog.text and "no session here" in caplog.text
+
+
+def test_a_graph_without_maxpools_is_finished_once_without_a_gate():
+    model = ir.serde.deserialize_model(onnx.parser.parse_model("""
+<ir_version: 8, opset_import: ["" : 17]>
+net (float[4, 16] x) => (float[4, 16] y) {
+    y = Relu (x)
+}
+"""))
+    runs = []
+
+    def finishing():
+        runs.append(1)
+        return []
+
+    out, log, gate = finish_with_pool_gate(model, finishing)
+    assert out is model and gate is None and runs == [1] and not log.records

@@ -154,6 +154,8 @@ def finish_with_pool_gate(model: ir.Model, finishing: Callable[[], list[Onnxcomp
     the lower one is kept (ties keep the graph unlifted). Returns the model to continue with (``model`` or the
     lifted copy), the run's log and the gate's figures (None when no pool was liftable). ``base_dir``: where
     the graph's external data files are, for ORT's set-up."""
+    if not any(n.op_type == "MaxPool" and n.domain in _ONNX for n in model.graph):   # nothing to lift: no copy
+        return model, run_passes(model, finishing()), None
     trial = ir.serde.deserialize_model(ir.serde.serialize_model(model))
     if base_dir is not None:
         ir.external_data.set_base_dir(trial.graph, Path(base_dir))
