@@ -25,7 +25,7 @@ from .passes.masked_fill import MaskedFillPass
 from .passes.declare_shapes import DeclareShapesPass
 from .passes.default_order import DefaultOrderPass
 from .passes.grad_buffer_order import GradBufferOrderPass, align_eval_inputs
-from .passes.planar_pool import PlanarPoolPass
+from .passes.planar_pool import finish_with_pool_gate
 from .passes.reuse_signature import ReuseSignaturePass
 from .passes.records import PassRecord, by_section
 from .passes.split_weight import WeightSplit
@@ -50,6 +50,10 @@ class TransformResult:
     # Every record of every pass, in pass order (the sections below are views of it).
     all_records: list[PassRecord] = field(default_factory=list)
     modified_by: list[str] = field(default_factory=list)           # passes that reported modified
+    # planar_pool's gate on the finished graphs (passes/planar_pool.finish_with_pool_gate): ORT's predicted
+    # pattern block without / with the lift, the choice, and where ORT could not set a graph up, the reason
+    # the figures are the replay's. None when no pool was liftable.
+    pool_gate: dict[str, Any] | None = None
 
     def section(self, name: str) -> list[dict[str, Any]]:
         return by_section(self.all_records)[name]
@@ -75,6 +79,7 @@ class TransformResult:
                 "chunked": sections["chunked"], "split_weights": sections["split_weights"],
                 "moved": sections["moved"], "commuted": sections["commuted"],
                 "blocked": sections["blocked"], "modified_by": self.modified_by,
+                **({"planar_pool_gate": self.pool_gate} if self.pool_gate is not None else {}),
                 **({"auto": sections["auto"][0]} if sections["auto"] else {})}
 
 
@@ -162,6 +167,7 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
         original = analysis_of(ir_model)
         before = _footprint(original)
         log = run_passes(ir_model, passes if passes is not None else make_passes(policy, **options))
+        pool_gate = None
         if log.modified_by:   # a rewritten graph: ORT's DEFAULT order made to follow its node list (passes/default_order.py),
             # no kernel scratch outside ORT's memory pattern (passes/arena_scratch.py), ORT's buffer reuse kept
             # from holding forward buffers across the peak (passes/reuse_signature.py); masked fills without
@@ -170,10 +176,12 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
             # passes emitted without indices run as 3-D pools, out of ORT's NCHWc reorder copies
             # (passes/planar_pool.py); last, the static shapes
             # ORT's inference misses declared, so it plans those tensors in its pattern (passes/declare_shapes.py)
-            last = run_passes(ir_model, [PlanarPoolPass(), MaskedFillPass(), EarlyEncodePass(), ArenaScratchPass(),
-                                         DefaultOrderPass(), ReuseSignaturePass(keep_fusions=not _lossy(log.records),
-                                                            lift_convs=lift_convs),
-                                         DeclareShapesPass()])
+            # The lift is judged on the finished graph (what will be saved): both pipelines run where it applies.
+            keep_fusions = not _lossy(log.records)
+            ir_model, last, pool_gate = finish_with_pool_gate(
+                ir_model, lambda: [MaskedFillPass(), EarlyEncodePass(), ArenaScratchPass(), DefaultOrderPass(),
+                                   ReuseSignaturePass(keep_fusions=keep_fusions, lift_convs=lift_convs),
+                                   DeclareShapesPass()], base_dir=external_dir)
             log.records += last.records
             log.modified_by += last.modified_by
         current = snapshot_of(ir_model)
@@ -199,7 +207,7 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
     left = [{"name": s.name, "pattern": s.pattern, "bytes": s.nbytes, "reason": why(s.encodings)}
             for s in original.stashed if s.name not in handled and s.nbytes > 0]
     return TransformResult(current, policy, tensors, log.skipped, before, after, left_alone=left,
-                           all_records=records, modified_by=log.modified_by)
+                           all_records=records, modified_by=log.modified_by, pool_gate=pool_gate)
 
 
 def _atomic_write_text(path: Path, text: str, replace: bool = True) -> None:

@@ -178,3 +178,68 @@ def test_the_offline_replay_agrees_with_ort_where_ort_rewrites_nothing(tmp_path)
     offline = replay_pattern_block(m)
     assert [n.output[0] for n in offline.plan.nodes][:2] == ["C", "D"]
     assert offline.offsets == predict_pattern_block(path, ort.SessionOptions()).offsets
+
+
+def _with_external_weight(tmp_path):
+    """_chain with D = C + W, W an initializer kept in an external data file; the graph loaded without it."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    m = _chain(d_reads="W")
+    m.graph.initializer.append(numpy_helper.from_array(np.ones(SHAPE, np.float32), "W"))
+    onnx.save(m, tmp_path / "m.onnx", save_as_external_data=True, all_tensors_to_one_file=True,
+              location="m.data", size_threshold=0)
+    return onnx.load(str(tmp_path / "m.onnx"), load_external_data=False)
+
+
+def test_external_data_is_read_from_base_dir(tmp_path):
+    from onnxcomp.planner.ort_pattern import pattern_block_or_replay, predict_pattern_block_of
+
+    m = _with_external_weight(tmp_path)
+    block = predict_pattern_block_of(m, base_dir=tmp_path)
+    assert block.source == "ort" and block.size == predict_pattern_block(tmp_path / "m.onnx").size
+    assert pattern_block_or_replay(m, base_dir=tmp_path).fallback_reason is None
+
+
+def test_a_fallback_to_the_replay_says_why(tmp_path, caplog):
+    """Without base_dir ORT cannot read the external weight: the replay's figure comes back marked, with the
+    reason logged and in ``to_dict`` (the JSON of `inspect --ort-pattern`, the plan's rounds, the pool gate)."""
+    from onnxcomp.planner.ort_pattern import pattern_block_or_replay, replay_pattern_block
+
+    m = _with_external_weight(tmp_path)
+    with caplog.at_level("WARNING", logger="onnxcomp.planner.ort_pattern"):
+        block = pattern_block_or_replay(m, purpose="a test")
+    assert block.source == "replay" and "external data" in block.fallback_reason
+    assert block.size == replay_pattern_block(m).size
+    assert block.to_dict()["fallback_reason"] == block.fallback_reason
+    assert "a test: ORT could not set the graph up" in caplog.text
+
+
+def _cast_chain(to: int, op: str = "Cast") -> onnx.ModelProto:
+    """A = X+X; B = <op>(A) (Cast to ``to``, or Clip); Y = ReduceSum(B): A's only reader is B."""
+    node = (helper.make_node("Cast", ["A"], ["B"], to=to) if op == "Cast"
+            else helper.make_node(op, ["A"], ["B"]))
+    g = helper.make_graph(
+        [helper.make_node("Add", ["X", "X"], ["A"]), node, helper.make_node("ReduceSum", ["B"], ["Y"], keepdims=0)],
+        "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, SHAPE)],
+        [helper.make_tensor_value_info("Y", to if op == "Cast" else TensorProto.FLOAT, [])],
+        value_info=[helper.make_tensor_value_info("A", TensorProto.FLOAT, SHAPE),
+                    helper.make_tensor_value_info("B", to if op == "Cast" else TensorProto.FLOAT, SHAPE)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("to,op,inplace", [(TensorProto.INT32, "Cast", True), (TensorProto.INT64, "Cast", False),
+                                           (TensorProto.FLOAT, "Clip", True)])
+def test_cast_and_clip_compute_in_place_when_the_sizes_match(tmp_path, to, op, inplace):
+    """ORT's Cast (cast_op.cc) and Clip kernels are MayInplace(0, 0): a Cast between types of one element size
+    writes over its input when that is the input's last use (measured: one 256 KiB buffer in ORT's pattern for
+    Add → Cast-to-int32 / Clip, two for Add → Neg). Without the Cast entry lossy densenet_s's block read +27 %: its
+    bool → uint8 sign-bit Casts were given buffers of their own. float → int64 doubles the size: no in place."""
+    m = _cast_chain(to, op)
+    plan = allocation_plan(m, ort_static_shapes(m))
+    assert plan.kind["B"] == ("inplace" if inplace else "alloc")
+    pb = pattern_block(plan)
+    assert pb.size == (BYTES if inplace else BYTES + 2 * BYTES)
+    path = tmp_path / "m.onnx"
+    onnx.save(m, path)
+    assert predict_pattern_block(path).size == pb.size         # ORT's optimised graph keeps both nodes

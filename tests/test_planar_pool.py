@@ -9,8 +9,11 @@ import onnx
 import onnx.parser
 import pytest
 
-from onnxcomp.passes.planar_pool import PlanarPoolPass
-from onnxcomp.planner.ort_pattern import ort_optimized_model, predict_pattern_block
+import onnx_ir as ir
+
+from onnxcomp.passes.base import OnnxcompPass, PassOutcome
+from onnxcomp.passes.planar_pool import PlanarPoolPass, finish_with_pool_gate
+from onnxcomp.planner.ort_pattern import PatternBlock, ort_optimized_model, predict_pattern_block
 
 N, C, H, W = 4, 16, 32, 32     # C: a multiple of every NCHWc block (8 with AVX2, 16 with AVX-512F)
 
@@ -94,8 +97,98 @@ def test_the_gate_leaves_a_graph_whose_pattern_would_not_drop(monkeypatch):
     row-split forward pools: it would rise). The prediction is stubbed to say "no drop" here."""
     from onnxcomp.passes import planar_pool
 
-    monkeypatch.setattr(planar_pool, "_predicted_pattern", lambda model: 1 << 20)
+    monkeypatch.setattr(planar_pool, "_predicted_pattern", lambda model, base_dir=None: _block(1 << 20))
     gated = PlanarPoolPass().run(_model())
     assert not gated.modified and not gated.records
     assert any("would not drop" in s.reason for s in gated.skipped)
     assert PlanarPoolPass(only_lowering=False).run(_model()).modified
+
+
+def _block(size: int, source: str = "ort", reason: str | None = None) -> PatternBlock:
+    return PatternBlock(size, {}, [], None, source=source, fallback_reason=reason)  # type: ignore[arg-type]
+
+
+class _MarkLiftedGraphs(OnnxcompPass):
+    """A finishing pass that treats lifted graphs differently (as the reuse pass's views and order can): it
+    appends a marker node only to a graph with a 3-D MaxPool."""
+
+    name = "mark_lifted"
+    full_check = False
+
+    def call(self, model: ir.Model) -> PassOutcome:
+        if not any(n.op_type == "MaxPool" and len(n.attributes["kernel_shape"].value) == 3 for n in model.graph):
+            return PassOutcome(model, False)
+        y = next(iter(model.graph.outputs))
+        node = ir.node("Identity", [y], name="finished_marker")
+        node.outputs[0].name = "marker"
+        model.graph.append(node)
+        return PassOutcome(model, True)
+
+
+def _stub_pattern(model: ir.Model, base_dir=None) -> PatternBlock:
+    """Stub P: the lifted graph is smaller (no reorder copy) *before* the finishing pass, larger after it."""
+    names = {n.name for n in model.graph}
+    lifted = any(n.op_type == "MaxPool" and len(n.attributes["kernel_shape"].value) == 3 for n in model.graph)
+    return _block(3000 if "finished_marker" in names else 1000 if lifted else 2000)
+
+
+def test_the_lift_is_judged_on_the_finished_graph(monkeypatch):
+    """Where the passes after the lift make the lifted graph's block the larger one, the lift is not kept, although
+    judged on its own (as the pass's own gate does) it lowers the block: the transform's gate compares the two
+    finished graphs (lossy plain_deep: lowered before the last passes, +0.2 MiB growth after them)."""
+    from onnxcomp.passes import planar_pool
+
+    monkeypatch.setattr(planar_pool, "_predicted_pattern", _stub_pattern)
+    assert PlanarPoolPass().run(_model()).modified               # the pass's own gate, before the finishing pass
+    model = ir.serde.deserialize_model(_model())
+    out, log, gate = finish_with_pool_gate(model, lambda: [_MarkLiftedGraphs()])
+    assert gate == {"plain_bytes": 2000, "lifted_bytes": 3000, "lifted": False, "source": "ort", "pools": 1}
+    assert out is model and not log.records and "planar_pool" not in log.modified_by
+    assert all(n.op_type != "MaxPool" or len(n.attributes["kernel_shape"].value) == 2 for n in out.graph)
+    assert any(s["pass"] == "planar_pool" and "would not drop" in s["reason"] for s in log.skipped)
+
+
+def test_the_gate_keeps_the_lift_where_the_finished_block_drops(tmp_path):
+    """Unstubbed: ORT's own optimisation and the replay of both finished graphs (nothing after the lift here)."""
+    model = ir.serde.deserialize_model(_model())
+    out, log, gate = finish_with_pool_gate(model, lambda: [])
+    assert gate is not None and gate["lifted"] and gate["source"] == "ort" and "fallback_reason" not in gate
+    assert gate["plain_bytes"] - gate["lifted_bytes"] >= N * C * H * W * 4
+    assert out is not model and log.modified_by == ["planar_pool"]
+    assert log.records[0].detail["pattern_block_bytes"] == [gate["plain_bytes"], gate["lifted_bytes"]]
+    saved = tmp_path / "m.onnx"
+    onnx.save(ir.serde.serialize_model(out), saved)
+    assert predict_pattern_block(saved).size == gate["lifted_bytes"]      # the figure is the saved graph's
+
+
+def test_an_ort_set_up_failure_is_reported_not_silent(monkeypatch, caplog):
+    """Where ORT cannot set a graph up, both graphs are replayed, and the gate's figures say so and why."""
+    from onnxcomp.planner import ort_pattern
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("no session here")
+
+    monkeypatch.setattr(ort_pattern, "predict_pattern_block_of", fail)
+    model = ir.serde.deserialize_model(_model())
+    with caplog.at_level("WARNING", logger="onnxcomp.planner.ort_pattern"):
+        _, _, gate = finish_with_pool_gate(model, lambda: [])
+    assert gate is not None and gate["source"] == "replay"
+    assert gate["fallback_reason"] == "RuntimeError: no session here"
+    assert "planar_pool's gate" in caplog.text and "no session here" in caplog.text
+
+
+def test_a_graph_without_maxpools_is_finished_once_without_a_gate():
+    model = ir.serde.deserialize_model(onnx.parser.parse_model("""
+<ir_version: 8, opset_import: ["" : 17]>
+net (float[4, 16] x) => (float[4, 16] y) {
+    y = Relu (x)
+}
+"""))
+    runs = []
+
+    def finishing():
+        runs.append(1)
+        return []
+
+    out, log, gate = finish_with_pool_gate(model, finishing)
+    assert out is model and gate is None and runs == [1] and not log.records

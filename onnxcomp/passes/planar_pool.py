@@ -22,14 +22,22 @@ Reorder node).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
 import onnx_ir as ir
 
 from ..analysis import analysis_of
-from .base import OnnxcompPass, PassOutcome, Skipped
+from ..analysis.cached import invalidate
+from .base import OnnxcompPass, PassOutcome, RunLog, Skipped, run_passes
 from .chunk_attention import value_shapes
 from .editor import IrGraphEditor, ir_taken_names, unique_name
 from .records import PassRecord
 from .reuse_signature import _widen_conv_attributes, lifted_shape
+
+if TYPE_CHECKING:
+    from ..planner.ort_pattern import PatternBlock
 
 PREFIX = "onnxcomp_planarpool"
 PATTERN = "MaxPool without indices output (NCHWc-converted by ORT)"
@@ -61,12 +69,15 @@ def _site(node: ir.Node, shapes: dict[ir.Value, tuple[int, ...]]) -> str | None:
 
 class PlanarPoolPass(OnnxcompPass):
     """Every MaxPool ORT would wrap in NCHWc reorder copies run as the 3-D MaxPool of a zero-copy view instead
-    (see the module docstring). ``only_lowering``: only when that lowers ORT's memory-pattern block as
-    ``planner.ort_pattern.predict_pattern_block`` predicts it from ORT's own optimised graph (two session
-    set-ups, nothing runs). The wrap also moves the pool in ORT's run order (ORT's new nodes take the highest
-    node indices, which both execution orders run last among the ready ones), and on a graph whose pools the
-    passes placed early that later run can hold less: lossy plain_deep's row-split forward pools, P 9.40 →
-    9.67 MiB lifted (docs/notes/nchwcpool.md)."""
+    (see the module docstring). ``only_lowering``: only when that lowers ORT's memory-pattern block of the graph
+    as this pass leaves it (``planner.ort_pattern``, from ORT's own optimised graph: two session set-ups,
+    nothing runs). A transform does not gate here: passes that run after this one change the graph ORT plans
+    (reuse views, declared shapes, order), so ``finish_with_pool_gate`` judges the two *finished* graphs
+    instead (lossy plain_deep: judged here, the lift read 15.39 → 13.55 MB, but the finished graph grew
+    +0.2 MiB under ORT's defaults; docs/notes/finalgate.md). The wrap also moves the pool in ORT's run order
+    (ORT's new nodes take the highest node indices, which both execution orders run last among the ready
+    ones), and on a graph whose pools the passes placed early that later run can hold less: lossy
+    plain_deep's row-split forward pools, P 9.40 → 9.67 MiB lifted (docs/notes/nchwcpool.md)."""
 
     name = "planar_pool"
 
@@ -78,35 +89,97 @@ class PlanarPoolPass(OnnxcompPass):
         outcome = PassOutcome(model, False)
         if not any(n.op_type == "MaxPool" and n.domain in _ONNX for n in model.graph):
             return outcome
+        gate: dict[str, Any] | None = None
         if self.only_lowering:
             trial = ir.serde.deserialize_model(ir.serde.serialize_model(model))
             records, skipped = _lift_pools(trial, self.name)
+            invalidate(trial)     # _lift_pools read its analysis before lifting: the trial's state is stale
             if not records:
                 outcome.skipped += skipped
                 return outcome
-            before, after = _predicted_pattern(model), _predicted_pattern(trial)
-            if before is not None and after is not None and after >= before:
-                outcome.skipped += [Skipped(r.detail["node"], PATTERN,
-                                            f"ORT's predicted pattern block would not drop ({before} → {after} B)")
-                                    for r in records]
+            gate = _gate(model, trial)
+            if not gate["lifted"]:
+                outcome.skipped += [Skipped(r.detail["node"], PATTERN, _no_drop(gate)) for r in records]
                 return outcome
         outcome.records, outcome.skipped = _lift_pools(model, self.name)
-        if self.only_lowering and before is not None and after is not None:
+        if gate is not None:
             for r in outcome.records:
-                r.detail["pattern_block_bytes"] = [before, after]
+                r.detail["pattern_block_bytes"] = [gate["plain_bytes"], gate["lifted_bytes"]]
+                r.detail["pattern_source"] = gate["source"]
         outcome.modified = bool(outcome.records)
         return outcome
 
 
-def _predicted_pattern(model: ir.Model) -> int | None:
-    """ORT's memory-pattern block for ``model`` (planner.ort_pattern), or None where ORT cannot set it up here
-    (then the lift is not gated)."""
-    from ..planner.ort_pattern import predict_pattern_block_of
+def _predicted_pattern(model: ir.Model, base_dir: str | Path | None = None) -> PatternBlock:
+    """ORT's memory-pattern block for ``model`` (``planner.ort_pattern``); where ORT cannot set the graph up
+    here, the replay without ORT's optimisations, with the reason logged and kept in the block."""
+    from ..analysis.cached import snapshot_of
+    from ..planner.ort_pattern import pattern_block_or_replay
 
-    try:
-        return predict_pattern_block_of(ir.serde.serialize_model(model)).size
-    except Exception:   # noqa: BLE001  (any ORT set-up failure: the lift itself stays exact either way)
-        return None
+    return pattern_block_or_replay(snapshot_of(model), base_dir=base_dir, purpose="planar_pool's gate")
+
+
+def _gate(plain: ir.Model, lifted: ir.Model, base_dir: str | Path | None = None) -> dict[str, Any]:
+    """The gate's decision and figures, as the transform JSON reports them (``planar_pool_gate``): lift only
+    where the predicted block drops. Both figures come from the same model: when ORT could not set up either
+    graph, both are replayed (a replayed figure is not compared with one ORT optimised)."""
+    from ..analysis.cached import snapshot_of
+    from ..planner.ort_pattern import replay_pattern_block
+
+    a, b = _predicted_pattern(plain, base_dir), _predicted_pattern(lifted, base_dir)
+    reason = a.fallback_reason or b.fallback_reason
+    if a.source != b.source:
+        a, b = replay_pattern_block(snapshot_of(plain)), replay_pattern_block(snapshot_of(lifted))
+    out: dict[str, Any] = {"plain_bytes": a.size, "lifted_bytes": b.size, "lifted": b.size < a.size,
+                           "source": a.source}
+    if reason is not None:
+        out["fallback_reason"] = reason
+    return out
+
+
+def _no_drop(gate: dict[str, Any]) -> str:
+    how = "ORT's predicted" if gate["source"] == "ort" else "the replayed (ORT could not set the graph up)"
+    return f"{how} pattern block would not drop ({gate['plain_bytes']} → {gate['lifted_bytes']} B)"
+
+
+def finish_with_pool_gate(model: ir.Model, finishing: Callable[[], list[OnnxcompPass]],
+                          base_dir: str | Path | None = None) -> tuple[ir.Model, RunLog, dict[str, Any] | None]:
+    """Run ``finishing()``'s passes on ``model``, with ``PlanarPoolPass`` in front of them where that lowers ORT's
+    memory-pattern block of the *finished* graph, the graph that will be saved.
+
+    The lift changes what the later passes see and do (the reuse pass's views and order, the declared shapes),
+    and P is not additive over them: judged before them, lossy plain_deep's lift lowered the predicted block, but
+    the finished graph's growth under ORT's defaults rose. So where any pool would be lifted, both pipelines
+    run to the end (the passes run twice; the lifted one on a copy) and P is predicted on both finished graphs;
+    the lower one is kept (ties keep the graph unlifted). Returns the model to continue with (``model`` or the
+    lifted copy), the run's log and the gate's figures (None when no pool was liftable). ``base_dir``: where
+    the graph's external data files are, for ORT's set-up."""
+    if not any(n.op_type == "MaxPool" and n.domain in _ONNX for n in model.graph):   # nothing to lift: no copy
+        return model, run_passes(model, finishing()), None
+    trial = ir.serde.deserialize_model(ir.serde.serialize_model(model))
+    if base_dir is not None:
+        ir.external_data.set_base_dir(trial.graph, Path(base_dir))
+    lift_log = run_passes(trial, [PlanarPoolPass(only_lowering=False)])
+    if not lift_log.records:
+        log = run_passes(model, finishing())
+        log.skipped[:0] = lift_log.skipped
+        return model, log, None
+    lifted_log = run_passes(trial, finishing())
+    plain_log = run_passes(model, finishing())
+    gate = _gate(model, trial, base_dir)
+    gate["pools"] = len(lift_log.records)
+    if not gate["lifted"]:
+        plain_log.skipped[:0] = [Skipped(r.detail["node"], PATTERN, _no_drop(gate)).to_dict()
+                                 | {"pass": PlanarPoolPass.name} for r in lift_log.records]
+        plain_log.skipped[:0] = lift_log.skipped
+        return model, plain_log, gate
+    for r in lift_log.records:
+        r.detail["pattern_block_bytes"] = [gate["plain_bytes"], gate["lifted_bytes"]]
+        r.detail["pattern_source"] = gate["source"]
+    lifted_log.records[:0] = lift_log.records
+    lifted_log.skipped[:0] = lift_log.skipped
+    lifted_log.modified_by[:0] = lift_log.modified_by
+    return trial, lifted_log, gate
 
 
 def _lift_pools(model: ir.Model, pass_name: str) -> tuple[list[PassRecord], list[Skipped]]:

@@ -1173,13 +1173,16 @@ def modelled_pattern(model: onnx.ModelProto) -> int:
     nothing runs) and its allocation and pattern planners are replayed on the result
     (``planner.ort_pattern.predict_pattern_block``: within 0.05 % of the measured block on 21 of 24 graphs,
     docs/notes/patternblock.md). Where ORT cannot set the graph up here, the same replay without ORT's graph
-    optimisations (``replay_pattern_block``)."""
-    from .ort_pattern import predict_pattern_block_of, replay_pattern_block
+    optimisations (``replay_pattern_block``), the reason logged (``ort_pattern.pattern_block_or_replay``; the
+    plan's ``rounds`` name the source)."""
+    return modelled_pattern_block(model).size
 
-    try:
-        return predict_pattern_block_of(model).size
-    except Exception:   # noqa: BLE001  (an ORT set-up failure: rank by the replay instead)
-        return replay_pattern_block(model).size
+
+def modelled_pattern_block(model: onnx.ModelProto) -> Any:
+    """``modelled_pattern``'s ``PatternBlock``, with its ``source`` and ``fallback_reason``."""
+    from .ort_pattern import pattern_block_or_replay
+
+    return pattern_block_or_replay(model, purpose="auto planner's chunk ranking")
 
 
 def fewest_chunks(candidates: list[int], fits: Any) -> list[int]:
@@ -1534,9 +1537,13 @@ def _fewer_chunks(model: onnx.ModelProto, plan: AutoPlan, techniques: list[Techn
 
     def cost(p: AutoPlan) -> int:
         assert p.model is not None
-        c = plan_cost(modelled_pattern(p.model), len(p.model.graph.node))
-        say(f"auto: {p.regions.input_block_chunks} chunk(s): modelled pattern block + nodes {c / MiB:.1f} MiB")
-        rounds.append({"input_block_chunks": p.regions.input_block_chunks, "plan_cost_bytes": c})
+        block = modelled_pattern_block(p.model)
+        c = plan_cost(block.size, len(p.model.graph.node))
+        say(f"auto: {p.regions.input_block_chunks} chunk(s): modelled pattern block + nodes {c / MiB:.1f} MiB"
+            + (f" (replayed without ORT: {block.fallback_reason})" if block.fallback_reason else ""))
+        rounds.append({"input_block_chunks": p.regions.input_block_chunks, "plan_cost_bytes": c,
+                       "pattern_source": block.source,
+                       **({"pattern_fallback_reason": block.fallback_reason} if block.fallback_reason else {})})
         return c
 
     # The fewest chunks that fit against the plan as it was (the others in between were not evaluated).
