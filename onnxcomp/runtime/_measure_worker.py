@@ -15,7 +15,7 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
-from onnxcomp.runtime.proc_memory import reset_hwm, status_bytes
+from onnxcomp.runtime.proc_memory import measure_call, status_bytes, trim_heap
 
 
 def run_measurement(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -52,6 +52,10 @@ def run_measurement(cfg: dict[str, Any]) -> dict[str, Any]:
     rss_before_codecs = status_bytes("VmRSS")
     _load_codec_kernels(model_path)
     codec_kernel_bytes = status_bytes("VmRSS") - rss_before_codecs
+    # Every baseline is read with the heap trimmed (measure_call): RSS then holds only pages with live data.
+    trim = bool(cfg.get("trim_heap", True))
+    rss_untrimmed = status_bytes("VmRSS")
+    heap_trimmed = trim and trim_heap()
     rss_setup = status_bytes("VmRSS")
 
     process_peak = status_bytes("VmHWM")  # imports and set-up, before the first per-step reset
@@ -60,20 +64,28 @@ def run_measurement(cfg: dict[str, Any]) -> dict[str, Any]:
     growths: list[int] = []
     times: list[float] = []
     warmup_peaks: list[int] = []
+    trimmed: list[int] = []
+    trimmed_growths: list[int] = []
     for i, (x, y) in enumerate(batches):
-        pre = status_bytes("VmRSS")
-        reset_hwm()
-        t0 = time.perf_counter()
-        loss = session.step(x, y)  # an onnxcomp op that failed inside ORT raises OpError here
-        elapsed = time.perf_counter() - t0
-        hwm = status_bytes("VmHWM")
-        process_peak = max(process_peak, hwm)
+        def step(x: Any = x, y: Any = y) -> tuple[Any, float]:
+            t0 = time.perf_counter()
+            loss = session.step(x, y)  # an onnxcomp op that failed inside ORT raises OpError here
+            return loss, time.perf_counter() - t0
+
+        m = measure_call(step, trim=trim)
+        loss, elapsed = m.result
+        process_peak = max(process_peak, m.hwm)
+        trimmed.append(m.trimmed)
         if i < warmup:
-            warmup_peaks.append(hwm - pre)
+            warmup_peaks.append(m.peak)
             continue
         losses.append(float(loss))
-        peaks.append(hwm - pre)
-        growths.append(hwm - rss_setup)
+        peaks.append(m.peak)
+        # The process's growth, never read lower for the trim: a process that does not trim holds at most the
+        # free heap pages the trim handed back on top of what this one holds (the same allocations land at the
+        # same addresses; only pages not touched again differ), so HWM + trimmed bounds its high-water mark.
+        growths.append(m.hwm + m.trimmed - rss_setup)
+        trimmed_growths.append(m.hwm - rss_setup)
         times.append(elapsed)
 
     return {
@@ -96,6 +108,13 @@ def run_measurement(cfg: dict[str, Any]) -> dict[str, Any]:
         "classes_inferred": spec.classes_inferred,
         "ort_version": ort.__version__,
         "malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_"),
+        # Free heap pages handed back before set-up's RSS and before each step (warm-up first): what the old,
+        # untrimmed baselines counted on top of live data. heap_trimmed False: no trim (asked off, or no glibc).
+        "heap_trimmed": heap_trimmed,
+        "heap_trimmed_setup_bytes": max(0, rss_untrimmed - rss_setup),
+        "heap_trimmed_bytes_per_step": trimmed,
+        # VmHWM - set-up RSS of this (trimmed) process; growth_bytes_per_step adds each step's trimmed bytes.
+        "growth_bytes_trimmed_per_step": trimmed_growths,
     }
 
 
