@@ -65,7 +65,7 @@ def run_measurement(cfg: dict[str, Any]) -> dict[str, Any]:
     times: list[float] = []
     warmup_peaks: list[int] = []
     trimmed: list[int] = []
-    trimmed_growths: list[int] = []
+    bounds: list[int] = []
     for i, (x, y) in enumerate(batches):
         def step(x: Any = x, y: Any = y) -> tuple[Any, float]:
             t0 = time.perf_counter()
@@ -81,11 +81,12 @@ def run_measurement(cfg: dict[str, Any]) -> dict[str, Any]:
             continue
         losses.append(float(loss))
         peaks.append(m.peak)
-        # The process's growth, never read lower for the trim: a process that does not trim holds at most the
-        # free heap pages the trim handed back on top of what this one holds (the same allocations land at the
-        # same addresses; only pages not touched again differ), so HWM + trimmed bounds its high-water mark.
-        growths.append(m.hwm + m.trimmed - rss_setup)
-        trimmed_growths.append(m.hwm - rss_setup)
+        # This process's growth over its (trimmed) set-up RSS. A process that never trims holds at most the free
+        # heap pages the trim handed back on top of that (the same allocations land at the same addresses; only
+        # pages not touched again differ): HWM + trimmed bounds it, loosely (pages the step touches again count
+        # twice; mobilenet_v1_s's plan: 23.1 bound, 13.9 this process, 3.9 the untrimmed baseline's figure).
+        growths.append(m.hwm - rss_setup)
+        bounds.append(m.hwm + m.trimmed - rss_setup)
         times.append(elapsed)
 
     return {
@@ -113,8 +114,8 @@ def run_measurement(cfg: dict[str, Any]) -> dict[str, Any]:
         "heap_trimmed": heap_trimmed,
         "heap_trimmed_setup_bytes": max(0, rss_untrimmed - rss_setup),
         "heap_trimmed_bytes_per_step": trimmed,
-        # VmHWM - set-up RSS of this (trimmed) process; growth_bytes_per_step adds each step's trimmed bytes.
-        "growth_bytes_trimmed_per_step": trimmed_growths,
+        # growth_bytes_per_step plus the bytes trimmed before each step: bounds an untrimmed process's growth.
+        "growth_bytes_untrimmed_bound_per_step": bounds,
     }
 
 
