@@ -117,7 +117,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
 
     error_bounds = load_bounds_file(args.bounds) if args.bounds else None
     result = measure(args.dir, model=args.model, steps=args.steps, settings=_settings(args), data=args.data,
-                     error_bounds=error_bounds)
+                     error_bounds=error_bounds, trim_heap=not args.no_trim_heap)
     d = result.to_dict()
     if args.json:
         _print_json(d)
@@ -234,6 +234,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "text: the stdlib character corpus, for gpt_tiny)")
     s.add_argument("--bounds", metavar="FILE", help="error bounds for error-bounded encoders: JSON {key: eb}, "
                    "or the output of `onnxcomp train --json`")
+    s.add_argument("--no-trim-heap", action="store_true",
+                   help="read each step's baseline RSS without first handing glibc's free heap pages back "
+                   "(malloc_trim): the figures before this option existed, which read low by whatever freed heap "
+                   "the step reused")
     s.add_argument("--json", action="store_true")
     _add_runtime_options(s)
     s.set_defaults(func=cmd_measure)

@@ -65,8 +65,11 @@ def test_depthwise_separable_chain_of_a_few_mib_is_chunked(mid: onnx.ModelProto)
     target = 4 * MiB
     _enable_input_region(mid, regions, target)
     assert regions.input_chain_layers >= 3
-    # About a MiB of the largest working set per chunk, not the batch's worth of tiny chunks.
-    assert regions.input_block_chunks == max(2, round(max(sets[:regions.input_chain_layers]) / MiB))
+    # About a MiB of the largest working set per chunk, not the batch's worth of tiny chunks, and no conv map per
+    # chunk under the mmap threshold (test_chain_chunks_keep_conv_maps_above_the_mmap_threshold).
+    units = chains[0].layers[:regions.input_chain_layers]
+    assert regions.input_block_chunks == max(2, min(round(max(sets[:regions.input_chain_layers]) / MiB),
+                                                    auto.mmap_safe_chunks(units)))
     assert 2 <= regions.input_block_chunks < BATCH
     # ... and the chain lowers the planner's floor: the step's predicted peak with the chain chunked, nothing
     # else applied, is below the unchunked one by more than the allocator's slack.
@@ -94,3 +97,23 @@ def test_no_chain_on_top_of_a_row_split(mid: onnx.ModelProto) -> None:
     plain = Regions()
     _enable_input_region(mid, plain, 4 * MiB)
     assert plain.input_chain_layers >= 3
+
+
+def _conv_output_bytes(units: list) -> list[int]:  # noqa: ANN001
+    return [4 * int(np.prod([int(d) for d in n.outputs[0].shape])) for u in units for n in u.forward
+            if n.op_type == "Conv"]
+
+
+def test_chain_chunks_keep_conv_maps_above_the_mmap_threshold(mid: onnx.ModelProto) -> None:
+    """By working set alone the chain would take 5 chunks; its strided depthwise map (512 KiB at batch 8) would then
+    be 102 KiB per chunk, on glibc's heap, whose free space a step of small tensors touches all over
+    (NOTES-peakjump.md). The planner stops at the count that keeps every conv map at or above the threshold."""
+    chains, _ = find_input_chains(ir.serde.deserialize_model(mid).graph)
+    regions = Regions()
+    _enable_input_region(mid, regions, 4 * MiB)
+    units = chains[0].layers[:regions.input_chain_layers]
+    sizes = _conv_output_bytes(units)
+    assert round(max(chain_working_sets(chains[0])[:len(units)]) / MiB) > regions.input_block_chunks
+    assert min(sizes) // regions.input_block_chunks >= auto.MMAP_THRESHOLD, (sizes, regions.input_block_chunks)
+    assert auto.mmap_safe_chunks(units) == min(sizes) // auto.MMAP_THRESHOLD == 4
+    assert auto.mmap_safe_chunks([]) > BATCH    # nothing to keep above it: no cap

@@ -1125,7 +1125,29 @@ def _input_chain(model: onnx.ModelProto, target: int, further: bool = False, at_
     # backward above the target). Still 4x the allocator's mmap threshold.
     per_chunk = max(1, MIN_CHUNK_WORKING_SET // 2 if cap == MAX_BLOCK_CHAIN_BATCHNORMS else MIN_CHUNK_WORKING_SET)
     chunks = min(chunks, max(2, round(max(sets[:layers]) / per_chunk)))
-    return layers, chunks
+    return layers, min(chunks, max(2, mmap_safe_chunks(chains[0].layers[:layers])))
+
+
+# glibc's mmap threshold as `measure` pins it (runtime/measure.py, MALLOC_ENV): blocks this large or larger are
+# mapped fresh and unmapped on free; smaller ones come from the heap.
+MMAP_THRESHOLD = 128 << 10
+
+
+def mmap_safe_chunks(units: list[Any]) -> int:
+    """The most batch chunks that keep every conv output of ``units`` (a chain's layers and residual blocks; the
+    BatchNorm and activation outputs beside them are as large, the maps they read are earlier outputs) at or
+    above MMAP_THRESHOLD per chunk (at least 1). The graph input is not counted: one slice of it per chunk.
+
+    Why: a chunk's tensors under the threshold live on glibc's heap, and thousands of them per step (every unit
+    runs once per chunk) scatter over the heap's free space between the blocks ORT's first run leaves allocated:
+    the step touches all of it although few are live at once. ResNet-18's 12 MiB plan (5 units in 16 chunks,
+    layer2's maps 64 KiB per chunk) allocated 12,374 heap tensors per step, at most 1.9 MiB of them live, and its
+    steps grew RSS by 19.6-30.7 MiB over a trimmed baseline against 10.2 MiB predicted (the old, untrimmed baseline
+    read 2-9 MiB and once 22 MiB); in 8 chunks every map is >= 128 KiB (NOTES-peakjump.md)."""
+    sizes = [int((v.dtype.itemsize if v.dtype is not None else 4) * int(np.prod([int(d) for d in v.shape])))
+             for unit in units for n in unit.forward if n.op_type == "Conv"
+             for v in n.outputs[:1] if v.shape is not None]
+    return max(1, min(sizes) // MMAP_THRESHOLD) if sizes else 1 << 30
 
 
 def _enable_input_region(model: onnx.ModelProto, regions: Regions, target: int, further: bool = False,

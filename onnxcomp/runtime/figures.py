@@ -22,6 +22,12 @@ def describe_peaks(result: dict[str, Any]) -> list[str]:
     process = extras.get("process_peak_bytes")
     lines.append(f"process peak growth over set-up: {growth:,.1f} MiB"
                  + (f"   process peak (whole process, libraries included): {process / MiB:,.1f} MiB" if process else ""))
+    trimmed = extras.get("heap_trimmed_bytes_per_step") or []
+    if extras.get("heap_trimmed") and len(trimmed) > 1:
+        # What the untrimmed baseline used to count as the process's own (measure_call): says how much a step's
+        # figure rose for it, and how much free heap the process carries between steps.
+        lines.append("free heap handed back before each step (counted in the step's peak, not its baseline): "
+                     + " ".join(f"{t / MiB:.1f}" for t in trimmed) + " MiB")
     if result["settings"].get("arena"):
         lines.append("→ the CPU arena is on: it keeps each step's memory for the next, so per-step peaks after "
                      "the first read ~0; the growth over set-up is the figure that means something here")

@@ -28,7 +28,14 @@ _STDERR_TAIL = 2000
 class MeasureResult:
     """peak_bytes: max over steps of VmHWM - pre-step RSS (reads ~0 with the arena on: the arena keeps
     the previous step's memory). growth_bytes: max over steps of VmHWM - post-setup RSS (RSS after
-    the session, optimizer and data exist, before warm-up): the honest figure with the arena on."""
+    the session, optimizer and data exist, before warm-up): the honest figure with the arena on. Both
+    baselines are read with glibc's free heap pages trimmed (unless measure(trim_heap=False)): see
+    proc_memory.measure_call: growth_bytes is this process's growth over its trimmed set-up RSS. It is higher
+    than the untrimmed figure where set-up leaves free heap that the steps reuse (under ORT's defaults:
+    mobilenet_v1_s's 4.6k-node plan 4.3 -> 11.0 MiB, ResNet-18's 15 MiB plan 28.83 -> 28.89 MiB;
+    NOTES-peakjump.md); the process's own high-water mark is unchanged. Extras
+    growth_bytes_untrimmed_bound_per_step adds the bytes trimmed before each step, a loose upper bound for a
+    process that never trims."""
 
     peak_bytes: int
     growth_bytes: int
@@ -67,12 +74,15 @@ def measure(
     timeout_s: float | None = None,
     data: str = "synthetic",
     error_bounds: dict[str, float] | None = None,
+    trim_heap: bool = True,
 ) -> MeasureResult:
     """Train `steps` steps (after `warmup`) on seeded `data` ("synthetic" or "digits") in a fresh process;
     report memory, time and losses. model: training graph file (default training_model.onnx of
     artifact_dir). error_bounds: run-time bounds (encoder key → eb) for error-bounded encoders, e.g. the
     ones a training run's controller settled on (`onnxcomp train --json` → "bounds"); payload sizes, and
-    so the peak, depend on them and on the data."""
+    so the peak, depend on them and on the data. trim_heap: hand glibc's free heap pages back before set-up's
+    RSS and each step's baseline is read (proc_memory.measure_call), so a step's peak counts the heap pages it
+    reuses; False reads the old, untrimmed baseline (figures before Nov 2026's peakjump change)."""
     artifact_dir = Path(artifact_dir).resolve()
     settings = settings or RuntimeSettings()
     if data not in ("synthetic", "digits", "text"):
@@ -83,7 +93,8 @@ def measure(
 
     model_path = resolve_training_run(artifact_dir, model)
     cfg = {"artifact_dir": str(artifact_dir), "model": str(model_path), "steps": steps, "warmup": warmup,
-           "seed": seed, "settings": settings.to_dict(), "data": data, "error_bounds": error_bounds or {}}
+           "seed": seed, "settings": settings.to_dict(), "data": data, "error_bounds": error_bounds or {},
+           "trim_heap": trim_heap}
 
     with tempfile.TemporaryDirectory(prefix="onnxcomp-measure-") as tmp:
         cfg_path, out_path = Path(tmp) / "config.json", Path(tmp) / "result.json"
@@ -115,5 +126,6 @@ def measure(
         peak_bytes=r["peak_bytes"], growth_bytes=r["growth_bytes"], rss_setup_bytes=r["rss_setup_bytes"],
         step_time_s=r["step_time_s"], step_times_s=r["step_times_s"], losses=r["losses"],
         settings=settings.to_dict(), model=str(model_path), steps=steps, warmup=warmup, seed=seed,
-        extras={k: v for k, v in r.items() if k not in core} | {"data": data, "error_bounds": error_bounds or {}},
+        extras={k: v for k, v in r.items() if k not in core}
+        | {"data": data, "error_bounds": error_bounds or {}, "trim_heap": trim_heap},
     )
