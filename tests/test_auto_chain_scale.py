@@ -107,7 +107,7 @@ def _conv_output_bytes(units: list) -> list[int]:  # noqa: ANN001
 def test_chain_chunks_keep_conv_maps_above_the_mmap_threshold(mid: onnx.ModelProto) -> None:
     """By working set alone the chain would take 5 chunks; its strided depthwise map (512 KiB at batch 8) would then
     be 102 KiB per chunk, on glibc's heap, whose free space a step of small tensors touches all over
-    (NOTES-peakjump.md). The planner stops at the count that keeps every conv map at or above the threshold."""
+    (docs/notes/peakjump.md). The planner stops at the count that keeps every conv map at or above the threshold."""
     chains, _ = find_input_chains(ir.serde.deserialize_model(mid).graph)
     regions = Regions()
     _enable_input_region(mid, regions, 4 * MiB)

@@ -1143,7 +1143,7 @@ def mmap_safe_chunks(units: list[Any]) -> int:
     the step touches all of it although few are live at once. ResNet-18's 12 MiB plan (5 units in 16 chunks,
     layer2's maps 64 KiB per chunk) allocated 12,374 heap tensors per step, at most 1.9 MiB of them live, and its
     steps grew RSS by 19.6-30.7 MiB over a trimmed baseline against 10.2 MiB predicted (the old, untrimmed baseline
-    read 2-9 MiB and once 22 MiB); in 8 chunks every map is >= 128 KiB (NOTES-peakjump.md)."""
+    read 2-9 MiB and once 22 MiB); in 8 chunks every map is >= 128 KiB (docs/notes/peakjump.md)."""
     sizes = [int((v.dtype.itemsize if v.dtype is not None else 4) * int(np.prod([int(d) for d in v.shape])))
              for unit in units for n in unit.forward if n.op_type == "Conv"
              for v in n.outputs[:1] if v.shape is not None]

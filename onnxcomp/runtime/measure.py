@@ -33,7 +33,7 @@ class MeasureResult:
     proc_memory.measure_call: growth_bytes is this process's growth over its trimmed set-up RSS. It is higher
     than the untrimmed figure where set-up leaves free heap that the steps reuse (under ORT's defaults:
     mobilenet_v1_s's 4.6k-node plan 4.3 -> 11.0 MiB, ResNet-18's 15 MiB plan 28.83 -> 28.89 MiB;
-    NOTES-peakjump.md); the process's own high-water mark is unchanged. Extras
+    docs/notes/peakjump.md); the process's own high-water mark is unchanged. Extras
     growth_bytes_untrimmed_bound_per_step adds the bytes trimmed before each step, a loose upper bound for a
     process that never trims."""
 

@@ -72,7 +72,7 @@ def measure_call(fn: Callable[[], Any], *, trim: bool = True) -> StepMemory:
     the 128 KiB mmap threshold that ``measure`` pins), which this step then reuses without growing RSS, so its peak
     read low by however much of that slack happened to be left (0-8 MiB seen on a 2-image-chunk ResNet-18 plan), and
     differently at every step. Trimmed, the baseline holds only pages with live data on them, and the peak counts
-    every page the step touches above it, heap pages included (NOTES-peakjump.md)."""
+    every page the step touches above it, heap pages included (docs/notes/peakjump.md)."""
     before = status_bytes("VmRSS")
     if trim:
         trim_heap()
