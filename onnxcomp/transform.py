@@ -141,6 +141,14 @@ def _lossy(records: list) -> bool:
     return any(r.detail.get("encoding") in _LOSSY_ENCODINGS or r.detail.get("exact") is False for r in records)
 
 
+def last_passes(records: list, lift_convs: bool = True) -> list[OnnxcompPass]:
+    """The passes every rewritten graph gets last (see transform_model), given the records of the passes before
+    them (a lossy rewrite lets the reuse pass trade ORT's fusions for memory). The budget planner's ORT-defaults
+    mode runs them on each candidate to predict the graph `transform` writes (planner/growth_budget.py)."""
+    return [PlanarPoolPass(), MaskedFillPass(), EarlyEncodePass(), ArenaScratchPass(), DefaultOrderPass(),
+            ReuseSignaturePass(keep_fusions=not _lossy(records), lift_convs=lift_convs), DeclareShapesPass()]
+
+
 def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str = "model", *,
                     passes: list[OnnxcompPass] | None = None, base_dir: str | Path | None = None,
                     lift_convs: bool = True, **options: Any) -> TransformResult:
@@ -170,10 +178,7 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
             # passes emitted without indices run as 3-D pools, out of ORT's NCHWc reorder copies
             # (passes/planar_pool.py); last, the static shapes
             # ORT's inference misses declared, so it plans those tensors in its pattern (passes/declare_shapes.py)
-            last = run_passes(ir_model, [PlanarPoolPass(), MaskedFillPass(), EarlyEncodePass(), ArenaScratchPass(),
-                                         DefaultOrderPass(), ReuseSignaturePass(keep_fusions=not _lossy(log.records),
-                                                            lift_convs=lift_convs),
-                                         DeclareShapesPass()])
+            last = run_passes(ir_model, last_passes(log.records, lift_convs))
             log.records += last.records
             log.modified_by += last.modified_by
         current = snapshot_of(ir_model)
