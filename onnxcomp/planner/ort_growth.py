@@ -79,10 +79,8 @@ class _Region:
     touched: list[tuple[int, int]] = field(default_factory=list)   # [start, end) offsets written
 
     def touched_bytes(self) -> int:
-        pages: set[int] = set()
-        for a, b in self.touched:
-            pages.update(range(a // PAGE, -(-b // PAGE)))
-        return len(pages) * PAGE
+        """Bytes of the pages written (whole pages: what RSS counts)."""
+        return sum(b - a for a, b in _merged((a // PAGE * PAGE, -(-b // PAGE) * PAGE) for a, b in self.touched))
 
 
 class Arena:
@@ -167,6 +165,8 @@ class GrowthModel:
     pattern_touched: list[tuple[int, int]] | None
     events: list[StepEvent]
     nodes: int = 0
+    heap: int = 0                   # heap_peak of the graph, and where
+    heap_at: str = ""
 
     def simulate(self, steps: int = 3) -> tuple[int, Arena]:
         """Bytes of the arena's pages written after set-up, over ``steps`` steps, and the arena."""
@@ -281,7 +281,8 @@ def _dynamic_size(node: onnx.NodeProto, k: int, full: dict[str, Any]) -> int:
     return 0
 
 
-def gradient_buffer_sizes(model: onnx.ModelProto, reorder: bool = False) -> list[int]:
+def gradient_buffer_sizes(model: onnx.ModelProto, reorder: bool = False,
+                          full: dict[str, Any] | None = None) -> list[int]:
     """Bytes of the gradient accumulation buffers ORT's Module allocates at set-up, in parameter order; with
     ``reorder`` in the order ``passes/grad_buffer_order`` would give them (what `transform` writes into an
     artifact directory)."""
@@ -296,7 +297,7 @@ def gradient_buffer_sizes(model: onnx.ModelProto, reorder: bool = False) -> list
         dims = [d.dim_value for d in t.shape.dim]
         sizes.append(int(np.prod(dims, dtype=np.int64)) * int(onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).itemsize))
     if reorder and len(sizes) > 1:
-        full = _full_shapes(model)
+        full = _full_shapes(model) if full is None else full
         scratch = max((x for n in model.graph.node if n.op_type in ("Conv", "ConvGrad")
                        for x in conv_scratch(n, full)[:1]), default=0)
         if scratch:
@@ -334,13 +335,13 @@ def heap_peak(nodes: Sequence[onnx.NodeProto], full: dict[str, Any]) -> tuple[in
         outs = sum(_nbytes(_shape_of(full, y)) for y in n.output if y)
         tensor = p.get("tensor", n.output[0] if n.output else "")
         store = bool(p.get("store"))
-        if store and n.op_type.startswith("OnnxcompDecode_"):
-            outs += 0
         now = sum(held.values()) + ins + outs
         if now > best:
             best, where = now, n.name or n.op_type
         if store and n.op_type.startswith("OnnxcompEncode_"):
-            held[tensor] = int(ins * STORE_RATIO.get(_codec(n.op_type), DEFAULT_STORE_RATIO))
+            # fixed-rate codecs (zfp) keep rate bits per 32-bit value
+            ratio = float(p["rate"]) / 32 if "rate" in p else STORE_RATIO.get(_codec(n.op_type), DEFAULT_STORE_RATIO)
+            held[tensor] = int(ins * ratio)
         elif store and n.op_type.startswith("OnnxcompDecode_"):
             held.pop(tensor, None)
     return best, where
@@ -378,21 +379,25 @@ def growth_model(optimized: onnx.ModelProto, original: onnx.ModelProto, reorder:
     shapes = ort_static_shapes(optimized, original)
     plan = allocation_plan(optimized, shapes)
     block = pattern_block(plan)
+    from .ort_pattern import _declared
+
     full = _full_shapes(original)
-    full.update({k: v for k, v in _full_shapes(optimized).items() if v[1] is not None and k not in full})
+    full.update({k: v for k, v in _declared(optimized).items() if v[1] is not None and k not in full})
     events: list[StepEvent] = []
     dynamic = set(block.dynamic)
+    merged = {**full, **{k: v for k, v in shapes.items() if v[1] is not None}}
     for step, node in enumerate(plan.nodes):
         for k, y in enumerate(node.output):
             if y in dynamic:
                 events.append(StepEvent(y, _dynamic_size(node, k, full), step, plan.end.get(y, step)))
-        for j, size in enumerate(conv_scratch(node, {**full, **{k: v for k, v in shapes.items() if v[1]}})):
+        for j, size in enumerate(conv_scratch(node, merged)):
             if size:
                 events.append(StepEvent(f"{node.name or step}/scratch{j}", size, step, step))
     events = [e for e in events if e.nbytes > 0]
     touched = [(off, off + size) for off, size in block.offsets.values()]
-    return GrowthModel(gradient_buffer_sizes(original, reorder), block.size, touched, events,
-                       nodes=len(original.graph.node))
+    heap, at = heap_peak(list(original.graph.node), full)
+    return GrowthModel(gradient_buffer_sizes(original, reorder, full), block.size, touched, events,
+                       nodes=len(original.graph.node), heap=heap, heap_at=at)
 
 
 def predict_growth_of(model: onnx.ModelProto, reorder: bool = False, steps: int = 3) -> GrowthPrediction:
@@ -414,16 +419,15 @@ def predict_growth(model_path: str | os.PathLike[str], reorder: bool = False, st
     original = onnx.load(str(model_path), load_external_data=False)
     optimized = ort_optimized_model(model_path)
     gm = growth_model(optimized, original, reorder)
-    return _predict(gm, original, steps)
+    return _predict(gm, steps)
 
 
-def _predict(gm: GrowthModel, original: onnx.ModelProto, steps: int = 3) -> GrowthPrediction:
+def _predict(gm: GrowthModel, steps: int = 3) -> GrowthPrediction:
     arena_bytes, arena = gm.simulate(steps)
     step_regions = [size for kind, _, size in arena.log][len(_setup_regions(gm.setup)):]
     copies = sum(1 for r in arena.regions if r.size >= gm.pattern > 0 and
                  any(b - a >= gm.pattern // 2 for a, b in _merged(r.touched)))
-    full = _full_shapes(original)
-    heap, at = heap_peak(list(original.graph.node), full)
+    heap, at = gm.heap, gm.heap_at
     node_bytes = NODE_BYTES * gm.nodes
     total = arena_bytes + node_bytes + heap + RESIDUE_BYTES
     return GrowthPrediction(total, gm.pattern, arena_bytes, copies, len(gm.events),
