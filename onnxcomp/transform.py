@@ -288,6 +288,7 @@ def _write_set(result: TransformResult, loaded: Any, stage: Path, out: Path, ext
                 (shutil.copytree if src.is_dir() else shutil.copy2)(src, stage / name)
     if result.modified_by:
         _order_parameters(result, stage)
+        _add_spacers(result, stage)
     _write_model_and_plan(result, loaded, stage / TRAINING_MODEL, out / TRAINING_MODEL, replace=True,
                           external_threshold=external_threshold)
 
@@ -310,6 +311,24 @@ def _order_parameters(result: TransformResult, stage: Path) -> None:
     result.model = ordered.model
     result.all_records += ordered.records
     result.modified_by.append(GradBufferOrderPass.name)
+
+
+def _add_spacers(result: TransformResult, stage: Path) -> None:
+    """The spacer parameters the budget planner's ORT-defaults mode chose (passes/arena_spacer.py), with the
+    checkpoint and eval model in ``stage`` holding them too. Only here, where the artifact set is written together."""
+    from .passes.arena_spacer import ArenaSpacerPass, spacers_of, write_spacer_artifacts
+
+    sizes = next((r.detail.get("ort_defaults", {}).get("spacers") for r in result.all_records
+                  if r.pass_name == "auto" and isinstance(r.detail, dict) and r.detail.get("ort_defaults")), None)
+    if not sizes:
+        return
+    added = ArenaSpacerPass(sizes).run(result.model)
+    if not added.changed:
+        return
+    write_spacer_artifacts(stage, spacers_of(added.model))
+    result.model = added.model
+    result.all_records += added.records
+    result.modified_by.append(ArenaSpacerPass.name)
 
 
 def _write_model_and_plan(result: TransformResult, loaded: Any, path: Path, final: Path, replace: bool,

@@ -171,3 +171,57 @@ def test_cli_growth_budget_failure_exits_2_with_one_line(small_artifacts: Path, 
     assert code == 2 and len(err.splitlines()) == 1, err
     assert "ORT-defaults growth budget" in err and "lowest predicted growth" in err
     assert not out.exists()
+
+
+# ------------------------------------------------------------------------------------------------ spacers
+def test_spacers_open_doubled_regions_until_the_set_up_leaves_the_room_asked():
+    from onnxcomp.passes.arena_spacer import spacer_sizes
+    from onnxcomp.passes.grad_buffer_order import setup_free_chunks
+
+    small = [4096] * 100                    # 400 KiB of buffers: one 1 MiB region, 624 KiB left
+    assert max(setup_free_chunks(small)) < 2 * MiB
+    sizes = spacer_sizes(small, 2 * MiB)
+    assert sizes and all(s % 256 == 0 for s in sizes)
+    assert max(setup_free_chunks([*small, *sizes])) >= 2 * MiB
+    # each is just over the largest chunk before it: one fewer would not reach the room
+    assert max(setup_free_chunks([*small, *sizes[:-1]])) < 2 * MiB
+    assert spacer_sizes(small, 100 * KiB) == []                        # already there
+    assert spacer_sizes(small, 1 << 40, max_spacers=2) == []           # out of reach
+
+
+def test_the_spacer_model_removes_the_second_pattern_region():
+    # the 2P case of the first test, with a spacer opening a region whose rest takes the request
+    from onnxcomp.passes.arena_spacer import spacer_sizes
+
+    events = [StepEvent("im2col", 300 * KiB, 2, 2)]
+    setup: list[int] = []                                              # no set-up room at all
+    two = GrowthModel(setup, 3 * MiB // 2, None, events).simulate()[0]
+    sizes = spacer_sizes(setup, 300 * KiB)
+    one = GrowthModel([*setup, *sizes], 3 * MiB // 2, None, events).simulate()[0]
+    assert two == 2 * (3 * MiB // 2) and one == 3 * MiB // 2 + 300 * KiB
+
+
+def test_spacer_pass_adds_parameters_nothing_reads(small_artifacts: Path, tmp_path: Path) -> None:
+    import numpy as np
+    import onnxruntime as ort  # noqa: F401  (the contrib ops' schemas for the checker)
+
+    from onnxcomp.passes.arena_spacer import ArenaSpacerPass, spacers_of
+
+    model = onnx.load(str(small_artifacts / "training_model.onnx"))
+    out = ArenaSpacerPass([1000, 4096]).run(model)
+    assert out.changed
+    spacers = spacers_of(out.model)
+    assert spacers == {"onnxcomp_arena_spacer0": 250, "onnxcomp_arena_spacer1": 1024}
+    names = [i.name for i in out.model.graph.input]
+    params = [n for n in names if n + "_grad.accumulation.buffer" in names]
+    assert params[-2:] == list(spacers)                                # allocated last at set-up
+    buffers = [n for n in names if n.endswith("_grad.accumulation.buffer")]
+    assert buffers[-2:] == [n + "_grad.accumulation.buffer" for n in spacers]
+    loss = model.graph.output[0].name
+    readers = {i for n in out.model.graph.node for i in n.input}
+    assert {n for n in spacers} <= readers and loss == out.model.graph.output[0].name
+    # the loss's cone does not contain them: only their own zero gradient reads them
+    assert {n.op_type for n in out.model.graph.node if set(n.input) & set(spacers)} == {"Sub"}
+    assert not ArenaSpacerPass([1000]).run(out.model).changed         # once only
+    assert np.prod([d.dim_value for d in out.model.graph.input[names.index("onnxcomp_arena_spacer1")]
+                    .type.tensor_type.shape.dim]) == 1024

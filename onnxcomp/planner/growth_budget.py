@@ -76,7 +76,8 @@ class Candidate:
 def _growth_of(graph: onnx.ModelProto) -> dict[str, Any]:
     from .ort_growth import predict_growth_of
 
-    return predict_growth_of(graph, reorder=True).to_dict()
+    # spacers (passes/arena_spacer.py) are priced too: transform adds them when it writes an artifact directory
+    return predict_growth_of(graph, reorder=True, spacers=True).to_dict()
 
 
 def plan_for_growth(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_bytes: int = 64 * 1024,
@@ -164,6 +165,7 @@ def _with_growth(plan: AutoPlan, budget: int, target: int, c: Candidate, records
     growth = {"budget_for": "ort-defaults", "growth_budget_bytes": budget, "growth_target_bytes": target,
               "predicted_growth_bytes": None if c.growth is None else c.growth["growth_bytes"],
               "step_budget_bytes": c.step_budget, "parts": c.growth, "candidates": records,
+              "spacers": (c.growth or {}).get("spacers") or [],
               "tightest_growth_budget_bytes": min((tightest_growth_budget(r["predicted_growth_bytes"])
                                                    for r in records if r["predicted_growth_bytes"] is not None),
                                                   default=None)}

@@ -365,13 +365,14 @@ class GrowthPrediction:
     heap_at: str
     residue: int
     regions: list[int]
+    spacers: list[int] = field(default_factory=list)    # passes/arena_spacer sizes this prediction assumes
 
     def to_dict(self) -> dict[str, Any]:
         return {"growth_bytes": self.total, "pattern_bytes": self.pattern, "arena_bytes": self.arena,
                 "pattern_copies": self.pattern_copies, "outside_requests": self.outside_requests,
                 "largest_outside_bytes": self.largest_outside, "nodes": self.nodes, "node_bytes": self.node_bytes,
                 "heap_bytes": self.heap, "heap_at": self.heap_at, "residue_bytes": self.residue,
-                "arena_regions": self.regions}
+                "arena_regions": self.regions, "spacers": self.spacers}
 
 
 def growth_model(optimized: onnx.ModelProto, original: onnx.ModelProto, reorder: bool = False) -> GrowthModel:
@@ -403,14 +404,47 @@ def growth_model(optimized: onnx.ModelProto, original: onnx.ModelProto, reorder:
                        nodes=len(original.graph.node), heap=heap, heap_at=at)
 
 
-def predict_growth_of(model: onnx.ModelProto, reorder: bool = False, steps: int = 3) -> GrowthPrediction:
-    """``predict_growth`` for a graph in memory (initializers inline)."""
+def predict_growth_of(model: onnx.ModelProto, reorder: bool = False, steps: int = 3,
+                      spacers: bool = False) -> GrowthPrediction:
+    """``predict_growth`` for a graph in memory (initializers inline). ``spacers``: also price the graph with
+    passes/arena_spacer's spacer parameters and return that prediction (``.spacers`` set) where its saving exceeds
+    their set-up cost (``with_spacers``)."""
     import tempfile
+
+    from .ort_pattern import ort_optimized_model
 
     with tempfile.TemporaryDirectory(prefix="onnxcomp_growth_") as tmp:
         path = Path(tmp) / "graph.onnx"
         onnx.save(model, str(path))
-        return predict_growth(path, reorder=reorder, steps=steps)
+        gm = growth_model(ort_optimized_model(path), model, reorder)
+    plain = _predict(gm, steps)
+    return with_spacers(gm, plain, steps) if spacers else plain
+
+
+# Room asked of the spacers beside the largest request outside the pattern (ConvGrad's bias row is taken while
+# its im2col buffer is held).
+SPACER_ROOM = 64 << 10
+
+
+def with_spacers(gm: GrowthModel, plain: GrowthPrediction, steps: int = 3) -> GrowthPrediction:
+    """``plain``, or the prediction with spacer parameters (passes/arena_spacer.spacer_sizes for the largest
+    request outside the pattern) where the growth they save exceeds what they hold at set-up
+    (``SET_UP_COPIES`` × their bytes)."""
+    from dataclasses import replace
+
+    from ..passes.arena_spacer import SET_UP_COPIES, spacer_sizes
+
+    if plain.pattern_copies < 2 or not gm.events:
+        return plain
+    sizes = spacer_sizes(gm.setup, max(e.nbytes for e in gm.events) + SPACER_ROOM)
+    if not sizes:
+        return plain
+    spaced = GrowthModel([*gm.setup, *sizes], gm.pattern, gm.pattern_touched, gm.events, gm.nodes + 2 * len(sizes),
+                         gm.heap, gm.heap_at)
+    p = _predict(spaced, steps)
+    if plain.total - p.total <= SET_UP_COPIES * sum(sizes):
+        return plain
+    return replace(p, spacers=sizes)
 
 
 def predict_growth(model_path: str | os.PathLike[str], reorder: bool = False, steps: int = 3) -> GrowthPrediction:
