@@ -11,9 +11,9 @@ every gradient is) listed after the others, so their gradient buffers are alloca
 allocation unit over the largest free chunk the set-up leaves so far, so it opens the arena's next region (its
 size doubling) and leaves the rest of that region free (``spacer_sizes``); the last leaves a chunk of at least
 the largest scratch request. Measured (docs/notes/growthplan.md part 4, `auto --exact` plans, ORT defaults):
-leaky_vgg one 473,600 B... 512 KiB spacer: growth 69.5 → 41.4 MiB; densenet_s three (4.6 MiB): 70.7 → 41.9 MiB;
-losses bit-identical. The cost is at set-up: each spacer byte is held ~4 times (the parameter, its gradient
-buffer, two Adam moments): +2.0 and +19.5 MiB of set-up RSS there.
+leaky_vgg, one spacer of 473,600 B: growth 69.5 → 41.4 MiB; densenet_s, three (4.6 MiB): 70.7 → 42.1 MiB; losses
+bit-identical. The cost is at set-up: each spacer byte is held ~4 times (the parameter, its gradient buffer, two
+Adam moments): +1.8 and +19.7 MiB of set-up RSS there.
 
 The graph alone is rewritten here; the checkpoint and the eval model need the parameters too
 (``write_spacer_artifacts``), so `transform` applies it only where it writes the whole artifact directory, and only
