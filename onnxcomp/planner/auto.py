@@ -1575,11 +1575,15 @@ def render_plan(summary: dict[str, Any], console: Any = None) -> None:
         else:
             t.add_row(d["region"], d["technique"], "yes" if d.get("exact") else "no", "", "", "", d["why"])
     console.print(t)
-    console.print(f"predicted step peak {summary['baseline_predicted_peak_bytes'] / MiB:.1f} → "
-                  f"{summary['predicted_peak_bytes'] / MiB:.1f} MiB (planned to {summary['target_bytes'] / MiB:.1f} "
-                  f"MiB: the budget less the predictor's margin); predicted extra step time "
-                  f"{1000 * summary['predicted_extra_seconds']:.0f} ms ({summary['cost_source']})")
     g = summary.get("ort_defaults")
+    if g is not None:   # --budget-for ort-defaults: the step target is the mode's, not the user's budget
+        planned = "no step target" if g.get("step_budget_bytes") is None else \
+            f"step target {g['step_budget_bytes'] / MiB:.1f} MiB, chosen for the growth budget"
+    else:
+        planned = f"planned to {summary['target_bytes'] / MiB:.1f} MiB: the budget less the predictor's margin"
+    console.print(f"predicted step peak {summary['baseline_predicted_peak_bytes'] / MiB:.1f} → "
+                  f"{summary['predicted_peak_bytes'] / MiB:.1f} MiB ({planned}); predicted extra step time "
+                  f"{1000 * summary['predicted_extra_seconds']:.0f} ms ({summary['cost_source']})")
     if g and g.get("predicted_growth_bytes") is not None:
         console.print(f"ORT defaults: predicted growth {g['predicted_growth_bytes'] / MiB:.1f} MiB against a budget "
                       f"of {g['growth_budget_bytes'] / MiB:.1f} MiB (planned to {g['growth_target_bytes'] / MiB:.1f}); "
