@@ -260,6 +260,13 @@ def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossl
             raise OnnxcompError("the plan holds fully connected weights as row blocks, which rewrites the "
                                 "checkpoint: give an artifact directory as input and a new directory as {output} "
                                 "(not a .onnx file)", options=("output",))
+        if _planned_spacers(result) and (not to_dir or loaded.artifact_dir is None
+                                         or loaded.artifact_dir.resolve() == out.resolve()):
+            # The ORT-defaults plan was priced with spacer parameters (passes/arena_spacer.py), which need the
+            # checkpoint and eval model too: without them the graph would hold ORT's pattern block twice.
+            raise OnnxcompError("the plan adds spacer parameters for ORT's arena, which rewrites the checkpoint: "
+                                "give an artifact directory as input and a new directory as {output} (not a .onnx "
+                                "file)", options=("output",))
         if to_dir:
             with staged_directory(out, replace=True, carry_over=True) as stage:
                 _write_set(result, loaded, stage, out, external_threshold)
@@ -313,13 +320,18 @@ def _order_parameters(result: TransformResult, stage: Path) -> None:
     result.modified_by.append(GradBufferOrderPass.name)
 
 
+def _planned_spacers(result: TransformResult) -> list[int]:
+    """The spacer sizes the budget planner's ORT-defaults mode priced its plan with ([] for none)."""
+    return next((r.detail["ort_defaults"].get("spacers") or [] for r in result.all_records
+                 if r.pass_name == "auto" and isinstance(r.detail, dict) and r.detail.get("ort_defaults")), [])
+
+
 def _add_spacers(result: TransformResult, stage: Path) -> None:
     """The spacer parameters the budget planner's ORT-defaults mode chose (passes/arena_spacer.py), with the
     checkpoint and eval model in ``stage`` holding them too. Only here, where the artifact set is written together."""
     from .passes.arena_spacer import ArenaSpacerPass, spacers_of, write_spacer_artifacts
 
-    sizes = next((r.detail.get("ort_defaults", {}).get("spacers") for r in result.all_records
-                  if r.pass_name == "auto" and isinstance(r.detail, dict) and r.detail.get("ort_defaults")), None)
+    sizes = _planned_spacers(result)
     if not sizes:
         return
     added = ArenaSpacerPass(sizes).run(result.model)

@@ -225,3 +225,15 @@ def test_spacer_pass_adds_parameters_nothing_reads(small_artifacts: Path, tmp_pa
     assert not ArenaSpacerPass([1000]).run(out.model).changed         # once only
     assert np.prod([d.dim_value for d in out.model.graph.input[names.index("onnxcomp_arena_spacer1")]
                     .type.tensor_type.shape.dim]) == 1024
+
+
+def test_the_spacers_a_plan_was_priced_with_are_read_from_its_record() -> None:
+    from onnxcomp.passes.records import PassRecord
+    from onnxcomp.transform import _planned_spacers
+
+    class R:
+        all_records = [PassRecord("planned", "auto", "auto", {"ort_defaults": {"spacers": [473600]}})]
+
+    assert _planned_spacers(R()) == [473600]
+    R.all_records = [PassRecord("planned", "auto", "auto", {"budget_bytes": 1})]
+    assert _planned_spacers(R()) == []
