@@ -73,11 +73,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     report["model"] = str(args.path)
     if args.ort_pattern:
         report["ort_defaults"] = _ort_pattern(args)
+    if args.budget_for != "step-peak" and args.budget is None:
+        raise OnnxcompError("--budget-for applies to the budget preview: add --budget SIZE", options=("budget_for",))
     if args.budget is not None:
         from .planner.auto import preview_auto
 
         return preview_auto(analysis.model, args.budget, exact=args.exact, as_json=args.json, report=report,
-                            batch=args.batch, where=str(args.path))
+                            batch=args.batch, where=str(args.path), budget_for=args.budget_for)
     if args.plot:
         plot_live_bytes(analysis, args.plot, title=f"{Path(args.path).name}: live memory over one step "
                                                    f"(batch {analysis.batch})")
@@ -219,6 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--budget", type=_bytes_arg, metavar="SIZE", help="preview the plan `transform --policy auto "
                    "--budget SIZE` would write (nothing is written; exit 2 when the budget cannot be met)")
     s.add_argument("--exact", action="store_true", help="with --budget: only bit-identical techniques")
+    s.add_argument("--budget-for", choices=["step-peak", "ort-defaults"], default="step-peak",
+                   help="with --budget: what it limits, as `transform --budget-for` (default step-peak)")
     s.add_argument("--ort-pattern", action="store_true",
                    help="also predict ORT's memory-pattern block under its default session settings (arena, mem "
                    "pattern, mem reuse, DEFAULT order): ORT optimises the graph (a session's set-up, nothing runs), "

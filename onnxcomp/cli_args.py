@@ -11,7 +11,7 @@ OPTION_FLAGS = {
     "output": "-o", "force": "--force", "model": "--model", "min_bytes": "--min-bytes", "eb": "--eb",
     "adaptive": "--static-eb", "dpr_format": "--dpr-format", "split_weight_bytes": "--split-weights",
     "rows": "--rows", "variant": "--variant", "checkpoints": "--checkpoints", "budget_bytes": "--budget",
-    "overrides": "--config", "exact": "--exact",
+    "overrides": "--config", "exact": "--exact", "budget_for": "--budget-for",
 }
 
 

@@ -84,6 +84,11 @@ def cmd_transform(args: argparse.Namespace) -> int:
         cli_options["adaptive"] = False
     if args.exact:
         cli_options["exact"] = True
+    if args.budget_for != "step-peak":
+        if args.policy != "auto" or args.budget is None:
+            raise OnnxcompError("--budget-for applies to the budget planner: add --policy auto --budget SIZE",
+                                options=("budget_for",))
+        cli_options["budget_for"] = args.budget_for
     options.update({k: v for k, v in cli_options.items() if v is not None})
     result = transform(args.path, args.output, args.policy, model=args.model, force=args.force,
                        batch=args.batch, allow_unresolved=args.allow_unresolved, lift_convs=args.lift_convs,
@@ -280,6 +285,11 @@ def add_subcommands(sub: Any) -> None:
     auto = s.add_argument_group("--policy auto (docs/auto-planner.md)")
     auto.add_argument("--exact", action="store_true", help="only bit-identical techniques: scheduling, "
                       "recomputation, lossless encodings")
+    auto.add_argument("--budget-for", choices=["step-peak", "ort-defaults"], default="step-peak",
+                      help="what --budget limits: step-peak (default) = the step's peak under onnxcomp's measure "
+                      "settings; ort-defaults = the process's growth under ORT's default session settings (arena, "
+                      "memory pattern, reuse: `measure --arena --mem-pattern --mem-reuse --order default`), "
+                      "predicted per candidate plan (docs/auto-planner.md)")
     s.add_argument("--lift-convs", action=argparse.BooleanOptionalAction, default=True,
                    help="let the last pass run 2-D convolutions as 3-D ones (a spatial axis of 1 in front) where "
                    "that stops ORT's buffer reuse holding dead buffers: less memory under ORT's default session "

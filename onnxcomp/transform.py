@@ -18,7 +18,7 @@ from .fileio import atomic_output, check_output_path, output_lock, staged_direct
 from .load import (EXTERNAL_DATA_THRESHOLD, TRAINING_MODEL, external_data_files, has_external_data, load_model,
                    save_model)
 from .passes import OPTIONS, get_policy
-from .passes.base import OnnxcompPass, run_passes
+from .passes.base import OnnxcompPass, RunLog, run_passes
 from .passes.arena_scratch import ArenaScratchPass
 from .passes.early_encode import EarlyEncodePass
 from .passes.masked_fill import MaskedFillPass
@@ -146,6 +146,23 @@ def _lossy(records: list) -> bool:
     return any(r.detail.get("encoding") in _LOSSY_ENCODINGS or r.detail.get("exact") is False for r in records)
 
 
+def last_passes(records: list, lift_convs: bool = True) -> list[OnnxcompPass]:
+    """The passes every rewritten graph gets last (see transform_model), given the records of the passes before
+    them (a lossy rewrite lets the reuse pass trade ORT's fusions for memory); planar_pool's lift goes in front
+    of them where finish_graph's gate keeps it."""
+    return [MaskedFillPass(), EarlyEncodePass(), ArenaScratchPass(), DefaultOrderPass(),
+            ReuseSignaturePass(keep_fusions=not _lossy(records), lift_convs=lift_convs), DeclareShapesPass()]
+
+
+def finish_graph(ir_model: ir.Model, records: list, lift_convs: bool = True, base_dir: Path | None = None
+                 ) -> tuple[ir.Model, RunLog, dict[str, Any] | None]:
+    """Transform's last passes with planar_pool's gate on the finished graphs (passes/planar_pool.py): the model to
+    continue with (``ir_model`` or a lifted copy), the run's log, the gate's figures. The budget planner's
+    ORT-defaults mode runs this on each candidate to predict the graph `transform` writes
+    (planner/growth_budget.py)."""
+    return finish_with_pool_gate(ir_model, lambda: last_passes(records, lift_convs), base_dir=base_dir)
+
+
 def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str = "model", *,
                     passes: list[OnnxcompPass] | None = None, base_dir: str | Path | None = None,
                     lift_convs: bool = True, **options: Any) -> TransformResult:
@@ -177,11 +194,7 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
             # (passes/planar_pool.py); last, the static shapes
             # ORT's inference misses declared, so it plans those tensors in its pattern (passes/declare_shapes.py)
             # The lift is judged on the finished graph (what will be saved): both pipelines run where it applies.
-            keep_fusions = not _lossy(log.records)
-            ir_model, last, pool_gate = finish_with_pool_gate(
-                ir_model, lambda: [MaskedFillPass(), EarlyEncodePass(), ArenaScratchPass(), DefaultOrderPass(),
-                                   ReuseSignaturePass(keep_fusions=keep_fusions, lift_convs=lift_convs),
-                                   DeclareShapesPass()], base_dir=external_dir)
+            ir_model, last, pool_gate = finish_graph(ir_model, log.records, lift_convs, external_dir)
             log.records += last.records
             log.modified_by += last.modified_by
         current = snapshot_of(ir_model)
@@ -263,6 +276,13 @@ def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossl
             raise OnnxcompError("the plan holds fully connected weights as row blocks, which rewrites the "
                                 "checkpoint: give an artifact directory as input and a new directory as {output} "
                                 "(not a .onnx file)", options=("output",))
+        if _planned_spacers(result) and (not to_dir or loaded.artifact_dir is None
+                                         or loaded.artifact_dir.resolve() == out.resolve()):
+            # The ORT-defaults plan was priced with spacer parameters (passes/arena_spacer.py), which need the
+            # checkpoint and eval model too: without them the graph would hold ORT's pattern block twice.
+            raise OnnxcompError("the plan adds spacer parameters for ORT's arena, which rewrites the checkpoint: "
+                                "give an artifact directory as input and a new directory as {output} (not a .onnx "
+                                "file)", options=("output",))
         if to_dir:
             with staged_directory(out, replace=True, carry_over=True) as stage:
                 _write_set(result, loaded, stage, out, external_threshold)
@@ -291,6 +311,7 @@ def _write_set(result: TransformResult, loaded: Any, stage: Path, out: Path, ext
                 (shutil.copytree if src.is_dir() else shutil.copy2)(src, stage / name)
     if result.modified_by:
         _order_parameters(result, stage)
+        _add_spacers(result, stage)
     _write_model_and_plan(result, loaded, stage / TRAINING_MODEL, out / TRAINING_MODEL, replace=True,
                           external_threshold=external_threshold)
 
@@ -313,6 +334,29 @@ def _order_parameters(result: TransformResult, stage: Path) -> None:
     result.model = ordered.model
     result.all_records += ordered.records
     result.modified_by.append(GradBufferOrderPass.name)
+
+
+def _planned_spacers(result: TransformResult) -> list[int]:
+    """The spacer sizes the budget planner's ORT-defaults mode priced its plan with ([] for none)."""
+    return next((r.detail["ort_defaults"].get("spacers") or [] for r in result.all_records
+                 if r.pass_name == "auto" and isinstance(r.detail, dict) and r.detail.get("ort_defaults")), [])
+
+
+def _add_spacers(result: TransformResult, stage: Path) -> None:
+    """The spacer parameters the budget planner's ORT-defaults mode chose (passes/arena_spacer.py), with the
+    checkpoint and eval model in ``stage`` holding them too. Only here, where the artifact set is written together."""
+    from .passes.arena_spacer import ArenaSpacerPass, spacers_of, write_spacer_artifacts
+
+    sizes = _planned_spacers(result)
+    if not sizes:
+        return
+    added = ArenaSpacerPass(sizes).run(result.model)
+    if not added.changed:
+        return
+    write_spacer_artifacts(stage, spacers_of(added.model))
+    result.model = added.model
+    result.all_records += added.records
+    result.modified_by.append(ArenaSpacerPass.name)
 
 
 def _write_model_and_plan(result: TransformResult, loaded: Any, path: Path, final: Path, replace: bool,

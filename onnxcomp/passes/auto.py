@@ -15,24 +15,37 @@ from .records import PassRecord
 
 
 class AutoPass(OnnxcompPass):
-    """budget_bytes: the training step's peak to fit (as `onnxcomp measure` reports it by default);
+    """budget_bytes: the training step's peak to fit (as `onnxcomp measure` reports it by default), or with
+    budget_for="ort-defaults" the process's growth under ORT's default session settings (planner/growth_budget.py);
     exact: only bit-identical techniques; min_bytes: smallest stash worth an encoder."""
 
     name = "auto"
 
-    def __init__(self, budget_bytes: int | None = None, exact: bool = False, min_bytes: int = 64 * 1024) -> None:
+    def __init__(self, budget_bytes: int | None = None, exact: bool = False, min_bytes: int = 64 * 1024,
+                 budget_for: str = "step-peak") -> None:
         if not budget_bytes:
             raise OnnxcompError("policy 'auto' needs a memory budget ({budget_bytes}), e.g. 64MiB",
                                 options=("budget_bytes",))
         self.budget_bytes = int(budget_bytes)
         self.exact = bool(exact)
         self.min_bytes = int(min_bytes)
+        from ..planner.growth_budget import BUDGET_FOR
+
+        if budget_for not in BUDGET_FOR:
+            raise OnnxcompError(f"budget_for {budget_for!r}: use one of {', '.join(BUDGET_FOR)}",
+                                options=("budget_for",))
+        self.budget_for = budget_for
 
     def call(self, model: ir.Model) -> PassOutcome:
         from ..analysis.cached import adopt_snapshot, snapshot_of, state_of
         from ..planner.auto import BudgetError, plan_auto
 
-        plan = plan_auto(snapshot_of(model), self.budget_bytes, exact=self.exact, min_bytes=self.min_bytes)
+        if self.budget_for == "ort-defaults":
+            from ..planner.growth_budget import plan_for_growth
+
+            plan = plan_for_growth(snapshot_of(model), self.budget_bytes, exact=self.exact, min_bytes=self.min_bytes)
+        else:
+            plan = plan_auto(snapshot_of(model), self.budget_bytes, exact=self.exact, min_bytes=self.min_bytes)
         if not plan.fits:
             raise BudgetError(plan.failure_line(), predicted_peak=plan.predicted_peak, target=plan.target)
         assert plan.applied is not None

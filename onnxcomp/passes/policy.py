@@ -28,6 +28,8 @@ OPTIONS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "variant": (str, "row-split variant: overl or 2ps"),
     "checkpoints": ((int, str), "segments per conv chain, or 'auto'"),
     "budget_bytes": (int, "memory budget: the training step's peak for policy 'auto', rows='auto''s too"),
+    "budget_for": (str, "policy 'auto': what the budget is: 'step-peak' (default: the step's peak under onnxcomp's "
+                        "settings) or 'ort-defaults' (the growth under ORT's default session settings)"),
     "exact": (bool, "policy 'auto': only bit-identical techniques (recomputation, lossless encodings, scheduling)"),
 }
 

@@ -740,6 +740,9 @@ class AutoPlan:
     cost_source: str = ""
     predicted_seconds: float = 0.0
     step_seconds: tuple[float | None, float | None] = (None, None)   # predicted step: baseline, plan
+    # --budget-for ort-defaults (planner/growth_budget.py): the growth budget, the plan's predicted growth and its
+    # parts, every step-peak target priced; None for a step-peak budget
+    growth: dict[str, Any] | None = None
 
     def decisions(self) -> list[dict[str, Any]]:
         """One record per decision: technique, bytes, predicted seconds, why."""
@@ -785,9 +788,14 @@ class AutoPlan:
                 "fits": self.fits, "dominant_at_peak": [{"tensor": n, "bytes": b} for n, b in self.dominant],
                 "predicted_extra_seconds": round(self.predicted_seconds, 6), "cost_source": self.cost_source,
                 "predicted_step_seconds": {"baseline": self.step_seconds[0], "plan": self.step_seconds[1]},
-                "rounds": self.rounds, "decisions": self.decisions()}
+                "rounds": self.rounds, "decisions": self.decisions(),
+                **({"ort_defaults": self.growth} if self.growth is not None else {})}
 
     def failure_line(self) -> str:
+        if self.growth is not None:
+            from .growth_budget import growth_failure_line
+
+            return growth_failure_line(self)
         top = ", ".join(f"{n} ({b / MiB:.1f} MiB)" for n, b in self.dominant[:3])
         mode = "exact techniques only (--exact)" if self.exact else "every technique"
         return (f"budget {self.budget / MiB:.1f} MiB cannot be met with {mode}: the best reachable predicted "
@@ -1596,10 +1604,19 @@ def render_plan(summary: dict[str, Any], console: Any = None) -> None:
         else:
             t.add_row(d["region"], d["technique"], "yes" if d.get("exact") else "no", "", "", "", d["why"])
     console.print(t)
+    g = summary.get("ort_defaults")
+    if g is not None:   # --budget-for ort-defaults: the step target is the mode's, not the user's budget
+        planned = "no step target" if g.get("step_budget_bytes") is None else \
+            f"step target {g['step_budget_bytes'] / MiB:.1f} MiB, chosen for the growth budget"
+    else:
+        planned = f"planned to {summary['target_bytes'] / MiB:.1f} MiB: the budget less the predictor's margin"
     console.print(f"predicted step peak {summary['baseline_predicted_peak_bytes'] / MiB:.1f} → "
-                  f"{summary['predicted_peak_bytes'] / MiB:.1f} MiB (planned to {summary['target_bytes'] / MiB:.1f} "
-                  f"MiB: the budget less the predictor's margin); predicted extra step time "
+                  f"{summary['predicted_peak_bytes'] / MiB:.1f} MiB ({planned}); predicted extra step time "
                   f"{1000 * summary['predicted_extra_seconds']:.0f} ms ({summary['cost_source']})")
+    if g and g.get("predicted_growth_bytes") is not None:
+        console.print(f"ORT defaults: predicted growth {g['predicted_growth_bytes'] / MiB:.1f} MiB against a budget "
+                      f"of {g['growth_budget_bytes'] / MiB:.1f} MiB (planned to {g['growth_target_bytes'] / MiB:.1f}); "
+                      f"{len(g['candidates'])} step-peak target(s) priced")
     step = summary.get("predicted_step_seconds") or {}
     if step.get("baseline") and step.get("plan"):
         console.print(f"predicted step time {step['baseline']:.3f} → {step['plan']:.3f} s "
@@ -1607,7 +1624,8 @@ def render_plan(summary: dict[str, Any], console: Any = None) -> None:
 
 
 def preview_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, as_json: bool = False,
-                 report: dict[str, Any] | None = None, batch: int | None = None, where: str = "model") -> int:
+                 report: dict[str, Any] | None = None, batch: int | None = None, where: str = "model",
+                 budget_for: str = "step-peak") -> int:
     """`onnxcomp inspect --budget`: plan without writing anything; 2 when the budget cannot be met."""
     import json
     import sys
@@ -1615,7 +1633,12 @@ def preview_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, as
     from ..static_batch import prepare_for_transform
 
     model = prepare_for_transform(model, where, batch=batch)
-    plan = plan_auto(model, budget, exact=exact)
+    if budget_for == "ort-defaults":
+        from .growth_budget import plan_for_growth
+
+        plan = plan_for_growth(model, budget, exact=exact)
+    else:
+        plan = plan_auto(model, budget, exact=exact)
     summary = plan.summary()
     if as_json:
         json.dump({**(report or {}), "auto": summary}, sys.stdout, indent=2)

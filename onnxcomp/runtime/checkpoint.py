@@ -96,7 +96,11 @@ def merged_parameters(artifact_dir: str | os.PathLike[str], model: str | os.Path
     ckpt = Path(checkpoint) if checkpoint is not None else Path(artifact_dir) / "checkpoint"
     if not ckpt.exists():
         raise OnnxcompError(f"{ckpt}: checkpoint not found")
-    params = {name: np.asarray(p.data) for name, p in CheckpointState.load_checkpoint(str(ckpt)).parameters}
+    from onnxcomp.passes.arena_spacer import is_spacer
+
+    # spacer parameters (passes/arena_spacer.py) are onnxcomp's, not the user's
+    params = {name: np.asarray(p.data) for name, p in CheckpointState.load_checkpoint(str(ckpt)).parameters
+              if not is_spacer(name)}
     for split in reversed(splits):   # a block split again later is merged back first
         params[split.parameter] = merge_arrays(params, split)
         for part in split.parts:

@@ -1,0 +1,195 @@
+"""`--policy auto --budget SIZE --budget-for ort-defaults`: a budget on what the graph costs under ORT's default
+session settings (arena, memory pattern, reuse, DEFAULT order) — the process's growth over set-up that
+`onnxcomp measure --arena --mem-pattern --mem-reuse --order default` reports — instead of the training step's
+peak under onnxcomp's own settings.
+
+The step-peak planner (planner/auto.py) is kept as it is and driven: its internal step-peak budget is searched
+from the top (a budget nothing needs, then each time a step peak ``STEP_FACTOR`` times the last plan's) down
+to the lowest step peak it reaches; each plan is finished as `transform` would write it (the last
+passes, the gradient buffers' parameter order) and its growth predicted (planner/ort_growth.py). The first plan
+from the top whose predicted growth is within the budget less ``GROWTH_MARGIN`` is taken: a looser step target
+never costs more predicted seconds than a tighter one (the planner spends its cheapest options first), so the
+first that fits is the cheapest found. Growth is not monotone in the step target (a tighter plan can hold ORT's
+pattern block twice, or add nodes and PyOp copies), which is why every target is priced, not bisected. None fits:
+``BudgetError`` naming the lowest predicted growth and its parts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import onnx
+
+from ..errors import OnnxcompError
+from .auto import MiB, AutoPlan, BudgetError, plan_auto, tightest_budget_for
+
+# Planned to a little under the growth budget: the predictor's error on the suite's graphs (docs/notes/growthplan.md:
+# within ±5 % on 16 of 18 graphs).
+GROWTH_MARGIN = 0.05
+# Step between the step-peak targets priced (a ratio of the previous target).
+STEP_FACTOR = 0.85
+MAX_CANDIDATES = 12
+BUDGET_FOR = ("step-peak", "ort-defaults")
+
+
+def growth_target(budget: int, margin: float = GROWTH_MARGIN) -> int:
+    """What a plan's predicted growth must be for ``budget``."""
+    return int(budget * (1 - margin))
+
+
+def tightest_growth_budget(predicted_growth: int, margin: float = GROWTH_MARGIN) -> int:
+    """The smallest growth budget a plan predicting ``predicted_growth`` is accepted for."""
+    return int(predicted_growth / (1 - margin)) + 1
+
+
+def finished_graph(plan: AutoPlan) -> onnx.ModelProto:
+    """The graph `transform` writes for ``plan``: its pipeline's graph after transform's last passes."""
+    import onnx_ir as ir
+
+    from ..analysis.cached import adopt_snapshot, snapshot_of
+    from ..transform import finish_graph
+
+    assert plan.model is not None
+    records = list(plan.applied.log.records) if plan.applied is not None else []
+    loaded = ir.serde.deserialize_model(plan.model)
+    adopt_snapshot(loaded, plan.model, checked=True)
+    if plan.applied is not None and not plan.applied.log.modified_by:
+        return plan.model
+    finished, _, _ = finish_graph(loaded, records)
+    return snapshot_of(finished)
+
+
+@dataclass
+class Candidate:
+    step_budget: int | None          # None: the untouched graph
+    fits_step: bool
+    predicted_peak: int
+    predicted_seconds: float
+    growth: dict[str, Any] | None    # ort_growth.GrowthPrediction.to_dict()
+
+    def record(self) -> dict[str, Any]:
+        return {"step_budget_bytes": self.step_budget, "step_plan_fits": self.fits_step,
+                "predicted_peak_bytes": self.predicted_peak, "predicted_seconds": round(self.predicted_seconds, 6),
+                "predicted_growth_bytes": None if self.growth is None else self.growth["growth_bytes"],
+                "growth_parts": self.growth}
+
+
+def _growth_of(graph: onnx.ModelProto) -> dict[str, Any]:
+    from .ort_growth import predict_growth_of
+
+    # spacers (passes/arena_spacer.py) are priced too: transform adds them when it writes an artifact directory
+    return predict_growth_of(graph, reorder=True, spacers=True).to_dict()
+
+
+def plan_for_growth(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_bytes: int = 64 * 1024,
+                    margin: float = GROWTH_MARGIN, progress: Any = None, step_budgets: list[int] | None = None,
+                    stop_at_first: bool = True) -> AutoPlan:
+    """The plan (from planner/auto.plan_auto at some step-peak budget) that fits the ORT-defaults growth
+    ``budget`` at the least cost; ``plan.fits`` False and the lowest predicted growth when none does.
+    ``step_budgets``: the step-peak budgets to price instead of the default descent (the untouched graph is
+    always priced first). ``stop_at_first``: False prices every target (the tightest accepted budget)."""
+    from . import memo
+
+    if budget <= 0:
+        raise OnnxcompError(f"budget {budget} bytes: must be positive", options=("budget_bytes",))
+    say = progress or (lambda _m: None)
+    target = growth_target(budget, margin)
+    with memo.planning_session() if not memo.active() else _null():
+        candidates: list[tuple[Candidate, AutoPlan]] = []
+
+        def price(step_budget: int | None) -> tuple[Candidate, AutoPlan]:
+            plan = plan_auto(model, step_budget if step_budget is not None else 1 << 50, exact=exact,
+                             min_bytes=min_bytes)
+            growth = None
+            if plan.fits:
+                growth = _growth_of(finished_graph(plan))
+            c = Candidate(step_budget, plan.fits, plan.predicted_peak, plan.predicted_seconds, growth)
+            candidates.append((c, plan))
+            g = "—" if growth is None else f"{growth['growth_bytes'] / MiB:.1f} MiB"
+            say(f"auto (ORT defaults): step target {'none' if step_budget is None else f'{step_budget / MiB:.1f} MiB'}"
+                f": step peak {plan.predicted_peak / MiB:.1f} MiB, predicted growth {g} (target {target / MiB:.1f} MiB)")
+            return c, plan
+
+        first, untouched = price(None)
+        chosen: tuple[Candidate, AutoPlan] | None = None
+        if first.growth is not None and first.growth["growth_bytes"] <= target:
+            chosen = (first, untouched)
+        last_peak = untouched.predicted_peak
+        fixed = list(step_budgets) if step_budgets is not None else None
+        for _ in range(MAX_CANDIDATES):
+            if chosen is not None and stop_at_first:
+                break
+            if fixed is not None:
+                if not fixed:
+                    break
+                b = fixed.pop(0)
+            else:
+                # Each target asks for a step peak STEP_FACTOR under the last plan's, so each candidate differs.
+                b = tightest_budget_for(int(last_peak * STEP_FACTOR))
+            c, plan = price(b)
+            if not c.fits_step:
+                # Below the planner's floor: its lowest reachable peak, priced at the budget it is accepted for.
+                for k in range(3):
+                    b = int(tightest_budget_for(plan.predicted_peak) * (1 + 0.02 * k)) + 1
+                    c, plan = price(b)
+                    if c.fits_step:
+                        break
+                if c.fits_step and c.growth is not None and c.growth["growth_bytes"] <= target and chosen is None:
+                    chosen = (c, plan)
+                break
+            if c.growth is not None and c.growth["growth_bytes"] <= target and chosen is None:
+                chosen = (c, plan)
+            if plan.predicted_peak >= last_peak:
+                break        # the planner cannot go lower from here
+            last_peak = plan.predicted_peak
+    priced = [(c, p) for c, p in candidates if c.growth is not None]
+    records = [c.record() for c, _ in candidates]
+    if chosen is None:
+        best_c, best_p = min(priced, key=lambda cp: cp[0].growth["growth_bytes"]) if priced else candidates[0]
+        plan = _with_growth(best_p, budget, target, best_c, records, fits=False)
+        return plan
+    return _with_growth(chosen[1], budget, target, chosen[0], records, fits=True)
+
+
+class _null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def _with_growth(plan: AutoPlan, budget: int, target: int, c: Candidate, records: list[dict[str, Any]],
+                 fits: bool) -> AutoPlan:
+    from dataclasses import replace
+
+    growth = {"budget_for": "ort-defaults", "growth_budget_bytes": budget, "growth_target_bytes": target,
+              "predicted_growth_bytes": None if c.growth is None else c.growth["growth_bytes"],
+              "step_budget_bytes": c.step_budget, "parts": c.growth, "candidates": records,
+              "spacers": (c.growth or {}).get("spacers") or [],
+              "tightest_growth_budget_bytes": min((tightest_growth_budget(r["predicted_growth_bytes"])
+                                                   for r in records if r["predicted_growth_bytes"] is not None),
+                                                  default=None)}
+    return replace(plan, fits=fits, growth=growth)
+
+
+def growth_failure_line(plan: AutoPlan) -> str:
+    g = plan.growth or {}
+    mode = "exact techniques only (--exact)" if plan.exact else "every technique"
+    parts = g.get("parts") or {}
+    best = g.get("predicted_growth_bytes")
+    if best is None:
+        return (f"ORT-defaults growth budget {g.get('growth_budget_bytes', 0) / MiB:.1f} MiB cannot be met with "
+                f"{mode}: no plan could be priced")
+    return (f"ORT-defaults growth budget {g['growth_budget_bytes'] / MiB:.1f} MiB cannot be met with {mode}: the "
+            f"lowest predicted growth over {len(g['candidates'])} plan(s) is {best / MiB:.1f} MiB (a plan must predict "
+            f"≤ {g['growth_target_bytes'] / MiB:.1f} MiB), made of ORT's pattern block {parts.get('pattern_bytes', 0) / MiB:.1f}"
+            f" MiB held {parts.get('pattern_copies', 1)}×, arena {parts.get('arena_bytes', 0) / MiB:.1f} MiB, nodes "
+            f"{parts.get('node_bytes', 0) / MiB:.1f} MiB, PyOp copies {parts.get('heap_bytes', 0) / MiB:.1f} MiB; the "
+            f"tightest budget it accepts is {g['tightest_growth_budget_bytes'] / MiB:.1f} MiB")
+
+
+def raise_if_unfit(plan: AutoPlan) -> None:
+    if not plan.fits:
+        raise BudgetError(growth_failure_line(plan), predicted_peak=(plan.growth or {}).get("predicted_growth_bytes"),
+                          target=(plan.growth or {}).get("growth_target_bytes"))

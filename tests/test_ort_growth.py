@@ -1,0 +1,239 @@
+"""planner/ort_growth.py (the ORT-defaults growth model) on hand-written cases, and the planner's
+`--budget-for ort-defaults` mode (planner/growth_budget.py): its budget check, its choice and its error."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from onnxcomp.cli import main
+from onnxcomp.planner import growth_budget
+from onnxcomp.planner.auto import AutoPlan, BudgetError, Regions
+from onnxcomp.planner.ort_growth import (PAGE, Arena, GrowthModel, StepEvent, conv_scratch, heap_peak,
+                                         gradient_buffer_sizes)
+
+KiB, MiB = 1 << 10, 1 << 20
+
+
+def test_a_request_outside_a_full_pattern_region_holds_the_block_twice():
+    # No set-up room: the 1.5 MiB block gets a 2 MiB region it fills (not split: the rest is < the request); a
+    # 300 KiB request in step 0 opens a second 2 MiB region, mmapped below; step 1's block takes that lower
+    # region (best fit ties on size, then address), so both regions have had the block written: 2P.
+    gm = GrowthModel(setup=[], pattern=3 * MiB // 2, pattern_touched=None,
+                     events=[StepEvent("im2col", 300 * KiB, 2, 2)])
+    growth, arena = gm.simulate(steps=3)
+    assert [r.size for r in arena.regions] == [2 * MiB, 2 * MiB]
+    assert arena.regions[1].address < arena.regions[0].address
+    assert growth == 2 * (3 * MiB // 2)     # each region: the block's pages (the request reused its pages)
+
+
+def test_set_up_room_for_the_request_keeps_the_block_once():
+    # A 256 KiB gradient buffer splits the first 1 MiB region and leaves 768 KiB free: the 300 KiB request fits
+    # there, no second region opens, the block is written once (plus the request's pages).
+    gm = GrowthModel(setup=[256 * KiB], pattern=3 * MiB // 2, pattern_touched=None,
+                     events=[StepEvent("im2col", 300 * KiB, 2, 2)])
+    growth, arena = gm.simulate(steps=3)
+    assert [r.size for r in arena.regions] == [1 * MiB, 2 * MiB]
+    assert growth == 3 * MiB // 2 + 300 * KiB
+
+
+def test_a_block_with_room_beside_it_is_split_and_written_where_its_tensors_lie():
+    # 600 KiB in a 2 MiB region (after a 1 MiB set-up region): split, the request goes beside it. Only the
+    # pattern's written offsets count.
+    gm = GrowthModel(setup=[1 * MiB], pattern=600 * KiB, pattern_touched=[(0, 100 * KiB), (400 * KiB, 600 * KiB)],
+                     events=[StepEvent("dX", 500 * KiB, 1, 3)])
+    growth, arena = gm.simulate(steps=2)
+    assert len(arena.regions) == 2
+    assert growth == 300 * KiB + 500 * KiB
+
+
+def test_the_arena_best_fits_splits_and_coalesces():
+    a = Arena()
+    a.alloc("x", 100 * KiB)          # 1 MiB region, split
+    a.alloc("y", 200 * KiB)
+    a.free("x")
+    a.alloc("z", 90 * KiB)           # best fit: the 100 KiB hole, not the big rest
+    region = a.regions[0]
+    assert region.chunks[0].start == 0 and not region.chunks[0].free
+    a.free("z")
+    a.free("y")
+    assert [c.free for c in region.chunks] == [True] and region.chunks[0].size == MiB
+    assert a.resident() == -(-(300 * KiB) // PAGE) * PAGE
+
+
+def _value(name: str, shape: list[int], dtype: int = TensorProto.FLOAT) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def test_conv_grad_scratch_is_one_images_im2col_and_a_bias_row():
+    node = helper.make_node("ConvGrad", ["dY", "X", "W"], ["dX", "dW", "dB"], domain="com.microsoft")
+    shapes = {"dY": (1, (8, 16, 10, 10)), "X": (1, (8, 4, 10, 10)), "W": (1, (16, 4, 3, 3))}
+    assert conv_scratch(node, shapes) == [4 * 4 * 9 * 100, 4 * 100]
+    conv = helper.make_node("Conv", ["X", "W"], ["Y"], pads=[1, 1, 1, 1])
+    # 16 filters against 100 output pixels: MLAS's segmented buffer, capped
+    assert conv_scratch(conv, {**shapes, "Y": (1, (8, 16, 10, 10))}) == [min(4 * 4 * 9 * 100, 128 * KiB)]
+    pointwise = helper.make_node("Conv", ["X", "W1"], ["Y"])
+    assert conv_scratch(pointwise, {"X": shapes["X"], "W1": (1, (16, 4, 1, 1)), "Y": (1, (8, 16, 10, 10))}) == []
+
+
+def test_heap_holds_bridge_copies_and_stored_payloads_until_their_decoders():
+    enc = helper.make_node("OnnxcompEncode_sparse", ["A"], ["p"], domain="ai.onnx.contrib",
+                           params=b'{"store": "inline", "tensor": "A"}')
+    enc2 = helper.make_node("OnnxcompEncode_sparse", ["B"], ["q"], domain="ai.onnx.contrib",
+                            params=b'{"store": "inline", "tensor": "B"}')
+    dec = helper.make_node("OnnxcompDecode_sparse", ["q"], ["B2"], domain="ai.onnx.contrib",
+                           params=b'{"store": "inline", "tensor": "B"}')
+    full = {"A": (1, (1 << 18,)), "B": (1, (1 << 18,)), "B2": (1, (1 << 18,))}
+    assert heap_peak([enc], full) == (MiB, "OnnxcompEncode_sparse")      # the bridge's copy of A
+    peak, _ = heap_peak([enc, enc2, dec], full)
+    # at the decoder: both payloads (half of 1 MiB each) held and B2's 1 MiB NumPy output before ORT's copy
+    assert peak == MiB // 2 + MiB // 2 + MiB
+    assert heap_peak([enc, enc2], full)[0] == MiB // 2 + MiB    # A's payload beside B's bridge copy
+    # without the store, the payload is ORT's tensor (in the arena), not the heap's
+    plain = [helper.make_node(n.op_type, n.input, n.output, domain=n.domain) for n in (enc, enc2, dec)]
+    assert heap_peak(plain, full)[0] == MiB
+    relu = helper.make_node("Relu", ["A"], ["R"])
+    assert heap_peak([relu], full) == (0, "")
+
+
+def test_gradient_buffers_are_read_in_parameter_order():
+    g = helper.make_graph([], "g", [_value("w1", [4, 4]), _value("x", [2, 4]), _value("w2", [8]),
+                                    _value("w1_grad.accumulation.buffer", [4, 4]),
+                                    _value("w2_grad.accumulation.buffer", [8])], [])
+    assert gradient_buffer_sizes(helper.make_model(g)) == [64, 32]
+
+
+# ------------------------------------------------------------------------------------------ the planner mode
+def _fake_plan(peak: int, seconds: float, fits: bool = True) -> AutoPlan:
+    return AutoPlan(budget=0, exact=True, target=0, chosen={}, regions=Regions(), predicted_peak=peak,
+                    baseline_peak=100 * MiB, fits=fits, dominant=[], model=onnx.ModelProto(),
+                    predicted_seconds=seconds)
+
+
+@pytest.fixture
+def fake_planner(monkeypatch: pytest.MonkeyPatch):
+    """plan_auto → a plan whose step peak is its budget's (floor 40 MiB); growth = 2 × peak above 60 MiB
+    (the pattern held twice), else peak + 10 MiB: not monotone in the step target."""
+    calls: list[int] = []
+
+    def plan_auto(model, budget, exact=False, min_bytes=0):  # noqa: ANN001, ANN202
+        calls.append(budget)
+        peak = min(budget, 100 * MiB)
+        return _fake_plan(max(peak, 40 * MiB), (100 * MiB - peak) / MiB, fits=budget >= 40 * MiB)
+
+    def growth_of(graph):  # noqa: ANN001, ANN202
+        return None
+
+    monkeypatch.setattr(growth_budget, "plan_auto", plan_auto)
+    monkeypatch.setattr(growth_budget, "tightest_budget_for", lambda peak, margin=0: peak)
+    monkeypatch.setattr(growth_budget, "finished_graph", lambda plan: plan.predicted_peak)
+    monkeypatch.setattr(growth_budget, "_growth_of", lambda peak: {
+        "growth_bytes": 2 * peak if peak > 60 * MiB else peak + 10 * MiB, "pattern_bytes": peak,
+        "pattern_copies": 2 if peak > 60 * MiB else 1})
+    return calls
+
+
+def test_growth_mode_takes_the_first_plan_from_the_top_that_fits(fake_planner):
+    # untouched: 100 MiB peak → 200 MiB; 85 → 170; 72 → 144; 61 → 122; 52 → 62 MiB: fits 70 MiB (target 66.5)
+    plan = growth_budget.plan_for_growth(onnx.ModelProto(), 70 * MiB, exact=True)
+    assert plan.fits and plan.growth["predicted_growth_bytes"] <= growth_budget.growth_target(70 * MiB)
+    assert plan.predicted_peak == int(int(int(int(100 * MiB * 0.85) * 0.85) * 0.85) * 0.85)
+    assert len(plan.growth["candidates"]) == 5     # stopped at the first that fits: cheaper than any below it
+    assert plan.summary()["ort_defaults"]["growth_budget_bytes"] == 70 * MiB
+
+
+def test_growth_mode_that_cannot_fit_names_the_lowest_predicted_growth(fake_planner):
+    plan = growth_budget.plan_for_growth(onnx.ModelProto(), 30 * MiB, exact=True)
+    assert not plan.fits
+    assert abs(plan.growth["predicted_growth_bytes"] - 50 * MiB) <= 1     # the 40 MiB floor plan: 40 + 10
+    assert plan.growth["tightest_growth_budget_bytes"] == growth_budget.tightest_growth_budget(plan.growth["predicted_growth_bytes"])
+    with pytest.raises(BudgetError, match="lowest predicted growth .* is 50.0 MiB") as e:
+        growth_budget.raise_if_unfit(plan)
+    assert "\n" not in str(e.value)
+
+
+def test_budget_for_needs_the_budget_planner(small_artifacts: Path, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    assert main(["inspect", str(small_artifacts), "--budget-for", "ort-defaults"]) != 0
+    assert "--budget" in capsys.readouterr().err
+    out = tmp_path / "o"
+    assert main(["transform", str(small_artifacts), "-o", str(out), "--policy", "lossless",
+                 "--budget-for", "ort-defaults"]) != 0
+    assert not out.exists()
+
+
+def test_cli_growth_budget_failure_exits_2_with_one_line(small_artifacts: Path, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    out = tmp_path / "o"
+    code = main(["transform", str(small_artifacts), "-o", str(out), "--policy", "auto", "--budget", "64KiB",
+                 "--exact", "--budget-for", "ort-defaults"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "ORT-defaults growth budget" in err and "lowest predicted growth" in err
+    assert not out.exists()
+
+
+# ------------------------------------------------------------------------------------------------ spacers
+def test_spacers_open_doubled_regions_until_the_set_up_leaves_the_room_asked():
+    from onnxcomp.passes.arena_spacer import spacer_sizes
+    from onnxcomp.passes.grad_buffer_order import setup_free_chunks
+
+    small = [4096] * 100                    # 400 KiB of buffers: one 1 MiB region, 624 KiB left
+    assert max(setup_free_chunks(small)) < 2 * MiB
+    sizes = spacer_sizes(small, 2 * MiB)
+    assert sizes and all(s % 256 == 0 for s in sizes)
+    assert max(setup_free_chunks([*small, *sizes])) >= 2 * MiB
+    # each is just over the largest chunk before it: one fewer would not reach the room
+    assert max(setup_free_chunks([*small, *sizes[:-1]])) < 2 * MiB
+    assert spacer_sizes(small, 100 * KiB) == []                        # already there
+    assert spacer_sizes(small, 1 << 40, max_spacers=2) == []           # out of reach
+
+
+def test_the_spacer_model_removes_the_second_pattern_region():
+    # the 2P case of the first test, with a spacer opening a region whose rest takes the request
+    from onnxcomp.passes.arena_spacer import spacer_sizes
+
+    events = [StepEvent("im2col", 300 * KiB, 2, 2)]
+    setup: list[int] = []                                              # no set-up room at all
+    two = GrowthModel(setup, 3 * MiB // 2, None, events).simulate()[0]
+    sizes = spacer_sizes(setup, 300 * KiB)
+    one = GrowthModel([*setup, *sizes], 3 * MiB // 2, None, events).simulate()[0]
+    assert two == 2 * (3 * MiB // 2) and one == 3 * MiB // 2 + 300 * KiB
+
+
+def test_spacer_pass_adds_parameters_nothing_reads(small_artifacts: Path, tmp_path: Path) -> None:
+    import numpy as np
+    import onnxruntime as ort  # noqa: F401  (the contrib ops' schemas for the checker)
+
+    from onnxcomp.passes.arena_spacer import ArenaSpacerPass, spacers_of
+
+    model = onnx.load(str(small_artifacts / "training_model.onnx"))
+    out = ArenaSpacerPass([1000, 4096]).run(model)
+    assert out.changed
+    spacers = spacers_of(out.model)
+    assert spacers == {"onnxcomp_arena_spacer0": 250, "onnxcomp_arena_spacer1": 1024}
+    names = [i.name for i in out.model.graph.input]
+    params = [n for n in names if n + "_grad.accumulation.buffer" in names]
+    assert params[-2:] == list(spacers)                                # allocated last at set-up
+    buffers = [n for n in names if n.endswith("_grad.accumulation.buffer")]
+    assert buffers[-2:] == [n + "_grad.accumulation.buffer" for n in spacers]
+    loss = model.graph.output[0].name
+    readers = {i for n in out.model.graph.node for i in n.input}
+    assert {n for n in spacers} <= readers and loss == out.model.graph.output[0].name
+    # the loss's cone does not contain them: only their own zero gradient reads them
+    assert {n.op_type for n in out.model.graph.node if set(n.input) & set(spacers)} == {"Sub"}
+    assert not ArenaSpacerPass([1000]).run(out.model).changed         # once only
+    assert np.prod([d.dim_value for d in out.model.graph.input[names.index("onnxcomp_arena_spacer1")]
+                    .type.tensor_type.shape.dim]) == 1024
+
+
+def test_the_spacers_a_plan_was_priced_with_are_read_from_its_record() -> None:
+    from onnxcomp.passes.records import PassRecord
+    from onnxcomp.transform import _planned_spacers
+
+    class R:
+        all_records = [PassRecord("planned", "auto", "auto", {"ort_defaults": {"spacers": [473600]}})]
+
+    assert _planned_spacers(R()) == [473600]
+    R.all_records = [PassRecord("planned", "auto", "auto", {"budget_bytes": 1})]
+    assert _planned_spacers(R()) == []
