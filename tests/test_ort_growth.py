@@ -201,6 +201,25 @@ def test_the_spacer_model_removes_the_second_pattern_region():
     assert two == 2 * (3 * MiB // 2) and one == 3 * MiB // 2 + 300 * KiB
 
 
+def test_spacers_are_priced_with_what_they_hold_at_set_up():
+    # the budget sees growth + the spacers' set-up bytes: moving memory into the set-up is no saving
+    from onnxcomp.passes.arena_spacer import SET_UP_COPIES
+    from onnxcomp.planner.ort_growth import _predict, with_spacers
+
+    events = [StepEvent("im2col", 300 * KiB, 2, 2)]
+    big = GrowthModel([], 8 * MiB, None, events)                       # 2P: 8 MiB held twice, a spacer saves ~8
+    plain = _predict(big)
+    spaced = with_spacers(big, plain)
+    assert plain.pattern_copies == 2 and spaced.spacers
+    assert spaced.spacer_set_up == SET_UP_COPIES * sum(spaced.spacers)
+    assert spaced.total < plain.total
+    assert spaced.total == _predict(GrowthModel(spaced.spacers, 8 * MiB, None, events, nodes=2 * len(spaced.spacers))
+                                    ).total + spaced.spacer_set_up
+    # a request so large that its spacers would hold more at set-up than the second copy costs: not used
+    costly = GrowthModel([], 3 * MiB // 2, None, [StepEvent("im2col", 1400 * KiB, 2, 2)])
+    assert with_spacers(costly, _predict(costly)).spacers == []
+
+
 def test_spacer_pass_adds_parameters_nothing_reads(small_artifacts: Path, tmp_path: Path) -> None:
     import numpy as np
     import onnxruntime as ort  # noqa: F401  (the contrib ops' schemas for the checker)

@@ -366,13 +366,16 @@ class GrowthPrediction:
     residue: int
     regions: list[int]
     spacers: list[int] = field(default_factory=list)    # passes/arena_spacer sizes this prediction assumes
+    # What those spacers hold at set-up (parameter, gradient buffer, Adam moments), counted in ``total``: moving
+    # bytes out of the growth into the set-up is not a saving, so the budget sees them.
+    spacer_set_up: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"growth_bytes": self.total, "pattern_bytes": self.pattern, "arena_bytes": self.arena,
                 "pattern_copies": self.pattern_copies, "outside_requests": self.outside_requests,
                 "largest_outside_bytes": self.largest_outside, "nodes": self.nodes, "node_bytes": self.node_bytes,
                 "heap_bytes": self.heap, "heap_at": self.heap_at, "residue_bytes": self.residue,
-                "arena_regions": self.regions, "spacers": self.spacers}
+                "arena_regions": self.regions, "spacers": self.spacers, "spacer_set_up_bytes": self.spacer_set_up}
 
 
 def growth_model(optimized: onnx.ModelProto, original: onnx.ModelProto, reorder: bool = False) -> GrowthModel:
@@ -429,7 +432,8 @@ SPACER_ROOM = 64 << 10
 def with_spacers(gm: GrowthModel, plain: GrowthPrediction, steps: int = 3) -> GrowthPrediction:
     """``plain``, or the prediction with spacer parameters (passes/arena_spacer.spacer_sizes for the largest
     request outside the pattern) where the growth they save exceeds what they hold at set-up
-    (``SET_UP_COPIES`` × their bytes)."""
+    (``SET_UP_COPIES`` × their bytes). The spaced prediction's ``total`` includes that set-up cost: growth plus the
+    set-up bytes the spacers add is what the process holds beyond the untouched graph's set-up."""
     from dataclasses import replace
 
     from ..passes.arena_spacer import SET_UP_COPIES, spacer_sizes
@@ -442,9 +446,10 @@ def with_spacers(gm: GrowthModel, plain: GrowthPrediction, steps: int = 3) -> Gr
     spaced = GrowthModel([*gm.setup, *sizes], gm.pattern, gm.pattern_touched, gm.events, gm.nodes + 2 * len(sizes),
                          gm.heap, gm.heap_at)
     p = _predict(spaced, steps)
-    if plain.total - p.total <= SET_UP_COPIES * sum(sizes):
+    set_up = SET_UP_COPIES * sum(sizes)
+    if p.total + set_up >= plain.total:
         return plain
-    return replace(p, spacers=sizes)
+    return replace(p, total=p.total + set_up, spacers=sizes, spacer_set_up=set_up)
 
 
 def predict_growth(model_path: str | os.PathLike[str], reorder: bool = False, steps: int = 3) -> GrowthPrediction:
