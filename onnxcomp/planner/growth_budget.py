@@ -15,6 +15,7 @@ pattern block twice, or add nodes and PyOp copies), which is why every target is
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,7 +95,7 @@ def plan_for_growth(model: onnx.ModelProto, budget: int, *, exact: bool = False,
         raise OnnxcompError(f"budget {budget} bytes: must be positive", options=("budget_bytes",))
     say = progress or (lambda _m: None)
     target = growth_target(budget, margin)
-    with memo.planning_session() if not memo.active() else _null():
+    with memo.planning_session() if not memo.active() else nullcontext():
         candidates: list[tuple[Candidate, AutoPlan]] = []
 
         def price(step_budget: int | None) -> tuple[Candidate, AutoPlan]:
@@ -149,14 +150,6 @@ def plan_for_growth(model: onnx.ModelProto, budget: int, *, exact: bool = False,
         plan = _with_growth(best_p, budget, target, best_c, records, fits=False)
         return plan
     return _with_growth(chosen[1], budget, target, chosen[0], records, fits=True)
-
-
-class _null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
 
 
 def _with_growth(plan: AutoPlan, budget: int, target: int, c: Candidate, records: list[dict[str, Any]],

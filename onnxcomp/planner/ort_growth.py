@@ -32,7 +32,6 @@ import os
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -412,14 +411,9 @@ def predict_growth_of(model: onnx.ModelProto, reorder: bool = False, steps: int 
     """``predict_growth`` for a graph in memory (initializers inline). ``spacers``: also price the graph with
     passes/arena_spacer's spacer parameters and return that prediction (``.spacers`` set) where its saving exceeds
     their set-up cost (``with_spacers``)."""
-    import tempfile
+    from .ort_pattern import ort_optimized_model_of
 
-    from .ort_pattern import ort_optimized_model
-
-    with tempfile.TemporaryDirectory(prefix="onnxcomp_growth_") as tmp:
-        path = Path(tmp) / "graph.onnx"
-        onnx.save(model, str(path))
-        gm = growth_model(ort_optimized_model(path), model, reorder)
+    gm = growth_model(ort_optimized_model_of(model), model, reorder)
     plain = _predict(gm, steps)
     return with_spacers(gm, plain, steps) if spacers else plain
 

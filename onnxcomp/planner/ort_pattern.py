@@ -409,9 +409,9 @@ def predict_pattern_block(model_path: str | os.PathLike[str], session_options: A
     return pattern_block(allocation_plan(optimized, ort_static_shapes(optimized, original)))
 
 
-def predict_pattern_block_of(model: onnx.ModelProto, session_options: Any = None,
-                             base_dir: str | os.PathLike[str] | None = None) -> PatternBlock:
-    """``predict_pattern_block`` for a graph in memory (written to a temporary file for ORT to optimise).
+def ort_optimized_model_of(model: onnx.ModelProto, session_options: Any = None,
+                           base_dir: str | os.PathLike[str] | None = None) -> onnx.ModelProto:
+    """``ort_optimized_model`` for a graph in memory (written to a temporary file for ORT to optimise).
     Initializers kept in external data files are read from ``base_dir`` (the directory their locations are
     relative to; the files are linked into the temporary directory, not copied). Raises whatever ORT's set-up
     raises, and ValueError for external data without ``base_dir``."""
@@ -429,7 +429,15 @@ def predict_pattern_block_of(model: onnx.ModelProto, session_options: Any = None
             link.parent.mkdir(parents=True, exist_ok=True)
             link.symlink_to(Path(base_dir, name).resolve())
         onnx.save(model, str(path))
-        return predict_pattern_block(path, session_options)
+        return ort_optimized_model(path, session_options)
+
+
+def predict_pattern_block_of(model: onnx.ModelProto, session_options: Any = None,
+                             base_dir: str | os.PathLike[str] | None = None) -> PatternBlock:
+    """``predict_pattern_block`` for a graph in memory (``ort_optimized_model_of``: external data read from
+    ``base_dir``). Raises whatever ORT's set-up raises, and ValueError for external data without ``base_dir``."""
+    optimized = ort_optimized_model_of(model, session_options, base_dir)
+    return pattern_block(allocation_plan(optimized, ort_static_shapes(optimized, model)))
 
 
 def pattern_block_or_replay(model: onnx.ModelProto, session_options: Any = None,
