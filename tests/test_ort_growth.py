@@ -256,3 +256,20 @@ def test_the_spacers_a_plan_was_priced_with_are_read_from_its_record() -> None:
     assert _planned_spacers(R()) == [473600]
     R.all_records = [PassRecord("planned", "auto", "auto", {"budget_bytes": 1})]
     assert _planned_spacers(R()) == []
+
+
+def test_a_graph_ort_cannot_set_up_fails_the_mode_in_one_line(small_artifacts: Path, tmp_path: Path, capsys,  # noqa: ANN001
+                                                              monkeypatch) -> None:  # noqa: ANN001
+    from onnxcomp.planner import ort_growth
+
+    def refuse(*_a, **_k):  # noqa: ANN002, ANN003, ANN202
+        raise ValueError("the graph keeps initializers in external data (w.bin) and no base_dir says where")
+
+    monkeypatch.setattr(ort_growth, "predict_growth_of", refuse)
+    out = tmp_path / "o"
+    code = main(["transform", str(small_artifacts), "-o", str(out), "--policy", "auto", "--budget", "64MiB",
+                 "--budget-for", "ort-defaults"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "--budget-for ort-defaults" in err and "external data" in err
+    assert not out.exists()

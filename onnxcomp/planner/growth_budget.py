@@ -79,7 +79,14 @@ def _growth_of(graph: onnx.ModelProto) -> dict[str, Any]:
     from .ort_growth import predict_growth_of
 
     # spacers (passes/arena_spacer.py) are priced too: transform adds them when it writes an artifact directory
-    return predict_growth_of(graph, reorder=True, spacers=True).to_dict()
+    try:
+        return predict_growth_of(graph, reorder=True, spacers=True).to_dict()
+    except Exception as exc:  # noqa: BLE001  (ORT's set-up raises its own types): one line, not a traceback
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise OnnxcompError(
+            f"{{budget_for}} ort-defaults: ORT could not set up a candidate graph to predict its growth ({first}); "
+            "budget the step peak instead (the default) or check the graph with `onnxcomp inspect`",
+            options=("budget_for",)) from exc
 
 
 def plan_for_growth(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_bytes: int = 64 * 1024,
