@@ -12,12 +12,13 @@ gradient graph and session on the first), then `--steps` measured steps. Rows:
   ortmodule-recompute    ORTModule's own memory optimizer, level 2 (recompute subgraphs it finds)
   ortmodule+POLICY       onnxcomp's POLICY applied to ORTModule's gradient graph (wrap(policy=POLICY)),
                          PRIORITY_BASED order; ortmodule+POLICY@ortmodule keeps ORTModule's DEFAULT order
-Figures, all from /proc/self/status:
+Figures, all from /proc/self/status, read as `onnxcomp measure` reads them (runtime.step_meter.StepMeter: every
+baseline RSS after malloc_trim(0), docs/notes/peakjump.md; `--no-trim-heap` gives the old, untrimmed baselines):
   step peak    max over measured steps of VmHWM - VmRSS before the step (VmHWM reset per step): what one
                step allocates above what the process already holds. ORTModule's CPU arena keeps ORT's
                activations between steps, so for ORTModule rows this counts torch's share (outputs,
                gradients handed to PyTorch, optimizer temporaries) plus arena growth only.
-  held         VmRSS after the last step - VmRSS before the first step: what training keeps (arena, ORT
+  held         VmRSS after the last step - VmRSS before the first step (both trimmed): what training keeps (arena, ORT
                session and graphs, optimizer state, gradients).
   growth       process peak - VmRSS before the first step: the figure to compare across rows; it includes
                ORTModule's export and graph build on the first step.
@@ -32,13 +33,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from onnxcomp.runtime.proc_memory import reset_hwm, status_bytes
+from onnxcomp.runtime.proc_memory import status_bytes, trim_heap
+from onnxcomp.runtime.step_meter import StepMeter
 
 MiB = 1 << 20
+# What `onnxcomp measure` pins in its children (runtime.measure.MALLOC_ENV; that module is not imported here: it
+# imports onnxruntime before the row decides how).
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "131072"}
 
 
 def child(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -74,32 +78,27 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
         opt.step()
         return float(loss)
 
-    process_peak = status_bytes("VmHWM")
-    start_rss = status_bytes("VmRSS")
-    losses, step_peaks, times = [], [], []
-    for i, (x, y) in enumerate(batches):
-        pre = status_bytes("VmRSS")
-        process_peak = max(process_peak, status_bytes("VmHWM"))
-        reset_hwm()
-        t0 = time.perf_counter()
-        losses.append(step(x, y))
-        dt = time.perf_counter() - t0
-        hwm = status_bytes("VmHWM")
-        process_peak = max(process_peak, hwm)
-        if i >= cfg["warmup"]:
-            step_peaks.append(hwm - pre)
-            times.append(dt)
+    meter = StepMeter(trim=cfg.get("trim", True))
+    meter.setup_done()  # trimmed RSS before the first step (warm-up included: ORTModule builds there)
+    losses = [meter.step(lambda x=x, y=y: step(x, y)) for x, y in batches]
+    if meter.trim:
+        trim_heap()
     end_rss = status_bytes("VmRSS")
+    w = cfg["warmup"]
+    step_peaks, times = meter.step_peaks[w:], meter.times[w:]
     if report is not None and report.builds == 0 and report.policy not in ("none", "ortmodule-recompute"):
         raise RuntimeError("onnxcomp's hook never ran: ORTModule did not build a gradient graph")
     return {"row": row, "losses": losses, "step_peak": max(step_peaks), "step_peaks": step_peaks,
-            "held": end_rss - start_rss, "growth": process_peak - start_rss, "process_peak": process_peak,
-            "start_rss": start_rss, "step_time_median": statistics.median(times), "step_times": times,
+            "warmup_step_peaks": meter.step_peaks[:w], "held": end_rss - meter.setup_rss,
+            "growth": max(meter.step_hwms) - meter.setup_rss, "process_peak": meter.process_peak,
+            "start_rss": meter.setup_rss, "heap_trimmed": meter.trim, "start_trimmed": meter.setup_trimmed,
+            "trimmed_per_step": meter.trimmed, "malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_"),
+            "step_time_median": statistics.median(times), "step_times": times,
             "threads": torch.get_num_threads(), "wrap": report.summary() if report is not None else None}
 
 
 def run_row(cfg: dict[str, Any], timeout: int) -> dict[str, Any]:
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
+    env = dict(os.environ, **MALLOC_ENV)
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(cfg, f)
     try:
@@ -145,12 +144,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--rows", default="eager,ortmodule,ortmodule-recompute,ortmodule+lossless,ortmodule+recompute")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per row")
+    ap.add_argument("--no-trim-heap", action="store_true", help="old, untrimmed baselines (comparisons only)")
     ap.add_argument("--json", type=Path, help="write every row's figures here")
     args = ap.parse_args(argv)
     if args.child:
         print(json.dumps(child(json.loads(Path(args.child).read_text()))))
         return 0
     base = {k: getattr(args, k) for k in ("model", "batch", "image", "classes", "warmup", "steps")}
+    base["trim"] = not args.no_trim_heap
     results = []
     for row in args.rows.split(","):
         r = run_row(base | {"row": row}, args.timeout)
