@@ -1,12 +1,12 @@
-"""Ahead-of-time compiled copies of the lossless codecs' kernel modules (``sparse``, ``maxpool``), loadable
-without numba.
+"""Ahead-of-time compiled copies of the codecs' kernel modules (``cpu/{sparse,maxpool,sz,dpr,bits,intervalmask}.py``
+and zfp's ``_zfp_numba.py``), loadable without numba.
 
 Why: loading one numba kernel from numba's on-disk cache costs a process ~115 MiB of RSS (``import numba``
 +54 MiB, then the first cached call +62 MiB: ~69 MiB of LLVM's own code and data pages in libllvmlite.so,
 ~39 MiB of heap and Python objects, ~5 MiB of scipy; `docs/notes/numbarss.md`), because numba links cached object
 code with LLVM's JIT. An extension module compiled by ``numba.pycc`` from the same kernel functions is plain
-machine code: importing it and calling its kernels adds < 1 MiB. So a lossless graph's process (no other numba
-codec) runs these kernels compiled at almost no RSS, where it ran NumPy before.
+machine code: importing it and calling its kernels adds < 1 MiB. So a graph's process runs its codecs' kernels
+compiled at almost no RSS (lossless graphs ran NumPy before; lossy ones paid numba's ~125 MiB at set-up).
 
 The AOT build runs once per kernel source / numba / numpy / Python / CPU in a child process (numba's RSS is
 the child's, ~5 s of CPU) and is cached beside numba's cache; the extension is compiled for the host CPU
@@ -33,8 +33,15 @@ from types import ModuleType
 
 from . import _jit
 
-MODULES = frozenset({"sparse", "maxpool"})  # kernel modules with AOT_SIGNATURES
+# Kernel modules with AOT_SIGNATURES: cpu.kernels name -> module, relative to the codecs' package (custom_ops).
+SOURCES = {"sparse": "cpu.sparse", "maxpool": "cpu.maxpool", "sz": "cpu.sz", "dpr": "cpu.dpr", "bits": "cpu.bits",
+           "intervalmask": "cpu.intervalmask", "zfp": "_zfp_numba"}
+# Other sources a module's compiled code comes from (sz's kernels use zfp's LLVM intrinsics): in its cache key.
+DEPENDS = {"sz": ("_zfp_numba",)}
+MODULES = frozenset(SOURCES)
 _HERE = Path(__file__).resolve().parent
+_ROOT = _HERE.parent  # the codecs' package directory
+_PACKAGE = __package__.rsplit(".", 1)[0]  # its module name (onnxcomp.custom_ops, or custom_ops in a checkout)
 _failed: set[str] = set()
 
 
@@ -57,10 +64,16 @@ def _version(dist: str) -> str:
         return "-"
 
 
+def source_path(module: str) -> Path:
+    """File of kernel module ``module`` (a SOURCES value)."""
+    return _ROOT.joinpath(*module.split(".")).with_suffix(".py")
+
+
 def module_name(name: str) -> str:
     """The extension's module name: its kernel source, this build recipe and what the code depends on."""
     h = hashlib.sha256()
-    for part in ((_HERE / f"{name}.py").read_bytes(), Path(__file__).read_bytes(), _version("numba").encode(),
+    sources = [source_path(m).read_bytes() for m in (SOURCES[name], *DEPENDS.get(name, ()))]
+    for part in (*sources, Path(__file__).read_bytes(), _version("numba").encode(),
                  _version("numpy").encode(), sys.version.encode(), platform.machine().encode(), _cpu_id().encode()):
         h.update(hashlib.sha256(part).digest())
     return f"_onnxcomp_aot_{name}_{h.hexdigest()[:20]}"
@@ -112,9 +125,9 @@ def _build(name: str, out_dir: str) -> None:
 
     from numba.pycc import CC
 
-    kernels = importlib.import_module(f"{__package__}.{name}")
-    if Path(kernels.__file__).resolve() != _HERE / f"{name}.py":  # another checkout's copy on sys.path
-        raise RuntimeError(f"{kernels.__file__} is not {_HERE / f'{name}.py'}")
+    kernels = importlib.import_module(f"{_PACKAGE}.{SOURCES[name]}")
+    if Path(kernels.__file__).resolve() != source_path(SOURCES[name]):  # another checkout's copy on sys.path
+        raise RuntimeError(f"{kernels.__file__} is not {source_path(SOURCES[name])}")
     mod = module_name(name)
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
         cc = CC(mod)
@@ -122,15 +135,20 @@ def _build(name: str, out_dir: str) -> None:
         cc.target_cpu = "host"
         cc.verbose = False
         for fn, sig in kernels.AOT_SIGNATURES.items():
-            cc.export(fn, sig)(getattr(kernels, fn).py_func)
+            py_func = getattr(kernels, fn).py_func
+            if isinstance(sig, str):
+                cc.export(fn, sig)(py_func)
+            else:  # several signatures: one entry point each, fn__0, fn__1, ... (_jit binds them)
+                for i, s in enumerate(sig):
+                    cc.export(f"{fn}__{i}", s)(py_func)
         cc.compile()
         (built,) = Path(tmp).glob(mod + "*")
         os.replace(built, Path(out_dir) / (mod + importlib.machinery.EXTENSION_SUFFIXES[0]))
 
 
 def load(name: str) -> ModuleType | None:
-    """A copy of ``cpu/<name>.py`` whose kernels are the AOT-compiled ones (numba not imported), or None if
-    they cannot be built here. Call under ``cpu._lock``."""
+    """A copy of kernel module ``name`` (SOURCES) whose kernels are the AOT-compiled ones (numba not imported),
+    or None if they cannot be built here. Call under ``cpu._lock``."""
     if name not in MODULES or name in _failed:
         return None
     path = _built(name)
@@ -140,7 +158,9 @@ def load(name: str) -> ModuleType | None:
     mod = module_name(name)
     lib = importlib.util.module_from_spec(importlib.util.spec_from_file_location(mod, path))
     lib.__spec__.loader.exec_module(lib)
-    spec = importlib.util.spec_from_file_location(f"{__package__}._aot_{name}", _HERE / f"{name}.py")
+    # Named beside the original (same parent package), so its relative imports resolve to the same modules.
+    parent = f"{_PACKAGE}.{SOURCES[name]}".rsplit(".", 1)[0]
+    spec = importlib.util.spec_from_file_location(f"{parent}._aot_{name}", source_path(SOURCES[name]))
     kernels = importlib.util.module_from_spec(spec)
     _jit.AOT_LIB = lib
     try:
