@@ -394,6 +394,27 @@ def test_aot_maps_equal_numpy(name: str, shape: tuple[int, ...]) -> None:
         _assert_same(get_codec(name), np.nan_to_num(x, nan=0.0, neginf=-1.0), {"rate": 8}, backend="aot")
 
 
+@numba_only
+def test_aot_copy_runs_the_code_compiled_at_build_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The AOT copy executes the module's code object marshalled at build time, not its source: compiling
+    _zfp_numba.py's 1,750 lines in every process (no .pyc where PYTHONDONTWRITEBYTECODE is set) cost ~5 MiB of
+    set-up RSS and +1.3 MiB of training-step growth on ResNet-18's zfp plan (docs/notes/aotlossy.md)."""
+    import importlib.machinery
+
+    from onnxcomp.custom_ops.cpu import aot
+
+    with cpu.use_backend("aot"):
+        assert cpu.kernels("zfp") is not None
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("kernel source compiled at load")
+
+    monkeypatch.setattr(importlib.machinery.SourceFileLoader, "get_code", refuse)
+    monkeypatch.setattr("builtins.compile", refuse)
+    mod = aot.load("zfp")
+    assert mod is not None and callable(mod.encode) and mod.__name__.endswith("._aot_zfp")
+
+
 def test_aot_signatures_parse() -> None:
     from onnxcomp.custom_ops.cpu import _jit
 

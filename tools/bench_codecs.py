@@ -32,6 +32,7 @@ import numpy as np
 
 from onnxcomp.custom_ops import get_codec
 from onnxcomp.custom_ops import cpu
+from onnxcomp.custom_ops.cpu import aot
 from onnxcomp.fileio import atomic_output
 
 MB = 1e6
@@ -97,7 +98,7 @@ def bench_codec(name: str, x: np.ndarray, params: dict[str, Any], repeat: int,
     for backend in cpu.BACKENDS:
         if backend in ("numba", "aot") and not cpu.numba_available():
             continue
-        if backend == "aot" and _kernel_module(name) not in cpu.AOT_WHEN_NOT_LOADED:
+        if backend == "aot" and _kernel_module(name) not in aot.MODULES:
             continue  # would run NumPy again
         with cpu.use_backend(backend):
             if backend not in timed_backends:
