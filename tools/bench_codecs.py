@@ -201,6 +201,9 @@ def run(directory: Path, repeat: int, largest: int, rel: float, rate: int,
     for tname, x in kinds["relu_in"]:
         for name in filter(want, RELU_IN_CODECS):
             rows.append({"tensor": tname, **bench_codec(name, x, {}, repeat, timed_backends)})
+        if want("intervalmask"):  # ReLU6-style interval [0, 6]
+            params = {"lo": 0.0, "hi": 6.0}
+            rows.append({"tensor": tname, **params, **bench_codec("intervalmask", x, params, repeat, timed_backends)})
     for tname, x in kinds["relu_out"]:
         for name in filter(want, ("zvc", "csr", "sparse")):
             rows.append({"tensor": tname, **bench_codec(name, x, {}, repeat, timed_backends)})
