@@ -48,12 +48,12 @@ if _jit.AOT_LIB is None:  # compile-time only (the intrinsics' typing and codege
     from llvmlite import ir
     from numba.core import types
 
-__all__ = ["encode", "decode"]
+__all__ = ["encode", "decode", "chunks"]
 
 # Signatures of the ahead-of-time compiled copies (cpu/aot.py; the types custom_ops/zfp.py passes).
 AOT_SIGNATURES = {
-    "encode": "b1(f4[::1], i8, i8, i8, i8, b1, i8, i8, i8, i8, u4[::1])",
-    "decode": "b1(u4[::1], i8, i8, i8, i8, b1, i8, i8, i8, i8, f4[::1])",
+    "encode": "b1(f4[::1], i8, i8, i8, i8, b1, i8, i8, i8, i8, u4[::1], i8, i8)",
+    "decode": "b1(u4[::1], i8, i8, i8, i8, b1, i8, i8, i8, i8, f4[::1], i8, i8)",
 }
 
 _PERM2 = np.array([0, 1, 4, 5, 2, 8, 6, 9, 3, 12, 10, 7, 13, 11, 14, 15], dtype=np.int64)
@@ -108,6 +108,13 @@ _ROWS = _RD + 6
 # The parallel loops run over (at most) _CHUNKS chunks of tasks, each allocating its scratch once: three np.empty
 # per task (of 128 blocks) cost 2-3 ns CPU per block (measured: rate 16 decode 30.2 -> 27.1, encode 31.3 -> 29.3).
 _CHUNKS = 64
+
+
+def chunks(nblocks: int) -> int:
+    """How many chunks ``encode`` / ``decode`` split ``nblocks`` blocks into: their ``c0, c1`` arguments select
+    chunks [c0, c1) (0 and this: every block), so that callers can split one tensor over threads (the AOT copies
+    run single-threaded; chunks share no output word). Chunk boundaries do not change the words."""
+    return min(-(-int(nblocks) // G), _CHUNKS)
 # A task takes the sparse pack / extraction when its (field, word) pairs are at most _SPARSE_MAX per word of a
 # block (the full ones try all 16 per word): see _pack2d_sparse.
 _SPARSE_MAX = 6
@@ -952,7 +959,7 @@ def _store_words(O, dt, nb, nwb):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def encode(x, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, data):
+def encode(x, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, data, c0, c1):
     """Write every block's bits into ``data`` (uint32; every word is written, it need not be zeroed) and return
     True, or return False if x holds NaN / ±Inf (then ``data`` is meaningless: the caller zeroes those values,
     keeps them out of band and encodes again; checking here saves the caller a pass over x when, as almost
@@ -969,7 +976,7 @@ def encode(x, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, data
     nwb = (budget + 31) // 32  # words a block's bits span, counted from its first bit
     special = np.zeros(ntasks, np.uint8)
     nchunks = min(ntasks, _CHUNKS)
-    for c in prange(nchunks):
+    for c in prange(max(c0, 0), min(c1, nchunks)):
         S = np.empty(_ROWS * G, np.int32)
         O = np.empty(18 * G, np.int32)  # the blocks' words, row k = word k
         T = O[:16 * G]  # gather staging (four rows of four values per block): free until the pack writes O
@@ -1709,7 +1716,7 @@ def _scatter_s(yi, n, h, w, two_d, b0, nb, S, T):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def decode(data, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, y):
+def decode(data, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, y, c0, c1):
     """Decode every block into y (float32[n]); returns False if an exponent field is out of range.
     ``precision`` must be 26 (as for ``encode``)."""
     size = 16 if two_d else 4
@@ -1726,7 +1733,7 @@ def decode(data, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, y
     yi = y.view(np.int32)
     bad = np.zeros(ntasks, np.uint8)
     nchunks = min(ntasks, _CHUNKS)
-    for c in prange(nchunks):
+    for c in prange(max(c0, 0), min(c1, nchunks)):
         S = np.empty(_DROWS * G, np.int32)
         W = np.empty((nwb + 4) * G, np.int32)
         T = np.empty(16 * G, np.int32)

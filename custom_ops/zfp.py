@@ -62,7 +62,7 @@ from typing import Any
 
 import numpy as np
 
-from . import gpu
+from . import cpu, gpu
 from .base import Codec, Payload, register
 
 VERSION = 3                     # 1: embedded bit planes (main until 2026-11); 2: the unmerged `fixedrate` branch
@@ -485,7 +485,8 @@ class ZFP(Codec):
             words = np.empty(data_words(layout, rate), dtype=np.uint32)
             args = (flat.size, layout.height, layout.width, layout.nblocks, layout.two_d, rate, PRECISION, EXP_BITS,
                     EXP_BIAS, words)
-            if compiled.encode(flat, *args):
+            nchunks = compiled.chunks(layout.nblocks)
+            if all(cpu.run_chunks(compiled, compiled.encode, nchunks, flat, *args)):
                 return make_header(rate), words, np.zeros(0, np.int64), np.zeros(0, np.uint32), shape
         special = ~np.isfinite(flat)
         idx = np.flatnonzero(special).astype(np.int64)
@@ -493,7 +494,7 @@ class ZFP(Codec):
         if idx.size:
             flat = np.where(special, np.float32(0), flat)
         if compiled is not None:
-            compiled.encode(flat, *args)
+            cpu.run_chunks(compiled, compiled.encode, nchunks, flat, *args)
             return make_header(rate), words, idx, obits, shape
         budget = budget_bits(layout, rate)
         stream = np.zeros(4 * data_words(layout, rate), dtype=np.uint8)
@@ -524,8 +525,9 @@ class ZFP(Codec):
         _check_outliers(idx, obits, n)
         y = np.empty(n, dtype=np.float32)
         if (compiled := _compiled()) is not None:
-            if not compiled.decode(data, n, layout.height, layout.width, layout.nblocks, layout.two_d, rate,
-                                     PRECISION, EXP_BITS, EXP_BIAS, y):
+            if not all(cpu.run_chunks(compiled, compiled.decode, compiled.chunks(layout.nblocks), data, n,
+                                      layout.height, layout.width, layout.nblocks, layout.two_d, rate, PRECISION,
+                                      EXP_BITS, EXP_BIAS, y)):
                 raise ValueError("zfp: block exponent field out of range")
             if idx.size:  # an empty fancy-index assignment still costs microseconds
                 y.view(np.uint32)[idx] = obits

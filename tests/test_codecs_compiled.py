@@ -415,6 +415,23 @@ def test_aot_copy_runs_the_code_compiled_at_build_time(monkeypatch: pytest.Monke
     assert mod is not None and callable(mod.encode) and mod.__name__.endswith("._aot_zfp")
 
 
+@numba_only
+@pytest.mark.parametrize("threads", [1, 2, 3, 7])
+def test_aot_zfp_split_over_threads_same_bytes(threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """cpu.run_chunks splits one AOT zfp call into contiguous chunk ranges run on several threads (the entry
+    points release the GIL): the words, the NaN / Inf report of any chunk and the decode stay NumPy's."""
+    with cpu.use_backend("aot"):
+        ns = cpu.kernels("zfp")
+    assert ns is not None
+    monkeypatch.setattr(ns, "threads", threads)
+    rng = np.random.default_rng(threads)
+    x = _relu_like(rng, 4 * 33 * 40 * 130).reshape(4, 33, 40, 130)  # 341 tasks of 128 blocks: 64 chunks
+    for p in ({"rate": 12}, {"rate": 5}):
+        _assert_same(get_codec("zfp"), x, p, backend="aot")
+        _assert_same(get_codec("zfp"), np.nan_to_num(x, nan=0.0, neginf=0.0), p, backend="aot")
+    _assert_same(get_codec("zfp"), x.reshape(-1)[:70001], {"rate": 7}, backend="aot")  # 1-D blocks
+
+
 def test_aot_signatures_parse() -> None:
     from onnxcomp.custom_ops.cpu import _jit
 

@@ -161,7 +161,43 @@ def _load(name: str) -> SimpleNamespace:
     public = getattr(mod, "__all__", None) or [k for k, v in vars(mod).items()
                                                  if callable(v) and not k.startswith("_")
                                                  and getattr(v, "__module__", None) == mod.__name__]
-    return SimpleNamespace(**{k: _locked(getattr(mod, k)) for k in public})
+    # threads=1: a numba kernel's prange already runs on every core (run_chunks calls it once).
+    return SimpleNamespace(threads=1, **{k: _locked(getattr(mod, k)) for k in public})
+
+
+def aot_threads() -> int:
+    """Threads an AOT kernel call may be split over (``run_chunks``): ``NUMBA_NUM_THREADS`` if set (the
+    parallel JIT kernels' count), else the CPUs this process may run on."""
+    env = os.environ.get("NUMBA_NUM_THREADS", "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+_pool: Any = None  # concurrent.futures.ThreadPoolExecutor for run_chunks, created on first use
+
+
+def run_chunks(ns: SimpleNamespace, fn: Callable[..., Any], nchunks: int, *args: Any) -> list[Any]:
+    """``fn(*args, c0, c1)`` over chunks [0, nchunks) of a kernel taking a chunk range (zfp's encode / decode):
+    one call for numba's kernels (``ns.threads`` 1: prange uses every core), else split into up to ``ns.threads``
+    contiguous ranges run at once, one on this thread and the rest on a shared pool (the AOT entry points are
+    single-threaded and release the GIL; chunks write disjoint output, so the bytes are the same). The results
+    of the calls, in chunk order."""
+    global _pool
+    parts = max(1, min(int(getattr(ns, "threads", 1)), nchunks))
+    if parts == 1:
+        return [fn(*args, 0, nchunks)]
+    bounds = [i * nchunks // parts for i in range(parts + 1)]
+    if _pool is None:
+        with _lock:
+            if _pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                _pool = ThreadPoolExecutor(max_workers=max(1, aot_threads() - 1),
+                                           thread_name_prefix="onnxcomp-codec")
+    futures = [_pool.submit(fn, *args, bounds[i], bounds[i + 1]) for i in range(1, parts)]
+    first = fn(*args, bounds[0], bounds[1])
+    return [first, *(f.result() for f in futures)]
 
 
 def _load_aot(name: str) -> SimpleNamespace | None:
@@ -171,7 +207,8 @@ def _load_aot(name: str) -> SimpleNamespace | None:
     if mod is None:
         return None
     # No launch lock: the AOT kernels are single-threaded machine code, no numba threading layer involved.
-    return SimpleNamespace(**{k: getattr(mod, k) for k in mod.__all__})
+    # threads: run_chunks may split a call over that many threads (the entry points release the GIL).
+    return SimpleNamespace(threads=aot_threads(), **{k: getattr(mod, k) for k in mod.__all__})
 
 
 def kernels(name: str) -> SimpleNamespace | None:

@@ -125,7 +125,14 @@ def _build(name: str, out_dir: str) -> None:
     (written under a temporary name, then renamed: concurrent builders do not see half a file)."""
     import importlib
 
-    from numba.pycc import CC
+    from numba.pycc import CC, compiler
+
+    class _Flags(compiler.Flags):  # every entry point releases the GIL around the kernel (numba's nogil)
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, **kwargs)
+            self.release_gil = True
+
+    compiler.Flags = _Flags  # read by ModuleCompiler._cull_exports; this child process only builds
 
     kernels = importlib.import_module(f"{_PACKAGE}.{SOURCES[name]}")
     if Path(kernels.__file__).resolve() != source_path(SOURCES[name]):  # another checkout's copy on sys.path
