@@ -1,3 +1,4 @@
+"""Table of tools/bench_codecs.py JSONs (ranges over runs): python benchtab.py bench*.json"""
 import json, sys, glob
 rows = {}
 for f in sys.argv[1:]:
@@ -7,7 +8,7 @@ for f in sys.argv[1:]:
         for b in ("numpy", "numba", "aot"):
             if b in r:
                 for k in ("encode_per_cpu_second", "decode_per_cpu_second", "encode_best", "decode_best"):
-                    rows.setdefault(key, {}).setdefault((b, k), []).append(r[b][k] / d["copy"]["one_thread_per_cpu_second" if "one_thread_per_cpu_second" in d["copy"] else list(d["copy"])[0]] if False else r[b][k])
+                    rows.setdefault(key, {}).setdefault((b, k), []).append(r[b][k])
         rows[key]["same"] = rows[key].get("same", []) + [r.get("same_bytes")]
 print("| codec | enc per CPU s MB: numpy / JIT / AOT | dec per CPU s MB: numpy / JIT / AOT | enc wall best: JIT / AOT | dec wall best: JIT / AOT | same bytes |")
 print("|---|---|---|---|---|:-:|")
