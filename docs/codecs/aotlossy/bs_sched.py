@@ -184,6 +184,18 @@ def _report() -> None:
 import atexit
 atexit.register(_report)
 
+if os.environ.get("NOSPIN"):  # experiment: ORT's intra-op threads do not spin-wait
+    import onnxcomp.runtime.session as _S
+
+    _orig_so = _S.session_options
+
+    def _so(**kw):  # noqa: ANN003, ANN202
+        so = _orig_so(**kw)
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        return so
+
+    _S.session_options = _so
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
