@@ -47,7 +47,8 @@ CHOICES = (*BACKENDS, "auto")  # what ONNXCOMP_CODEC_BACKEND / set_backend accep
 # docs/notes/numbarss.md, docs/notes/aotlossy.md; single-threaded) ... Each must have AOT_SIGNATURES.
 AOT_BY_DEFAULT = frozenset({"dpr", "sz", "zfp", "sparse", "maxpool"})
 # ... or with numba's parallel JIT kernels once the process has imported numba anyway (its RSS is paid then;
-# on 2 free cores they take about half the AOT kernels' wall time). Same bytes either way.
+# on 2 free cores they take about half the single-threaded AOT kernels' wall time; zfp's AOT calls are split over
+# threads by run_chunks instead). Same bytes either way.
 NUMBA_WHEN_LOADED = AOT_BY_DEFAULT
 # Codecs whose NumPy path holds more workspace than the compiled one (ZVC encode 1.85x vs 1.53x its input) and
 # whose "auto" backend was NumPy in processes without numba: the planner keeps measuring them with NumPy.
