@@ -11,9 +11,10 @@ compiled at almost no RSS (lossless graphs ran NumPy before; lossy ones paid num
 The AOT build runs once per kernel source / numba / numpy / Python / CPU in a child process (numba's RSS is
 the child's, ~5 s of CPU) and is cached beside numba's cache; the extension is compiled for the host CPU
 (``target_cpu = "host"``: the generic x86-64 target measured 0.38x copy vs 0.54x for ZVC encode), hence the
-CPU flags in the cache key. The kernels run single-threaded (``prange`` compiles as ``range``; pycc has no
-parallel target): this path is for processes that have not imported numba; once numba is loaded, ``cpu``
-prefers the parallel JIT kernels. Any failure (no C compiler, no numba, numba without pycc) leaves the module
+CPU flags in the cache key. Each kernel call runs single-threaded (``prange`` compiles as ``range``; pycc has
+no parallel target) and releases the GIL (built with numba's ``release_gil``), so a caller may split one tensor
+over threads (``cpu.run_chunks``, zfp). This path is for processes that have not imported numba; once numba is
+loaded, ``cpu`` prefers the parallel JIT kernels. Any failure (no C compiler, no numba, numba without pycc) leaves the module
 on NumPy with a warning: same bytes either way.
 """
 from __future__ import annotations
@@ -114,7 +115,8 @@ def _built(name: str) -> Path | None:
         if r.returncode == 0 and (d / filename).is_file() and (d / (mod + CODE_SUFFIX)).is_file():
             return d / filename
         errors.append(f"{d}: {(r.stderr or r.stdout).strip()[-800:]}")
-    warnings.warn(f"onnxcomp: could not build the ahead-of-time kernels of cpu/{name}.py; its codecs run with "
+    warnings.warn(f"onnxcomp: could not build the ahead-of-time kernels of {source_path(SOURCES[name]).name} "
+                  f"({name}); its codecs run with "
                   f"NumPy (same bytes, slower). {' | '.join(errors) or 'no writable cache directory'}",
                   RuntimeWarning, stacklevel=3)
     return None
