@@ -39,11 +39,22 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
-from llvmlite import ir
-from numba.core import types
-from numba.extending import intrinsic
+
+from .cpu import _jit
+from .cpu._jit import intrinsic, njit, prange  # numba's, or AOT-bound stand-ins (cpu/aot.py)
+
+if _jit.AOT_LIB is None:  # compile-time only (the intrinsics' typing and codegen): not in the AOT copy
+    from llvmlite import ir
+    from numba.core import types
+
+__all__ = ["encode", "decode", "chunks"]
+
+# Signatures of the ahead-of-time compiled copies (cpu/aot.py; the types custom_ops/zfp.py passes).
+AOT_SIGNATURES = {
+    "encode": "b1(f4[::1], i8, i8, i8, i8, b1, i8, i8, i8, i8, u4[::1], i8, i8)",
+    "decode": "b1(u4[::1], i8, i8, i8, i8, b1, i8, i8, i8, i8, f4[::1], i8, i8)",
+}
 
 _PERM2 = np.array([0, 1, 4, 5, 2, 8, 6, 9, 3, 12, 10, 7, 13, 11, 14, 15], dtype=np.int64)
 _PERM1 = np.array([0, 1, 2, 3], dtype=np.int64)
@@ -97,6 +108,13 @@ _ROWS = _RD + 6
 # The parallel loops run over (at most) _CHUNKS chunks of tasks, each allocating its scratch once: three np.empty
 # per task (of 128 blocks) cost 2-3 ns CPU per block (measured: rate 16 decode 30.2 -> 27.1, encode 31.3 -> 29.3).
 _CHUNKS = 64
+
+
+def chunks(nblocks: int) -> int:
+    """How many chunks ``encode`` / ``decode`` split ``nblocks`` blocks into: their ``c0, c1`` arguments select
+    chunks [c0, c1) (0 and this: every block), so that callers can split one tensor over threads (the AOT copies
+    run single-threaded; chunks share no output word). Chunk boundaries do not change the words."""
+    return min(-(-int(nblocks) // G), _CHUNKS)
 # A task takes the sparse pack / extraction when its (field, word) pairs are at most _SPARSE_MAX per word of a
 # block (the full ones try all 16 per word): see _pack2d_sparse.
 _SPARSE_MAX = 6
@@ -187,7 +205,7 @@ def _deint(typingctx, src, so, dst, do, nblk):  # noqa: ANN001, ANN202
     return sig, codegen
 
 
-@numba.njit(cache=True, inline="always")  # into _front2d / _front1d only: see the module docstring
+@njit(cache=True, inline="always")  # into _front2d / _front1d only: see the module docstring
 def _bitlen28(v):
     """Bit length of 0 <= v < 2**28 (0 for 0) from the exponent of float32(v) (8 lanes per vector): exact,
     because a v >= 2**24 drops its low 4 bits first (that cannot change its bit length), so nothing rounds."""
@@ -196,7 +214,7 @@ def _bitlen28(v):
     return max(e, _I32(0))
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _cdiv(a, n, m):
     """ceil(max(a, 0) / n) for a < 2**15, n <= 16, m = ceil(2**16 / n): floor(a' / n) = a' · m >> 16 for
     0 <= a' = a + n - 1 < 2**15 (the excess a' (m − 2**16/n) / 2**16 < 0.008 stays below the 1/n gap to the
@@ -205,7 +223,7 @@ def _cdiv(a, n, m):
     return _I32(_I32(a2 * _I32(m)) >> _I32(16))
 
 
-@numba.njit(cache=True, inline="always")  # into _front2d / _front1d only: see the module docstring
+@njit(cache=True, inline="always")  # into _front2d / _front1d only: see the module docstring
 def _lift(x, y, z, w):
     """ZFP's forward lifting of one row / column (int32)."""
     x = _I32(_I32(x + w) >> _I32(1))
@@ -221,7 +239,7 @@ def _lift(x, y, z, w):
     return x, y, z, w
 
 
-@numba.njit(cache=True, inline="always")  # into _front2d / _front1d only: see the module docstring
+@njit(cache=True, inline="always")  # into _front2d / _front1d only: see the module docstring
 def _block_scale(a):
     """(emax, s1, s2) of a block whose largest magnitude has float bits a: q = trunc(x · s1 · s2) = trunc(x ·
     2**(26 − emax)), both products exact in float32 (s2 is a normal power of two; s1 = 2**64 lifts blocks below
@@ -237,12 +255,12 @@ def _block_scale(a):
     return emax, s1, s2
 
 
-@numba.njit(cache=True, inline="always")  # into _front2d / _front1d only: see the module docstring
+@njit(cache=True, inline="always")  # into _front2d / _front1d only: see the module docstring
 def _q(bits, s1, s2):
     return _I32(_F32(_F32(np.int32(bits).view(np.float32) * s1) * s2))
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _field(c, w, t):
     """The w low bits of round-half-up(c / 2**t) saturated to w-bit two's complement."""
     half = _sar(_shl(_I32(1), t), _I32(1))
@@ -252,7 +270,7 @@ def _field(c, w, t):
     return _I32(r & _I32(_shl(_I32(1), w) - _I32(1)))
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _fieldm(c, half, t, mask):
     """_field(c, w, t) for mask = 2**w − 1 and half = the rounding half of t, where w >= 0 and t >= D − w + 1 for a
     coefficient |c| < 2**D (the encoder's widths and steps from its group's declared bound D; _front2d makes D at
@@ -262,7 +280,7 @@ def _fieldm(c, half, t, mask):
     return _I32(min(r, _I32(mask >> _I32(1))) & mask)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _front2d(S, nb, lc, av, exp_bits, exp_bias):
     """Per block (two loops over the task's blocks, 8 per vector: the largest magnitude's bits, kept in row _RPOS,
     then the rest; one loop carried ~78 register spills and a longer dependency chain: llvm-mca (znver3) 121 ->
@@ -360,7 +378,7 @@ def _front2d(S, nb, lc, av, exp_bits, exp_bias):
     return spec != _I32(0)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _step2d(S, nb, lc, av, exp_bits):
     """Per block: the step s and leftover count u from the declared bounds, every coefficient's width, field and
     first bit (rows _RVAL, _RPOS). A function of its own: fused with _front2d, LLVM kept it scalar (before the
@@ -512,7 +530,7 @@ def _step2d(S, nb, lc, av, exp_bits):
         S[(_RPOS + 16) * G + j] = p
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _front1d(S, nb, lc, av, exp_bits, exp_bias):
     """_front2d + _step2d for 1-D blocks of 4 (one group of 4); returns whether a block holds NaN / ±Inf."""
     spec = _I32(0)
@@ -566,7 +584,7 @@ def _front1d(S, nb, lc, av, exp_bits, exp_bias):
     return spec != _I32(0)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _gather_s(xi, n, h, w, two_d, b0, nb, S, T):
     """S[k * G + j] = bits of value k of block b0 + j, clamped into the tensor (edge padding repeats the last
     row / column / element); 1-D blocks fill rows 0-3 only.
@@ -661,7 +679,7 @@ def _gather_s(xi, n, h, w, two_d, b0, nb, S, T):
             Sr[3 * G + j] = Tr[4 * j + 3]
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _part(v, d):
     """The bits of field v (first bit p) that fall into the word starting at bit p − d: v << d for 0 <= d < 32,
     v >> −d for −32 < d < 0, else 0 (the selects make LLVM emit AVX2's vpsllvd / vpsrlvd)."""
@@ -672,14 +690,14 @@ def _part(v, d):
     return _U32(left | right)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _lpart(v, d):
     """_part where d >= 0 or v == 0: v << d for d < 32, else 0."""
     du = _U32(d)
     return _shl(v, du) if du < _U32(32) else _U32(0)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _pack2d(S, O, nb, nwb):
     """O[k * G + j] = word k of block j (counted from its first bit), two words per pass over the blocks: word k
     is the OR over the fields of (v << (p − 32k)) | (v >> (32k − p)) with out-of-range shifts giving 0 (AVX2's
@@ -762,7 +780,7 @@ def _pack2d(S, O, nb, nwb):
             ok1[j] = _I32(o1)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _pack1d(S, O, nb, nwb):
     """O[k * G + j] = word k of block j (counted from its first bit), two words per pass over the blocks: word k
     is the OR over the fields of (v << (p − 32k)) | (v >> (32k − p)) with out-of-range shifts giving 0 (AVX2's
@@ -797,7 +815,7 @@ def _pack1d(S, O, nb, nwb):
             ok1[j] = _I32(o1)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _ranges2d(S, nb, r0, rz, nwb, R):
     """R[2i], R[2i + 1] = the first and last word (counted from a block's first bit; the last clamped to nwb − 1)
     that field i touches in any of the task's blocks: the fields' first bits are in rows r0 .. r0 + 15 of S and
@@ -857,7 +875,7 @@ def _ranges2d(S, nb, r0, rz, nwb, R):
     return pairs
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _pack2d_sparse(S, O, nb, nwb, R):
     """_pack2d restricted to the (field, word) pairs that occur in the task (R from _ranges2d): on real activations
     a field's bits fall into 1-3 words over a whole task, so at rate 16 ~29 of the 128 pairs remain (~25 of 64 at
@@ -897,7 +915,7 @@ def _pack2d_sparse(S, O, nb, nwb, R):
                 Oc[j] = _I32(_U32(Oc[j]) | _part(_U32(V[j]), _I32(P[j] - kc)))
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _store_words(O, dt, nb, nwb):
     """dt[nwb * j + k] = word k of block j: unrolled for the word counts of rates 4, 6, 8, 12 and 16 (2-D) so that
     LLVM vectorises the stores as interleaved accesses; other counts take the generic loop."""
@@ -940,8 +958,8 @@ def _store_words(O, dt, nb, nwb):
                 dt[nwb * j + k] = np.uint32(O[k * G + j])
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
-def encode(x, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, data):
+@njit(parallel=True, cache=True, nogil=True)
+def encode(x, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, data, c0, c1):
     """Write every block's bits into ``data`` (uint32; every word is written, it need not be zeroed) and return
     True, or return False if x holds NaN / ±Inf (then ``data`` is meaningless: the caller zeroes those values,
     keeps them out of band and encodes again; checking here saves the caller a pass over x when, as almost
@@ -958,7 +976,7 @@ def encode(x, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, data
     nwb = (budget + 31) // 32  # words a block's bits span, counted from its first bit
     special = np.zeros(ntasks, np.uint8)
     nchunks = min(ntasks, _CHUNKS)
-    for c in numba.prange(nchunks):
+    for c in prange(max(c0, 0), min(c1, nchunks)):
         S = np.empty(_ROWS * G, np.int32)
         O = np.empty(18 * G, np.int32)  # the blocks' words, row k = word k
         T = O[:16 * G]  # gather staging (four rows of four values per block): free until the pack writes O
@@ -1027,7 +1045,7 @@ def _i2f(typingctx, a):  # noqa: ANN001, ANN202
     return sig, codegen
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _xpart(wv, d):
     """The bits of the word wv (stream bits 32k..32k+31) that belong to a field whose first bit is 32k + d,
     shifted to the field's bit 0: wv >> d for 0 <= d < 32, wv << −d for −32 < d < 0, else 0 (see _part)."""
@@ -1038,14 +1056,14 @@ def _xpart(wv, d):
     return _U32(left | right)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _rpart(wv, d):
     """_xpart where d >= 0 (or the result is not used): wv >> d for d < 32, else 0."""
     du = _U32(d)
     return _shr(wv, du) if du < _U32(32) else _U32(0)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _inv(x, y, z, w):
     """ZFP's inverse lifting of one row / column (int32: cannot overflow, see zfp.py)."""
     y = _I32(y + _sar(w, _I32(1)))
@@ -1061,7 +1079,7 @@ def _inv(x, y, z, w):
     return x, y, z, w
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _load_words(data, w0, wend, budget, nb, nwb, W):
     """W[k * G + j] = word k of block j's bits counted from its first bit (k < nwb), rows nwb..nwb+3 zero."""
     for k in range(nwb, nwb + 4):
@@ -1117,7 +1135,7 @@ def _load_words(data, w0, wend, budget, nb, nwb, W):
                 W[k * G + j] = np.int32(np.uint32(((hi << np.uint64(32)) | lo) >> off))
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _dec_head(S, W, nb, two_d, lc, av, exp_bits, exp_bias):
     """Per block: the header word -> D_g, s, u, emax rows; returns (any exponent field out of range, any
     nonzero block whose values may leave float32's normal range: emax outside [-100, 122])."""
@@ -1129,7 +1147,7 @@ def _dec_head(S, W, nb, two_d, lc, av, exp_bits, exp_bias):
 # _dec_head's loops: one per layout (a loop-invariant `if two_d` inside the loop body), int32 reductions and
 # comparisons cast to int32 with masks instead of `x if c else y` (numba makes `|=` of int32 an int64 and the
 # conditional expressions became branches around the stores): as one loop with those, LLVM kept it scalar.
-@numba.njit(cache=True)
+@njit(cache=True)
 def _dec_head2d(S, W, nb, lc, av, exp_bits, exp_bias):
     bad = _I32(0)
     wide = _I32(0)
@@ -1182,7 +1200,7 @@ def _dec_head2d(S, W, nb, lc, av, exp_bits, exp_bias):
     return bad != _I32(0), wide != _I32(0)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _dec_pos2d(S, nb, exp_bits):
     """Rows _DRP..: every field's first bit (for _ranges2d / _extract2d_sparse): widths max(0, D_g − s + 1), one
     more for the first u coefficients (all-zero blocks: s past every bound, u = 0, so every width is 0). A loop
@@ -1236,7 +1254,7 @@ def _dec_pos2d(S, nb, exp_bits):
         S[(_DRP + 16) * G + j] = p
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _dec_head1d(S, W, nb, lc, av, exp_bits, exp_bias):
     bad = _I32(0)
     wide = _I32(0)
@@ -1266,7 +1284,7 @@ def _dec_head1d(S, W, nb, lc, av, exp_bits, exp_bias):
     return bad != _I32(0), wide != _I32(0)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _extract2d(S, W, nb, nwb, exp_bits):
     """Rows 0..15 = every coefficient's raw field bits (sequency order), four words per pass over the blocks
     (the field at first bit p collects _xpart(word k, p − 32k) from every word; see _pack2d)."""
@@ -1425,7 +1443,7 @@ def _extract2d(S, W, nb, nwb, exp_bits):
             p = _I32(p + _I32(ws4 + up))
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _extract1d(S, W, nb, nwb, exp_bits):
     """_extract2d for 1-D blocks (4 coefficients, one group)."""
     for kc in range(0, nwb, 4):
@@ -1479,7 +1497,7 @@ def _extract1d(S, W, nb, nwb, exp_bits):
             p = _I32(p + _I32(ws0 + up))
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _extract2d_sparse(S, W, nb, R):
     """_extract2d restricted to the (field, word) pairs that occur in the task (R from _ranges2d on the first-bit
     rows _DRP..): field i = OR over its words k of _xpart(word k, p − 32k), one loop over the task's blocks per
@@ -1512,7 +1530,7 @@ def _extract2d_sparse(S, W, nb, R):
                 F[j] = _I32(_U32(F[j]) | _xpart(_U32(Wk[j]), _I32(P[j] - kk)))
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _coef(S, i, j, wg, u, s):
     """Coefficient i of block j from its raw field: keep w bits, sign-extend, scale by the step."""
     up = _I32(1) if _I32(i) < u else _I32(0)
@@ -1522,12 +1540,12 @@ def _coef(S, i, j, wg, u, s):
     return _shl(_I32(_I32(raw ^ sgn) - sgn), _I32(s - up))
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _val(q, sc):
     return _I32(np.float32(_i2f(q) * sc).view(np.int32))
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _back2d(S, nb):
     """Per block: coefficients from the fields, inverse lifting (columns, then rows), y = q · 2**(emax − 26)
     in float32 (exact scaling of the rounded float32(q): equals the float64 reference while every value is a
@@ -1590,7 +1608,7 @@ def _back2d(S, nb):
         S[15 * G + j] = _val(c15, sc)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _back1d(S, nb):
     """_back2d for 1-D blocks."""
     for j in range(nb):
@@ -1611,7 +1629,7 @@ def _back1d(S, nb):
         S[3 * G + j] = _val(c3, sc)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _back_wide(S, nb, size, perm, gof, two_d):
     """_back2d / _back1d in float64 (the reference's arithmetic), for tasks with a block whose values may be
     subnormal or overflow in float32: float64(q) · 2**(emax − 26) saturated to ±FLT_MAX, then float32."""
@@ -1641,7 +1659,7 @@ def _back_wide(S, nb, size, perm, gof, two_d):
             S[k * G + j] = np.float32(min(max(d, -_F32_MAX), _F32_MAX)).view(np.int32)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _scatter_s(yi, n, h, w, two_d, b0, nb, S, T):
     """The inverse of _gather_s: value k of block b0 + j (float bits in S[k * G + j]) to its place in the tensor,
     the padding left out (runs along block rows through T, as in _gather_s)."""
@@ -1697,8 +1715,8 @@ def _scatter_s(yi, n, h, w, two_d, b0, nb, S, T):
                 p += 1
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
-def decode(data, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, y):
+@njit(parallel=True, cache=True, nogil=True)
+def decode(data, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, y, c0, c1):
     """Decode every block into y (float32[n]); returns False if an exponent field is out of range.
     ``precision`` must be 26 (as for ``encode``)."""
     size = 16 if two_d else 4
@@ -1715,7 +1733,7 @@ def decode(data, n, h, w, nblocks, two_d, rate, precision, exp_bits, exp_bias, y
     yi = y.view(np.int32)
     bad = np.zeros(ntasks, np.uint8)
     nchunks = min(ntasks, _CHUNKS)
-    for c in numba.prange(nchunks):
+    for c in prange(max(c0, 0), min(c1, nchunks)):
         S = np.empty(_DROWS * G, np.int32)
         W = np.empty((nwb + 4) * G, np.int32)
         T = np.empty(16 * G, np.int32)

@@ -62,7 +62,7 @@ from typing import Any
 
 import numpy as np
 
-from . import gpu
+from . import cpu, gpu
 from .base import Codec, Payload, register
 
 VERSION = 3                     # 1: embedded bit planes (main until 2026-11); 2: the unmerged `fixedrate` branch
@@ -91,33 +91,21 @@ def header_bits(two_d: bool) -> int:
     return EXP_BITS + FIELD_BITS * len(groups(two_d))
 
 
-# The compiled block coder (same words) when numba is installed, else the vectorised NumPy coder below.
-# Imported on first use, not with the package: numba + LLVM add ~70 MiB of RSS on import and ~60 MiB more
-# when the cached kernels load (measured), which processes that never encode with zfp should not pay.
+# The compiled block coder (same words) when numba is installed, else the vectorised NumPy coder below: its
+# ahead-of-time compiled copy by default, or numba's parallel JIT kernels (custom_ops/cpu: backend_for("zfp")).
+# Loaded on first use, not with the package: numba + LLVM add ~70 MiB of RSS on import and ~60 MiB more when
+# the cached kernels load (measured), which the AOT copy does not (docs/notes/aotlossy.md).
 # ONNXCOMP_ZFP_NUMBA=0 keeps the NumPy coder (no fixed cost, ~10x slower), as does ONNXCOMP_CODEC_BACKEND=numpy.
 USE_NUMBA = importlib.util.find_spec("numba") is not None and os.environ.get("ONNXCOMP_ZFP_NUMBA", "1") != "0"
-_zfp_numba: Any = None
-
-
-def _use_compiled() -> bool:
-    from .cpu import backend_for
-
-    return USE_NUMBA and backend_for("zfp") == "numba"
 
 
 def _compiled() -> Any:
-    global _zfp_numba
-    if _zfp_numba is None:
-        from types import SimpleNamespace
+    """The compiled coder (``encode`` / ``decode`` of ``_zfp_numba.py``) the active backend runs, or None
+    (NumPy: numba missing, switched off, or its AOT build failed)."""
+    from . import cpu
 
-        from . import cpu
+    return cpu.kernels("zfp") if USE_NUMBA else None
 
-        cpu.threading_layer()  # workqueue unless NUMBA_THREADING_LAYER says otherwise (see custom_ops/cpu)
-        from . import _zfp_numba as mod
-
-        # behind the codec kernels' launch lock: workqueue allows one parallel launch at a time
-        _zfp_numba = SimpleNamespace(encode=cpu._locked(mod.encode), decode=cpu._locked(mod.decode))
-    return _zfp_numba
 
 if sys.byteorder != "little":  # the uint32 stream words are little-endian
     raise ImportError("the zfp codec's NumPy backend needs a little-endian machine")
@@ -491,21 +479,22 @@ class ZFP(Codec):
         shape = np.asarray(x.shape, dtype=np.int64).reshape(x.ndim)
         flat = np.ascontiguousarray(x).reshape(-1)
         layout = layout_of(x.shape)
-        compiled = _use_compiled()
-        if compiled:
+        compiled = _compiled()
+        if compiled is not None:
             # the kernel writes every word and reports NaN/±Inf itself: no pass over x here unless it finds some
             words = np.empty(data_words(layout, rate), dtype=np.uint32)
             args = (flat.size, layout.height, layout.width, layout.nblocks, layout.two_d, rate, PRECISION, EXP_BITS,
                     EXP_BIAS, words)
-            if _compiled().encode(flat, *args):
+            nchunks = compiled.chunks(layout.nblocks)
+            if all(cpu.run_chunks(compiled, compiled.encode, nchunks, flat, *args)):
                 return make_header(rate), words, np.zeros(0, np.int64), np.zeros(0, np.uint32), shape
         special = ~np.isfinite(flat)
         idx = np.flatnonzero(special).astype(np.int64)
         obits = flat.view(np.uint32)[idx]
         if idx.size:
             flat = np.where(special, np.float32(0), flat)
-        if compiled:
-            _compiled().encode(flat, *args)
+        if compiled is not None:
+            cpu.run_chunks(compiled, compiled.encode, nchunks, flat, *args)
             return make_header(rate), words, idx, obits, shape
         budget = budget_bits(layout, rate)
         stream = np.zeros(4 * data_words(layout, rate), dtype=np.uint8)
@@ -535,9 +524,10 @@ class ZFP(Codec):
         obits = np.asarray(obits, dtype=np.uint32).reshape(-1)
         _check_outliers(idx, obits, n)
         y = np.empty(n, dtype=np.float32)
-        if _use_compiled():
-            if not _compiled().decode(data, n, layout.height, layout.width, layout.nblocks, layout.two_d, rate,
-                                     PRECISION, EXP_BITS, EXP_BIAS, y):
+        if (compiled := _compiled()) is not None:
+            if not all(cpu.run_chunks(compiled, compiled.decode, compiled.chunks(layout.nblocks), data, n,
+                                      layout.height, layout.width, layout.nblocks, layout.two_d, rate, PRECISION,
+                                      EXP_BITS, EXP_BIAS, y)):
                 raise ValueError("zfp: block exponent field out of range")
             if idx.size:  # an empty fancy-index assignment still costs microseconds
                 y.view(np.uint32)[idx] = obits

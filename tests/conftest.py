@@ -28,13 +28,14 @@ if onnx_op is not None:
         return y, np.array(x.shape, dtype=np.int64)
 
 
-@pytest.fixture(scope="module", params=["numpy", "numba"])
+@pytest.fixture(scope="module", params=["numpy", "numba", "aot"])
 def codec_backend(request: pytest.FixtureRequest):  # noqa: ANN201
-    """Run a codec test module once per CPU backend: the NumPy reference and the compiled numba kernels
-    (module scope, so hypothesis tests can use it; skipped for numba where numba is not installed)."""
+    """Run a codec test module once per CPU backend: the NumPy reference, the compiled numba kernels and their
+    ahead-of-time compiled copies (the default for dpr / sz / zfp / sparse / maxpool; module scope, so hypothesis
+    tests can use it; the compiled ones skipped where numba is not installed)."""
     from onnxcomp.custom_ops import cpu
 
-    if request.param == "numba" and not cpu.numba_available():
+    if request.param in ("numba", "aot") and not cpu.numba_available():
         pytest.skip("numba is not installed")
     with cpu.use_backend(request.param):
         yield request.param

@@ -227,12 +227,12 @@ def test_compiled_encoder_writes_every_word(shape: tuple[int, ...], rate: int) -
     args = (lay.height, lay.width, lay.nblocks, lay.two_d, rate, zfp.PRECISION, zfp.EXP_BITS, zfp.EXP_BIAS)
     for fill in (0, 0xFFFFFFFF, 0x5A5A5A5A):
         words = np.full(zfp.data_words(lay, rate), fill, dtype=np.uint32)
-        assert _zfp_numba.encode(x, x.size, *args, words)  # True: no NaN / Inf met
+        assert _zfp_numba.encode(x, x.size, *args, words, 0, 1 << 62)  # True: no NaN / Inf met
         out.append(words)
     for special in (np.nan, np.inf, -np.inf):  # the kernel reports them (zfp.py then re-encodes them zeroed)
         y = x.copy()
         y[x.size // 2] = special
-        assert not _zfp_numba.encode(y, y.size, *args, np.empty_like(words))
+        assert not _zfp_numba.encode(y, y.size, *args, np.empty_like(words), 0, 1 << 62)
     np.testing.assert_array_equal(out[0], out[1])
     np.testing.assert_array_equal(out[0], out[2])
     np.testing.assert_array_equal(out[0], ZFP.encode(x.reshape(shape), rate=rate)[1])

@@ -1,6 +1,6 @@
 """NumPy vs numba throughput per codec and direction at stash-sized synthetic activations (1-16 MiB float32).
 
-The figures behind ``custom_ops/cpu.NUMBA_BY_DEFAULT`` (which codecs default to numba): standard-normal NCHW
+The figures behind ``custom_ops/cpu.AOT_BY_DEFAULT`` (which codecs default to compiled kernels): standard-normal NCHW
 tensors (64 channels, 32x32) as ReLU inputs, their ReLU as outputs (50 % zeros) and a 90 %-zero variant (where
 ``sparse`` picks CSR), the 3x3/2 MaxPool indices of the ReLU output, ``intervalmask`` at ReLU6's [0, 6].
 Prints one Markdown row per (codec, size): best MB/s of ``--repeat`` runs per backend and NumPy / numba (above

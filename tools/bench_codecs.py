@@ -32,6 +32,7 @@ import numpy as np
 
 from onnxcomp.custom_ops import get_codec
 from onnxcomp.custom_ops import cpu
+from onnxcomp.custom_ops.cpu import aot
 from onnxcomp.fileio import atomic_output
 
 MB = 1e6
@@ -97,7 +98,7 @@ def bench_codec(name: str, x: np.ndarray, params: dict[str, Any], repeat: int,
     for backend in cpu.BACKENDS:
         if backend in ("numba", "aot") and not cpu.numba_available():
             continue
-        if backend == "aot" and _kernel_module(name) not in cpu.AOT_WHEN_NOT_LOADED:
+        if backend == "aot" and _kernel_module(name) not in aot.MODULES:
             continue  # would run NumPy again
         with cpu.use_backend(backend):
             if backend not in timed_backends:
@@ -200,6 +201,9 @@ def run(directory: Path, repeat: int, largest: int, rel: float, rate: int,
     for tname, x in kinds["relu_in"]:
         for name in filter(want, RELU_IN_CODECS):
             rows.append({"tensor": tname, **bench_codec(name, x, {}, repeat, timed_backends)})
+        if want("intervalmask"):  # ReLU6-style interval [0, 6]
+            params = {"lo": 0.0, "hi": 6.0}
+            rows.append({"tensor": tname, **params, **bench_codec("intervalmask", x, params, repeat, timed_backends)})
     for tname, x in kinds["relu_out"]:
         for name in filter(want, ("zvc", "csr", "sparse")):
             rows.append({"tensor": tname, **bench_codec(name, x, {}, repeat, timed_backends)})

@@ -3,15 +3,14 @@
 Each codec keeps its NumPy implementation as the reference; ``encode_cpu`` / ``decode_cpu`` call the
 compiled kernel when their module runs with numba and produce the same bytes (tests run both backends).
 
-The default backend, ``"auto"``, picks per kernel module: numba only for the modules in ``NUMBA_BY_DEFAULT``
-(dpr, sz, zfp: their compiled kernels encode 2-9x faster than NumPy at 1-16 MiB stashes on 2 cores), for
-``NUMBA_WHEN_LOADED`` (sparse, maxpool) once numba is imported anyway, else their ahead-of-time compiled copies
-(``aot.py``: the same kernel functions built by numba.pycc in a child process, single-threaded, loaded without
-numba), NumPy otherwise (bits, intervalmask: NumPy was as fast or faster; docs/cpu-codecs.md has the table), so a
-graph whose codecs are all NumPy-default or AOT never imports numba nor pays its ~115-125 MiB of RSS. Without
-numba installed everything is NumPy. ``ONNXCOMP_CODEC_BACKEND=numpy|numba|aot|auto`` or ``set_backend`` /
-``use_backend`` choose explicitly (``numba`` / ``numpy``: for every codec; ``aot``: AOT where a module has it,
-else NumPy).
+The default backend, ``"auto"``, picks per kernel module: for ``AOT_BY_DEFAULT`` (dpr, sz, zfp, sparse, maxpool)
+their ahead-of-time compiled copies (``aot.py``: the same kernel functions built by numba.pycc in a child process,
+single-threaded, loaded without numba) -- or numba's parallel JIT kernels once the process has imported numba
+anyway (``NUMBA_WHEN_LOADED``) --, NumPy otherwise (bits, intervalmask: NumPy was as fast or faster;
+docs/cpu-codecs.md has the table). So no graph's process imports numba nor pays its ~115-125 MiB of RSS by
+default (lossy plans did, for dpr / sz / zfp, until docs/notes/aotlossy.md). Without numba installed everything
+is NumPy. ``ONNXCOMP_CODEC_BACKEND=numpy|numba|aot|auto`` or ``set_backend`` / ``use_backend`` choose explicitly
+(``numba`` / ``numpy``: for every codec; ``aot``: AOT for every module, bits and intervalmask included).
 
 Kernels are compiled on first use and cached on disk (``cache=True``): numba writes the cache into
 ``__pycache__`` next to this package, and where that is not writable (an installed, read-only site-packages)
@@ -41,18 +40,19 @@ from typing import Any
 
 BACKENDS = ("numpy", "numba", "aot")  # the concrete implementations
 CHOICES = (*BACKENDS, "auto")  # what ONNXCOMP_CODEC_BACKEND / set_backend accept
-# Kernel modules (and zfp's coder) whose numba kernels beat NumPy by more than ~10 % at 1-16 MiB float32
-# activations on this project's 2-core reference machine (docs/cpu-codecs.md, "Default backend per codec").
-NUMBA_BY_DEFAULT = frozenset({"dpr", "sz", "zfp"})
-# Kernel modules whose numba kernels are faster (sparse: ZVC/CSR 1.3-1.8x, docs/notes/codecspeed.md) but not by
-# enough to import numba for them alone (~125 MiB of RSS, docs/notes/lazynumba.md): under "auto" they run with
-# numba once the process has imported it anyway (a dpr / sz / zfp codec ran), else with NumPy. Same bytes.
-# maxpool: the table lookup of maxpool_index's encoder (1.5-2x its NumPy path; docs: NOTES-codecthru.md).
-NUMBA_WHEN_LOADED = frozenset({"sparse", "maxpool"})
-# ... and without numba loaded they run AOT-compiled (aot.py: +<1 MiB of RSS instead of numba's ~115 MiB; ZVC
-# encode 0.54x copy per CPU second vs NumPy's 0.34x, `docs/notes/numbarss.md`). Must have AOT_SIGNATURES.
-AOT_WHEN_NOT_LOADED = frozenset({"sparse", "maxpool"})
-_WHEN_LOADED_CODECS = frozenset({"zvc", "csr", "sparse", "maxpool_index"})  # whose kernels are in those modules
+# Kernel modules (and zfp's coder) whose compiled kernels beat NumPy by more than ~10 % at 1-16 MiB float32
+# activations on this project's 2-core reference machine (docs/cpu-codecs.md, "Default backend per codec";
+# sparse: ZVC/CSR 1.3-1.8x, docs/notes/codecspeed.md; maxpool: the table lookup of maxpool_index's encoder,
+# 1.5-2x its NumPy path). Under "auto" they run AOT-compiled (aot.py: +<1 MiB of RSS instead of numba's ~125 MiB,
+# docs/notes/numbarss.md, docs/notes/aotlossy.md; single-threaded) ... Each must have AOT_SIGNATURES.
+AOT_BY_DEFAULT = frozenset({"dpr", "sz", "zfp", "sparse", "maxpool"})
+# ... or with numba's parallel JIT kernels once the process has imported numba anyway (its RSS is paid then;
+# on 2 free cores they take about half the single-threaded AOT kernels' wall time; zfp's AOT calls are split over
+# threads by run_chunks instead). Same bytes either way.
+NUMBA_WHEN_LOADED = AOT_BY_DEFAULT
+# Codecs whose NumPy path holds more workspace than the compiled one (ZVC encode 1.85x vs 1.53x its input) and
+# whose "auto" backend was NumPy in processes without numba: the planner keeps measuring them with NumPy.
+_NUMPY_WORKSPACE_CODECS = frozenset({"zvc", "csr", "sparse", "maxpool_index"})
 ENV_VAR = "ONNXCOMP_CODEC_BACKEND"
 
 _lock = threading.Lock()
@@ -104,20 +104,24 @@ def backend_for(module: str) -> str:
     or "zfp") runs with under the active setting ("aot": if it cannot be built, ``kernels`` falls back to NumPy)."""
     name = backend()
     if name == "auto":
-        if module in NUMBA_BY_DEFAULT or (module in NUMBA_WHEN_LOADED and "numba" in sys.modules):
+        if module in NUMBA_WHEN_LOADED and "numba" in sys.modules:
             return "numba"
-        return "aot" if module in AOT_WHEN_NOT_LOADED else "numpy"
+        return "aot" if module in AOT_BY_DEFAULT else "numpy"
     if name == "aot":
-        return "aot" if module in AOT_WHEN_NOT_LOADED else "numpy"
+        from .aot import MODULES
+
+        return "aot" if module in MODULES else "numpy"
     return name
 
 
 def workspace_backend(codec: str) -> str:
-    """The backend setting to measure ``codec``'s per-call workspace under (planner/predict.py): NumPy for a
-    NUMBA_WHEN_LOADED codec under "auto", whose backend depends on what else the process runs (its NumPy
-    path holds more: ZVC encode 1.85x vs 1.53x its input), else the active setting."""
+    """The backend setting to measure ``codec``'s per-call workspace under (planner/predict.py): NumPy for the
+    sparse / maxpool_index codecs under "auto" (NumPy ran them in processes without numba before they had AOT
+    kernels, and their NumPy path holds more: ZVC encode 1.85x vs 1.53x its input), else the active setting.
+    AOT and numba JIT kernels run the same Python wrappers, whose NumPy arrays are what is measured (the
+    kernels' own scratch is numba's allocator, not traced), so dpr / sz / zfp measure the same either way."""
     name = backend()
-    return "numpy" if name == "auto" and codec in _WHEN_LOADED_CODECS else name
+    return "numpy" if name == "auto" and codec in _NUMPY_WORKSPACE_CODECS else name
 
 
 @contextmanager
@@ -150,12 +154,51 @@ def threading_layer() -> None:
 
 
 def _load(name: str) -> SimpleNamespace:
+    from .aot import SOURCES
+
     threading_layer()
-    mod: ModuleType = importlib.import_module(f"{__name__}.{name}")
+    package = __name__.rsplit(".", 1)[0]  # the codecs' package (zfp's kernels are custom_ops/_zfp_numba.py)
+    mod: ModuleType = importlib.import_module(f"{package}.{SOURCES.get(name, 'cpu.' + name)}")
     public = getattr(mod, "__all__", None) or [k for k, v in vars(mod).items()
                                                  if callable(v) and not k.startswith("_")
                                                  and getattr(v, "__module__", None) == mod.__name__]
-    return SimpleNamespace(**{k: _locked(getattr(mod, k)) for k in public})
+    # threads=1: a numba kernel's prange already runs on every core (run_chunks calls it once).
+    return SimpleNamespace(threads=1, **{k: _locked(getattr(mod, k)) for k in public})
+
+
+def aot_threads() -> int:
+    """Threads an AOT kernel call may be split over (``run_chunks``): ``NUMBA_NUM_THREADS`` if set (the
+    parallel JIT kernels' count), else the CPUs this process may run on."""
+    env = os.environ.get("NUMBA_NUM_THREADS", "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+_pool: Any = None  # concurrent.futures.ThreadPoolExecutor for run_chunks, created on first use
+
+
+def run_chunks(ns: SimpleNamespace, fn: Callable[..., Any], nchunks: int, *args: Any) -> list[Any]:
+    """``fn(*args, c0, c1)`` over chunks [0, nchunks) of a kernel taking a chunk range (zfp's encode / decode):
+    one call for numba's kernels (``ns.threads`` 1: prange uses every core), else split into up to ``ns.threads``
+    contiguous ranges run at once, one on this thread and the rest on a shared pool (the AOT entry points are
+    single-threaded and release the GIL; chunks write disjoint output, so the bytes are the same). The results
+    of the calls, in chunk order."""
+    global _pool
+    parts = max(1, min(int(getattr(ns, "threads", 1)), nchunks))
+    if parts == 1:
+        return [fn(*args, 0, nchunks)]
+    bounds = [i * nchunks // parts for i in range(parts + 1)]
+    if _pool is None:
+        with _lock:
+            if _pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                _pool = ThreadPoolExecutor(max_workers=max(1, aot_threads() - 1),
+                                           thread_name_prefix="onnxcomp-codec")
+    futures = [_pool.submit(fn, *args, bounds[i], bounds[i + 1]) for i in range(1, parts)]
+    first = fn(*args, bounds[0], bounds[1])
+    return [first, *(f.result() for f in futures)]
 
 
 def _load_aot(name: str) -> SimpleNamespace | None:
@@ -165,7 +208,8 @@ def _load_aot(name: str) -> SimpleNamespace | None:
     if mod is None:
         return None
     # No launch lock: the AOT kernels are single-threaded machine code, no numba threading layer involved.
-    return SimpleNamespace(**{k: getattr(mod, k) for k in mod.__all__})
+    # threads: run_chunks may split a call over that many threads (the entry points release the GIL).
+    return SimpleNamespace(threads=aot_threads(), **{k: getattr(mod, k) for k in mod.__all__})
 
 
 def kernels(name: str) -> SimpleNamespace | None:
@@ -194,12 +238,12 @@ def warm_up(codecs: list[str] | None = None) -> None:
 
     rng = np.random.default_rng(0)
     names = list(REGISTRY) if codecs is None else list(codecs)
-    # NUMBA_WHEN_LOADED codecs last: they pick numba only once another codec has imported it, and a kernel
-    # they would first meet inside a training step must be loaded here (sorted names put sparse before sz).
+    # The sparse / maxpool codecs last (historical order, kept: under "auto" every compiled module now picks
+    # numba only once something has imported it; a kernel first met inside a training step must be loaded here).
     # Every sample, not the first few: numba compiles a kernel on its first call, and a codec's later samples
     # (sparse's ZVC mode at low density) reach kernels its first ones do not; a kernel first met inside a step
     # compiles there, and its compiler's memory lands in that step's peak (+11-13 MiB on squeezenet_s's lossy
     # plan under ORT's defaults, docs/notes/lossyvgg.md). The samples are small: ~5 ms a codec once compiled.
-    for codec in [REGISTRY[c] for c in sorted(names, key=lambda c: c in _WHEN_LOADED_CODECS)]:
+    for codec in [REGISTRY[c] for c in sorted(names, key=lambda c: c in _NUMPY_WORKSPACE_CODECS)]:
         for x, params in codec.sample_inputs(rng):
             codec.decode_cpu(codec.encode_cpu(x, **params), **params)

@@ -8,9 +8,17 @@ byte is written by one thread).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from ._jit import njit, prange  # numba's, or AOT-bound stand-ins (cpu/aot.py)
 
 __all__ = ["signbits_encode", "signbits_decode", "maxpool_encode", "maxpool_decode"]
+
+# Signatures of the ahead-of-time compiled copies (cpu/aot.py; the types the wrappers below pass).
+AOT_SIGNATURES = {
+    "_signbits_encode": "void(f4[::1], u1[::1])",
+    "_bits_decode": ("void(u1[::1], u4[::1], u4[:, ::1])", "void(u1[::1], u1[::1], u1[:, ::1])"),  # float / bool
+    "_maxpool_encode": "void(i8[::1], u1[::1], i8, i8[::1], b1[::1], b1[::1], i8[::1])",
+    "_maxpool_decode": "void(u1[::1], i8[::1], i8, i8[::1], b1[::1], b1[::1], i8[::1], u1[::1])",
+}
 
 CHUNK = 1 << 16  # elements per parallel task
 

@@ -8,9 +8,20 @@ table (bf16: a shift), moving float32 bits as uint32 so NaN payloads are never t
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from ._jit import njit, prange  # numba's, or AOT-bound stand-ins (cpu/aot.py)
 
 __all__ = ["encode", "decode"]
+
+# Signatures of the ahead-of-time compiled copies (cpu/aot.py; the types encode / decode pass).
+AOT_SIGNATURES = {
+    "_encode_fp16": "void(u4[::1], f4[::1], u2[::1], f4, f4)",
+    "_encode_bf16": "void(u4[::1], f4[::1], u2[::1], f4, f4)",
+    "_encode_fp8": "void(u4[::1], f4[::1], u1[::1], f4, f4)",
+    "_encode_fp10": "void(u4[::1], f4[::1], u4[::1], f4, f4)",
+    "_decode_table": ("void(u2[::1], u4[::1], u4[::1], i8)", "void(u1[::1], u4[::1], u4[::1], i8)"),  # 16 / 8 bits
+    "_decode_bf16": "void(u2[::1], u4[::1])",
+    "_decode_fp10": "void(u4[::1], u4[::1], u4[::1])",
+}
 
 CHUNK = 3 << 14  # elements per parallel task (a multiple of 3: fp10 tasks map to whole words)
 

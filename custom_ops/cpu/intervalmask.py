@@ -4,9 +4,12 @@ start on byte boundaries, so each byte is written by one thread. Decoding is rel
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from ._jit import njit, prange  # numba's, or AOT-bound stand-ins (cpu/aot.py)
 
 __all__ = ["intervalmask_encode"]
+
+# Signature of the ahead-of-time compiled copy (cpu/aot.py; the types intervalmask_encode passes).
+AOT_SIGNATURES = {"_encode": "void(f4[::1], u1[::1], f4, f4)"}
 
 CHUNK = 1 << 16
 

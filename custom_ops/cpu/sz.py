@@ -25,11 +25,23 @@ converts in another vectorised loop.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from . import _jit
+from ._jit import njit, prange  # numba's, or AOT-bound stand-ins (cpu/aot.py)
 
-from .._zfp_numba import _clz, _popcount  # LLVM's ctlz / ctpop
+if _jit.AOT_LIB is None:  # LLVM's ctlz / ctpop, called only inside the kernels (not in the AOT copy: no numba)
+    from .._zfp_numba import _clz, _popcount
 
 __all__ = ["encode_blocks", "decode_blocks"]
+
+# Signatures of the ahead-of-time compiled copies (cpu/aot.py; the types encode_blocks / decode_blocks pass).
+AOT_SIGNATURES = {
+    "_encode_rates": "void(f4[::1], f8, f8, f8, f4, u1[::1], u4[::1], i8[::1], i8[::1], u4[::1], i8, u1[:, :, ::1], "
+                     "u8[:, :, ::1])",
+    "_encode_pack": "void(f4[::1], f8, f8, f8, f4, u1[::1], u4[::1], i8[::1], i8[::1], u4[::1], i8[::1], u4[::1], i8, "
+                    "u1[:, :, ::1], u8[:, :, ::1])",
+    "_task_words": "void(u1[::1], i8[::1])",
+    "_decode": "void(u1[::1], u4[::1], i8[::1], f8, f4[::1])",
+}
 
 BLOCK = 32
 QMAX = (1 << 30) - 1

@@ -47,8 +47,9 @@ def run_measurement(cfg: dict[str, Any]) -> dict[str, Any]:
     # Generate every batch up front so data creation never lands inside a measured step.
     batches = [next(gen) for _ in range(warmup + steps)]
     del gen
-    # The graph's codec kernels (numba's runtime: ~120 MiB RSS once per process) are loaded at set-up, as
-    # `onnxcomp train` does, so the growth figures are the training step's; the cost is reported on its own.
+    # The graph's codec kernels are loaded at set-up, as `onnxcomp train` does, so the growth figures are the
+    # training step's; the cost is reported on its own (AOT-compiled by default: a few MiB; numba's JIT runtime,
+    # ONNXCOMP_CODEC_BACKEND=numba: ~120 MiB once per process). The figure also holds this graph's onnx.load.
     rss_before_codecs = status_bytes("VmRSS")
     _load_codec_kernels(model_path)
     codec_kernel_bytes = status_bytes("VmRSS") - rss_before_codecs

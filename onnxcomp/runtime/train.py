@@ -259,7 +259,7 @@ def _data(data: str, spec: GraphData, seed: int, evaluation: _Evaluation
 
 def _warm_up_codecs(model_path: Path) -> None:
     """Load (or, without a cache, compile) the kernels of the codecs the graph uses now, not in the first
-    step; only those: a graph of NumPy-default codecs then never imports numba (custom_ops/cpu)."""
+    step; only those (AOT-compiled or NumPy by default: no graph's process imports numba, custom_ops/cpu)."""
     from onnxcomp.runtime._measure_worker import _load_codec_kernels
 
     _load_codec_kernels(model_path)
