@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import onnx
+import onnx.numpy_helper
 import pytest
 from onnx import TensorProto, helper
 
@@ -76,6 +78,32 @@ def test_conv_grad_scratch_is_one_images_im2col_and_a_bias_row():
     assert conv_scratch(conv, {**shapes, "Y": (1, (8, 16, 10, 10))}) == [min(4 * 4 * 9 * 100, 128 * KiB)]
     pointwise = helper.make_node("Conv", ["X", "W1"], ["Y"])
     assert conv_scratch(pointwise, {"X": shapes["X"], "W1": (1, (16, 4, 1, 1)), "Y": (1, (8, 16, 10, 10))}) == []
+
+
+def test_conv_transpose_scratch_is_its_col_buffer_for_one_image():
+    # ORT's conv_transpose.cc: (C_out/group·∏kernel) × ∏(input pixels) floats, whatever the strides, for 1×1 too
+    node = helper.make_node("ConvTranspose", ["dY", "W"], ["dX"], pads=[1, 1, 1, 1])
+    shapes = {"dY": (1, (1, 64, 40, 40)), "W": (1, (64, 64, 3, 3))}
+    assert conv_scratch(node, shapes) == [4 * 64 * 9 * 1600]      # 3.5 MiB, where Conv's buffer is 128 KiB
+    grouped = helper.make_node("ConvTranspose", ["dY", "Wg"], ["dX"], group=2)
+    assert conv_scratch(grouped, {"dY": shapes["dY"], "Wg": (1, (64, 16, 1, 1))}) == [4 * 16 * 1600]
+    assert conv_scratch(node, {"dY": shapes["dY"]}) == []            # weight shape unknown: nothing claimed
+
+
+def test_a_conv_transpose_in_a_graph_is_priced_outside_the_pattern():
+    from onnxcomp.planner.ort_growth import growth_model
+    from onnxcomp.planner.ort_pattern import ort_optimized_model_of
+
+    w = onnx.numpy_helper.from_array(np.ones((8, 4, 3, 3), np.float32), "W")
+    graph = helper.make_graph(
+        [helper.make_node("ConvTranspose", ["X", "W"], ["Y"], name="up", pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["Y"], ["Z"])],
+        "g", [_value("X", [2, 8, 16, 16])], [_value("Z", [2, 4, 16, 16])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    gm = growth_model(ort_optimized_model_of(model), model)
+    assert [e.nbytes for e in gm.events if "scratch" in e.name] == [4 * 4 * 9 * 16 * 16]
+    # the col buffer is freed when the node ends: a scratch event starts and ends at the same step
+    assert all(e.at == e.until for e in gm.events if "scratch" in e.name)
 
 
 def test_heap_holds_bridge_copies_and_stored_payloads_until_their_decoders():

@@ -221,7 +221,8 @@ def conv_scratch(node: onnx.NodeProto, shapes: dict[str, Any]) -> list[int]:
     grad_buffer_order.largest_scratch and planner/auto.conv_workspace: ConvGrad's one-image im2col buffer
     (C/group·∏kernel·∏output floats) and its bias row (∏output floats); Conv's / FusedConv's expansion buffer
     (whole where a group's filters outnumber the output pixels, else MLAS's small segmented one; none for a 1×1
-    stride-1 unpadded conv); BiasGelu's / FastGelu's scratch of its input's size."""
+    stride-1 unpadded conv); ConvTranspose's col buffer (C_out/group·∏kernel·∏input pixels, one image, always);
+    BiasGelu's / FastGelu's scratch of its input's size."""
     key = node.op_type
     if key == "ConvGrad":
         dy, w = _shape_of(shapes, node.input[0]), _shape_of(shapes, node.input[2]) if len(node.input) > 2 else None
@@ -245,6 +246,15 @@ def conv_scratch(node: onnx.NodeProto, shapes: dict[str, Any]) -> list[int]:
         full = 4 * math.prod(w[1][1:]) * math.prod(y[1][2:])
         filters = w[1][0] // max(1, int(_attr(node, "group", 1)))
         return [full if filters > math.prod(y[1][2:]) else min(full, SEGMENTED_CONV_WORKSPACE)]
+    if key == "ConvTranspose":
+        # conv_transpose.cc always allocates its col buffer: (C_out/group·∏kernel) × ∏(input spatial) floats, for
+        # one image (onnxcomp's chunked graphs compute input gradients with it: a chunk's dX of a 64-channel 3×3
+        # conv at 40×40 asks 3.5 MiB, where Conv's segmented buffer for the same shapes asks 128 KiB).
+        x = _shape_of(shapes, node.input[0])
+        w = _shape_of(shapes, node.input[1]) if len(node.input) > 1 else None
+        if x is None or w is None or len(w[1]) < 3 or len(x[1]) < 3:
+            return []
+        return [4 * math.prod(w[1][1:]) * math.prod(x[1][2:])]
     if key in ("BiasGelu", "FastGelu") and node.domain == "com.microsoft" and len(node.input) > 1:
         return [_nbytes(_shape_of(shapes, node.input[0]))]
     return []

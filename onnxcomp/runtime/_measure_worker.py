@@ -123,14 +123,24 @@ def run_measurement(cfg: dict[str, Any]) -> dict[str, Any]:
 def _load_codec_kernels(model_path: Path) -> None:
     """Load (or compile) the CPU kernels of the codecs whose ops ``model_path`` holds; nothing for a graph
     without codec ops."""
-    import onnx
+    from onnxcomp.custom_ops import cpu
 
-    from onnxcomp.custom_ops import contract, cpu
-
-    graph = onnx.load(str(model_path), load_external_data=False).graph
-    codecs = sorted({op.codec for n in graph.node if (op := contract.codec_op(n.domain, n.op_type)) is not None})
+    codecs = _codecs_of(model_path)
+    # The parsed graph is gone before the kernels load: glibc then hands its freed heap to the kernels' long-lived
+    # allocations instead of leaving it as holes under them, which a training step's small blocks would touch
+    # again (docs/notes/lossygrowth.md).
     if codecs:
         cpu.warm_up(codecs)
+
+
+def _codecs_of(model_path: Path) -> list[str]:
+    """The codecs whose ops the graph at ``model_path`` holds (the parsed graph is freed on return)."""
+    import onnx
+
+    from onnxcomp.custom_ops import contract
+
+    graph = onnx.load(str(model_path), load_external_data=False).graph
+    return sorted({op.codec for n in graph.node if (op := contract.codec_op(n.domain, n.op_type)) is not None})
 
 
 def run_child(work: Callable[[dict[str, Any]], Any], cfg_path: str, out_path: str) -> int:
