@@ -66,3 +66,12 @@ def heap_term(features: HeapFeatures, coefficients: dict[str, float] | None = No
     """Predicted heap pages (bytes) a step touches above its live data: the fitted linear model."""
     c = COEFFICIENTS if coefficients is None else coefficients
     return max(0, int(c.get("const", 0.0) + sum(c.get(f, 0.0) * getattr(features, f) for f in FEATURES)))
+
+
+def graph_heap_term(model: Any) -> int:
+    """``heap_term`` of a ModelProto or an onnx-ir Model (its own analysis)."""
+    if not isinstance(model, onnx.ModelProto):
+        import onnx_ir as ir
+
+        model = ir.serde.serialize_model(model)
+    return heap_term(heap_features(model))
