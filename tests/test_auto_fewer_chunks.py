@@ -81,7 +81,9 @@ def test_fewest_fitting_chunks_are_kept(mid: onnx.ModelProto) -> None:
         assert len(out.model.graph.node) < len(plan.model.graph.node)
         # The prediction kept is that of the graph kept; 2 chunks (the only fewer count) miss the target.
         seen, live = auto.predicted_live_both_orders(out.model)
-        assert int(live.max()) + auto.predicted_heap(seen) == out.predicted_peak
+        assert int(live.max()) + out.heap_bytes == out.predicted_peak
+        # The heap term is the written graph's (transform's last passes add views): at least the planner graph's.
+        assert out.heap_bytes == auto.written_heap(out.applied) >= auto.predicted_heap(seen)
         evaluated = [r for r in rounds if "predicted_peak_bytes" in r]
         two = [r for r in evaluated if r["input_block_chunks"] == 2]
         assert two and two[0]["predicted_peak_bytes"] > target

@@ -126,3 +126,40 @@ def test_fit_recovers_a_known_linear_term() -> None:
     assert res["coefficients"]["nodes"] == pytest.approx(500, rel=1e-6)
     assert res["coefficients"]["pyops"] == pytest.approx(30000, rel=1e-6)
     assert res["rms_residual"] < 1
+
+
+def test_a_fitting_plan_is_priced_on_the_graph_transform_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """transform's last passes (views, ...) add nodes the planner's graph lacks; the term was fitted on written
+    graphs, so a plan that would fit is priced on the written graph: where that has more nodes, the peak rises."""
+    model = _big_two_conv()
+    plan = plan_auto(model, 10 * auto.predicted_live(model)[1].max().item(), exact=True)
+    assert plan.fits and plan.applied is not None
+    # Pretend transform's last passes add 500 nodes (a chain of Identity on the graph input is what they add here).
+    from onnxcomp import transform as transform_mod
+    from onnxcomp.passes.base import OnnxcompPass, PassOutcome
+
+    class _AddNodes(OnnxcompPass):
+        name = "add_nodes_probe"
+        full_check = False
+
+        def call(self, model):  # noqa: ANN001, ANN201
+            import onnx_ir as ir
+
+            v = model.graph.inputs[0]
+            for i in range(500):
+                node = ir.Node("", "Identity", [v], name=f"probe_{i}", num_outputs=1)
+                node.outputs[0].name = f"probe_out_{i}"
+                model.graph.append(node)
+            return PassOutcome(model, True)
+
+    monkeypatch.setattr(transform_mod, "last_passes", lambda records, lift_convs=True: [_AddNodes()])
+    with auto.memo.planning_session():
+        seen, live = auto.predicted_live_both_orders(plan.model)
+        heap = auto.predicted_heap(seen)
+        written = auto.written_heap(plan.applied)
+        assert written >= heap + 490 * COEFFICIENTS["nodes"]      # the 500 nodes (less a node or two: the
+                                                                  # planner's graph has DefaultOrderPass's deletions)
+        peak, h = auto._with_written_heap(plan.applied, int(live.max()) + heap, heap, 1 << 40)
+        assert h == written > heap and peak == int(live.max()) + written
+        # A plan already over its target is not re-priced (no last passes run for it).
+        assert auto._with_written_heap(plan.applied, 10, heap, 5) == (10, heap)
