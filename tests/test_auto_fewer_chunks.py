@@ -59,8 +59,8 @@ def _fitting_plan(model: onnx.ModelProto, target: int, chunks: int | None = None
     _enable_input_region(model, regions, target)
     if chunks is not None:
         regions.input_block_chunks = chunks
-    applied, _, live = _evaluate(model, {}, regions, encoding_techniques(), 64 * 1024)
-    peak = int(live.max())
+    applied, seen, live = _evaluate(model, {}, regions, encoding_techniques(), 64 * 1024)
+    peak = int(live.max()) + auto.predicted_heap(seen)     # the predicted step peak counts the heap term
     assert peak <= target
     return AutoPlan(target, False, target, {}, regions, peak, peak, True, [], model=applied.model, applied=applied)
 
@@ -80,7 +80,10 @@ def test_fewest_fitting_chunks_are_kept(mid: onnx.ModelProto) -> None:
         assert out.regions.input_chain_layers == plan.regions.input_chain_layers
         assert len(out.model.graph.node) < len(plan.model.graph.node)
         # The prediction kept is that of the graph kept; 2 chunks (the only fewer count) miss the target.
-        assert int(auto.predicted_live_both_orders(out.model)[1].max()) == out.predicted_peak
+        seen, live = auto.predicted_live_both_orders(out.model)
+        assert int(live.max()) + out.heap_bytes == out.predicted_peak
+        # The heap term is the written graph's (transform's last passes add views): at least the planner graph's.
+        assert out.heap_bytes == auto.written_heap(out.applied) >= auto.predicted_heap(seen)
         evaluated = [r for r in rounds if "predicted_peak_bytes" in r]
         two = [r for r in evaluated if r["input_block_chunks"] == 2]
         assert two and two[0]["predicted_peak_bytes"] > target
@@ -102,3 +105,31 @@ def test_plan_auto_keeps_fewer_chunks(mid: onnx.ModelProto) -> None:
     assert plan.fits and plan.regions.input_chain_layers >= 3
     assert plan.regions.input_block_chunks == 4
     assert any(r.get("input_block_chunks") == 2 for r in plan.rounds)
+
+
+def test_a_plan_missing_by_its_nodes_heap_term_takes_fewer_chunks(mid: onnx.ModelProto,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """More chunks hold less live data but repeat the chain's nodes, whose small blocks cost heap pages
+    (planner/heap_term.py). Priced at 4 KiB a node, the 5-chunk plan misses a target just below its predicted
+    peak, and the re-chunk returns fewer chunks with a lower predicted peak (fewer nodes outweigh the live
+    bytes). With the per-node price at 0 the same plan keeps its 5 chunks: the term is what moves it."""
+    from onnxcomp.planner import heap_term
+
+    def missing(nodes_price: float) -> tuple[AutoPlan, AutoPlan]:
+        monkeypatch.setattr(heap_term, "COEFFICIENTS", {"nodes": nodes_price})
+        with memo.planning_session():
+            regions = Regions()
+            _enable_input_region(mid, regions, 6 * MiB)
+            regions.input_block_chunks = 5
+            applied, seen, live = _evaluate(mid, {}, regions, encoding_techniques(), 64 * 1024)
+            peak = auto._peak_buffers(seen, live)[0]
+            plan = AutoPlan(peak - 1, False, peak - 1, {}, regions, peak, peak, False, [], model=applied.model,
+                            applied=applied, heap_bytes=auto.predicted_heap(seen), nodes=len(seen.graph.node))
+            return plan, _fewer_chunks(mid, plan, encoding_techniques(), 64 * 1024, lambda _m: None, [])
+
+    plan, out = missing(4096.0)
+    assert plan.heap_bytes == 4096 * plan.nodes
+    assert out.regions.input_block_chunks < 5 and out.nodes < plan.nodes
+    assert out.predicted_peak < plan.predicted_peak
+    plan0, out0 = missing(0.0)
+    assert out0 is plan0 and out0.regions.input_block_chunks == 5

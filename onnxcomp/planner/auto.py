@@ -743,6 +743,9 @@ class AutoPlan:
     # --budget-for ort-defaults (planner/growth_budget.py): the growth budget, the plan's predicted growth and its
     # parts, every step-peak target priced; None for a step-peak budget
     growth: dict[str, Any] | None = None
+    # The heap term inside ``predicted_peak`` (planner/heap_term.py) and the node count it was priced on.
+    heap_bytes: int = 0
+    nodes: int = 0
 
     def decisions(self) -> list[dict[str, Any]]:
         """One record per decision: technique, bytes, predicted seconds, why."""
@@ -785,6 +788,7 @@ class AutoPlan:
     def summary(self) -> dict[str, Any]:
         return {"budget_bytes": self.budget, "exact": self.exact, "target_bytes": self.target,
                 "baseline_predicted_peak_bytes": self.baseline_peak, "predicted_peak_bytes": self.predicted_peak,
+                "predicted_heap_bytes": self.heap_bytes, "nodes": self.nodes,
                 "fits": self.fits, "dominant_at_peak": [{"tensor": n, "bytes": b} for n, b in self.dominant],
                 "predicted_extra_seconds": round(self.predicted_seconds, 6), "cost_source": self.cost_source,
                 "predicted_step_seconds": {"baseline": self.step_seconds[0], "plan": self.step_seconds[1]},
@@ -796,7 +800,12 @@ class AutoPlan:
             from .growth_budget import growth_failure_line
 
             return growth_failure_line(self)
-        top = ", ".join(f"{n} ({b / MiB:.1f} MiB)" for n, b in self.dominant[:3])
+        parts = [(n, b) for n, b in self.dominant[:3]]
+        if self.heap_bytes:
+            # The heap term is part of the peak: name it where it outweighs a tensor (a many-node chunked graph).
+            parts.append((f"heap pages of {self.nodes:,} nodes' small blocks", self.heap_bytes))
+            parts = sorted(parts, key=lambda p: -p[1])[:3]
+        top = ", ".join(f"{n} ({b / MiB:.1f} MiB)" for n, b in parts)
         mode = "exact techniques only (--exact)" if self.exact else "every technique"
         return (f"budget {self.budget / MiB:.1f} MiB cannot be met with {mode}: the best reachable predicted "
                 f"step peak is {self.predicted_peak / MiB:.1f} MiB (a plan must predict ≤ "
@@ -879,13 +888,56 @@ def dominant_at_peak(model: onnx.ModelProto, top: int = 3) -> tuple[int, list[tu
 
 
 def _peak_buffers(seen: onnx.ModelProto, live: np.ndarray) -> tuple[int, list[Any]]:
-    """The peak of a predicted live curve and the buffers of ``seen`` live at it, largest first."""
+    """The predicted step peak of ``seen`` (its live curve's peak plus its heap term, ``predicted_heap``) and the
+    buffers live at the curve's peak, largest first. Every fit decision of the planner (``_plan_auto``'s rounds,
+    ``_fewer_chunks``, ``dominant_at_peak``) reads the peak here, so each one counts the heap pages a graph's
+    nodes touch: more chunks hold less live data but add nodes."""
     if not len(live):
         return 0, []
     at = int(np.argmax(live))
     bufs = sorted((b for b in memo.analysis(seen).buffers() if b.start <= at <= b.end and b.size > 0),
                   key=lambda b: -b.size)
-    return int(live[at]), bufs
+    return int(live[at]) + predicted_heap(seen), bufs
+
+
+def predicted_heap(seen: onnx.ModelProto) -> int:
+    """The heap term of ``seen``'s predicted step peak (planner/heap_term.py): glibc heap pages its step's small
+    blocks touch above the live data, a fitted linear function of its nodes and PyOps (docs/auto/heapterm/).
+    Without it, ResNet-18's 12 and 15 MiB plans measured 13.7-30.7 MiB under the trimmed `measure`."""
+    from .heap_term import heap_features, heap_term
+
+    return memo.cached("auto.heap", id(seen), lambda: heap_term(heap_features(seen, memo.analysis(seen))), seen)
+
+
+def written_heap(applied: "Applied") -> int:
+    """The heap term of the graph `transform` will write for ``applied``: after its last passes
+    (``transform.last_passes``: ReuseSignaturePass's zero-copy views, MaskedFill, EarlyEncode, ...), which add nodes
+    the planner's own graph does not have (8-23 % on ResNet-18 and leaky_vgg plans, 93 % on a mobilenet_v1_s plan:
+    1,895 planned, 3,666 written, whose 7.9 MiB plan then measured 8.6-9.1 MiB). The term was fitted on written
+    graphs. One run of those passes per plan that would fit (memoised)."""
+    from ..transform import last_passes
+
+    def run() -> int:
+        finished = apply(applied.model, last_passes(applied.log.records)).model
+        return heap_term_of(finished)
+
+    return memo.cached("auto.written_heap", id(applied.model), run, applied.model)
+
+
+def heap_term_of(model: onnx.ModelProto) -> int:
+    """``heap_term`` of ``model`` with its own analysis."""
+    from .heap_term import heap_features, heap_term
+
+    return heap_term(heap_features(model, memo.analysis(model)))
+
+
+def _with_written_heap(applied: "Applied", peak: int, heap: int, target: int) -> tuple[int, int]:
+    """(peak, heap) with the heap term of the written graph where a plan would fit on its own graph's term: a plan
+    is accepted on the graph `transform` writes."""
+    if peak > target:
+        return peak, heap
+    written = written_heap(applied)
+    return (peak - heap + written, written) if written > heap else (peak, heap)
 
 
 def _recomputable(model: onnx.ModelProto, alone: bool = True, extend: bool = True
@@ -1215,6 +1267,10 @@ def modelled_pattern_block(model: onnx.ModelProto) -> Any:
     return pattern_block_or_replay(model, purpose="auto planner's chunk ranking")
 
 
+# Up to this many fewer chunk counts are each evaluated by ``_fewer_chunks`` (batch 32 from 8 or 16 chunks: 2 or 3).
+MAX_CHUNK_CANDIDATES = 3
+
+
 def fewest_chunks(candidates: list[int], fits: Any) -> list[int]:
     """The candidate counts (ascending) to evaluate to find the fewest that fits, by bisection: the predicted
     peak only falls as chunks are added (each chunk holds less of the batch), so one evaluation halves what is
@@ -1243,6 +1299,7 @@ class _Base:
     windows: dict[str, _Window]
     options: dict[str, list[Option]]
     regions: list[Any]                       # backward regions that can run in batch chunks (chunk_backward)
+    heap: int = 0                            # the base graph's heap term: the virtual curve plans below it
 
 
 def _make_base(model: onnx.ModelProto, regions: Regions, techniques: list[Technique], costs: _Costs,
@@ -1270,7 +1327,7 @@ def _make_base(model: onnx.ModelProto, regions: Regions, techniques: list[Techni
         from .auto_rows import outside_row_blocks
 
         chunkable = outside_row_blocks(chunkable)
-    return _Base(live, analysis, windows, options, chunkable)
+    return _Base(live, analysis, windows, options, chunkable, predicted_heap(seen))
 
 
 def _longest_regions(model: onnx.ModelProto) -> list[Any]:
@@ -1422,19 +1479,26 @@ def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int,
         # Exact plans search the greedy's start too (greedy_restarts) where it misses the target; lossy plans keep
         # the plain greedy: their tiers make "lower peak" trade accuracy, and they were not re-measured with it.
         search = greedy_restarts if exact else greedy
-        chosen, virtual = search(base.live, base.windows, options, chosen, target - correction, ignore, banned)
+        # The virtual curve is live data only: it plans below the target less the base graph's heap term (the
+        # real prediction below adds the rewritten graph's own; the correction takes up the difference).
+        chosen, virtual = search(base.live, base.windows, options, chosen, target - correction - base.heap, ignore,
+                                 banned)
         applied, seen_out, live_out = _evaluate(model, chosen, regions, techniques, min_bytes)
         out = applied.model
         peak, bufs = _peak_buffers(seen_out, live_out)
+        peak, heap = _with_written_heap(applied, peak, predicted_heap(seen_out), target)
         at = int(np.argmax(live_out)) if len(live_out) else 0
         dominant = [(b.name, int(b.size)) for b in bufs[:3]]
-        rounds.append({"virtual_peak_bytes": virtual, "predicted_peak_bytes": peak, "options": len(chosen),
+        rounds.append({"virtual_peak_bytes": virtual, "predicted_peak_bytes": peak, "heap_bytes": heap,
+                       "nodes": len(seen_out.graph.node), "options": len(chosen),
                        "chunked": regions.chunked, "split_weight_bytes": regions.split_weight_bytes})
         say(f"auto: {len(chosen)} stash option(s), {regions}: virtual {virtual / MiB:.1f} MiB, "
-            f"predicted {peak / MiB:.1f} MiB (target {target / MiB:.1f} MiB)")
+            f"predicted {peak / MiB:.1f} MiB with {heap / MiB:.1f} MiB heap term ({len(seen_out.graph.node)} nodes; "
+            f"target {target / MiB:.1f} MiB)")
         plan = AutoPlan(budget, exact, target, dict(chosen), replace(regions),
                         peak, baseline_peak, peak <= target, dominant, [], out, applied,
-                        costs.source, sum(o.seconds for o in chosen.values()))
+                        costs.source, sum(o.seconds for o in chosen.values()), heap_bytes=heap,
+                        nodes=len(seen_out.graph.node))
         if best is None or plan.fits or peak < best.predicted_peak:
             best = plan
         if plan.fits:
@@ -1489,7 +1553,7 @@ def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int,
             chosen = {k: o for k, o in chosen.items() if o in options.get(k, [])}
             continue
         # 3. The virtual curve was optimistic: plan lower and go on upgrading.
-        if virtual <= target - correction:
+        if virtual <= target - correction - base.heap:
             correction += max(peak - target, MiB // 4)
             continue
         # 4. Stuck: the chunked first-layer backward, if not tried, may still help.
@@ -1516,9 +1580,20 @@ def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int,
             options, ignore = (_chunked_options(base, costs) if regions.chunked else (base.options, None))
             chosen, correction = {}, 0
             continue
+        fewer = [k for k in chunk_candidates(_input_region_batch(model, regions), regions.input_block_chunks)
+                 if k >= 2] if regions.input_block_chunks > 2 else []
+        if not exact and fewer and heap >= peak - target:
+            # Still stuck, and the heap term the chunks' nodes bring is at least the excess: fewer chunks (the
+            # next count down) hold more live data but fewer nodes; the search starts over on that graph.
+            regions.input_block_chunks = fewer[-1]
+            base = _make_base(model, regions, techniques, costs, exact, min_bytes, workspace_aware)
+            options, ignore = (_chunked_options(base, costs) if regions.chunked else (base.options, None))
+            chosen, correction = {}, 0
+            continue
         break
     assert best is not None
-    if best.fits and not exact and best.regions.input_block_chunks > 2:
+    if not exact and best.regions.input_block_chunks > 2:
+        # Also where the plan misses: with the heap term, fewer chunks (fewer nodes) can lower the peak.
         best = _fewer_chunks(model, best, techniques, min_bytes, say, rounds)
     best.rounds = rounds
     if best.model is not None:
@@ -1528,9 +1603,11 @@ def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int,
 
 def _fewer_chunks(model: onnx.ModelProto, plan: AutoPlan, techniques: list[Technique], min_bytes: int,
                   say: Any, rounds: list[dict[str, Any]]) -> AutoPlan:
-    """A fitting plan with its input region in batch chunks, re-chunked: the fewest chunks (even where the batch
-    allows) whose predicted peak still fits, or the plan as it was, whichever costs less by ``plan_cost`` (what
-    ORT's defaults keep: modelled pattern block plus NODE_BYTES per node).
+    """A plan with its input region in batch chunks, re-chunked. Where it fits: the fewest chunks (even where the
+    batch allows) whose predicted peak still fits, or the plan as it was, whichever costs less by ``plan_cost``
+    (what ORT's defaults keep: modelled pattern block plus NODE_BYTES per node). Where it misses: the fewest chunks
+    that fit, else the lowest predicted peak (the predicted peak counts the heap term, which grows with the
+    nodes every chunk repeats: fewer chunks can be lower).
 
     Each chunk repeats the chunked region's forward and backward (and each BatchNorm's recomputation pass of the
     chain below it), so the graph grows with the chunk count: ResNet-18's 15 MiB plan (26 chunks through 5
@@ -1544,26 +1621,39 @@ def _fewer_chunks(model: onnx.ModelProto, plan: AutoPlan, techniques: list[Techn
     if not candidates or plan.model is None:
         return plan
     found: dict[int, AutoPlan] = {}
+    missed: dict[int, AutoPlan] = {}
 
     def fits(k: int) -> bool:
         regions = replace(plan.regions, input_block_chunks=k)
         applied, seen_out, live_out = _evaluate(model, plan.chosen, regions, techniques, min_bytes)
         peak, bufs = _peak_buffers(seen_out, live_out)
+        peak, heap = _with_written_heap(applied, peak, predicted_heap(seen_out), plan.target)
+        nodes = len(seen_out.graph.node)
         say(f"auto: input region in {k} chunk(s) instead of {plan.regions.input_block_chunks}: predicted "
-            f"{peak / MiB:.1f} MiB (target {plan.target / MiB:.1f} MiB), {len(applied.model.graph.node)} nodes")
-        rounds.append({"input_block_chunks": k, "predicted_peak_bytes": peak, "nodes": len(applied.model.graph.node),
+            f"{peak / MiB:.1f} MiB with {heap / MiB:.1f} MiB heap term (target {plan.target / MiB:.1f} MiB), "
+            f"{nodes} nodes")
+        rounds.append({"input_block_chunks": k, "predicted_peak_bytes": peak, "heap_bytes": heap, "nodes": nodes,
                        "options": len(plan.chosen), "chunked": regions.chunked,
                        "split_weight_bytes": regions.split_weight_bytes})
-        if peak > plan.target:
-            return False
-        found[k] = replace(plan, regions=regions, predicted_peak=peak, fits=True,
-                           dominant=[(b.name, int(b.size)) for b in bufs[:3]], model=applied.model,
-                           applied=applied)
-        return True
+        other = replace(plan, regions=regions, predicted_peak=peak, fits=peak <= plan.target,
+                        dominant=[(b.name, int(b.size)) for b in bufs[:3]], model=applied.model,
+                        applied=applied, heap_bytes=heap, nodes=nodes)
+        (found if other.fits else missed)[k] = other
+        return other.fits
 
-    fewest_chunks(candidates, fits)
+    if len(candidates) <= MAX_CHUNK_CANDIDATES:
+        # The heap term grows with the nodes each chunk repeats while the live data falls: the predicted peak is
+        # not monotone in the chunk count any more, so a few candidates are all evaluated, not bisected.
+        for k in candidates:
+            fits(k)
+    else:
+        fewest_chunks(candidates, fits)
     if not found:
-        return plan
+        # Nothing with fewer chunks fits: keep the lowest predicted peak (the best reachable, for the failure).
+        low = min(missed.values(), key=lambda p: p.predicted_peak, default=plan)
+        return low if not plan.fits and low.predicted_peak < plan.predicted_peak else plan
+    if not plan.fits:
+        return found[min(found)]
 
     def cost(p: AutoPlan) -> int:
         assert p.model is not None

@@ -57,6 +57,7 @@ import onnx_ir as ir
 from ...analysis import GraphAnalysis, analysis_of
 from ...errors import OnnxcompError
 from ...planner.predict import predicted_peak
+from ...planner.heap_term import graph_heap_term
 from ..base import OnnxcompPass, PassOutcome, Skipped, require_training_graph
 from ..editor import IrGraphEditor, ir_taken_names
 from ..records import PassRecord
@@ -129,13 +130,15 @@ class RowSplitPass(OnnxcompPass):
             trial = model.clone()
             records, skipped = self.rewrite(trial, analysis, R)
             if not records:
-                peak = predicted_peak(model)
+                peak = predicted_peak(model) + graph_heap_term(model)
                 if peak > self.budget_bytes:
                     raise OnnxcompError(f"{{rows}} auto: no conv chain to split, and the predicted step peak "
                                         f"{peak / 2**20:.1f} MiB is over the budget of "
                                         f"{self.budget_bytes / 2**20:.1f} MiB", options=("rows",))
                 return PassOutcome(model, False, [], skipped)
-            peak = predicted_peak(trial)
+            # Plus the heap term (planner/heap_term.py): every row block adds nodes, whose small blocks the step's
+            # measured peak counts.
+            peak = predicted_peak(trial) + graph_heap_term(trial)
             tried.append({"rows": R, "predicted_peak_bytes": peak})
             if best is None or peak < best[1] or peak <= self.budget_bytes:
                 best = (R, peak, trial, records, skipped)
