@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from onnxcomp.runtime.measure import MALLOC_ENV
+from pinned_heap import PINNED_HEAP_STEP
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
@@ -22,26 +23,9 @@ import bench_side_by_side  # noqa: E402
 
 MiB = 1 << 20
 
-# Like tests/test_heap_trim.py's step, through the tools' meter: 8 MiB of 32 KiB heap blocks touched and freed, pinned
-# below the heap's top by one block that stays allocated, so glibc never trims them by itself. Set-up leaves that
-# free heap behind; the step reuses it.
-_METER_SCRIPT = textwrap.dedent("""
-    import ctypes, json, sys
+# tests/pinned_heap.py's step, through the tools' meter: set-up leaves 8 MiB of free heap behind, the step reuses it.
+_METER_SCRIPT = PINNED_HEAP_STEP + textwrap.dedent("""
     from onnxcomp.runtime.step_meter import StepMeter
-    libc = ctypes.CDLL("libc.so.6")
-    libc.malloc.restype = ctypes.c_void_p
-    libc.malloc.argtypes = [ctypes.c_size_t]
-    libc.free.argtypes = [ctypes.c_void_p]
-    pin = []
-    def step():
-        blocks = [libc.malloc(32 << 10) for _ in range(256 if pin else 257)]
-        for b in blocks:
-            ctypes.memset(b, 1, 32 << 10)
-        if not pin:
-            pin.append(blocks.pop())
-        for b in blocks:
-            libc.free(b)
-        return 1.0
     step()  # "set-up": the heap grows once and keeps 8 MiB of free pages
     meter = StepMeter(trim=sys.argv[1] == "trim")
     meter.setup_done()

@@ -13,28 +13,12 @@ import pytest
 from onnxcomp.runtime import proc_memory
 from onnxcomp.runtime.measure import measure
 from onnxcomp.runtime.session import RuntimeSettings
+from pinned_heap import PINNED_HEAP_STEP
 
 MiB = 1 << 20
 
-# A "step" that, like a chunked plan's small tensors, touches 8 MiB of heap blocks under the 128 KiB mmap threshold
-# and frees them again; a small block allocated after the first batch pins them below the heap's top, so glibc
-# never trims them by itself (what ORT's per-node bookkeeping does to the tensors around it).
-_STEP_SCRIPT = textwrap.dedent("""
-    import ctypes, json
+_STEP_SCRIPT = PINNED_HEAP_STEP + textwrap.dedent("""
     from onnxcomp.runtime.proc_memory import measure_call
-    libc = ctypes.CDLL("libc.so.6")
-    libc.malloc.restype = ctypes.c_void_p
-    libc.malloc.argtypes = [ctypes.c_size_t]
-    libc.free.argtypes = [ctypes.c_void_p]
-    pin = []
-    def step():
-        blocks = [libc.malloc(32 << 10) for _ in range(256 if pin else 257)]
-        for b in blocks:
-            ctypes.memset(b, 1, 32 << 10)
-        if not pin:
-            pin.append(blocks.pop())  # the last block, carved from the heap's top: stays allocated
-        for b in blocks:
-            libc.free(b)
     step()  # warm: the heap grows once
     untrimmed = measure_call(step, trim=False)
     trimmed = measure_call(step, trim=True)
