@@ -825,11 +825,12 @@ def _predicted_live(model: onnx.ModelProto, eager_accumulation: bool) -> tuple[o
     from .predict import predicted_live as _live
 
     seen, live = _live(model, eager_accumulation)
-    convs = [i for i, n in enumerate(seen.graph.node) if n.op_type == "Conv"]
+    convs = [i for i, n in enumerate(seen.graph.node) if n.op_type in ("Conv", "ConvTranspose")]
     if convs:
         analysis = memo.analysis(seen)
         for i in convs:
-            live[i] += conv_workspace(analysis, seen.graph.node[i])
+            node = seen.graph.node[i]
+            live[i] += (conv_workspace if node.op_type == "Conv" else conv_transpose_workspace)(analysis, node)
     return seen, live
 
 
@@ -879,6 +880,19 @@ def conv_workspace(analysis: GraphAnalysis, node: onnx.NodeProto) -> int:
     if filters <= int(np.prod(y.shape[2:], dtype=np.int64)):
         return min(full, SEGMENTED_CONV_WORKSPACE)
     return full
+
+
+def conv_transpose_workspace(analysis: GraphAnalysis, node: onnx.NodeProto) -> int:
+    """Bytes of ORT's CPU ConvTranspose col buffer: (C_out/group)·∏kernel × ∏input pixels floats for one image,
+    allocated on every call whatever the shapes (conv_transpose.cc). The chunked regions compute input gradients
+    with ConvTranspose, where it is far larger than Conv's segmented buffer for the same shapes (3.5 MiB for a
+    64-channel 3×3 conv at 40×40): without it a chunked wide_resnet_s plan measured 3.6 MiB above its prediction
+    (docs/notes/lossygrowth.md; ort_growth.conv_scratch prices the same request for ORT's arena)."""
+    x = analysis.tensors.get(node.input[0]) if node.input else None
+    w = analysis.tensors.get(node.input[1]) if len(node.input) > 1 else None
+    if x is None or w is None or x.shape is None or w.shape is None or len(w.shape) < 3 or len(x.shape) < 3:
+        return 0
+    return int(np.prod(w.shape[1:], dtype=np.int64) * np.prod(x.shape[2:], dtype=np.int64)) * 4
 
 
 def dominant_at_peak(model: onnx.ModelProto, top: int = 3) -> tuple[int, list[tuple[str, int]]]:
