@@ -28,6 +28,26 @@ if onnx_op is not None:
         return y, np.array(x.shape, dtype=np.int64)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _temp_files_under_pytest(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN202
+    """Library defaults that make a temporary directory (``from_torch`` / ``Trainer`` without ``out_dir``) would
+    otherwise leave one in /tmp per test run: point tempfile, and the children tests start, at pytest's
+    basetemp, which pytest prunes."""
+    import os
+    import tempfile
+
+    scratch = str(tmp_path_factory.mktemp("tempfile"))
+    old_dir, old_env = tempfile.tempdir, os.environ.get("TMPDIR")
+    tempfile.tempdir = scratch
+    os.environ["TMPDIR"] = scratch
+    yield
+    tempfile.tempdir = old_dir
+    if old_env is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = old_env
+
+
 @pytest.fixture(scope="module", params=["numpy", "numba", "aot"])
 def codec_backend(request: pytest.FixtureRequest):  # noqa: ANN201
     """Run a codec test module once per CPU backend: the NumPy reference, the compiled numba kernels and their
