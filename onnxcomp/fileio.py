@@ -5,6 +5,8 @@
 * ``output_lock(path)``: an exclusive ``flock`` on ``.NAME.lock`` beside ``path`` for the whole run, so two
   runs writing the same output cannot interleave; the loser is told at once. Holding it, the run removes
   what killed runs left behind (``.NAME.*.tmp`` files, ``.NAME.tmp-*``/``.NAME.old-*`` directories).
+* ``held_flock(path)``: a blocking ``flock`` on ``path`` around a block (benchmarks on a shared machine take
+  turns on one lock file so their timings do not overlap); ``None`` holds nothing.
 * ``staged_directory(path)``: a sibling temp directory to write a multi-file output into, swapped in with one
   ``renameat2(RENAME_EXCHANGE)`` (Linux), so ``path`` is always the complete old set or the complete new one.
 """
@@ -287,3 +289,18 @@ def staged_directory(path: str | os.PathLike[str], *, replace: bool = False, car
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
+
+
+@contextmanager
+def held_flock(path: str | os.PathLike[str] | None) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created if missing, never removed: other processes wait on it)
+    for the block, waiting for it as long as it takes; ``path=None`` holds nothing."""
+    if path is None:
+        yield
+        return
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

@@ -172,3 +172,28 @@ def test_staged_directory_keeps_unrelated_files_and_swaps_atomically(tmp_path: P
             (stage / "a").write_text("newer")
     assert (out / "a").read_text() == "new" and sorted(p.name for p in tmp_path.iterdir()) == ["d"]
     shutil.rmtree(out)
+
+
+def test_held_flock_excludes_other_holders_only_while_held(tmp_path: Path) -> None:
+    import fcntl
+
+    from onnxcomp.fileio import held_flock
+
+    lock = tmp_path / "timing.lock"
+
+    def try_lock() -> bool:
+        with open(lock, "a") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            return True
+
+    with held_flock(lock):
+        assert not try_lock()
+    assert try_lock()
+    assert lock.exists()  # left for the next waiter
+    with held_flock(None):
+        pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["timing.lock"]

@@ -21,15 +21,13 @@ must give the baseline's losses bit for bit). Every finished measurement is cach
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import json
 import os
 import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 MIB = 1 << 20
 ZOO = ("resnet18", "vgg16", "mobilenet_v2")
@@ -74,26 +72,14 @@ def tightest_budget(model: Any, exact: bool) -> tuple[int, Any, int]:
     raise RuntimeError(f"no budget up to {budget / MIB:.1f} MiB accepted (floor {floor.predicted_peak / MIB:.1f} MiB)")
 
 
-@contextlib.contextmanager
-def _timing_lock(enabled: bool) -> Iterator[None]:
-    if not enabled:
-        yield
-        return
-    with open(LOCK, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def _measure(art: Path, graph_dir: Path | None, settings: str, steps: int, cache: Path, timing: bool) -> dict:
     if cache.exists():
         return json.loads(cache.read_text())
+    from onnxcomp.fileio import held_flock
     from onnxcomp.runtime.measure import measure
     from onnxcomp.runtime.session import RuntimeSettings
 
-    with _timing_lock(timing and settings == "onnxcomp"):
+    with held_flock(LOCK if timing and settings == "onnxcomp" else None):
         load = os.getloadavg()[0]
         res = measure(graph_dir or art, steps=steps, settings=RuntimeSettings(**SETTINGS[settings])).to_dict()
     row = {"peak_bytes": res["peak_bytes"], "growth_bytes": res["growth_bytes"], "step_time_s": res["step_time_s"],

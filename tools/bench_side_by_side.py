@@ -34,17 +34,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from onnxcomp.fileio import held_flock
 from onnxcomp.runtime.proc_memory import status_bytes
 from onnxcomp.runtime.step_meter import StepMeter
 
@@ -182,19 +181,6 @@ def child(cfg_path: str) -> int:
     return 0
 
 
-@contextlib.contextmanager
-def _lock(path: str | None) -> Iterator[None]:
-    if not path:
-        yield
-        return
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def run_row(cfg: dict, lock: str | None = None) -> dict:
     """One row in a fresh process (the environment `onnxcomp measure` pins); its figures, the load around it."""
     env = {**os.environ, **MALLOC_ENV}
@@ -203,7 +189,7 @@ def run_row(cfg: dict, lock: str | None = None) -> dict:
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(cfg, f)
     try:
-        with _lock(lock):
+        with held_flock(lock or None):
             load_before = os.getloadavg()
             proc = subprocess.run([sys.executable, __file__, "--child", f.name], capture_output=True, text=True,
                                   env=env)
