@@ -144,7 +144,6 @@ def encode_native_pool(site: _Site, stash: StashedTensor, enc: Encoding, pass_: 
     origin, plane, enc_lut, dec_lut = pool_tables(enc.params)
     key = "x".join(map(str, [g.N, g.C, g.H, g.W, g.kh, g.kw, g.sh, g.sw, g.pt, g.pl, g.dh, g.dw]))
     origin_c = ed.shared_tensor(f"onnxcomp_pool_origin_{key}", origin)
-    plane_c = ed.shared_tensor(f"onnxcomp_pool_plane_{key}", plane)
     enc_c = ed.shared_tensor(f"onnxcomp_pool_encode_{key}", enc_lut)
     dec_c = ed.shared_tensor(f"onnxcomp_pool_decode_{key}", dec_lut)
     hw = ed.shared_tensor(f"onnxcomp_i64_{g.H * g.W}", np.array(g.H * g.W, dtype=np.int64))
