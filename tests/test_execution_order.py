@@ -23,7 +23,14 @@ from onnxcomp.custom_ops import contract
 from onnxcomp.passes import POLICIES, EagerAccumulationPass
 from onnxcomp.passes.base import check_model
 from onnxcomp.passes.eager_accumulation import ACCUMULATORS
+from onnxcomp.passes.encode_stash import NATIVE_ENCODER_SUFFIX
 from onnxcomp.planner.predict import planned_peak
+
+
+def _native_decoder(node: onnx.NodeProto) -> bool:
+    """The last node of a decode made of standard ops (encode_stash's native forms, passes/maxpool_index.py):
+    named ``<tensor>__decode_<form>``."""
+    return node.domain in ("", "ai.onnx") and "__decode_" in node.name
 
 
 def timing(model: onnx.ModelProto, order: str) -> dict[str, list[int]]:
@@ -44,9 +51,9 @@ def timing(model: onnx.ModelProto, order: str) -> dict[str, list[int]]:
         node = g.node[n]
         if node.op_type in ACCUMULATORS and node.input[1] in made:
             out["acc_lag"].append(pos[n] - pos[made[node.input[1]]])
-        elif contract.is_encoder(node.domain, node.op_type):
+        elif contract.is_encoder(node.domain, node.op_type) or node.name.endswith(NATIVE_ENCODER_SUFFIX):
             out["enc_after_loss"].append(int(pos[n] > pos[loss]))
-        elif contract.is_decoder(node.domain, node.op_type):
+        elif contract.is_decoder(node.domain, node.op_type) or _native_decoder(node):
             out["dec_lead"].append(min(pos[r] for r in readers[node.output[0]]) - pos[n])
             out["dec_before_loss"].append(int(pos[n] < pos[loss]))
     return out

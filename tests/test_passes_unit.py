@@ -73,7 +73,8 @@ def test_signbits_encodes_after_the_relu_and_decodes_just_before_relugrad() -> N
 
 
 def test_maxpool_index_anchors_the_pooled_values() -> None:
-    result = MaxPoolIndexPass().run(conv_pool())
+    # The PyOp form (the native one, standard ops only, is tests/test_native_pool.py's)
+    result = MaxPoolIndexPass(native=False).run(conv_pool())
     out = result.model
     check_model(out, "maxpool_index")
     (rec,) = result.records

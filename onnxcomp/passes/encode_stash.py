@@ -68,7 +68,7 @@ NATIVE_ENCODER_SUFFIX = "__native_encode"
 # ``Reshape(gate, anchor)`` is the gate itself, which the recompute pass sees through (is_native_anchor).
 NATIVE_ANCHOR_MARK = "__native_anchor"
 _FP16_MAX = 65504.0
-NATIVE_FORMS = ("fp16", "bits")
+NATIVE_FORMS = ("fp16", "bits", "maxpool")
 # The native bit decoder's table: row v = the 8 booleans byte v holds, element i in bit i % 8 (np.packbits
 # little bit order, as the bitmask codec). Passes recognise a native bit decode by this initializer's name.
 NATIVE_BITS_LUT = "onnxcomp_bits_lut_bool"
@@ -434,6 +434,10 @@ def is_native_float_mask_decode(node: ir.Node) -> bool:
 def _encode_native(site: _Site, stash: StashedTensor, enc: Encoding, pass_: EncodeStashPass) -> dict[str, Any]:
     if enc.native == "bits":
         return _encode_native_bits(site, stash, enc, pass_)
+    if enc.native == "maxpool":
+        from .maxpool_index import encode_native_pool   # that module imports this one
+
+        return encode_native_pool(site, stash, enc, pass_)
     return _encode_native_fp16(site, stash, enc, pass_)
 
 

@@ -23,9 +23,15 @@ def workspace_bytes(codec: str, params: dict[str, Any], nbytes: int, native: str
     of ``nbytes`` float32 bytes. Native fp16 (Clip + Cast, ONNX ops) holds Clip's float32 output while it
     encodes; the graph shows it once rewritten, the virtual curve does not. Native bits (a sign mask packed by
     MatMulInteger, unpacked by Gather) hold the mask as uint8 and the int32 byte sums while they encode (n + n/2
-    bytes for n elements, 3/8 of the float32 bytes) and the int32 table indices while they decode (n/2)."""
+    bytes for n elements, 3/8 of the float32 bytes) and the int32 table indices while they decode (n/2). Native
+    maxpool (``nbytes`` of int64 indices) holds one more int64 copy while it encodes and while it decodes."""
     if native == "bits":
         return nbytes * 3 // 8, nbytes // 8
+    if native == "maxpool":
+        # int64 indices (nbytes): one more int64 tensor beside the indices while the encoder runs (Mod's output
+        # beside them, then Sub's beside it) and beside the decoded ones while the decoder does (the first Add's
+        # output; passes/maxpool_index.encode_native_pool)
+        return nbytes, nbytes
     if native:
         return nbytes, 0
     key = json.dumps({k: v for k, v in params.items()}, sort_keys=True, default=str)
