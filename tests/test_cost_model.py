@@ -134,6 +134,11 @@ def test_shipped_tables_record_the_kernels_they_timed() -> None:
         assert cm.codec_table(data["machine"]["codec_kernels"]) == table
         assert cm.CostModel.from_dict(data).codec_table == table
     assert cm.SHIPPED_TABLES[cm.DEFAULT_TABLE] == cm.SHIPPED_DEFAULTS
+    import tomllib
+
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    data = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["package-data"]["onnxcomp.planner"]
+    assert {p.name for p in cm.SHIPPED_TABLES.values()} <= set(data), "every shipped table is package data"
 
 
 @pytest.mark.parametrize("backend,table", [("auto", "aot"), ("numba", "numba")])
