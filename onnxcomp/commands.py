@@ -343,7 +343,8 @@ def add_calibrate(sub: Any) -> None:
                        "(cached for --policy auto and step-time predictions)")
     s.add_argument("--quick", action="store_true", help="fewer sizes and repeats, a smaller model (< 60 s)")
     s.add_argument("-o", "--output", metavar="FILE.json",
-                   help="where to write the model (default: $XDG_CACHE_HOME/onnxcomp/cost_model.json)")
+                   help="where to write the model (default: $XDG_CACHE_HOME/onnxcomp/cost_model.json, or "
+                   "cost_model.numba.json / .numpy.json when ONNXCOMP_CODEC_BACKEND selects those kernels)")
     s.add_argument("--force", action="store_true", help="replace an existing --output file")
     s.add_argument("--codecs", nargs="+", metavar="CODEC", help="calibrate only these codecs (default: all)")
     s.add_argument("--sizes", nargs="+", metavar="SIZE", type=_bytes_arg,
@@ -379,7 +380,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"codec ops, PyOp bridge included (backend {res.data['machine']['codec_backend']})",
+    machine = res.data["machine"]
+    t = Table(title=f"codec ops, PyOp bridge included (backend {machine['codec_backend']}: "
+                    f"{machine['codec_table']} kernels)",
               header_style="bold")
     for col in ("codec", "direction", "MB/s at 4 MiB, half zeros", "R²", "mean rel. error"):
         t.add_column(col, justify="left" if col in ("codec", "direction") else "right")

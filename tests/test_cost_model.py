@@ -85,6 +85,137 @@ def test_load_warns_when_calibrated_elsewhere(tmp_path: Path) -> None:
     assert model.source.startswith(f"calibrated {path}")
 
 
+# ------------------------------------------------------------------------- codec tables per backend
+def _needs_numba() -> None:
+    from onnxcomp.custom_ops import cpu
+
+    if not cpu.numba_available():
+        pytest.skip("numba is not installed")
+
+
+def test_codec_kernels_are_what_a_training_process_runs_per_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    _needs_numba()
+    import sys
+
+    from onnxcomp.custom_ops import cpu
+
+    auto = cm.codec_kernels("auto")
+    assert {m for m, impl in auto.items() if impl == "aot"} == set(cpu.AOT_BY_DEFAULT)
+    assert set(auto.values()) == {"aot", "numpy"} and cm.codec_table(auto) == "aot"
+    assert set(cm.codec_kernels("numba").values()) == {"numba"} and cm.codec_table(cm.codec_kernels("numba")) == "numba"
+    assert cm.codec_table(cm.codec_kernels("aot")) == "aot" and cm.codec_table(cm.codec_kernels("numpy")) == "numpy"
+    # a process that imported numba anyway runs JIT kernels under "auto" (cpu.backend_for); a training process
+    # does not import it, so the table stays the AOT one
+    import importlib.util
+    from types import ModuleType
+
+    stand_in = ModuleType("numba")  # "numba imported" without importing it (its JIT runtime weighs ~60 MiB)
+    stand_in.__spec__ = importlib.util.find_spec("numba")
+    monkeypatch.setitem(sys.modules, "numba", sys.modules.get("numba", stand_in))
+    with cpu.use_backend("auto"):
+        assert cpu.backend_for("zfp") == "numba"
+        assert cm.codec_kernels() == auto and cm.active_codec_table() == "aot"
+    with pytest.raises(ValueError, match="unknown codec backend"):
+        cm.codec_kernels("gpu")
+
+
+def test_codec_kernels_without_numba_are_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+    from onnxcomp.custom_ops import cpu
+
+    monkeypatch.setattr(cpu, "numba_available", lambda: False)
+    assert set(cm.codec_kernels("auto").values()) == {"numpy"}
+    with cpu.use_backend("auto"):
+        assert cm.active_codec_table() == "numpy" and cm.user_cache_path().name == "cost_model.numpy.json"
+
+
+def test_shipped_tables_record_the_kernels_they_timed() -> None:
+    for table, path in cm.SHIPPED_TABLES.items():
+        data = json.loads(path.read_text())
+        assert data["machine"]["codec_table"] == table, path
+        assert cm.codec_table(data["machine"]["codec_kernels"]) == table
+        assert cm.CostModel.from_dict(data).codec_table == table
+    assert cm.SHIPPED_TABLES[cm.DEFAULT_TABLE] == cm.SHIPPED_DEFAULTS
+    import tomllib
+
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    data = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["package-data"]["onnxcomp.planner"]
+    assert {p.name for p in cm.SHIPPED_TABLES.values()} <= set(data), "every shipped table is package data"
+
+
+@pytest.mark.parametrize("backend,table", [("auto", "aot"), ("numba", "numba")])
+def test_load_uses_the_shipped_table_of_the_active_backend(empty_cache: Path, backend: str, table: str) -> None:
+    _needs_numba()
+    from onnxcomp.custom_ops import cpu
+
+    with cpu.use_backend(backend), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = CostModel.load()
+    assert model.source == "shipped defaults" and model.codec_table == table
+    assert not [w for w in caught if "codec_table" in str(w.message)], "the table matches the backend: no warning"
+
+
+def test_numpy_backend_falls_back_to_the_default_table_with_a_warning(empty_cache: Path) -> None:
+    from onnxcomp.custom_ops import cpu
+
+    with cpu.use_backend("numpy"), pytest.warns(CostModelWarning, match="codec_table 'aot' .now 'numpy'"):
+        model = CostModel.load()
+    assert model.source == "shipped defaults" and model.codec_table == "aot"
+
+
+def _calibration_for(table: str, kernels_setting: str) -> dict:
+    data = json.loads(cm.SHIPPED_DEFAULTS.read_text())
+    data["machine"] = {**cm.machine_info(), "codec_backend": kernels_setting,
+                       "codec_kernels": cm.codec_kernels(kernels_setting), "codec_table": table}
+    data["created"] = "test"
+    return data
+
+
+def test_user_calibration_is_per_table_and_other_kernels_are_not_used(empty_cache: Path) -> None:
+    _needs_numba()
+    from onnxcomp.custom_ops import cpu
+
+    empty_cache.parent.mkdir(parents=True)
+    assert cm.user_cache_path("aot") == empty_cache
+    assert cm.user_cache_path("numba") == empty_cache.with_name("cost_model.numba.json")
+    # a JIT calibration where the default backend's file goes: skipped, with one line saying why
+    empty_cache.write_text(json.dumps(_calibration_for("numba", "numba")))
+    with cpu.use_backend("auto"), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = CostModel.load()
+    mine = [str(w.message) for w in caught if "ignoring" in str(w.message)]
+    assert len(mine) == 1 and "numba codec kernels" in mine[0] and "\n" not in mine[0]
+    assert model.source == "shipped defaults" and model.codec_table == "aot"
+    # the matching table is used
+    empty_cache.write_text(json.dumps(_calibration_for("aot", "auto")))
+    with cpu.use_backend("auto"), warnings.catch_warnings():
+        warnings.simplefilter("error", CostModelWarning)
+        assert CostModel.load().source.startswith(f"calibrated {empty_cache}")
+    cm.user_cache_path("numba").write_text(json.dumps(_calibration_for("numba", "numba")))
+    with cpu.use_backend("numba"), warnings.catch_warnings():
+        warnings.simplefilter("error", CostModelWarning)
+        model = CostModel.load()
+    assert model.source.startswith(f"calibrated {cm.user_cache_path('numba')}") and model.codec_table == "numba"
+
+
+def test_a_calibration_without_a_table_is_read_as_numbas_jit_kernels() -> None:
+    # before the AOT default, "auto" (and "numba") timed numba's JIT kernels for dpr / sz / zfp
+    assert cm.recorded_codec_table({"machine": {"codec_backend": "auto"}}) == "numba"
+    assert cm.recorded_codec_table({"machine": {"codec_backend": "numpy"}}) == "numpy"
+    assert cm.recorded_codec_table({"machine": {"codec_backend": "auto", "codec_table": "aot"}}) == "aot"
+    assert cm.recorded_codec_table({}) is None
+
+
+def test_calibration_refuses_kernels_no_training_run_uses() -> None:
+    _needs_numba()
+    from onnxcomp.errors import OnnxcompError
+    from onnxcomp.runtime.calibrate import check_timed_kernels
+
+    assert check_timed_kernels(cm.codec_kernels("auto"), "auto") == cm.codec_kernels("auto")
+    jit_under_auto = {**cm.codec_kernels("auto"), "zfp": "numba"}  # numba imported into the timing child
+    with pytest.raises(OnnxcompError, match="zfp timed numba .a step runs aot."):
+        check_timed_kernels(jit_under_auto, "auto")
+
+
 def test_calibrate_quick_writes_valid_json_atomically(tmp_path: Path) -> None:
     from onnxcomp.cli import main
 
@@ -95,6 +226,9 @@ def test_calibrate_quick_writes_valid_json_atomically(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["cm.json"], "no temporary file left behind"
     data = json.loads(out.read_text())
     assert data["machine"]["cores"] >= 1 and data["machine"]["codec_backend"] in ("numpy", "numba", "auto")
+    # the kernels the codecs were timed with, and the table they price
+    assert data["machine"]["codec_kernels"] == cm.codec_kernels()
+    assert data["machine"]["codec_table"] == cm.active_codec_table()
     assert set(data["codecs"]) == {"signbits"} and data["plan"]["sizes"] == [64 << 10, 256 << 10]
     with warnings.catch_warnings():
         warnings.simplefilter("error", CostModelWarning)  # same machine, same backend: no warning

@@ -27,6 +27,12 @@ import onnx
 
 FORMAT_VERSION = 1
 SHIPPED_DEFAULTS = Path(__file__).with_name("cost_model_defaults.json")
+# Codec tables (which compiled kernels a calibration timed; ``codec_table``) and the defaults shipped for each.
+# "aot": numba.pycc extensions, single-threaded (zfp's calls split over threads), what ``auto`` runs since
+# docs/notes/aotlossy.md; "numba": the parallel JIT kernels (ONNXCOMP_CODEC_BACKEND=numba); "numpy": no compiled
+# kernel. No table is shipped for "numpy": the AOT one is used with a warning (NumPy codecs are 4-9x slower).
+SHIPPED_TABLES = {"aot": SHIPPED_DEFAULTS, "numba": Path(__file__).with_name("cost_model_defaults.numba.json")}
+DEFAULT_TABLE = "aot"
 DIRECTIONS = ("encode", "decode")
 
 
@@ -172,7 +178,9 @@ def machine_info() -> dict[str, Any]:
                     break
     except OSError:
         pass
-    return {"cores": os.cpu_count() or 1, "cpu": cpu, "codec_backend": current_codec_backend()}
+    kernels = codec_kernels()
+    return {"cores": os.cpu_count() or 1, "cpu": cpu, "codec_backend": current_codec_backend(),
+            "codec_kernels": kernels, "codec_table": codec_table(kernels)}
 
 
 def current_codec_backend() -> str:
@@ -182,10 +190,66 @@ def current_codec_backend() -> str:
     return cpu.backend()
 
 
-def user_cache_path() -> Path:
-    """``$XDG_CACHE_HOME/onnxcomp/cost_model.json`` (default ``~/.cache/onnxcomp/cost_model.json``)."""
+def codec_kernels(setting: str | None = None) -> dict[str, str]:
+    """Per kernel module (custom_ops/cpu/aot.py's SOURCES: dpr, sz, zfp, sparse, maxpool, bits, intervalmask), the
+    implementation ("aot", "numba" or "numpy") a training process runs under the codec backend ``setting``
+    (default: this process's). Under "auto" that is the AOT copy for ``cpu.AOT_BY_DEFAULT``: a training process
+    does not import numba (docs/notes/aotlossy.md); ``cpu.backend_for`` would say "numba" in a process that
+    happens to have imported it (a planner's, a test's), which is not what the step will run."""
+    from onnxcomp.custom_ops import cpu
+    from onnxcomp.custom_ops.cpu.aot import MODULES
+
+    name = setting or cpu.backend()
+    if name not in cpu.CHOICES:
+        raise ValueError(f"unknown codec backend {name!r}; choose one of {', '.join(cpu.CHOICES)}")
+    compiled = cpu.numba_available()
+    out = {}
+    for module in sorted(MODULES):
+        if not compiled or name == "numpy":
+            out[module] = "numpy"
+        elif name == "auto":
+            out[module] = "aot" if module in cpu.AOT_BY_DEFAULT else "numpy"
+        else:  # "aot" / "numba": every module
+            out[module] = name
+    return out
+
+
+def codec_table(kernels: dict[str, str]) -> str:
+    """The codec table a set of kernels (``codec_kernels``) is priced by: "numba" if any module runs numba's
+    JIT kernels, else "aot" if any runs an AOT copy, else "numpy"."""
+    impls = set(kernels.values())
+    return "numba" if "numba" in impls else "aot" if "aot" in impls else "numpy"
+
+
+def recorded_codec_table(meta: dict[str, Any]) -> str | None:
+    """The codec table a calibration file was made for: its ``machine.codec_table``; for a file from before
+    that was recorded, inferred from its backend setting (every such "auto" / "numba" calibration timed numba's
+    JIT kernels for dpr / sz / zfp: the AOT default came later); None if unknown."""
+    machine = meta.get("machine") or {}
+    if machine.get("codec_table"):
+        return str(machine["codec_table"])
+    return {"auto": "numba", "numba": "numba", "numpy": "numpy", "aot": "aot"}.get(machine.get("codec_backend"))
+
+
+def active_codec_table() -> str:
+    """The codec table of this process's codec backend setting (``codec_table(codec_kernels())``)."""
+    return codec_table(codec_kernels())
+
+
+def user_cache_path(table: str | None = None) -> Path:
+    """The user's calibration for codec table ``table`` (default: the active one):
+    ``$XDG_CACHE_HOME/onnxcomp/cost_model.json`` (default ``~/.cache/onnxcomp/``) for the default table
+    ("aot"), ``cost_model.<table>.json`` for another, so calibrations of both backends can coexist."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "onnxcomp" / "cost_model.json"
+    table = table or active_codec_table()
+    name = "cost_model.json" if table == DEFAULT_TABLE else f"cost_model.{table}.json"
+    return Path(base) / "onnxcomp" / name
+
+
+def shipped_defaults_path(table: str | None = None) -> Path:
+    """The shipped defaults for codec table ``table`` (default: the active one); the default table's for a
+    table none was shipped for (``SHIPPED_TABLES``)."""
+    return SHIPPED_TABLES.get(table or active_codec_table(), SHIPPED_DEFAULTS)
 
 
 # ------------------------------------------------------------------------------------------------ model
@@ -234,24 +298,38 @@ class CostModel:
     # -- loading ------------------------------------------------------------------------------------------
     @classmethod
     def load(cls, path: str | Path | None = None) -> "CostModel":
-        """``path`` if given (errors raise), else the user's calibration (a broken one warns in one line and
-        is skipped), else the defaults shipped in the package. Warns once when the calibration was made on
-        another machine or codec backend than the current one."""
+        """``path`` if given (errors raise), else the user's calibration for the active codec table
+        (``user_cache_path``; a broken one, or one timed with other codec kernels, warns in one line and is
+        skipped), else the defaults shipped for that table (``shipped_defaults_path``). Warns once when the
+        model was made on another machine or for another codec table than the current one (e.g. no shipped
+        table for NumPy codecs)."""
         if path is not None:
             model = cls._read(Path(path), "calibrated")
         else:
             model = None
-            cache = user_cache_path()
+            table = active_codec_table()
+            cache = user_cache_path(table)
             if cache.exists():
                 try:
                     model = cls._read(cache, "calibrated")
                 except (OSError, ValueError, KeyError, TypeError) as exc:
                     warnings.warn(f"ignoring the cost model calibration {cache} ({_short(exc)}); using shipped "
                                   "defaults; run `onnxcomp calibrate` to redo it", CostModelWarning, stacklevel=2)
+                if model is not None and recorded_codec_table(model.meta) != table:
+                    warnings.warn(f"ignoring the cost model calibration {cache}: it timed the "
+                                  f"{recorded_codec_table(model.meta)} codec kernels, this process runs {table} "
+                                  f"ones; using shipped defaults; run `onnxcomp calibrate` to redo it",
+                                  CostModelWarning, stacklevel=2)
+                    model = None
             if model is None:
-                model = cls._read(SHIPPED_DEFAULTS, "shipped defaults")
+                model = cls._read(shipped_defaults_path(table), "shipped defaults")
         model._warn_if_foreign()
         return model
+
+    @property
+    def codec_table(self) -> str | None:
+        """The codec kernels this model's codec fits timed ("aot", "numba", "numpy"; ``recorded_codec_table``)."""
+        return recorded_codec_table(self.meta)
 
     @classmethod
     def _read(cls, path: Path, kind: str) -> "CostModel":
@@ -306,10 +384,11 @@ class CostModel:
         return self.ops
 
     def _warn_if_foreign(self) -> None:
-        recorded = self.meta.get("machine") or {}
+        # the codec table, not the backend setting: "auto" timed numba's JIT kernels before the AOT default
+        recorded = {**(self.meta.get("machine") or {}), "codec_table": self.codec_table}
         now = machine_info()
-        diffs = [f"{k} {recorded.get(k)!r} (now {now[k]!r})" for k in ("cores", "cpu", "codec_backend")
-                 if k in recorded and recorded.get(k) != now[k]]
+        diffs = [f"{k} {recorded.get(k)!r} (now {now[k]!r})" for k in ("cores", "cpu", "codec_table")
+                 if recorded.get(k) is not None and recorded.get(k) != now[k]]
         if diffs:
             warnings.warn(f"cost model ({self.source}) was calibrated with {', '.join(diffs)}; predictions may be "
                           "off: run `onnxcomp calibrate`", CostModelWarning, stacklevel=3)

@@ -533,7 +533,36 @@ def _codecs_worker(cfg: dict[str, Any]) -> dict[str, Any]:
     ops = time_common_ops(sizes, repeats, tmp) if cfg.get("common_ops", True) else []
     ops_arena = time_common_ops(sizes, repeats, tmp, arena=True) if cfg.get("common_ops", True) else []
     return {"codec_samples": samples, "codec_samples_arena": arena, "op_samples": ops,
-            "op_samples_arena": ops_arena, "backend": cpu.backend()}
+            "op_samples_arena": ops_arena, "backend": cpu.backend(), "kernels": timed_kernels()}
+
+
+def timed_kernels() -> dict[str, str]:
+    """Per kernel module, the implementation this process's codec calls ran: ``cpu.backend_for``, and "numpy"
+    where that is "aot" / "numba" but the kernels could not be loaded (``cpu.kernels`` is None)."""
+    from onnxcomp.custom_ops import cpu
+    from onnxcomp.custom_ops.cpu.aot import MODULES
+
+    out = {}
+    for module in sorted(MODULES):
+        impl = cpu.backend_for(module)
+        out[module] = impl if impl == "numpy" or cpu.kernels(module) is not None else "numpy"
+    return out
+
+
+def check_timed_kernels(timed: dict[str, str], backend: str) -> dict[str, str]:
+    """``timed`` if it is what a training process runs under codec backend ``backend`` (cost_model.codec_kernels);
+    else an error: those timings would price kernels no step runs (e.g. numba imported into the timing child
+    under "auto", which switches dpr / sz / zfp to the JIT kernels)."""
+    from onnxcomp.planner.cost_model import codec_kernels
+
+    expected = codec_kernels(backend)
+    diff = {m: (timed.get(m), impl) for m, impl in expected.items() if timed.get(m) != impl}
+    if diff:
+        said = ", ".join(f"{m} timed {t} (a step runs {e})" for m, (t, e) in sorted(diff.items()))
+        raise OnnxcompError(f"calibration timed other codec kernels than a training run uses under backend "
+                            f"{backend!r}: {said}; check ONNXCOMP_CODEC_BACKEND and that the AOT kernels build "
+                            "(python -c 'from onnxcomp.custom_ops import cpu; cpu.warm_up()')")
+    return timed
 
 
 # --------------------------------------------------------------------------------------------- fitting
@@ -635,7 +664,7 @@ def calibrate(output: str | os.PathLike | None = None, *, plan: CalibrationPlan 
     """Time every codec (both directions) and the ORT ops on this machine, fit the cost model, and write it
     atomically as JSON to ``output`` (default: the user's cache, cost_model.user_cache_path())."""
     from onnxcomp.fileio import atomic_output, check_output_path
-    from onnxcomp.planner.cost_model import FORMAT_VERSION, CostModel, machine_info, user_cache_path
+    from onnxcomp.planner.cost_model import FORMAT_VERSION, CostModel, codec_table, machine_info, user_cache_path
 
     say = progress or (lambda _msg: None)
     plan = plan or (CalibrationPlan.quick() if quick else CalibrationPlan.full())
@@ -659,6 +688,8 @@ def calibrate(output: str | os.PathLike | None = None, *, plan: CalibrationPlan 
         f"{plan.repeats} repeats")
     raw = _run_child("codecs", {"codecs": codecs, "sizes": list(plan.sizes), "nonzero": list(plan.nonzero),
                                 "repeats": plan.repeats}, None, "timing the codec ops")
+    # the codec fits are of the kernels the child ran: record which, refuse a set no training run uses
+    kernels = check_timed_kernels(raw["kernels"], raw["backend"])
     codec_fits, bridge = fit_codecs(raw["codec_samples"])
     op_samples = list(raw["op_samples"])
     arena_samples = list(raw.get("op_samples_arena", []))
@@ -685,7 +716,8 @@ def calibrate(output: str | os.PathLike | None = None, *, plan: CalibrationPlan 
         "format": FORMAT_VERSION,
         "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "mode": plan.name,
-        "machine": {**machine_info(), "codec_backend": raw["backend"]},
+        "machine": {**machine_info(), "codec_backend": raw["backend"], "codec_kernels": kernels,
+                    "codec_table": codec_table(kernels)},
         "onnxruntime": _ort_version(),
         "malloc_mmap_threshold": "131072",
         "load_average": [round(v, 2) for v in load_before],
