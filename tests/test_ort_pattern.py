@@ -267,3 +267,20 @@ def test_every_planned_size_rounds_up_to_orts_256_byte_alloc_alignment():
     assert ALIGN == 256
     assert {v: pb.offsets[v] for v in "ABC"} == {"A": (0, 256), "B": (256, 256), "C": (512, 256)}
     assert pb.size == 768
+
+
+def test_a_buffer_allocated_for_an_unread_output_is_never_given_to_a_later_tensor():
+    """U = Neg(A) is read by nobody: its buffer lives to the step's end (the layout already held it so) and is not
+    freed for reuse, so B gets a buffer of its own. Before, U's buffer went back to the free list right after Neg
+    and B took it (P 8 KiB); measured on MobileNetV2's growth-mode plan and lossy mobilenet_v1_s (their recomputed
+    BatchNorms' saved mean / inv-std are such outputs), P is byte-exact only with the rule (docs/notes/growthmiss.md)."""
+    m = _graph([helper.make_node("Add", ["X", "X"], ["A"]),
+                helper.make_node("Neg", ["A"], ["U"]),
+                helper.make_node("Mul", ["A", "A"], ["B"]),
+                helper.make_node("ReduceSum", ["B"], ["Y"], keepdims=0)], ["A", "U", "B"])
+    plan = allocation_plan(m, ort_static_shapes(m))
+    assert [plan.kind[v] for v in "AUB"] == ["alloc", "alloc", "alloc"]
+    assert plan.end["U"] == len(plan.nodes)
+    pb = pattern_block(plan)
+    assert {v: pb.offsets[v][0] for v in "AUB"} == {"A": 0, "U": BYTES, "B": 2 * BYTES}
+    assert pb.size == 3 * BYTES
