@@ -273,7 +273,8 @@ def test_a_buffer_allocated_for_an_unread_output_is_never_given_to_a_later_tenso
     """U = Neg(A) is read by nobody: its buffer lives to the step's end (the layout already held it so) and is not
     freed for reuse, so B gets a buffer of its own. Before, U's buffer went back to the free list right after Neg
     and B took it (P 8 KiB); measured on MobileNetV2's growth-mode plan and lossy mobilenet_v1_s (their recomputed
-    BatchNorms' saved mean / inv-std are such outputs), P is byte-exact only with the rule (docs/notes/growthmiss.md)."""
+    BatchNorms' saved mean / inv-std are such outputs), P is byte-exact only with the rule
+    (docs/notes/growthmiss.md)."""
     m = _graph([helper.make_node("Add", ["X", "X"], ["A"]),
                 helper.make_node("Neg", ["A"], ["U"]),
                 helper.make_node("Mul", ["A", "A"], ["B"]),

@@ -334,9 +334,36 @@ def _params(node: onnx.NodeProto) -> dict[str, Any]:
         return {}
 
 
-def heap_peak(nodes: Sequence[onnx.NodeProto], full: dict[str, Any]) -> tuple[int, str]:
-    """The largest heap the codec PyOps hold at once (bytes) and the node where: the bridge's copies of a PyOp's
-    inputs and outputs while it runs, plus the payloads ``"store"`` encoders keep until their decoders."""
+def codec_run_bytes(node: onnx.NodeProto, full: dict[str, Any]) -> int:
+    """Heap a codec PyOp holds while it runs, as the step-peak planner prices it (``planner/predict.
+    _codec_workspace``: the bridge's copy of its inputs plus the codec's own NumPy arrays, temporaries included,
+    measured once per op, params and shape under tracemalloc); 0 where the tensor's shape is unknown. The
+    temporaries are most of it for the NumPy codecs: MobileNetV2's ReLU6 ``intervalmask`` encoder of a 12 MiB
+    tensor holds its bridge copy plus ~9 MiB of boolean arrays (``x >= lo``, ``x <= hi``, their ``and``), where
+    the step's high-water mark sat (docs/notes/growthmiss.md; the old sum of inputs and outputs missed them)."""
+    from ..custom_ops.contract import DECODE_PREFIX, ENCODE_PREFIX
+    from .predict import _codec_workspace
+
+    if node.op_type.startswith(ENCODE_PREFIX):
+        direction, name, t = "encode", node.op_type[len(ENCODE_PREFIX):], node.input[0] if node.input else ""
+    elif node.op_type.startswith(DECODE_PREFIX):
+        direction, name, t = "decode", node.op_type[len(DECODE_PREFIX):], node.output[0] if node.output else ""
+    else:
+        return 0
+    raw = _attr(node, "params", b"")
+    params = raw.decode() if isinstance(raw, bytes) else (raw or "{}")
+    s = _shape_of(full, t) or _shape_of(full, str(_params(node).get("tensor", "")))
+    if s is None or any(not isinstance(d, int) or d < 0 for d in s[1]):
+        return 0
+    return int(_codec_workspace(direction, name, params or "{}", tuple(int(d) for d in s[1])))
+
+
+def heap_peak(nodes: Sequence[onnx.NodeProto], full: dict[str, Any],
+              run_bytes: Any = codec_run_bytes) -> tuple[int, str]:
+    """The largest heap the codec PyOps hold at once (bytes) and the node where: what a PyOp holds while it runs
+    (the larger of the bridge's copies of its inputs and outputs and ``run_bytes(node, full)``, by default
+    ``codec_run_bytes``: bridge copy plus the codec's NumPy temporaries), plus the payloads ``"store"`` encoders
+    keep until their decoders."""
     held: dict[str, int] = {}
     best, where = 0, ""
     for n in nodes:
@@ -347,7 +374,7 @@ def heap_peak(nodes: Sequence[onnx.NodeProto], full: dict[str, Any]) -> tuple[in
         outs = sum(_nbytes(_shape_of(full, y)) for y in n.output if y)
         tensor = p.get("tensor", n.output[0] if n.output else "")
         store = bool(p.get("store"))
-        now = sum(held.values()) + ins + outs
+        now = sum(held.values()) + max(ins + outs, run_bytes(n, full) if run_bytes is not None else 0)
         if now > best:
             best, where = now, n.name or n.op_type
         if store and n.op_type.startswith("OnnxcompEncode_"):
