@@ -29,11 +29,9 @@ core/framework/allocation_planner.cc, session_state.cc ``GeneratePatternGroupCac
    highest one, else at the end; sizes rounded up to 256 bytes (``ALIGN``).
 
 Measured against P read from the step's own allocation (the CPU arena off, so P is one aligned allocation at the
-step's start; docs/notes/patternblock.md, docs/notes/finalgate.md, docs/notes/growthmiss.md): since the 256-byte
-rounding, byte-exact on 17 of 24 graphs (6 suite baselines, 6 ``auto --exact`` plans incl. squeezenet_s, 5 lossy
-plans), within 0.01 % on 3 more. Not explained: MobileNetV2's ``auto --exact`` plans (growth-mode plan −16.0 %,
-step-mode plan +8.9 %, baseline +0.16 %) and lossy mobilenet_v1_s (+2.0 %): ORT's offsets agree with the replay's
-up to a backward node where it places a gradient elsewhere (docs/notes/growthmiss.md §2). The tables below are
+step's start; docs/notes/patternblock.md, docs/notes/finalgate.md, docs/notes/growthmiss.md): byte-exact on 24 of 26
+graphs (6 suite baselines, 6 ``auto --exact`` plans, 10 lossy plans, MobileNetV2's growth-mode plans). Not explained:
+an older MobileNetV2 step-mode ``auto --exact`` plan (+8.9 %) and the MobileNetV2 baseline (+0.16 %). The tables below are
 ORT's kernel registrations where a measurement showed they matter (removing Relu's in-place entry breaks 9 of the
 18 graphs; without InPlaceAccumulatorV2's alias the row-split lossy plain_deep read +90 %; without Cast's in-place
 entry lossy densenet_s read +27 %).
