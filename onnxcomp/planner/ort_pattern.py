@@ -31,9 +31,9 @@ core/framework/allocation_planner.cc, session_state.cc ``GeneratePatternGroupCac
 Measured against P read from the step's own allocation (the CPU arena off, so P is one aligned allocation at the
 step's start; docs/notes/patternblock.md, docs/notes/finalgate.md, docs/notes/growthmiss.md): byte-exact on 24
 of 26 graphs (6 suite baselines, 6 ``auto --exact`` plans, 10 lossy plans, MobileNetV2's growth-mode plans). Not
-explained: an older MobileNetV2 step-mode ``auto --exact`` plan (+8.9 %) and the MobileNetV2 baseline (+0.16 %). The tables
-below are ORT's kernel registrations where a measurement showed they matter (removing Relu's in-place entry breaks 9 of the
-18 graphs; without InPlaceAccumulatorV2's alias the row-split lossy plain_deep read +90 %; without Cast's in-place
+explained: an older MobileNetV2 step-mode ``auto --exact`` plan (+8.9 %) and the MobileNetV2 baseline (+0.16 %).
+The tables below are ORT's kernel registrations where a measurement showed they matter (removing Relu's in-place
+entry breaks 9 of the 18 graphs; without InPlaceAccumulatorV2's alias the row-split lossy plain_deep read +90 %; without Cast's in-place
 entry lossy densenet_s read +27 %).
 """
 from __future__ import annotations
