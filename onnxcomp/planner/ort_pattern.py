@@ -33,8 +33,8 @@ step's start; docs/notes/patternblock.md, docs/notes/finalgate.md, docs/notes/gr
 of 26 graphs (6 suite baselines, 6 ``auto --exact`` plans, 10 lossy plans, MobileNetV2's growth-mode plans). Not
 explained: an older MobileNetV2 step-mode ``auto --exact`` plan (+8.9 %) and the MobileNetV2 baseline (+0.16 %).
 The tables below are ORT's kernel registrations where a measurement showed they matter (removing Relu's in-place
-entry breaks 9 of the 18 graphs; without InPlaceAccumulatorV2's alias the row-split lossy plain_deep read +90 %; without Cast's in-place
-entry lossy densenet_s read +27 %).
+entry breaks 9 of the 18 graphs; without InPlaceAccumulatorV2's alias the row-split lossy plain_deep read +90 %;
+without Cast's in-place entry lossy densenet_s read +27 %).
 """
 from __future__ import annotations
 
