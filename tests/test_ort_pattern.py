@@ -243,3 +243,45 @@ def test_cast_and_clip_compute_in_place_when_the_sizes_match(tmp_path, to, op, i
     path = tmp_path / "m.onnx"
     onnx.save(m, path)
     assert predict_pattern_block(path).size == pb.size         # ORT's optimised graph keeps both nodes
+
+
+def test_every_planned_size_rounds_up_to_orts_256_byte_alloc_alignment():
+    """ORT rounds each planned size up to kAllocAlignment = 256 bytes before MemPatternPlanner lays it out: three
+    16-float tensors live at once take 3 × 256 bytes, not 3 × 64. Measured on MobileNetV2's growth-mode plan: every
+    codec PyOp input found in ORT's block sits at the replay's offset with 256-byte rounding and 448-3,000 B lower
+    with 64; 17 of 24 graphs' P became byte-exact (docs/notes/growthmiss.md)."""
+    small = [16]
+    g = helper.make_graph(
+        [helper.make_node("ReduceSum", ["X", "ax"], ["A"], keepdims=0),
+         helper.make_node("Neg", ["A"], ["B"]),
+         helper.make_node("Mul", ["A", "B"], ["C"]),
+         helper.make_node("ReduceSum", ["C"], ["Y"], keepdims=0)],
+        "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, SHAPE)],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [])],
+        [helper.make_tensor("ax", TensorProto.INT64, [1], [1])],
+        value_info=[helper.make_tensor_value_info(v, TensorProto.FLOAT, small) for v in "ABC"])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    plan = allocation_plan(m, ort_static_shapes(m))
+    assert [plan.kind[v] for v in "ABC"] == ["alloc", "alloc", "alloc"]     # A and B are read by C: all three live
+    pb = pattern_block(plan)
+    assert ALIGN == 256
+    assert {v: pb.offsets[v] for v in "ABC"} == {"A": (0, 256), "B": (256, 256), "C": (512, 256)}
+    assert pb.size == 768
+
+
+def test_a_buffer_allocated_for_an_unread_output_is_never_given_to_a_later_tensor():
+    """U = Neg(A) is read by nobody: its buffer lives to the step's end (the layout already held it so) and is not
+    freed for reuse, so B gets a buffer of its own. Before, U's buffer went back to the free list right after Neg
+    and B took it (P 8 KiB); measured on MobileNetV2's growth-mode plan and lossy mobilenet_v1_s (their recomputed
+    BatchNorms' saved mean / inv-std are such outputs), P is byte-exact only with the rule
+    (docs/notes/growthmiss.md)."""
+    m = _graph([helper.make_node("Add", ["X", "X"], ["A"]),
+                helper.make_node("Neg", ["A"], ["U"]),
+                helper.make_node("Mul", ["A", "A"], ["B"]),
+                helper.make_node("ReduceSum", ["B"], ["Y"], keepdims=0)], ["A", "U", "B"])
+    plan = allocation_plan(m, ort_static_shapes(m))
+    assert [plan.kind[v] for v in "AUB"] == ["alloc", "alloc", "alloc"]
+    assert plan.end["U"] == len(plan.nodes)
+    pb = pattern_block(plan)
+    assert {v: pb.offsets[v][0] for v in "AUB"} == {"A": 0, "U": BYTES, "B": 2 * BYTES}
+    assert pb.size == 3 * BYTES

@@ -17,5 +17,6 @@ for _ in range(6):
     free = max((c.size for r in a.regions for c in r.chunks if c.free), default=0)
     s = rounded(free + 1)
     spacers.append(s)
-    p = _predict(GrowthModel(gm.setup + spacers, gm.pattern, gm.pattern_touched, gm.events, gm.nodes, gm.heap, gm.heap_at))
+    p = _predict(GrowthModel(gm.setup + spacers, gm.pattern, gm.pattern_touched, gm.events, gm.nodes, gm.heap,
+                             gm.heap_at, gm.pyops))
     print([x for x in spacers], f"sum {sum(spacers)/MiB:.2f} MiB -> growth {p.total/MiB:.2f} copies {p.pattern_copies}")

@@ -15,7 +15,8 @@ patternblock.md, suitedef4.md parts 2-3, lossyvgg.md part 2, fewchunks.md):
    chunks step 0 starts with. ``simulate_arena`` replays that on a few steps and counts the pages each region gets
    written: this is where "2P" comes from (P fills a region of its own, a request outside P opens a second region
    of that size in step 0, step 1's block takes the lower of the two equal free regions: both resident).
-2. **Heap**: ``NODE_BYTES`` per node kept from the first run (tools/ort_node_overhead.py), and around the PyOps
+2. **Heap**: ``NODE_BYTES`` per node kept from the first run (tools/ort_node_overhead.py), heapterm's per-PyOp
+   small-block term per codec op, and around the PyOps
    of onnxcomp's codecs the bridge's copies (every input copied into a NumPy array, every output produced as one and
    copied into ORT's tensor) plus the payloads a ``"store"`` encoder keeps in Python until its decoder.
 3. **A residue** (``RESIDUE_BYTES`` + ``RESIDUE_SHARE`` × P): what every graph adds beside the above (not
@@ -44,6 +45,14 @@ PAGE = 4096
 # Heap kept per graph node from the first run under ORT's defaults (reuse + pattern), tools/ort_node_overhead.py
 # (362-437 B/node measured on 15k-45k-node chains); the planner's NODE_BYTES is the same figure.
 NODE_BYTES = 370
+# Heap a codec PyOp keeps touching per step beside its bridge copies (the extension's per-call Python objects and
+# small NumPy blocks): heapterm's fitted per-PyOp coefficient of the step peak (planner/heap_term.COEFFICIENTS,
+# 30.3 KB), the same figure here. Checked on the 52-graph growth validation (docs/notes/growthmiss.md): within 10 %
+# 42 -> 51 graphs, largest error 16.2 -> 10.1 %; lossy mobilenet_v1_s (44-50 PyOps) -12.6...-16.2 % -> -2...-4 %.
+def _pyop_bytes() -> int:
+    from .heap_term import COEFFICIENTS
+
+    return int(COEFFICIENTS["pyops"])
 # Growth beside the arena and the heap parts above: RESIDUE_BYTES + RESIDUE_SHARE × P, fitted by eye on the six
 # suite baselines and six `auto --exact` plans (measured residues 1.0-5.0 MiB, 0.08-0.12 × P on the baselines;
 # docs/notes/growthplan.md). Not identified: ORT's per-run allocations that scale with the graph's tensors.
@@ -169,6 +178,7 @@ class GrowthModel:
     nodes: int = 0
     heap: int = 0                   # heap_peak of the graph, and where
     heap_at: str = ""
+    pyops: int = 0                  # codec PyOps (each adds _pyop_bytes() of heap)
 
     def simulate(self, steps: int = 3) -> tuple[int, Arena]:
         """Bytes of the arena's pages written after set-up, over ``steps`` steps, and the arena."""
@@ -334,9 +344,36 @@ def _params(node: onnx.NodeProto) -> dict[str, Any]:
         return {}
 
 
-def heap_peak(nodes: Sequence[onnx.NodeProto], full: dict[str, Any]) -> tuple[int, str]:
-    """The largest heap the codec PyOps hold at once (bytes) and the node where: the bridge's copies of a PyOp's
-    inputs and outputs while it runs, plus the payloads ``"store"`` encoders keep until their decoders."""
+def codec_run_bytes(node: onnx.NodeProto, full: dict[str, Any]) -> int:
+    """Heap a codec PyOp holds while it runs, as the step-peak planner prices it (``planner/predict.
+    _codec_workspace``: the bridge's copy of its inputs plus the codec's own NumPy arrays, temporaries included,
+    measured once per op, params and shape under tracemalloc); 0 where the tensor's shape is unknown. The
+    temporaries are most of it for the NumPy codecs: MobileNetV2's ReLU6 ``intervalmask`` encoder of a 12 MiB
+    tensor holds its bridge copy plus ~9 MiB of boolean arrays (``x >= lo``, ``x <= hi``, their ``and``), where
+    the step's high-water mark sat (docs/notes/growthmiss.md; the old sum of inputs and outputs missed them)."""
+    from ..custom_ops.contract import DECODE_PREFIX, ENCODE_PREFIX
+    from .predict import _codec_workspace
+
+    if node.op_type.startswith(ENCODE_PREFIX):
+        direction, name, t = "encode", node.op_type[len(ENCODE_PREFIX):], node.input[0] if node.input else ""
+    elif node.op_type.startswith(DECODE_PREFIX):
+        direction, name, t = "decode", node.op_type[len(DECODE_PREFIX):], node.output[0] if node.output else ""
+    else:
+        return 0
+    raw = _attr(node, "params", b"")
+    params = raw.decode() if isinstance(raw, bytes) else (raw or "{}")
+    s = _shape_of(full, t) or _shape_of(full, str(_params(node).get("tensor", "")))
+    if s is None or any(not isinstance(d, int) or d < 0 for d in s[1]):
+        return 0
+    return int(_codec_workspace(direction, name, params or "{}", tuple(int(d) for d in s[1])))
+
+
+def heap_peak(nodes: Sequence[onnx.NodeProto], full: dict[str, Any],
+              run_bytes: Any = codec_run_bytes) -> tuple[int, str]:
+    """The largest heap the codec PyOps hold at once (bytes) and the node where: what a PyOp holds while it runs
+    (the larger of the bridge's copies of its inputs and outputs and ``run_bytes(node, full)``, by default
+    ``codec_run_bytes``: bridge copy plus the codec's NumPy temporaries), plus the payloads ``"store"`` encoders
+    keep until their decoders."""
     held: dict[str, int] = {}
     best, where = 0, ""
     for n in nodes:
@@ -347,7 +384,7 @@ def heap_peak(nodes: Sequence[onnx.NodeProto], full: dict[str, Any]) -> tuple[in
         outs = sum(_nbytes(_shape_of(full, y)) for y in n.output if y)
         tensor = p.get("tensor", n.output[0] if n.output else "")
         store = bool(p.get("store"))
-        now = sum(held.values()) + ins + outs
+        now = sum(held.values()) + max(ins + outs, run_bytes(n, full) if run_bytes is not None else 0)
         if now > best:
             best, where = now, n.name or n.op_type
         if store and n.op_type.startswith("OnnxcompEncode_"):
@@ -413,7 +450,8 @@ def growth_model(optimized: onnx.ModelProto, original: onnx.ModelProto, reorder:
     touched = [(off, off + size) for off, size in block.offsets.values()]
     heap, at = heap_peak(list(original.graph.node), full)
     return GrowthModel(gradient_buffer_sizes(original, reorder, full), block.size, touched, events,
-                       nodes=len(original.graph.node), heap=heap, heap_at=at)
+                       nodes=len(original.graph.node), heap=heap, heap_at=at,
+                       pyops=sum(1 for n in original.graph.node if n.domain == CODEC_DOMAIN))
 
 
 def predict_growth_of(model: onnx.ModelProto, reorder: bool = False, steps: int = 3,
@@ -448,7 +486,7 @@ def with_spacers(gm: GrowthModel, plain: GrowthPrediction, steps: int = 3) -> Gr
     if not sizes:
         return plain
     spaced = GrowthModel([*gm.setup, *sizes], gm.pattern, gm.pattern_touched, gm.events, gm.nodes + 2 * len(sizes),
-                         gm.heap, gm.heap_at)
+                         gm.heap, gm.heap_at, gm.pyops)
     p = _predict(spaced, steps)
     set_up = SET_UP_COPIES * sum(sizes)
     if p.total + set_up >= plain.total:
@@ -474,7 +512,7 @@ def _predict(gm: GrowthModel, steps: int = 3) -> GrowthPrediction:
     copies = sum(1 for r in arena.regions if r.size >= gm.pattern > 0 and
                  any(b - a >= gm.pattern // 2 for a, b in _merged(r.touched)))
     heap, at = gm.heap, gm.heap_at
-    node_bytes = NODE_BYTES * gm.nodes
+    node_bytes = NODE_BYTES * gm.nodes + _pyop_bytes() * gm.pyops     # per-node and per-PyOp small blocks
     residue = RESIDUE_BYTES + int(RESIDUE_SHARE * gm.pattern)
     total = arena_bytes + node_bytes + heap + residue
     return GrowthPrediction(total, gm.pattern, arena_bytes, copies, len(gm.events),
