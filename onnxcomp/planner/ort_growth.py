@@ -28,6 +28,7 @@ hand-written case can be checked without ORT (tests/test_ort_growth.py).
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from collections import defaultdict
@@ -279,12 +280,12 @@ def _full_shapes(original: onnx.ModelProto) -> dict[str, Any]:
         from ..analysis import analyze_model
 
         for name, t in analyze_model(original).tensors.items():
-            if t.type.shape is not None and name not in out or out.get(name, (0, None))[1] is None:
-                if t.type.shape is not None and all(isinstance(d, int) for d in t.type.shape):
-                    out[name] = (onnx.helper.np_dtype_to_tensor_dtype(np.dtype(t.type.dtype)),
-                                 tuple(int(d) for d in t.type.shape))
-    except Exception:   # noqa: BLE001  (not a training graph the analysis knows: the declared shapes only)
-        pass
+            known = name in out and out[name][1] is not None
+            if not known and t.type.shape is not None and all(isinstance(d, int) for d in t.type.shape):
+                out[name] = (onnx.helper.np_dtype_to_tensor_dtype(np.dtype(t.type.dtype)),
+                             tuple(int(d) for d in t.type.shape))
+    except Exception as exc:   # noqa: BLE001  (not a training graph the analysis knows: the declared shapes only)
+        logging.getLogger(__name__).debug("growth model: analysis failed (%s); declared shapes only", exc)
     return out
 
 
