@@ -463,6 +463,48 @@ def _hold_back_gate_readers(site: _Site, ed: IrGraphEditor, enc: Encoding, gate:
     return new_fwd[:keep]
 
 
+def _pack_bytes(site: _Site, codes: ir.Value, grouped_shape: ir.Value, grouped: list[int], weights: ir.Value,
+                payload_name: str, base: str, tag: str, group_name: str) -> ir.Value:
+    """uint8 ``codes`` packed k to a byte: viewed as ``grouped`` = [rows, k] (the shape tensor ``grouped_shape``),
+    times the [k, 1] bit weights ``weights`` by MatMulInteger (int32 row sums, each < 256), cast back to uint8
+    [rows, 1] named ``payload_name``. Shared by the native sign bits (8 a byte, ``tag`` "bits") and the native
+    MaxPool codes (two 4-bit codes a byte, "pool"); node names ``{base}__{tag}_…`` as passes recognise them."""
+    ed = site.editor
+    u8, i32 = ir.DataType.UINT8, ir.DataType.INT32
+    rows = grouped[0]
+    view = ed.node("Reshape", [codes, grouped_shape], [(site.name(f"{base}__{tag}_{group_name}"), u8, grouped)],
+                   name=site.name(f"{base}__{tag}_{group_name}__reshape")).outputs[0]
+    summed = ed.node("MatMulInteger", [view, weights], [(site.name(f"{base}__{tag}_i32"), i32, [rows, 1])],
+                     name=site.name(f"{base}__{tag}_pack")).outputs[0]
+    return ed.node("Cast", [summed], [(payload_name, u8, [rows, 1])], to=u8,
+                   name=site.name(f"{base}__encode_{tag}_cast")).outputs[0]
+
+
+def _anchor_forward(site: _Site, enc: Encoding, gate: ir.Value, readers: list[ir.Node], payload: ir.Value,
+                    shape_c: ir.Value, rank: int, anchor_base: str, since: int) -> None:
+    """Make the gate's forward ``readers`` wait on ``payload`` (a shape anchor ``shape + zero(payload)``), so a
+    native encoder runs in the forward pass under either execution order and its input is freed there; insert the
+    nodes made since ``since`` after the stash's producer. (Less has no uint8 kernel: zero_after casts the one
+    element to float.)"""
+    ed = site.editor
+    zero_fwd = ed.zero_after(payload, ir.DataType.UINT8, base=anchor_base)
+    anchor_name = site.name(anchor_base)
+    anchor = ed.node("Add", [shape_c, zero_fwd], [(anchor_name, ir.DataType.INT64, [rank])],
+                     name=site.name(f"{anchor_name}{NATIVE_ANCHOR_MARK}")).outputs[0]
+    made = site.made(since)
+    new_fwd = _hold_back_gate_readers(site, ed, enc, gate, readers, anchor, made,
+                                      keep=made.index(payload.producer()) + 1)
+    site.graph.insert_after(site.producer(enc.target), new_fwd)
+
+
+def _backward_entry(site: _Site, enc: Encoding) -> tuple[list[ir.Node], ir.Node, str]:
+    """The stash's backward readers, the first of them to run, and the incoming gradient it waits on (a native
+    decoder is gated on it, so it runs just before its reader)."""
+    bwd_readers = site.backward_readers(site.values[enc.source], enc.readers)
+    first = site.first(bwd_readers)
+    return bwd_readers, first, site.incoming_gradient(first, enc.source)
+
+
 def _encode_native_bits(site: _Site, stash: StashedTensor, enc: Encoding, pass_: EncodeStashPass) -> dict[str, Any]:
     """One bit per element with standard ops (opset 10+), no PyOp and so no bridge copies:
 
@@ -504,27 +546,11 @@ def _encode_native_bits(site: _Site, stash: StashedTensor, enc: Encoding, pass_:
     first_name = site.name(f"{base}__bits_u8" + ("" if enc.sign_test else NATIVE_ENCODER_SUFFIX))
     as_u8 = ed.node("Cast", [mask], [(site.name(f"{base}__bits_u8"), u8, tgt_shape)], to=u8,
                     name=first_name).outputs[0]
-    grouped = ed.node("Reshape", [as_u8, rows8], [(site.name(f"{base}__bits_rows"), u8, [rows, 8])],
-                      name=site.name(f"{base}__bits_rows__reshape")).outputs[0]
-    packed = ed.node("MatMulInteger", [grouped, weights], [(site.name(f"{base}__bits_i32"), i32, [rows, 1])],
-                     name=site.name(f"{base}__bits_pack")).outputs[0]
     payload_name = site.name(f"{base}__bits_p0")
-    payload = ed.node("Cast", [packed], [(payload_name, u8, [rows, 1])], to=u8,
-                      name=site.name(f"{base}__encode_bits_cast")).outputs[0]
-    # Less has no uint8 kernel: zero_after casts the one element to float (editor).
-    zero_fwd = ed.zero_after(payload, u8, base=f"{base}__bits_anchor")
-    anchor_name = site.name(f"{base}__bits_anchor")
-    anchor = ed.node("Add", [shape_c, zero_fwd], [(anchor_name, i64, [len(shape)])],
-                     name=site.name(f"{anchor_name}{NATIVE_ANCHOR_MARK}")).outputs[0]
-    made = site.made(since)
-    new_fwd = _hold_back_gate_readers(site, ed, enc, gate, readers, anchor, made,
-                                      keep=made.index(payload.producer()) + 1)
-    site.graph.insert_after(site.producer(enc.target), new_fwd)
-
+    payload = _pack_bytes(site, as_u8, rows8, [rows, 8], weights, payload_name, base, "bits", "rows")
+    _anchor_forward(site, enc, gate, readers, payload, shape_c, len(shape), f"{base}__bits_anchor", since)
     source = values[enc.source]
-    bwd_readers = site.backward_readers(source, enc.readers)
-    first = site.first(bwd_readers)
-    d_y_name = site.incoming_gradient(first, enc.source)
+    bwd_readers, first, d_y_name = _backward_entry(site, enc)
     lut = ed.shared_tensor(NATIVE_BITS_LUT, _BITS_LUT)
     since = len(ed.nodes)
     dzero = ed.zero_after(values[d_y_name], site.type_of(d_y_name)[0], base=f"{base}__bits_trigger")

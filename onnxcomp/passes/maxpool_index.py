@@ -18,8 +18,8 @@ from onnx import helper
 
 from ..analysis import GraphAnalysis, StashedTensor, numel
 from ..analysis.patterns import MAXPOOL_INDEX
-from .encode_stash import (NATIVE_ANCHOR_MARK, NATIVE_ENCODER_SUFFIX, EncodeStashPass, Encoding,
-                           _hold_back_gate_readers, _rewire, _Site)
+from .encode_stash import (NATIVE_ENCODER_SUFFIX, EncodeStashPass, Encoding, _anchor_forward, _backward_entry,
+                           _pack_bytes, _rewire, _Site)
 
 # The native encoder's code for an index outside its window (ORT's sentinel for a window of NaN/-inf only): one
 # past every decode table's rows, so the decoding Gather fails loudly instead of returning a wrong index. Packed
@@ -162,28 +162,13 @@ def encode_native_pool(site: _Site, stash: StashedTensor, enc: Encoding, pass_: 
     code_name = site.name(f"{base}__pool_codes") if packs else payload_name
     payload = ed.node("Gather", [enc_c, offset], [(code_name, u8, shape)], axis=0,
                       name=site.name(f"{base}__encode_pool_gather")).outputs[0]
-    if packs:   # two codes a byte: [n/2, 2] · [1, 16]ᵀ (as encode_stash._encode_native_bits packs 8 bits)
+    if packs:   # two codes a byte: [n/2, 2] · [1, 16]ᵀ (as the native sign bits pack 8)
         pairs_c = ed.shared_const(f"onnxcomp_shape_{n // 2}x2", [n // 2, 2], [2])
-        pairs = ed.node("Reshape", [payload, pairs_c], [(site.name(f"{base}__pool_pairs"), u8, [n // 2, 2])],
-                        name=site.name(f"{base}__pool_pairs__reshape")).outputs[0]
         weights = ed.shared_tensor("onnxcomp_nibble_weights", _NIBBLE_WEIGHTS)
-        summed = ed.node("MatMulInteger", [pairs, weights], [(site.name(f"{base}__pool_i32"), i32, [n // 2, 1])],
-                         name=site.name(f"{base}__pool_pack")).outputs[0]
-        payload = ed.node("Cast", [summed], [(payload_name, u8, [n // 2, 1])], to=u8,
-                          name=site.name(f"{base}__encode_pool_cast")).outputs[0]
-    zero_fwd = ed.zero_after(payload, u8, base=f"{base}__pool_anchor")
-    anchor_name = site.name(f"{base}__pool_anchor")
-    anchor = ed.node("Add", [shape_c, zero_fwd], [(anchor_name, i64, [len(shape)])],
-                     name=site.name(f"{anchor_name}{NATIVE_ANCHOR_MARK}")).outputs[0]
-    made = site.made(since)
-    new_fwd = _hold_back_gate_readers(site, ed, enc, gate, readers, anchor, made,
-                                      keep=made.index(payload.producer()) + 1)
-    site.graph.insert_after(site.producer(enc.target), new_fwd)
-
+        payload = _pack_bytes(site, payload, pairs_c, [n // 2, 2], weights, payload_name, base, "pool", "pairs")
+    _anchor_forward(site, enc, gate, readers, payload, shape_c, len(shape), f"{base}__pool_anchor", since)
     source = values[enc.source]
-    bwd_readers = site.backward_readers(source, enc.readers)
-    first = site.first(bwd_readers)
-    d_y_name = site.incoming_gradient(first, enc.source)
+    bwd_readers, first, d_y_name = _backward_entry(site, enc)
     # The decode computes in [N·C, OH·OW], not the indices' own shape: ORT gives a new tensor the most recently
     # freed buffer of the same element size and shape and holds a buffer as one interval, first tensor to last
     # read (planner/ort_pattern.py), so an int64 [N, C, OH, OW] here would take the encoder's freed buffer and
