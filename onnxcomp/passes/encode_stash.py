@@ -505,6 +505,16 @@ def _backward_entry(site: _Site, enc: Encoding) -> tuple[list[ir.Node], ir.Node,
     return bwd_readers, first, site.incoming_gradient(first, enc.source)
 
 
+def _insert_decoder(site: _Site, since: int, first: ir.Node, bwd_readers: list[ir.Node], source: ir.Value,
+                    decoded: ir.Value) -> None:
+    """Put the decode nodes made since ``since`` before the first backward reader, count them as backward, and
+    have the stash's backward readers read ``decoded`` instead of ``source``."""
+    dec_nodes = site.made(since)
+    site.graph.insert_before(first, dec_nodes)
+    site.backward.update(dec_nodes)
+    _rewire(bwd_readers, source, decoded)
+
+
 def _encode_native_bits(site: _Site, stash: StashedTensor, enc: Encoding, pass_: EncodeStashPass) -> dict[str, Any]:
     """One bit per element with standard ops (opset 10+), no PyOp and so no bridge copies:
 
@@ -565,10 +575,7 @@ def _encode_native_bits(site: _Site, stash: StashedTensor, enc: Encoding, pass_:
     decoded_name = site.name(f"{base}__decoded")
     decoder = ed.node("Reshape", [rows_out, shape_c], [(decoded_name, b8, shape)],
                       name=site.name(f"{base}__decode_bits"))
-    dec_nodes = site.made(since)
-    site.graph.insert_before(first, dec_nodes)
-    site.backward.update(dec_nodes)
-    _rewire(bwd_readers, source, decoder.outputs[0])
+    _insert_decoder(site, since, first, bwd_readers, source, decoder.outputs[0])
     return {
         "tensor": enc.source, "encoded_tensor": enc.target, "pattern": stash.pattern,
         "encoding": pass_.encoding, "codec": enc.codec, "native": enc.native, "params": enc.params,
@@ -608,9 +615,7 @@ def _encode_native_fp16(site: _Site, stash: StashedTensor, enc: Encoding, pass_:
     site.graph.insert_after(site.producer(enc.target), new_fwd)
 
     source = values[enc.source]
-    bwd_readers = site.backward_readers(source, enc.readers)
-    first = site.first(bwd_readers)
-    d_y_name = site.incoming_gradient(first, enc.source)
+    bwd_readers, first, d_y_name = _backward_entry(site, enc)
     since = len(ed.nodes)
     dzero = ed.zero_after(values[d_y_name], site.type_of(d_y_name)[0], base=f"{base}__fp16_trigger")
     dshape_name, view_name, decoded_name = (site.name(f"{base}__{s}") for s in ("fp16_shape", "fp16_gated", "decoded"))
@@ -620,10 +625,7 @@ def _encode_native_fp16(site: _Site, stash: StashedTensor, enc: Encoding, pass_:
     view = ed.node("Reshape", [payload, dshape], [(view_name, f16, shape)],
                    name=site.name(f"{view_name}__reshape")).outputs[0]
     decoder = ed.node("Cast", [view], [(decoded_name, f32, shape)], to=ir.DataType.FLOAT, name=decoder_name)
-    dec_nodes = site.made(since)
-    site.graph.insert_before(first, dec_nodes)
-    site.backward.update(dec_nodes)
-    _rewire(bwd_readers, source, decoder.outputs[0])
+    _insert_decoder(site, since, first, bwd_readers, source, decoder.outputs[0])
     nbytes = 2 * numel(shape)
     return {
         "tensor": enc.source, "encoded_tensor": enc.target, "pattern": stash.pattern,

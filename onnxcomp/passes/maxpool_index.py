@@ -19,7 +19,7 @@ from onnx import helper
 from ..analysis import GraphAnalysis, StashedTensor, numel
 from ..analysis.patterns import MAXPOOL_INDEX
 from .encode_stash import (NATIVE_ENCODER_SUFFIX, EncodeStashPass, Encoding, _anchor_forward, _backward_entry,
-                           _pack_bytes, _rewire, _Site)
+                           _insert_decoder, _pack_bytes, _Site)
 
 # The native encoder's code for an index outside its window (ORT's sentinel for a window of NaN/-inf only): one
 # past every decode table's rows, so the decoding Gather fails loudly instead of returning a wrong index. Packed
@@ -203,10 +203,7 @@ def encode_native_pool(site: _Site, stash: StashedTensor, enc: Encoding, pass_: 
     decoded_name = site.name(f"{base}__decoded")
     decoder = ed.node("Reshape", [index_f, shape_c], [(decoded_name, i64, shape)],
                       name=site.name(f"{base}__decode_pool"))
-    dec_nodes = site.made(since)
-    site.graph.insert_before(first, dec_nodes)
-    site.backward.update(dec_nodes)
-    _rewire(bwd_readers, source, decoder.outputs[0])
+    _insert_decoder(site, since, first, bwd_readers, source, decoder.outputs[0])
     nbytes = n // 2 if packs else n
     return {
         "tensor": enc.source, "encoded_tensor": enc.target, "pattern": stash.pattern,

@@ -932,17 +932,11 @@ def written_heap(applied: "Applied") -> int:
     from ..transform import last_passes
 
     def run() -> int:
-        finished = apply(applied.model, last_passes(applied.log.records)).model
-        return heap_term_of(finished)
+        from .heap_term import graph_heap_term
+
+        return graph_heap_term(apply(applied.model, last_passes(applied.log.records)).model)
 
     return memo.cached("auto.written_heap", id(applied.model), run, applied.model)
-
-
-def heap_term_of(model: onnx.ModelProto) -> int:
-    """``heap_term`` of ``model`` with its own analysis."""
-    from .heap_term import heap_features, heap_term
-
-    return heap_term(heap_features(model, memo.analysis(model)))
 
 
 def _with_written_heap(applied: "Applied", peak: int, heap: int, target: int) -> tuple[int, int]:
