@@ -23,6 +23,7 @@ from .passes.arena_scratch import ArenaScratchPass
 from .passes.early_encode import EarlyEncodePass
 from .passes.masked_fill import MaskedFillPass
 from .passes.declare_shapes import DeclareShapesPass
+from .passes.detach_stats import DetachStatsPass
 from .passes.default_order import DefaultOrderPass
 from .passes.grad_buffer_order import GradBufferOrderPass, align_eval_inputs
 from .passes.planar_pool import finish_with_pool_gate
@@ -151,7 +152,8 @@ def last_passes(records: list, lift_convs: bool = True) -> list[OnnxcompPass]:
     them (a lossy rewrite lets the reuse pass trade ORT's fusions for memory); planar_pool's lift goes in front
     of them where finish_graph's gate keeps it."""
     return [MaskedFillPass(), EarlyEncodePass(), ArenaScratchPass(), DefaultOrderPass(),
-            ReuseSignaturePass(keep_fusions=not _lossy(records), lift_convs=lift_convs), DeclareShapesPass()]
+            ReuseSignaturePass(keep_fusions=not _lossy(records), lift_convs=lift_convs), DeclareShapesPass(),
+            DetachStatsPass()]
 
 
 def finish_graph(ir_model: ir.Model, records: list, lift_convs: bool = True, base_dir: Path | None = None
@@ -192,7 +194,9 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
             # ORT placed in backward run in the forward pass (passes/early_encode.py); first, the MaxPools the
             # passes emitted without indices run as 3-D pools, out of ORT's NCHWc reorder copies
             # (passes/planar_pool.py); last, the static shapes
-            # ORT's inference misses declared, so it plans those tensors in its pattern (passes/declare_shapes.py)
+            # ORT's inference misses declared, so it plans those tensors in its pattern (passes/declare_shapes.py);
+            # after them, BatchNorm statistics that fragment ORT's pattern block held outside it where the
+            # replayed block drops (passes/detach_stats.py)
             # The lift is judged on the finished graph (what will be saved): both pipelines run where it applies.
             ir_model, last, pool_gate = finish_graph(ir_model, log.records, lift_convs, external_dir)
             log.records += last.records

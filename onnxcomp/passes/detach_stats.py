@@ -1,0 +1,218 @@
+"""Pass: BatchNorm's saved statistics held outside ORT's memory-pattern block, where they cannot fragment it.
+
+Under ORT's default session settings every tensor with a static shape gets a fixed offset in one block P
+(``planner/ort_pattern.py``), placed when it is produced, at the best-fitting gap among the blocks whose
+lifetimes overlap its own. A training BatchNorm's ``saved_mean`` / ``saved_inv_std`` ([C] floats, 256 B each
+after ORT's rounding) are produced in the forward pass and read only by its ``BatchNormalizationGrad``, so they
+live almost the whole step; the first BatchNorm's are placed on top of the two large maps live at that moment
+(its input and output) and stay there. In ResNet-18's `auto --exact` plan (batch 32, 64×64) the stem's pair sits
+at offset 16.0 MiB from node 5 to node 579 of 587: at the end of the backward the three 8 MiB stem-gradient
+tensors cannot be laid out below it, and the third goes on top: P = 32.0 MiB where the live bytes there are 24.0
+(docs/notes/r18exact2.md).
+
+The pass gives ORT a copy it cannot size before the run: right after the BatchNorm,
+
+    end   = C + zero_after(saved_inv_std)              (an int64 [1] that is C, computed at run time)
+    mean' = Slice(saved_mean, [0], end);  inv' = Slice(saved_inv_std, [0], end)
+
+and the BatchNormalizationGrad reads ``mean'`` / ``inv'``. ORT's shape inference cannot fold ``end`` (it is
+derived from data), so the copies have no static shape: ORT allocates them on their own at run time, 256 B each
+from its arena, outside P, and the pattern's own statistics buffers are freed at once. The BatchNorm's forward
+readers read its output through ``Reshape(Y, shape + zero_after(mean', inv'))`` (a zero-copy view, the anchor the
+encoders use), so the copies run in the forward pass under ORT's DEFAULT order too (a node that only the backward
+reads is run when the backward pulls it, and the originals would live as long as before).
+
+Values: a Slice copies bits, the zero is ``Less(t, t)`` (false for every t, NaN included), the view changes no
+value: losses and parameters are bit-identical.
+
+Not every graph gains: P's layout is best fit over the whole step and moving small blocks can leave it as it
+was or, in principle, make it worse. With ``only_lowering`` (the default) the pass keeps the rewrite only where
+the replayed pattern block (``ort_pattern.replay_pattern_block``, ORT-free: ~0.3 s on a 600-node graph) drops;
+otherwise it leaves the graph alone and says why. It runs last in a transform (after the declared shapes), so the
+replay judges the graph that will be saved.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx_ir as ir
+
+from .base import OnnxcompPass, PassOutcome, Skipped
+from .editor import IrGraphEditor, ir_taken_names, unique_name
+from .records import PassRecord
+
+if TYPE_CHECKING:
+    from ..planner.ort_pattern import PatternBlock
+
+PATTERN = "BatchNorm saved statistics (held across the step in ORT's pattern block)"
+PREFIX = "onnxcomp_detach"
+_MS = "com.microsoft"
+_START = ("onnxcomp_detach_start", [0])
+
+
+def _static(v: ir.Value | None) -> list[int] | None:
+    if v is None or v.shape is None or not v.shape.is_static():
+        return None
+    return [int(d) for d in v.shape]
+
+
+def _site(bn: ir.Node, backward: set[ir.Node]) -> str | None:
+    """Why ``bn`` is left alone (None: it is rewritten)."""
+    if len(bn.outputs) < 5 or bn.outputs[3] is None or bn.outputs[4] is None:
+        return "no saved statistics outputs"
+    mean, inv, y = bn.outputs[3], bn.outputs[4], bn.outputs[0]
+    for v in (mean, inv):
+        if not v.name or v.is_graph_output():
+            return f"{v.name or 'a statistic'} is absent or a graph output"
+        if v.dtype != ir.DataType.FLOAT or _static(v) is None or len(_static(v)) != 1:
+            return f"{v.name}: not a static float vector"
+        readers = [u.node for u in v.uses()]
+        if not readers:
+            return f"{v.name}: read by nothing"
+        if any(r.op_type != "BatchNormalizationGrad" or r not in backward for r in readers):
+            return f"{v.name}: read by something other than a backward BatchNormalizationGrad"
+    if _static(y) is None or y.dtype is None:
+        return "its output has no static shape to anchor on"
+    if not any(u.node not in backward for u in y.uses()):
+        return "its output has no forward reader to anchor the copies on"
+    return None
+
+
+def _detach(graph: ir.Graph, bn: ir.Node, backward: set[ir.Node], ed: IrGraphEditor) -> dict[str, Any]:
+    mean, inv, y = bn.outputs[3], bn.outputs[4], bn.outputs[0]
+    c = _static(mean)[0]
+    since = len(ed.nodes)
+    base = unique_name(f"{PREFIX}_{(bn.name or y.name).replace('/', '_').strip('_')}", ed.taken)
+    start = ed.shared_const(*_START)
+    length = ed.shared_const(f"{PREFIX}_len_{c}", [c])
+    zero = ed.zero_after(inv, base=f"{base}_len")
+    end = ed.op("Add", [length, zero], "", ir.DataType.INT64, [1], out=f"{base}_end")
+    copies = [ed.op("Slice", [v, start, end], "", ir.DataType.FLOAT, None, out=f"{v.name}__detached")
+              for v in (mean, inv)]
+    fwd = [u for u in y.uses() if u.node not in backward]
+    shape = _static(y)
+    view = ed.gate(y, copies[-1], shape=shape, zero=ed.zero_after_all(copies, ir.DataType.FLOAT, base=f"{base}_held"),
+                   name=unique_name(f"{y.name}__stats_held", ed.taken))
+    for u in fwd:
+        u.node.replace_input_with(u.idx, view)
+    for v, copy in zip((mean, inv), copies):
+        for u in list(v.uses()):
+            if u.node in backward:
+                u.node.replace_input_with(u.idx, copy)
+    graph.insert_after(bn, ed.nodes[since:])
+    return {"batchnorm": bn.name, "statistics": [mean.name, inv.name], "copies": [v.name for v in copies],
+            "bytes": 2 * c * 4, "exact": True}
+
+
+def detach_statistics(model: ir.Model, pass_name: str, only: set[str] | None = None
+                      ) -> tuple[list[PassRecord], list[Skipped]]:
+    """Rewrite every BatchNorm ``_site`` accepts (the module docstring), or only those named in ``only``; its
+    records and what it left."""
+    from ..analysis.cached import analysis_of
+
+    graph = model.graph
+    nodes = list(graph)
+    analysis = analysis_of(model)
+    backward = {nodes[i] for i in analysis.boundary.backward}
+    ed = IrGraphEditor(graph, ir_taken_names(graph), PREFIX)
+    records: list[PassRecord] = []
+    skipped: list[Skipped] = []
+    for bn in [n for n in nodes if n.op_type == "BatchNormInternal" and n.domain == _MS and n not in backward
+               and (only is None or n.name in only)]:
+        why = _site(bn, backward)
+        if why is not None:
+            skipped.append(Skipped(bn.name, PATTERN, why))
+            continue
+        detail = _detach(graph, bn, backward, ed)
+        records.append(PassRecord("moved", pass_name, bn.name, {"technique": "detach_stats", **detail}))
+    return records, skipped
+
+
+def _replayed(model: ir.Model) -> "PatternBlock":
+    from ..analysis.cached import snapshot_of
+    from ..planner.ort_pattern import replay_pattern_block
+
+    return replay_pattern_block(snapshot_of(model))
+
+
+def _pinning(block: "PatternBlock", sites: dict[str, tuple[str, str]], skip: set[str]) -> list[str]:
+    """The BatchNorms (of ``sites``: name → its two statistics, less ``skip``) whose statistics' buffers sit
+    below the block's highest allocation while it is live, highest first: the small blocks that may be what
+    keeps that allocation up."""
+    plan = block.plan
+    top = max(block.offsets, key=lambda b: sum(block.offsets[b]))
+    s, e, top_at = plan.start[top], plan.end[top], block.offsets[top][0]
+    found: dict[str, int] = {}
+    for bn, stats in sites.items():
+        if bn in skip:
+            continue
+        for v in stats:
+            b = plan.buffer.get(v)
+            if b in block.offsets and b in plan.start and plan.start[b] <= e and plan.end[b] >= s \
+                    and block.offsets[b][0] < top_at:
+                found[bn] = max(found.get(bn, -1), block.offsets[b][0])
+    return sorted(found, key=lambda bn: -found[bn])
+
+
+def _copy(model: ir.Model) -> ir.Model:
+    return ir.serde.deserialize_model(ir.serde.serialize_model(model))
+
+
+class DetachStatsPass(OnnxcompPass):
+    """BatchNorm saved statistics copied, right after the BatchNorm, into tensors ORT sizes only at run time, so
+    they are held outside its memory-pattern block (module docstring). ``only_lowering``: choose the BatchNorms
+    on the replayed pattern block: those whose statistics sit below its highest allocation while that is live,
+    highest first, one trial each (at most ``max_trials``), each kept only where the block drops. Without it
+    every BatchNorm the pass can rewrite is rewritten."""
+
+    name = "detach_stats"
+
+    def __init__(self, only_lowering: bool = True, max_trials: int = 12) -> None:
+        super().__init__()
+        self.only_lowering = only_lowering
+        self.max_trials = max_trials
+
+    def call(self, model: ir.Model) -> PassOutcome:
+        from ..analysis.cached import analysis_of
+
+        outcome = PassOutcome(model, False)
+        if not any(n.op_type == "BatchNormInternal" and n.domain == _MS for n in model.graph):
+            return outcome
+        only: set[str] | None = None
+        sizes: list[int] | None = None
+        if self.only_lowering:
+            nodes = list(model.graph)
+            backward = {nodes[i] for i in analysis_of(model).boundary.backward}
+            sites = {n.name: (n.outputs[3].name, n.outputs[4].name) for n in nodes
+                     if n.op_type == "BatchNormInternal" and n.domain == _MS and n not in backward
+                     and n.name and _site(n, backward) is None}
+            if not sites:
+                return outcome
+            block = _replayed(model)
+            sizes = [block.size, block.size]
+            only, tried = set(), set()
+            for _ in range(self.max_trials):
+                picks = _pinning(block, sites, only | tried)
+                if not picks:
+                    break
+                tried.add(picks[0])
+                trial = _copy(model)
+                detach_statistics(trial, self.name, only | {picks[0]})
+                trial_block = _replayed(trial)
+                if trial_block.size < block.size:
+                    only.add(picks[0])
+                    block = trial_block
+            sizes[1] = block.size
+            if not only:
+                why = f"no BatchNorm's statistics found whose detaching lowers the replayed pattern block ({sizes[0]} B)"
+                outcome.skipped += [Skipped(bn, PATTERN, why) for bn in sites]
+                return outcome
+        outcome.records, outcome.skipped = detach_statistics(model, self.name, only)
+        if sizes is not None:
+            for r in outcome.records:
+                r.detail["pattern_block_bytes"] = sizes
+            outcome.skipped += [Skipped(bn, PATTERN, "detaching its statistics did not lower the replayed pattern "
+                                        "block (or was not tried)") for bn in sites if bn not in only]
+        outcome.modified = bool(outcome.records)
+        return outcome
