@@ -51,13 +51,35 @@ _MS = "com.microsoft"
 _START = ("onnxcomp_detach_start", [0])
 
 
+def _label(bn: ir.Node) -> str:
+    return bn.name or bn.outputs[0].name
+
+
 def _static(v: ir.Value | None) -> list[int] | None:
     if v is None or v.shape is None or not v.shape.is_static():
         return None
     return [int(d) for d in v.shape]
 
 
-def _site(bn: ir.Node, backward: set[ir.Node]) -> str | None:
+def _shape_of(analysis: Any, v: ir.Value | None) -> list[int] | None:
+    """``v``'s static shape, from the graph or else from the analysis (a graph may declare no intermediate
+    shapes)."""
+    shape = _static(v)
+    if shape is None and v is not None and v.name in analysis.tensors:
+        t = analysis.tensors[v.name].type
+        shape = [int(d) for d in t.shape] if t.shape is not None and all(isinstance(d, int) for d in t.shape) \
+            else None
+    return shape
+
+
+def _is_float(analysis: Any, v: ir.Value) -> bool:
+    if v.dtype is not None:
+        return v.dtype == ir.DataType.FLOAT
+    t = analysis.tensors.get(v.name)
+    return t is not None and np.dtype(t.type.dtype) == np.float32
+
+
+def _site(bn: ir.Node, backward: set[ir.Node], analysis: Any) -> str | None:
     """Why ``bn`` is left alone (None: it is rewritten)."""
     if len(bn.outputs) < 5 or bn.outputs[3] is None or bn.outputs[4] is None:
         return "no saved statistics outputs"
@@ -65,34 +87,35 @@ def _site(bn: ir.Node, backward: set[ir.Node]) -> str | None:
     for v in (mean, inv):
         if not v.name or v.is_graph_output():
             return f"{v.name or 'a statistic'} is absent or a graph output"
-        if v.dtype != ir.DataType.FLOAT or _static(v) is None or len(_static(v)) != 1:
+        if not _is_float(analysis, v) or _shape_of(analysis, v) is None or len(_shape_of(analysis, v)) != 1:
             return f"{v.name}: not a static float vector"
         readers = [u.node for u in v.uses()]
         if not readers:
             return f"{v.name}: read by nothing"
         if any(r.op_type != "BatchNormalizationGrad" or r not in backward for r in readers):
             return f"{v.name}: read by something other than a backward BatchNormalizationGrad"
-    if _static(y) is None or y.dtype is None:
+    if _shape_of(analysis, y) is None or not _is_float(analysis, y):
         return "its output has no static shape to anchor on"
     if not any(u.node not in backward for u in y.uses()):
         return "its output has no forward reader to anchor the copies on"
     return None
 
 
-def _detach(graph: ir.Graph, bn: ir.Node, backward: set[ir.Node], ed: IrGraphEditor) -> dict[str, Any]:
+def _detach(graph: ir.Graph, bn: ir.Node, backward: set[ir.Node], ed: IrGraphEditor, analysis: Any
+            ) -> dict[str, Any]:
     mean, inv, y = bn.outputs[3], bn.outputs[4], bn.outputs[0]
-    c = _static(mean)[0]
+    c = _shape_of(analysis, mean)[0]
     since = len(ed.nodes)
     base = unique_name(f"{PREFIX}_{(bn.name or y.name).replace('/', '_').strip('_')}", ed.taken)
     start = ed.shared_const(*_START)
     length = ed.shared_const(f"{PREFIX}_len_{c}", [c])
-    zero = ed.zero_after(inv, base=f"{base}_len")
+    zero = ed.zero_after(inv, ir.DataType.FLOAT, base=f"{base}_len")
     end = ed.op("Add", [length, zero], "", ir.DataType.INT64, [1], out=f"{base}_end")
     copies = [ed.op("Slice", [v, start, end], "", ir.DataType.FLOAT, None, out=f"{v.name}__detached")
               for v in (mean, inv)]
     fwd = [u for u in y.uses() if u.node not in backward]
-    shape = _static(y)
-    view = ed.gate(y, copies[-1], shape=shape, zero=ed.zero_after_all(copies, ir.DataType.FLOAT, base=f"{base}_held"),
+    shape = _shape_of(analysis, y)
+    view = ed.gate(y, copies[-1], shape=shape, elem=ir.DataType.FLOAT, zero=ed.zero_after_all(copies, ir.DataType.FLOAT, base=f"{base}_held"),
                    name=unique_name(f"{y.name}__stats_held", ed.taken))
     for u in fwd:
         u.node.replace_input_with(u.idx, view)
@@ -101,14 +124,14 @@ def _detach(graph: ir.Graph, bn: ir.Node, backward: set[ir.Node], ed: IrGraphEdi
             if u.node in backward:
                 u.node.replace_input_with(u.idx, copy)
     graph.insert_after(bn, ed.nodes[since:])
-    return {"batchnorm": bn.name, "statistics": [mean.name, inv.name], "copies": [v.name for v in copies],
+    return {"batchnorm": _label(bn), "statistics": [mean.name, inv.name], "copies": [v.name for v in copies],
             "bytes": 2 * c * 4, "exact": True}
 
 
 def detach_statistics(model: ir.Model, pass_name: str, only: set[str] | None = None
                       ) -> tuple[list[PassRecord], list[Skipped]]:
-    """Rewrite every BatchNorm ``_site`` accepts (the module docstring), or only those named in ``only``; its
-    records and what it left."""
+    """Rewrite every BatchNorm ``_site`` accepts (the module docstring), or only those whose saved mean is named
+    in ``only``; its records and what it left."""
     from ..analysis.cached import analysis_of
 
     graph = model.graph
@@ -119,13 +142,13 @@ def detach_statistics(model: ir.Model, pass_name: str, only: set[str] | None = N
     records: list[PassRecord] = []
     skipped: list[Skipped] = []
     for bn in [n for n in nodes if n.op_type == "BatchNormInternal" and n.domain == _MS and n not in backward
-               and (only is None or n.name in only)]:
-        why = _site(bn, backward)
+               and (only is None or (len(n.outputs) > 3 and n.outputs[3] is not None and n.outputs[3].name in only))]:
+        why = _site(bn, backward, analysis)
         if why is not None:
-            skipped.append(Skipped(bn.name, PATTERN, why))
+            skipped.append(Skipped(_label(bn), PATTERN, why))
             continue
-        detail = _detach(graph, bn, backward, ed)
-        records.append(PassRecord("moved", pass_name, bn.name, {"technique": "detach_stats", **detail}))
+        detail = _detach(graph, bn, backward, ed, analysis)
+        records.append(PassRecord("moved", pass_name, _label(bn), {"technique": "detach_stats", **detail}))
     return records, skipped
 
 
@@ -183,10 +206,12 @@ class DetachStatsPass(OnnxcompPass):
         sizes: list[int] | None = None
         if self.only_lowering:
             nodes = list(model.graph)
-            backward = {nodes[i] for i in analysis_of(model).boundary.backward}
-            sites = {n.name: (n.outputs[3].name, n.outputs[4].name) for n in nodes
+            analysis = analysis_of(model)
+            backward = {nodes[i] for i in analysis.boundary.backward}
+            # keyed by the saved mean's name (unique; a node may be unnamed)
+            sites = {n.outputs[3].name: (n.outputs[3].name, n.outputs[4].name) for n in nodes
                      if n.op_type == "BatchNormInternal" and n.domain == _MS and n not in backward
-                     and n.name and _site(n, backward) is None}
+                     and _site(n, backward, analysis) is None}
             if not sites:
                 return outcome
             block = _replayed(model)
@@ -206,13 +231,13 @@ class DetachStatsPass(OnnxcompPass):
             sizes[1] = block.size
             if not only:
                 why = f"no BatchNorm's statistics found whose detaching lowers the replayed pattern block ({sizes[0]} B)"
-                outcome.skipped += [Skipped(bn, PATTERN, why) for bn in sites]
+                outcome.skipped += [Skipped(mean, PATTERN, why) for mean in sites]
                 return outcome
         outcome.records, outcome.skipped = detach_statistics(model, self.name, only)
         if sizes is not None:
             for r in outcome.records:
                 r.detail["pattern_block_bytes"] = sizes
-            outcome.skipped += [Skipped(bn, PATTERN, "detaching its statistics did not lower the replayed pattern "
-                                        "block (or was not tried)") for bn in sites if bn not in only]
+            outcome.skipped += [Skipped(mean, PATTERN, "detaching these statistics did not lower the replayed pattern "
+                                        "block (or was not tried)") for mean in sites if mean not in only]
         outcome.modified = bool(outcome.records)
         return outcome
