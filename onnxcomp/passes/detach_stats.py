@@ -186,15 +186,16 @@ class DetachStatsPass(OnnxcompPass):
     """BatchNorm saved statistics copied, right after the BatchNorm, into tensors ORT sizes only at run time, so
     they are held outside its memory-pattern block (module docstring). ``only_lowering``: choose the BatchNorms
     on the replayed pattern block: those whose statistics sit below its highest allocation while that is live,
-    highest first, one trial each (at most ``max_trials``), each kept only where the block drops. Without it
-    every BatchNorm the pass can rewrite is rewritten."""
+    highest first, one trial each (at most ``max_trials``, stopping after ``patience`` trials in a row that did
+    not lower it), each kept only where the block drops. Without it every BatchNorm the pass can rewrite is
+    rewritten. Cost: one graph copy and one replay per trial (~0.5 s each on ResNet-18's 600-node graph)."""
 
     name = "detach_stats"
 
-    def __init__(self, only_lowering: bool = True, max_trials: int = 12) -> None:
+    def __init__(self, only_lowering: bool = True, max_trials: int = 12, patience: int = 4) -> None:
         super().__init__()
         self.only_lowering = only_lowering
-        self.max_trials = max_trials
+        self.max_trials, self.patience = max_trials, patience
 
     def call(self, model: ir.Model) -> PassOutcome:
         from ..analysis.cached import analysis_of
@@ -216,10 +217,10 @@ class DetachStatsPass(OnnxcompPass):
                 return outcome
             block = _replayed(model)
             sizes = [block.size, block.size]
-            only, tried = set(), set()
+            only, tried, misses = set(), set(), 0
             for _ in range(self.max_trials):
                 picks = _pinning(block, sites, only | tried)
-                if not picks:
+                if not picks or misses >= self.patience:
                     break
                 tried.add(picks[0])
                 trial = _copy(model)
@@ -227,7 +228,9 @@ class DetachStatsPass(OnnxcompPass):
                 trial_block = _replayed(trial)
                 if trial_block.size < block.size:
                     only.add(picks[0])
-                    block = trial_block
+                    block, misses = trial_block, 0
+                else:
+                    misses += 1
             sizes[1] = block.size
             if not only:
                 why = f"no BatchNorm's statistics found whose detaching lowers the replayed pattern block ({sizes[0]} B)"
