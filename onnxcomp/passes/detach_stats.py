@@ -28,8 +28,9 @@ value: losses and parameters are bit-identical.
 Not every graph gains: P's layout is best fit over the whole step and moving small blocks can leave it as it
 was or, in principle, make it worse. With ``only_lowering`` (the default) the pass keeps the rewrite only where
 the replayed pattern block (``ort_pattern.replay_pattern_block``, ORT-free: ~0.3 s on a 600-node graph) drops;
-otherwise it leaves the graph alone and says why. It runs last in a transform (after the declared shapes), so the
-replay judges the graph that will be saved.
+otherwise it leaves the graph alone and says why. `transform` runs it last, after the finishing passes (declared
+shapes included) and outside the budget planner's predictions (transform.py says why), so the replay judges the
+graph that will be saved.
 """
 from __future__ import annotations
 
@@ -115,7 +116,8 @@ def _detach(graph: ir.Graph, bn: ir.Node, backward: set[ir.Node], ed: IrGraphEdi
               for v in (mean, inv)]
     fwd = [u for u in y.uses() if u.node not in backward]
     shape = _shape_of(analysis, y)
-    view = ed.gate(y, copies[-1], shape=shape, elem=ir.DataType.FLOAT, zero=ed.zero_after_all(copies, ir.DataType.FLOAT, base=f"{base}_held"),
+    held = ed.zero_after_all(copies, ir.DataType.FLOAT, base=f"{base}_held")
+    view = ed.gate(y, copies[-1], shape=shape, elem=ir.DataType.FLOAT, zero=held,
                    name=unique_name(f"{y.name}__stats_held", ed.taken))
     for u in fwd:
         u.node.replace_input_with(u.idx, view)
@@ -233,7 +235,8 @@ class DetachStatsPass(OnnxcompPass):
                     misses += 1
             sizes[1] = block.size
             if not only:
-                why = f"no BatchNorm's statistics found whose detaching lowers the replayed pattern block ({sizes[0]} B)"
+                why = (f"no BatchNorm's statistics found whose detaching lowers the replayed pattern block "
+                       f"({sizes[0]} B)")
                 outcome.skipped += [Skipped(mean, PATTERN, why) for mean in sites]
                 return outcome
         outcome.records, outcome.skipped = detach_statistics(model, self.name, only)
