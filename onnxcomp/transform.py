@@ -202,7 +202,7 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
             # block drops (passes/detach_stats.py). After finish_graph, not in it: the budget planner's ORT-defaults
             # mode predicts each candidate through finish_graph, and its candidate search is path-dependent: with
             # the pass inside, MobileNetV2's search took other step budgets and ended on a plan measured 1.7 MiB
-            # worse (NOTES-r18exact2.md). Here it only lowers the chosen plan's block; the plan's predicted growth
+            # worse (docs/notes/r18exact2.md). Here it only lowers the chosen plan's block; the plan's predicted growth
             # stays the planner's (an over-estimate by what the pass saves).
             detach = run_passes(ir_model, [DetachStatsPass()])
             log.records += detach.records

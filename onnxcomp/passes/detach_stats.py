@@ -8,7 +8,7 @@ live almost the whole step; the first BatchNorm's are placed on top of the two l
 (its input and output) and stay there. In ResNet-18's `auto --exact` plan (batch 32, 64×64) the stem's pair sits
 at offset 16.0 MiB from node 5 to node 579 of 587: at the end of the backward the three 8 MiB stem-gradient
 tensors cannot be laid out below it, and the third goes on top: P = 32.0 MiB where the live bytes there are 24.0
-(NOTES-r18exact2.md).
+(docs/notes/r18exact2.md).
 
 The pass gives ORT a copy it cannot size before the run: right after the BatchNorm,
 
