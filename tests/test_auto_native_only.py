@@ -77,7 +77,7 @@ def test_growth_mode_prices_plans_without_pyops_where_those_with_them_miss(monke
     model = _big_two_conv()
     _fake_pricing(monkeypatch, model)
     budget = int(15 * MiB / (1 - growth_budget.GROWTH_MARGIN))
-    plan = growth_budget.plan_for_growth(model, budget, step_budgets=[4 * KiB])
+    plan = growth_budget.plan_for_growth(model, budget, step_budgets=[4 * KiB], pyops=None)
     records = plan.growth["candidates"]
     assert plan.fits and plan.growth["predicted_growth_bytes"] == 10 * MiB
     assert plan.regions.pyops is False
@@ -85,8 +85,8 @@ def test_growth_mode_prices_plans_without_pyops_where_those_with_them_miss(monke
     assert [r["pyops"] for r in records][:2] == [True, True]
     assert any(r["pyops"] is False for r in records)
     assert all(r["predicted_growth_bytes"] != 10 * MiB for r in records if r["pyops"])
-    # Told to keep PyOps, the mode has nothing that fits.
-    only = growth_budget.plan_for_growth(model, budget, step_budgets=[4 * KiB], pyops=True)
+    # By default (PyOps allowed, one descent) the mode has nothing that fits.
+    only = growth_budget.plan_for_growth(model, budget, step_budgets=[4 * KiB])
     assert not only.fits and all(r["pyops"] for r in only.growth["candidates"])
 
 
@@ -94,5 +94,5 @@ def test_growth_mode_skips_the_second_descent_when_a_plan_fits(monkeypatch: pyte
     model = _big_two_conv()
     _fake_pricing(monkeypatch, model)
     plan = growth_budget.plan_for_growth(model, int(30 * MiB / (1 - growth_budget.GROWTH_MARGIN)),
-                                         step_budgets=[4 * KiB])
+                                         step_budgets=[4 * KiB], pyops=None)
     assert plan.fits and all(r["pyops"] for r in plan.growth["candidates"])

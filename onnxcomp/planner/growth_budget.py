@@ -92,17 +92,18 @@ def _growth_of(graph: onnx.ModelProto) -> dict[str, Any]:
 
 def plan_for_growth(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_bytes: int = 64 * 1024,
                     margin: float = GROWTH_MARGIN, progress: Any = None, step_budgets: list[int] | None = None,
-                    stop_at_first: bool = True, pyops: bool | None = None) -> AutoPlan:
+                    stop_at_first: bool = True, pyops: bool | None = True) -> AutoPlan:
     """The plan (from planner/auto.plan_auto at some step-peak budget) that fits the ORT-defaults growth
     ``budget`` at the least cost; ``plan.fits`` False and the lowest predicted growth when none does.
     ``step_budgets``: the step-peak budgets to price instead of the default descent (the untouched graph is
     always priced first). ``stop_at_first``: False prices every target (the tightest accepted budget).
 
-    ``pyops``: None — the descent with every option, then, where no plan fits (or every target is priced) and a
-    priced plan holds codec PyOps, the same descent again with options that run as ORT ops only
-    (``auto.Regions.pyops``): under ORT's defaults a codec PyOp's bridge copies and NumPy temporaries (and
-    ~30 KB of small blocks each) come on top of the arena, which can outweigh what its payload saves against a
-    native encoding (docs/notes/r18lossy10.md). True / False: that descent only."""
+    ``pyops``: True (default) — one descent, every option; False — one descent with options that run as ORT ops
+    only (``auto.Regions.pyops``); None — the first, then, where no plan fits (or every target is priced) and a
+    priced plan holds codec PyOps, the second: under ORT's defaults a codec PyOp's bridge copies and NumPy
+    temporaries (and ~30 KB of small blocks each) come on top of the arena, which can outweigh what its payload
+    saves against a native encoding. Not the default: on ResNet-18 (10 classes, 64x64) the native descent priced
+    no plan below the floor of the first and doubles a failing search's time (docs/notes/r18lossy10.md)."""
     from . import memo
 
     if budget <= 0:
