@@ -67,3 +67,39 @@ def test_merge_pairs_seeds_and_refuses_another_learning_rate(tmp_path):
     other = _part(tmp_path / "other.json", "auto@84.5", [0, 1], None)   # the optimizer model's default rate
     with pytest.raises(SystemExit, match="learning rate"):
         tool.merge([*base, other])
+
+
+@pytest.mark.parametrize("policy,extra", [("auto@12.5", {}), ("auto-growth@13.5", {"budget_for": "ort-defaults"})])
+def test_budget_policies_plan_their_own_directory(policy, extra, tmp_path, monkeypatch):
+    import onnxcomp.runtime.train as train_module
+    import onnxcomp.transform as transform_module
+
+    tool = _tool()
+    planned: list[tuple[Path, dict[str, Any]]] = []
+    trained: list[Path] = []
+
+    class _Done:
+        records: list[dict[str, Any]] = []
+        before = after = {"stashed_bytes": 0, "offset_bytes": 0}
+
+    def fake_transform(art, out, pol, **kw):
+        planned.append((Path(out), dict(kw, policy=pol)))
+        return _Done()
+
+    def fake_train(run_dir, **kw):
+        trained.append(Path(run_dir))
+        assert kw["model"] is None           # the plan's own directory: its checkpoint, not the source's
+        return _Result(kw["seed"])
+
+    monkeypatch.setattr(transform_module, "transform", fake_transform)
+    monkeypatch.setattr(train_module, "train", fake_train)
+    art = tmp_path / "resnet18-b32-64px-c10"
+    art.mkdir()
+    (art / "training_model.onnx").write_bytes(b"")
+    size = float(policy.split("@")[1])
+    args = tool.parser().parse_args(["--image", "64", "--steps", "2", "--seeds", "0", "--no-baseline",
+                                     "--policies", policy, "--workdir", str(tmp_path)])
+    tool.run(args)
+    out = art / policy.replace("@", "_")
+    assert planned == [(out, {"policy": "auto", "force": True, "budget_bytes": int(size * 2**20), **extra})]
+    assert trained == [out]

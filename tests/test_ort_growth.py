@@ -188,7 +188,7 @@ def fake_planner(monkeypatch: pytest.MonkeyPatch):
     (the pattern held twice), else peak + 10 MiB: not monotone in the step target."""
     calls: list[int] = []
 
-    def plan_auto(model, budget, exact=False, min_bytes=0):  # noqa: ANN001, ANN202
+    def plan_auto(model, budget, exact=False, min_bytes=0, pyops=True):  # noqa: ANN001, ANN202
         calls.append(budget)
         peak = min(budget, 100 * MiB)
         return _fake_plan(max(peak, 40 * MiB), (100 * MiB - peak) / MiB, fits=budget >= 40 * MiB)

@@ -9,7 +9,8 @@ and every number (JSON).
         --policies dpr-fp16 dpr-bf16 dpr-fp10 dpr-fp8 comet comet-static --seeds 0 1 2 --out docs/accuracy
 
 A policy ``auto@SIZE`` is `--policy auto --budget SIZE MiB` (lossy techniques allowed), planned for this
-batch and image size.
+batch and image size; ``auto-growth@SIZE`` the same with `--budget-for ort-defaults` (SIZE MiB of growth under
+ORT's default session settings).
 """
 from __future__ import annotations
 
@@ -26,13 +27,20 @@ def _transform(art: Path, policy: str, out: Path, eb: float | None = None) -> di
 
     if policy == "comet-static":
         result = transform(art, out, "comet", force=True, adaptive=False, eb=eb)
-    elif policy.startswith("auto@"):   # the budget planner's lossy plan for a budget in MiB: auto@12.3
-        result = transform(art, out, "auto", force=True, budget_bytes=int(float(policy[5:]) * 2**20))
+    elif _is_auto(policy):   # the budget planner's lossy plan for a budget in MiB: auto@12.3, auto-growth@13.5
+        kind, size = policy.split("@", 1)
+        extra = {"budget_for": "ort-defaults"} if kind == "auto-growth" else {}
+        result = transform(art, out, "auto", force=True, budget_bytes=int(float(size) * 2**20), **extra)
     else:
         result = transform(art, out, policy, force=True)
     return {"encoded": len(result.records), "codecs": sorted({r["codec"] for r in result.records if r.get("codec")}),
             "stashed_before": result.before["stashed_bytes"], "planner_after": result.after["offset_bytes"],
             "planner_before": result.before["offset_bytes"]}
+
+
+def _is_auto(policy: str) -> bool:
+    """A budget-planner policy (written as its own artifact directory): ``auto@SIZE`` or ``auto-growth@SIZE``."""
+    return policy.split("@", 1)[0] in ("auto", "auto-growth") and "@" in policy
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -61,13 +69,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             model = f"{label}.onnx"
             # A budget plan may split weights (new checkpoint and eval model): it is written as an artifact
             # directory of its own and trained from there.
-            out = art / label.replace("@", "_") if label.startswith("auto@") else art / model
+            out = art / label.replace("@", "_") if _is_auto(label) else art / model
             if args.reuse_transforms and out.exists():   # another process of this run wrote it
                 transforms[label] = {"reused": str(out), "eb": eb}
             else:
                 transforms[label] = _transform(art, label, out, eb) | {"eb": eb}
         run_dir = art
-        if label.startswith("auto@"):
+        if _is_auto(label):
             run_dir, model = art / label.replace("@", "_"), None
         for seed in args.seeds:
             t0 = time.perf_counter()

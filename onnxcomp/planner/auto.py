@@ -117,6 +117,8 @@ class Option:
     relieves: str = ""               # the tensor whose lifetime it shortens, when not the stash itself (the
                                      # Clip input an interval mask is taken from; "" = the stash)
     workspace: tuple[int, int] = (0, 0)   # bytes its encoder / decoder hold while they run (option_workspace)
+    native: bool = True                   # runs as ORT ops only (recomputation, native fp16 / bits / MaxPool
+                                          # decoders); False: a codec PyOp (the bridge's copies, Python objects)
 
     @property
     def saved(self) -> int:
@@ -315,7 +317,8 @@ def enumerate_options(analysis: GraphAnalysis, techniques: list[Technique],
             secs = costs.codec(enc.codec, nbytes)
             opts.append(Option(stash.name, tech.name, tech.exact, nbytes, held, secs,
                                f"{tech.name}: {enc.note or enc.codec}", relieves=relieves,
-                               workspace=workspace_bytes(enc.codec, enc.params, nbytes, enc.native)))
+                               workspace=workspace_bytes(enc.codec, enc.params, nbytes, enc.native),
+                               native=enc.native is not None))
         if opts:
             out[stash.name] = opts
     return out
@@ -581,6 +584,11 @@ class Regions:
     # recomputation, dropout masks as bits) run after the planned recomputations; tried only where a plan
     # without them misses its budget (they cost recomputation time).
     transformer: bool = False
+    # False: only options that run as ORT ops (no codec PyOp). Under ORT's default session settings each codec
+    # PyOp costs heap beyond its payload — the bridge's copy of its inputs, its NumPy result and temporaries while
+    # it runs (planner/ort_growth.heap_peak) plus ~30 KB of small blocks (heap_term) — which can outweigh what
+    # its payload saves against a native encoding: the growth mode (planner/growth_budget.py) prices plans both ways.
+    pyops: bool = True
 
     def first_key(self) -> tuple[Any, ...]:
         """What ``first_passes`` depends on (planner/memo.py keys the base graph by it)."""
@@ -1327,6 +1335,8 @@ def _make_base(model: onnx.ModelProto, regions: Regions, techniques: list[Techni
                                                     costs, exact, min_bytes, windows), seen)
     if not workspace_aware:
         options = {k: [replace(o, workspace=(0, 0)) for o in v] for k, v in options.items()}
+    if not regions.pyops:
+        options = {k: kept for k, v in options.items() if (kept := [o for o in v if o.native])}
     relieved = {o.relieves for opts in options.values() for o in opts if o.relieves}
     windows.update(stash_windows(analysis, relieved))
     chunkable = [] if exact else _longest_regions(seen)
@@ -1381,7 +1391,7 @@ def _chunked_options(base: _Base, costs: _Costs) -> tuple[dict[str, list[Option]
 
 def plan_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_bytes: int = 64 * 1024,
               margin: float = DEFAULT_MARGIN, progress: Any = None, workspace_aware: bool | None = None,
-              rows: Any = False) -> AutoPlan:
+              rows: Any = False, pyops: bool = True) -> AutoPlan:
     """The cheapest plan (by predicted seconds) whose predicted step peak fits ``budget`` bytes, applied.
 
     ``plan.fits`` is False when nothing reachable fits; the plan then holds the best reachable graph and
@@ -1395,15 +1405,17 @@ def plan_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_b
 
     ``rows``: False — plan without a row split, and where that misses the budget (lossy only), plan again
     with the conv chains row-split first (planner/auto_rows.py) and keep the lower peak; None — never;
-    a ``RowsChoice`` — with that row split."""
+    a ``RowsChoice`` — with that row split.
+
+    ``pyops``: False — only options that run as ORT ops (``Regions.pyops``; no codec PyOp)."""
     if not memo.active():
         # One planning session for all the searches below (planner/memo.py): same plan, found sooner.
         with memo.planning_session():
             return plan_auto(model, budget, exact=exact, min_bytes=min_bytes, margin=margin, progress=progress,
-                             workspace_aware=workspace_aware, rows=rows)
+                             workspace_aware=workspace_aware, rows=rows, pyops=pyops)
     if rows is False:
         plain = plan_auto(model, budget, exact=exact, min_bytes=min_bytes, margin=margin, progress=progress,
-                          workspace_aware=workspace_aware, rows=None)
+                          workspace_aware=workspace_aware, rows=None, pyops=pyops)
         if plain.fits or exact:
             return plain
         from .auto_rows import choose_rows
@@ -1415,15 +1427,15 @@ def plan_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_b
         if choice is None:
             return plain
         split = plan_auto(model, budget, exact=exact, min_bytes=min_bytes, margin=margin, progress=progress,
-                          workspace_aware=workspace_aware, rows=choice)
+                          workspace_aware=workspace_aware, rows=choice, pyops=pyops)
         return split if split.fits or split.predicted_peak < plain.predicted_peak else plain
     if workspace_aware is None:
         first = plan_auto(model, budget, exact=exact, min_bytes=min_bytes, margin=margin, progress=progress,
-                          workspace_aware=True, rows=rows)
+                          workspace_aware=True, rows=rows, pyops=pyops)
         if first.fits:
             return first
         second = plan_auto(model, budget, exact=exact, min_bytes=min_bytes, margin=margin, progress=progress,
-                           workspace_aware=False, rows=rows)
+                           workspace_aware=False, rows=rows, pyops=pyops)
         return second if second.fits or second.predicted_peak < first.predicted_peak else first
 
     if budget <= 0:
@@ -1443,7 +1455,8 @@ def plan_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_b
         variants.append((False, True, True))
     for joint, extend, transformer in variants:
         other = _plan_auto(model, budget, exact, min_bytes, margin, progress, joint_recompute=joint,
-                           workspace_aware=workspace_aware, rows=rows, extend=extend, transformer=transformer)
+                           workspace_aware=workspace_aware, rows=rows, extend=extend, transformer=transformer,
+                           pyops=pyops)
         if plan is None or other.fits or other.predicted_peak < plan.predicted_peak:
             plan = other
         if plan.fits:
@@ -1461,7 +1474,7 @@ def _has_transformer_gradients(model: onnx.ModelProto) -> bool:
 
 def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int, margin: float, progress: Any,
                joint_recompute: bool, workspace_aware: bool, rows: Any = None, extend: bool = True,
-               transformer: bool = False) -> AutoPlan:
+               transformer: bool = False, pyops: bool = True) -> AutoPlan:
     say = progress or (lambda _m: None)
     _, untouched = predicted_live(model, eager_accumulation=False)
     baseline_peak = int(untouched.max()) if len(untouched) else 0
@@ -1471,7 +1484,8 @@ def _plan_auto(model: onnx.ModelProto, budget: int, exact: bool, min_bytes: int,
     # commute_pools stays off: on densenet_s it lowered the predicted floor (16.4 -> 15.9 MiB) but the plans
     # measured worse than without it (18.8 MiB budget: 16.41 vs 15.91 MiB; 17.8: 18.55 MiB, over budget;
     # NOTES-widesuite.md). The region is there for an explicit Regions(commute_pools=True).
-    regions = Regions(joint_recompute=joint_recompute, rows=rows, extend=extend, transformer=transformer)
+    regions = Regions(joint_recompute=joint_recompute, rows=rows, extend=extend, transformer=transformer,
+                      pyops=pyops)
     if not exact and max(_input_block_forward_floor(model), _input_chain_floor(model)) > target:
         # The block's forward alone holds its conv and BatchNorm outputs together: above the target, no
         # per-stash option can help; chunk it from the start (saves the rounds that would find it).

@@ -67,9 +67,10 @@ class Candidate:
     predicted_peak: int
     predicted_seconds: float
     growth: dict[str, Any] | None    # ort_growth.GrowthPrediction.to_dict()
+    pyops: bool = True               # planned with codec PyOps allowed (auto.Regions.pyops)
 
     def record(self) -> dict[str, Any]:
-        return {"step_budget_bytes": self.step_budget, "step_plan_fits": self.fits_step,
+        return {"step_budget_bytes": self.step_budget, "step_plan_fits": self.fits_step, "pyops": self.pyops,
                 "predicted_peak_bytes": self.predicted_peak, "predicted_seconds": round(self.predicted_seconds, 6),
                 "predicted_growth_bytes": None if self.growth is None else self.growth["growth_bytes"],
                 "growth_parts": self.growth}
@@ -91,65 +92,39 @@ def _growth_of(graph: onnx.ModelProto) -> dict[str, Any]:
 
 def plan_for_growth(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_bytes: int = 64 * 1024,
                     margin: float = GROWTH_MARGIN, progress: Any = None, step_budgets: list[int] | None = None,
-                    stop_at_first: bool = True) -> AutoPlan:
+                    stop_at_first: bool = True, pyops: bool | None = True) -> AutoPlan:
     """The plan (from planner/auto.plan_auto at some step-peak budget) that fits the ORT-defaults growth
     ``budget`` at the least cost; ``plan.fits`` False and the lowest predicted growth when none does.
     ``step_budgets``: the step-peak budgets to price instead of the default descent (the untouched graph is
-    always priced first). ``stop_at_first``: False prices every target (the tightest accepted budget)."""
+    always priced first). ``stop_at_first``: False prices every target (the tightest accepted budget).
+
+    ``pyops``: True (default) — one descent, every option; False — one descent with options that run as ORT ops
+    only (``auto.Regions.pyops``); None — the first, then, where no plan fits (or every target is priced) and a
+    priced plan holds codec PyOps, the second: under ORT's defaults a codec PyOp's bridge copies and NumPy
+    temporaries (and ~30 KB of small blocks each) come on top of the arena, which can outweigh what its payload
+    saves against a native encoding. Not the default: on ResNet-18 (10 classes, 64x64) the native descent priced
+    no plan below the floor of the first and doubles a failing search's time (docs/notes/r18lossy10.md)."""
     from . import memo
 
     if budget <= 0:
         raise OnnxcompError(f"budget {budget} bytes: must be positive", options=("budget_bytes",))
     say = progress or (lambda _m: None)
     target = growth_target(budget, margin)
+    candidates: list[tuple[Candidate, AutoPlan]] = []
     with memo.planning_session() if not memo.active() else nullcontext():
-        candidates: list[tuple[Candidate, AutoPlan]] = []
-
-        def price(step_budget: int | None) -> tuple[Candidate, AutoPlan]:
-            plan = plan_auto(model, step_budget if step_budget is not None else 1 << 50, exact=exact,
-                             min_bytes=min_bytes)
-            growth = None
-            if plan.fits:
-                growth = _growth_of(finished_graph(plan))
-            c = Candidate(step_budget, plan.fits, plan.predicted_peak, plan.predicted_seconds, growth)
-            candidates.append((c, plan))
-            g = "—" if growth is None else f"{growth['growth_bytes'] / MiB:.1f} MiB"
-            say(f"auto (ORT defaults): step target {'none' if step_budget is None else f'{step_budget / MiB:.1f} MiB'}"
-                f": step peak {plan.predicted_peak / MiB:.1f} MiB, predicted growth {g} (target {target / MiB:.1f} MiB)")
-            return c, plan
-
-        first, untouched = price(None)
         chosen: tuple[Candidate, AutoPlan] | None = None
-        if first.growth is not None and first.growth["growth_bytes"] <= target:
-            chosen = (first, untouched)
-        last_peak = untouched.predicted_peak
-        fixed = list(step_budgets) if step_budgets is not None else None
-        for _ in range(MAX_CANDIDATES):
-            if chosen is not None and stop_at_first:
-                break
-            if fixed is not None:
-                if not fixed:
+        for native_only in ([False, True] if pyops is None else [not pyops]):
+            if native_only and pyops is None:
+                if chosen is not None and stop_at_first:
                     break
-                b = fixed.pop(0)
-            else:
-                # Each target asks for a step peak STEP_FACTOR under the last plan's, so each candidate differs.
-                b = tightest_budget_for(int(last_peak * STEP_FACTOR))
-            c, plan = price(b)
-            if not c.fits_step:
-                # Below the planner's floor: its lowest reachable peak, priced at the budget it is accepted for.
-                for k in range(3):
-                    b = int(tightest_budget_for(plan.predicted_peak) * (1 + 0.02 * k)) + 1
-                    c, plan = price(b)
-                    if c.fits_step:
-                        break
-                if c.fits_step and c.growth is not None and c.growth["growth_bytes"] <= target and chosen is None:
-                    chosen = (c, plan)
-                break
-            if c.growth is not None and c.growth["growth_bytes"] <= target and chosen is None:
-                chosen = (c, plan)
-            if plan.predicted_peak >= last_peak:
-                break        # the planner cannot go lower from here
-            last_peak = plan.predicted_peak
+                if not any(c.growth is not None and (c.growth.get("pyops") or c.growth.get("heap_bytes"))
+                           for c, _ in candidates):
+                    break       # no priced plan held a PyOp: the same plans again
+                say("auto (ORT defaults): again with options that run as ORT ops only (no codec PyOps)")
+            found = _descend(model, target, exact, min_bytes, step_budgets, stop_at_first, not native_only,
+                             candidates, say, first=not candidates)
+            if chosen is None:
+                chosen = found
     priced = [(c, p) for c, p in candidates if c.growth is not None]
     records = [c.record() for c, _ in candidates]
     if chosen is None:
@@ -157,6 +132,66 @@ def plan_for_growth(model: onnx.ModelProto, budget: int, *, exact: bool = False,
         plan = _with_growth(best_p, budget, target, best_c, records, fits=False)
         return plan
     return _with_growth(chosen[1], budget, target, chosen[0], records, fits=True)
+
+
+def _descend(model: onnx.ModelProto, target: int, exact: bool, min_bytes: int, step_budgets: list[int] | None,
+             stop_at_first: bool, pyops: bool, candidates: list[tuple["Candidate", AutoPlan]], say: Any,
+             first: bool = True) -> tuple["Candidate", AutoPlan] | None:
+    """One descent of step targets (the untouched graph first where ``first``), each plan priced and appended
+    to ``candidates``; the first whose predicted growth is within ``target``, or None."""
+    def price(step_budget: int | None) -> tuple[Candidate, AutoPlan]:
+        plan = plan_auto(model, step_budget if step_budget is not None else 1 << 50, exact=exact,
+                         min_bytes=min_bytes, pyops=pyops)
+        growth = None
+        if plan.fits:
+            growth = _growth_of(finished_graph(plan))
+        c = Candidate(step_budget, plan.fits, plan.predicted_peak, plan.predicted_seconds, growth, pyops)
+        candidates.append((c, plan))
+        g = "—" if growth is None else f"{growth['growth_bytes'] / MiB:.1f} MiB"
+        say(f"auto (ORT defaults): step target {'none' if step_budget is None else f'{step_budget / MiB:.1f} MiB'}"
+            f"{'' if pyops else ' (no PyOps)'}: step peak {plan.predicted_peak / MiB:.1f} MiB, predicted growth {g}"
+            f" (target {target / MiB:.1f} MiB)")
+        return c, plan
+
+    def within(c: Candidate) -> bool:
+        return c.fits_step and c.growth is not None and c.growth["growth_bytes"] <= target
+
+    chosen: tuple[Candidate, AutoPlan] | None = None
+    if first:
+        c0, untouched = price(None)
+        if within(c0):
+            chosen = (c0, untouched)
+        last_peak = untouched.predicted_peak
+    else:
+        last_peak = next(p.predicted_peak for c, p in candidates if c.step_budget is None)
+    fixed = list(step_budgets) if step_budgets is not None else None
+    for _ in range(MAX_CANDIDATES):
+        if chosen is not None and stop_at_first:
+            break
+        if fixed is not None:
+            if not fixed:
+                break
+            b = fixed.pop(0)
+        else:
+            # Each target asks for a step peak STEP_FACTOR under the last plan's, so each candidate differs.
+            b = tightest_budget_for(int(last_peak * STEP_FACTOR))
+        c, plan = price(b)
+        if not c.fits_step:
+            # Below the planner's floor: its lowest reachable peak, priced at the budget it is accepted for.
+            for k in range(3):
+                b = int(tightest_budget_for(plan.predicted_peak) * (1 + 0.02 * k)) + 1
+                c, plan = price(b)
+                if c.fits_step:
+                    break
+            if within(c) and chosen is None:
+                chosen = (c, plan)
+            break
+        if within(c) and chosen is None:
+            chosen = (c, plan)
+        if plan.predicted_peak >= last_peak:
+            break        # the planner cannot go lower from here
+        last_peak = plan.predicted_peak
+    return chosen
 
 
 def _with_growth(plan: AutoPlan, budget: int, target: int, c: Candidate, records: list[dict[str, Any]],

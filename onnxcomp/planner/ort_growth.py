@@ -416,13 +416,15 @@ class GrowthPrediction:
     # What those spacers hold at set-up (parameter, gradient buffer, Adam moments), counted in ``total``: moving
     # bytes out of the growth into the set-up is not a saving, so the budget sees them.
     spacer_set_up: int = 0
+    pyops: int = 0                  # codec PyOps in the graph
 
     def to_dict(self) -> dict[str, Any]:
         return {"growth_bytes": self.total, "pattern_bytes": self.pattern, "arena_bytes": self.arena,
                 "pattern_copies": self.pattern_copies, "outside_requests": self.outside_requests,
                 "largest_outside_bytes": self.largest_outside, "nodes": self.nodes, "node_bytes": self.node_bytes,
                 "heap_bytes": self.heap, "heap_at": self.heap_at, "residue_bytes": self.residue,
-                "arena_regions": self.regions, "spacers": self.spacers, "spacer_set_up_bytes": self.spacer_set_up}
+                "arena_regions": self.regions, "spacers": self.spacers, "spacer_set_up_bytes": self.spacer_set_up,
+                "pyops": self.pyops}
 
 
 def growth_model(optimized: onnx.ModelProto, original: onnx.ModelProto, reorder: bool = False) -> GrowthModel:
@@ -518,7 +520,7 @@ def _predict(gm: GrowthModel, steps: int = 3) -> GrowthPrediction:
     total = arena_bytes + node_bytes + heap + residue
     return GrowthPrediction(total, gm.pattern, arena_bytes, copies, len(gm.events),
                             max((e.nbytes for e in gm.events), default=0), gm.nodes, node_bytes, heap, at,
-                            residue, step_regions)
+                            residue, step_regions, pyops=gm.pyops)
 
 
 def _setup_regions(setup: Iterable[int]) -> list[int]:
