@@ -95,3 +95,40 @@ def test_codec_tables_add_to_the_predicted_growth():
     plain = _predict(GrowthModel([], 0, None, [], nodes=10))
     tabled = _predict(GrowthModel([], 0, None, [], nodes=10, resident=700 * KiB))
     assert tabled.total - plain.total == 700 * KiB and tabled.to_dict()["codec_table_bytes"] == 700 * KiB
+
+
+# ------------------------------------------------------------------------------------------------ the CLI
+def test_cli_verify_replans_then_fails_in_one_line_when_every_plan_measures_over(small_artifacts: Path,  # noqa: ANN001
+                                                                                tmp_path: Path, monkeypatch,
+                                                                                capsys) -> None:
+    from types import SimpleNamespace
+
+    import onnxcomp.runtime.measure as measure_mod
+
+    calls: list[dict] = []
+
+    def fake_measure(artifact_dir, model=None, steps=5, settings=None, **_kw):  # noqa: ANN001, ANN202
+        calls.append({"dir": Path(artifact_dir), "model": model, "settings": settings.to_dict()})
+        return SimpleNamespace(growth_bytes=100 * MiB, peak_bytes=100 * MiB)
+
+    monkeypatch.setattr(measure_mod, "measure", fake_measure)
+    out = tmp_path / "o"
+    code = main(["transform", str(small_artifacts), "-o", str(out), "--policy", "auto", "--exact", "--budget",
+                 "64MiB", "--budget-for", "ort-defaults", "--verify"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len([e for e in err if "error" in e]) == 1, err
+    assert "lowest measured is 100.00 MiB" in err[-1]
+    # measured what was written, under ORT's defaults; re-planned lower at least once before giving up
+    assert len(calls) >= 2 and calls[0]["dir"] == out and calls[0]["settings"]["arena"] and calls[0]["settings"]["mem_pattern"]
+    assert calls[0]["settings"]["execution_order"] == "default"
+
+
+@pytest.mark.slow
+def test_cli_verify_measures_the_written_graph_within_the_budget(small_artifacts: Path, tmp_path: Path,  # noqa: ANN001
+                                                                  capsys) -> None:
+    out = tmp_path / "o"
+    code = main(["transform", str(small_artifacts), "-o", str(out), "--policy", "auto", "--exact", "--budget",
+                 "64MiB", "--budget-for", "ort-defaults", "--verify", "--json"])
+    assert code == 0
+    v = json.loads(capsys.readouterr().out)["verify"]
+    assert v["fits"] and v["figure"] == "growth_bytes" and 0 < v["measured_bytes"] <= 64 * MiB
