@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 from onnxcomp.cli import main
 from onnxcomp.planner.auto import BudgetError
 from onnxcomp.planner.budget_verify import EXTRA_SHARE, next_internal_budget, verify_budget
-from onnxcomp.planner.ort_growth import GrowthModel, _predict, codec_resident_bytes
+from onnxcomp.planner.ort_growth import GrowthModel, _predict, codec_resident_bytes, measure_codec_resident
 
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -132,3 +132,20 @@ def test_cli_verify_measures_the_written_graph_within_the_budget(small_artifacts
     assert code == 0
     v = json.loads(capsys.readouterr().out)["verify"]
     assert v["fits"] and v["figure"] == "growth_bytes" and 0 < v["measured_bytes"] <= 64 * MiB
+
+
+def test_codec_tables_are_measured_without_emptying_the_planners_caches(monkeypatch):
+    from onnxcomp.custom_ops import maxpool_index
+    from onnxcomp.planner import ort_growth
+
+    enc, full = _pool_index_op("c", "encode", 8, 32, 15, 7)
+    cleared: list[object] = []
+    monkeypatch.setattr(ort_growth, "_clear_codec_caches", lambda mods: cleared.append(mods))
+    maxpool_index.fast_tables.cache_clear()
+    ort_growth._RESIDENT.clear()
+    assert codec_resident_bytes([enc], full) > 0
+    assert not cleared       # measured in a child process
+    # and the in-process measurement is the same figure
+    monkeypatch.undo()
+    assert measure_codec_resident([("encode", "maxpool_index", enc.attribute[0].s.decode(), (8, 32, 7, 7))]) == \
+        pytest.approx(codec_resident_bytes([enc], full), abs=16 * KiB)

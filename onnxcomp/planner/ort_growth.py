@@ -402,13 +402,11 @@ def codec_resident_bytes(nodes: Sequence[onnx.NodeProto], full: dict[str, Any]) 
     builds on its first call and caches per geometry, e.g. the MaxPool-index codec's NumPy lookup tables (~512 KiB
     per distinct pool geometry: ``base``, 64K int64 window origins). They are filled in the first training step,
     after set-up, so they are growth, and they stay resident: measured on lossy squeezenet_s under ORT's defaults
-    (tools/... docs/notes/budgetguard.md: 1.0 MiB of NumPy arrays allocated in step 0 and alive after step 3, two
-    pool geometries), which the step-peak planner's workspace figure leaves out on purpose (it warms the codec up
-    first). Measured, not tabled: the codecs' module-level caches are emptied (a fresh process's state), every
-    distinct (direction, codec, params, shape) of the graph runs once on synthetic data of its shape, and what
-    stays allocated after the outputs are dropped is the figure (tracemalloc; one figure per set of keys, cached)."""
-    import tracemalloc
-
+    (docs/notes/budgetguard.md: 1.0 MiB of NumPy arrays allocated in step 0 and alive after step 3, two pool
+    geometries), which the step-peak planner's workspace figure leaves out on purpose (it warms the codec up
+    first). Measured, not tabled, in a child process (a fresh process's caches, and the planner's own caches left
+    as they are): ``measure_codec_resident`` of the graph's distinct (direction, codec, params, shape) keys; one
+    figure per set of keys, cached."""
     from ..custom_ops.contract import DECODE_PREFIX, ENCODE_PREFIX
 
     keys = set()
@@ -430,13 +428,41 @@ def codec_resident_bytes(nodes: Sequence[onnx.NodeProto], full: dict[str, Any]) 
     if not keys:
         return 0
     key = frozenset(keys)
-    if key in _RESIDENT:
-        return _RESIDENT[key]
+    if key not in _RESIDENT:
+        _RESIDENT[key] = _resident_in_child(sorted(keys))
+    return _RESIDENT[key]
+
+
+def _resident_in_child(keys: list[tuple[str, str, str, tuple[int, ...]]]) -> int:
+    """``measure_codec_resident(keys)`` in a fresh Python process (this process's state where that fails)."""
+    import subprocess
+    import sys
+
+    code = ("import json, sys; from onnxcomp.planner.ort_growth import measure_codec_resident as m; "
+            "print(m([(d, n, p, tuple(s)) for d, n, p, s in json.load(sys.stdin)]))")
+    try:
+        done = subprocess.run([sys.executable, "-c", code], input=json.dumps(keys), capture_output=True, text=True,
+                              timeout=600, check=True)
+        return int(done.stdout.strip().splitlines()[-1])
+    except (subprocess.SubprocessError, OSError, ValueError, IndexError) as exc:
+        logging.getLogger(__name__).debug("codec tables: child failed (%s); measured in this process", exc)
+        return measure_codec_resident(keys)
+
+
+def measure_codec_resident(keys: Iterable[tuple[str, str, str, tuple[int, ...]]]) -> int:
+    """Bytes the codecs keep allocated after running each key (direction, codec, params, shape) once on synthetic
+    data of its shape, from emptied module-level caches (tracemalloc). A first pass imports and compiles what the
+    codecs need (a training process does that at set-up, before its first step) and is not counted. Empties the
+    codecs' ``functools`` caches of this process: call it where that does not matter (``_resident_in_child``)."""
+    import tracemalloc
+
     from ..custom_ops import REGISTRY
     from ..custom_ops.contract import CONTROL_PARAMS, parse_params
 
+    keys = sorted(keys)
+
     def run_all() -> None:
-        for direction, name, params, shape in sorted(keys):
+        for direction, name, params, shape in keys:
             codec = REGISTRY.get(name)
             if codec is None:
                 continue
@@ -452,11 +478,8 @@ def codec_resident_bytes(nodes: Sequence[onnx.NodeProto], full: dict[str, Any]) 
                 pass
             payload = x = None
 
-    modules = _codec_modules({k[1] for k in keys})
-    # A first run imports and compiles what the codecs need (set-up in a training process: its kernels are
-    # loaded before the first step); only then are the caches emptied and the tables they refill counted.
     run_all()
-    _clear_codec_caches(modules)
+    _clear_codec_caches(_codec_modules({k[1] for k in keys}))
     started = not tracemalloc.is_tracing()
     if started:
         tracemalloc.start()
@@ -467,8 +490,7 @@ def codec_resident_bytes(nodes: Sequence[onnx.NodeProto], full: dict[str, Any]) 
     finally:
         if started:
             tracemalloc.stop()
-    _RESIDENT[key] = int(held)
-    return _RESIDENT[key]
+    return int(held)
 
 
 def heap_peak(nodes: Sequence[onnx.NodeProto], full: dict[str, Any],
