@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -90,15 +91,63 @@ def cmd_transform(args: argparse.Namespace) -> int:
                                 options=("budget_for",))
         cli_options["budget_for"] = args.budget_for
     options.update({k: v for k, v in cli_options.items() if v is not None})
-    result = transform(args.path, args.output, args.policy, model=args.model, force=args.force,
-                       batch=args.batch, allow_unresolved=args.allow_unresolved, lift_convs=args.lift_convs,
-                       **options)
+    verify = getattr(args, "verify", False)
+    if verify and (args.policy != "auto" or args.budget is None):
+        raise OnnxcompError("--verify checks a budget by measurement: add --policy auto --budget SIZE")
+
+    def write(budget: int | None = None, force: bool = args.force) -> Any:
+        opts = options if budget is None else options | {"budget_bytes": budget}
+        return transform(args.path, args.output, args.policy, model=args.model, force=force,
+                         batch=args.batch, allow_unresolved=args.allow_unresolved, lift_convs=args.lift_convs,
+                         **opts)
+
+    verified = None
+    if verify:
+        verified = _verified_transform(args, write, options)
+        result = verified.result
+    else:
+        result = write()
     summary = result.summary()
+    if verified is not None:
+        summary["verify"] = verified.to_dict()
     if args.json:
         cli_args.print_json(summary | {"tensors": [r.to_dict() for r in result.records]})
     else:
         print_transform_summary(summary)
     return 0
+
+
+def _verified_transform(args: argparse.Namespace, write: Any, options: dict[str, Any]) -> Any:
+    """``transform`` under ``--verify`` (planner/budget_verify.py): written, measured in a child process under the
+    budget's own settings, re-planned for a lower internal budget while it measures over the budget."""
+    from .planner.budget_verify import verify_budget
+    from .runtime.measure import measure
+    from .runtime.session import RuntimeSettings
+
+    out = Path(args.output)
+    if out.suffix == ".onnx":
+        if not Path(args.path).is_dir():
+            raise OnnxcompError(f"{args.path}: --verify trains the written graph, which needs an artifact directory "
+                                "(checkpoint, optimizer model); give the directory, not a model file")
+        artifact, model = Path(args.path), out
+    else:
+        artifact, model = out, None
+    growth = options.get("budget_for") == "ort-defaults"
+    settings = RuntimeSettings(arena=True, mem_pattern=True, mem_reuse=True, execution_order="default") \
+        if growth else RuntimeSettings()
+    figure = "growth_bytes" if growth else "peak_bytes"
+    first = [True]
+
+    def write_at(budget: int) -> Any:
+        result = write(budget, force=args.force or not first[0])    # a retry replaces its own first output
+        first[0] = False
+        return result
+
+    def measured(_result: Any) -> int:
+        return int(getattr(measure(artifact, model=model, steps=3, settings=settings), figure))
+
+    say = None if args.json else (lambda m: print(m, file=sys.stderr))
+    return verify_budget(int(options["budget_bytes"]), write_at, measured, figure=figure, say=say)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -290,6 +339,11 @@ def add_subcommands(sub: Any) -> None:
                       "settings; ort-defaults = the process's growth under ORT's default session settings (arena, "
                       "memory pattern, reuse: `measure --arena --mem-pattern --mem-reuse --order default`), "
                       "predicted per candidate plan (docs/auto-planner.md)")
+    auto.add_argument("--verify", action="store_true",
+                      help="with --budget: train the written graph for 3 steps in a child process under the budget's "
+                      "settings (ORT's defaults for --budget-for ort-defaults) and plan again for a lower internal "
+                      "budget while it measures over the budget; exit 2 with the lowest measured figure when no plan "
+                      "fits (planner/budget_verify.py)")
     s.add_argument("--lift-convs", action=argparse.BooleanOptionalAction, default=True,
                    help="let the last pass run 2-D convolutions as 3-D ones (a spatial axis of 1 in front) where "
                    "that stops ORT's buffer reuse holding dead buffers: less memory under ORT's default session "

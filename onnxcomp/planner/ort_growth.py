@@ -180,6 +180,7 @@ class GrowthModel:
     heap: int = 0                   # heap_peak of the graph, and where
     heap_at: str = ""
     pyops: int = 0                  # codec PyOps (each adds _pyop_bytes() of heap)
+    resident: int = 0               # codec_resident_bytes: the codecs' cached tables, held from step 0 on
 
     def simulate(self, steps: int = 3) -> tuple[int, Arena]:
         """Bytes of the arena's pages written after set-up, over ``steps`` steps, and the arena."""
@@ -369,6 +370,135 @@ def codec_run_bytes(node: onnx.NodeProto, full: dict[str, Any]) -> int:
     return int(_codec_workspace(direction, name, params or "{}", tuple(int(d) for d in s[1])))
 
 
+def _codec_modules(names: Iterable[str]) -> list[Any]:
+    """The Python modules that implement the codecs ``names`` (where their per-process caches live)."""
+    import sys
+
+    from ..custom_ops import REGISTRY
+
+    mods = {}
+    for name in names:
+        codec = REGISTRY.get(name)
+        if codec is not None:
+            for m in {type(codec).__module__, getattr(codec.encode_cpu, "__module__", None)} - {None}:
+                if m in sys.modules:
+                    mods[m] = sys.modules[m]
+    return list(mods.values())
+
+
+def _clear_codec_caches(modules: Iterable[Any]) -> None:
+    """Empty every ``functools`` cache at module level of ``modules``: the state a fresh training process has."""
+    for mod in modules:
+        for obj in list(vars(mod).values()):
+            if callable(getattr(obj, "cache_clear", None)):
+                obj.cache_clear()
+
+
+TABLE_MIN_BLOCK = 4096         # codec_resident_bytes counts blocks this large (the tables are NumPy arrays)
+_RESIDENT: dict[frozenset[tuple[str, str, str, tuple[int, ...]]], int] = {}
+
+
+def codec_resident_bytes(nodes: Sequence[onnx.NodeProto], full: dict[str, Any]) -> int:
+    """Heap the graph's codecs keep for the rest of the process once each op has run (bytes): tables a codec
+    builds on its first call and caches per geometry, e.g. the MaxPool-index codec's NumPy lookup tables (~512 KiB
+    per distinct pool geometry: ``base``, 64K int64 window origins). They are filled in the first training step,
+    after set-up, so they are growth, and they stay resident: measured on lossy squeezenet_s under ORT's defaults
+    (docs/notes/budgetguard.md: 1.0 MiB of NumPy arrays allocated in step 0 and alive after step 3, two pool
+    geometries), which the step-peak planner's workspace figure leaves out on purpose (it warms the codec up
+    first). Measured, not tabled, in a child process (a fresh process's caches, and the planner's own caches left
+    as they are): ``measure_codec_resident`` of the graph's distinct (direction, codec, params, shape) keys; one
+    figure per set of keys, cached."""
+    from ..custom_ops.contract import DECODE_PREFIX, ENCODE_PREFIX
+
+    keys = set()
+    for n in nodes:
+        if n.domain != CODEC_DOMAIN:
+            continue
+        if n.op_type.startswith(ENCODE_PREFIX):
+            direction, name, t = "encode", n.op_type[len(ENCODE_PREFIX):], n.input[0] if n.input else ""
+        elif n.op_type.startswith(DECODE_PREFIX):
+            direction, name, t = "decode", n.op_type[len(DECODE_PREFIX):], n.output[0] if n.output else ""
+        else:
+            continue
+        raw = _attr(n, "params", b"")
+        params = (raw.decode() if isinstance(raw, bytes) else raw) or "{}"
+        s = _shape_of(full, t) or _shape_of(full, str(_params(n).get("tensor", "")))
+        if s is None or any(not isinstance(d, int) or d < 0 for d in s[1]):
+            continue
+        keys.add((direction, name, params, tuple(int(d) for d in s[1])))
+    if not keys:
+        return 0
+    key = frozenset(keys)
+    if key not in _RESIDENT:
+        _RESIDENT[key] = _resident_in_child(sorted(keys))
+    return _RESIDENT[key]
+
+
+def _resident_in_child(keys: list[tuple[str, str, str, tuple[int, ...]]]) -> int:
+    """``measure_codec_resident(keys)`` in a fresh Python process (this process's state where that fails)."""
+    import subprocess
+    import sys
+
+    code = ("import json, sys; from onnxcomp.planner.ort_growth import measure_codec_resident as m; "
+            "print(m([(d, n, p, tuple(s)) for d, n, p, s in json.load(sys.stdin)]))")
+    try:
+        done = subprocess.run([sys.executable, "-c", code], input=json.dumps(keys), capture_output=True, text=True,
+                              timeout=600, check=True)
+        return int(done.stdout.strip().splitlines()[-1])
+    except (subprocess.SubprocessError, OSError, ValueError, IndexError) as exc:
+        logging.getLogger(__name__).debug("codec tables: child failed (%s); measured in this process", exc)
+        return measure_codec_resident(keys)
+
+
+def measure_codec_resident(keys: Iterable[tuple[str, str, str, tuple[int, ...]]]) -> int:
+    """Bytes the codecs keep allocated after running each key (direction, codec, params, shape) once on synthetic
+    data of its shape, from emptied module-level caches (tracemalloc). A first pass imports and compiles what the
+    codecs need (a training process does that at set-up, before its first step) and is not counted. Empties the
+    codecs' ``functools`` caches of this process: call it where that does not matter (``_resident_in_child``)."""
+    import tracemalloc
+
+    from ..custom_ops import REGISTRY
+    from ..custom_ops.contract import CONTROL_PARAMS, parse_params
+
+    keys = sorted(keys)
+
+    def run_all() -> None:
+        for direction, name, params, shape in keys:
+            codec = REGISTRY.get(name)
+            if codec is None:
+                continue
+            codec_params = {k: v for k, v in parse_params(params).items() if k not in CONTROL_PARAMS}
+            x = np.maximum(np.random.default_rng(0).standard_normal(shape, dtype=np.float32), 0)
+            x = x.astype(np.dtype(codec.input_dtype), copy=False)
+            try:
+                payload = codec.encode_cpu(x, **codec_params)
+                if direction == "decode":
+                    out = codec.decode_cpu(tuple(np.ascontiguousarray(p) for p in payload), **codec_params)
+                    del out
+            except Exception:  # noqa: BLE001  (a codec that needs run-time state: no table figure for it)
+                pass
+            payload = x = None
+
+    run_all()
+    _clear_codec_caches(_codec_modules({k[1] for k in keys}))
+    was_tracing = tracemalloc.is_tracing()
+    if was_tracing:
+        tracemalloc.stop()
+    # Traced from here only: what is still allocated at the end was allocated by the second pass. Only blocks of
+    # TABLE_MIN_BLOCK or more count: small Python objects vary by a few hundred bytes from one process to the next,
+    # and a figure that moves makes `inspect`'s tightest budget one a later `transform` cannot meet (seen on lossy
+    # densenet_s: "lowest predicted 46.6 MiB, must predict ≤ 46.6 MiB").
+    tracemalloc.start()
+    try:
+        run_all()
+        held = sum(t.size for t in tracemalloc.take_snapshot().traces if t.size >= TABLE_MIN_BLOCK)
+    finally:
+        tracemalloc.stop()
+        if was_tracing:
+            tracemalloc.start()
+    return int(held)
+
+
 def heap_peak(nodes: Sequence[onnx.NodeProto], full: dict[str, Any],
               run_bytes: Any = codec_run_bytes) -> tuple[int, str]:
     """The largest heap the codec PyOps hold at once (bytes) and the node where: what a PyOp holds while it runs
@@ -417,6 +547,7 @@ class GrowthPrediction:
     # bytes out of the growth into the set-up is not a saving, so the budget sees them.
     spacer_set_up: int = 0
     pyops: int = 0                  # codec PyOps in the graph
+    codec_tables: int = 0           # GrowthModel.resident: the codecs' tables cached from the first step on
 
     def to_dict(self) -> dict[str, Any]:
         return {"growth_bytes": self.total, "pattern_bytes": self.pattern, "arena_bytes": self.arena,
@@ -424,7 +555,7 @@ class GrowthPrediction:
                 "largest_outside_bytes": self.largest_outside, "nodes": self.nodes, "node_bytes": self.node_bytes,
                 "heap_bytes": self.heap, "heap_at": self.heap_at, "residue_bytes": self.residue,
                 "arena_regions": self.regions, "spacers": self.spacers, "spacer_set_up_bytes": self.spacer_set_up,
-                "pyops": self.pyops}
+                "pyops": self.pyops, "codec_table_bytes": self.codec_tables}
 
 
 def growth_model(optimized: onnx.ModelProto, original: onnx.ModelProto, reorder: bool = False) -> GrowthModel:
@@ -454,7 +585,8 @@ def growth_model(optimized: onnx.ModelProto, original: onnx.ModelProto, reorder:
     heap, at = heap_peak(list(original.graph.node), full)
     return GrowthModel(gradient_buffer_sizes(original, reorder, full), block.size, touched, events,
                        nodes=len(original.graph.node), heap=heap, heap_at=at,
-                       pyops=sum(1 for n in original.graph.node if n.domain == CODEC_DOMAIN))
+                       pyops=sum(1 for n in original.graph.node if n.domain == CODEC_DOMAIN),
+                       resident=codec_resident_bytes(list(original.graph.node), full))
 
 
 def predict_growth_of(model: onnx.ModelProto, reorder: bool = False, steps: int = 3,
@@ -489,7 +621,7 @@ def with_spacers(gm: GrowthModel, plain: GrowthPrediction, steps: int = 3) -> Gr
     if not sizes:
         return plain
     spaced = GrowthModel([*gm.setup, *sizes], gm.pattern, gm.pattern_touched, gm.events, gm.nodes + 2 * len(sizes),
-                         gm.heap, gm.heap_at, gm.pyops)
+                         gm.heap, gm.heap_at, gm.pyops, gm.resident)
     p = _predict(spaced, steps)
     set_up = SET_UP_COPIES * sum(sizes)
     if p.total + set_up >= plain.total:
@@ -517,10 +649,10 @@ def _predict(gm: GrowthModel, steps: int = 3) -> GrowthPrediction:
     heap, at = gm.heap, gm.heap_at
     node_bytes = NODE_BYTES * gm.nodes + _pyop_bytes() * gm.pyops     # per-node and per-PyOp small blocks
     residue = RESIDUE_BYTES + int(RESIDUE_SHARE * gm.pattern)
-    total = arena_bytes + node_bytes + heap + residue
+    total = arena_bytes + node_bytes + heap + residue + gm.resident
     return GrowthPrediction(total, gm.pattern, arena_bytes, copies, len(gm.events),
                             max((e.nbytes for e in gm.events), default=0), gm.nodes, node_bytes, heap, at,
-                            residue, step_regions, pyops=gm.pyops)
+                            residue, step_regions, pyops=gm.pyops, codec_tables=gm.resident)
 
 
 def _setup_regions(setup: Iterable[int]) -> list[int]:
