@@ -87,6 +87,13 @@ def test_detached_statistics_leave_the_pattern_block_and_keep_the_bits(tmp_path)
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
     again = DetachStatsPass().run(result.model)
     assert not again.records
+    # The copies' bytes ride in the metadata: a second analysis (inspect, another transform) sizes them.
+    from onnxcomp.analysis import analyze_model
+    from onnxcomp.static_batch import unresolved_stashes
+
+    sized = {t.name: t.nbytes for t in analyze_model(result.model).stashed}
+    assert all(sized[c] == rec["bytes"] // 2 > 0 for c in rec["copies"])
+    assert not set(rec["copies"]) & set(unresolved_stashes(result.model))
 
 
 def test_the_gate_leaves_a_graph_alone_where_the_block_would_not_drop(monkeypatch):

@@ -41,6 +41,7 @@ import onnx_ir as ir
 
 from .base import OnnxcompPass, PassOutcome, Skipped
 from .editor import IrGraphEditor, ir_taken_names, unique_name
+from ..metadata import merge_size_hints
 from .records import PassRecord
 
 if TYPE_CHECKING:
@@ -150,6 +151,9 @@ def detach_statistics(model: ir.Model, pass_name: str, only: set[str] | None = N
             skipped.append(Skipped(_label(bn), PATTERN, why))
             continue
         detail = _detach(graph, bn, backward, ed, analysis)
+        # ORT cannot size the copies before the run (the point); their bytes ride along in the metadata so a later
+        # analysis (inspect, a second transform) sizes them instead of refusing them as unresolved.
+        merge_size_hints(model.metadata_props, {v: detail["bytes"] // 2 for v in detail["copies"]})
         records.append(PassRecord("moved", pass_name, _label(bn), {"technique": "detach_stats", **detail}))
     return records, skipped
 

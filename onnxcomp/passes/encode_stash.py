@@ -16,7 +16,6 @@ with the ``IrGraphEditor``; op types, slots and params follow ``custom_ops.contr
 """
 from __future__ import annotations
 
-import json
 from abc import abstractmethod
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -27,7 +26,8 @@ import onnx_ir as ir
 
 from ..analysis import GraphAnalysis, StashedTensor, analysis_of, numel
 from ..custom_ops import checked_params, contract, get_codec
-from .base import PLAN_METADATA_KEY, OnnxcompPass, PassOutcome, Skipped
+from ..metadata import merge_size_hints
+from .base import OnnxcompPass, PassOutcome, Skipped
 from .editor import TRIGGER_CONSTANTS, IrGraphEditor, ir_taken_names, unique_name
 from .records import PassRecord
 
@@ -644,10 +644,5 @@ def _static_numel(site: _Site, name: str) -> int:
 
 def _merge_plan_metadata(model: ir.Model, records: list[PassRecord]) -> None:
     """Predicted payload sizes ride along in the model so later analysis can size data-dependent payloads."""
-    existing = model.metadata_props.get(PLAN_METADATA_KEY)
-    hints = json.loads(existing) if existing else {}
     for r in records:
-        for name, nbytes in r["payload"].items():
-            if nbytes is not None:
-                hints[name] = nbytes
-    model.metadata_props[PLAN_METADATA_KEY] = json.dumps(hints, sort_keys=True)
+        merge_size_hints(model.metadata_props, r["payload"])
