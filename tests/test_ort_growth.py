@@ -224,6 +224,19 @@ def test_growth_mode_that_cannot_fit_names_the_lowest_predicted_growth(fake_plan
     assert "\n" not in str(e.value)
 
 
+def test_the_reported_tightest_budget_survives_a_prediction_a_few_bytes_higher(fake_planner, monkeypatch):
+    first = growth_budget.plan_for_growth(onnx.ModelProto(), 30 * MiB, exact=True)
+    tightest = first.growth["tightest_growth_budget_bytes"]
+    # another process predicts the floor plan's growth 4 KiB higher (docs/notes/budgetguard.md §2): still accepted
+    real = growth_budget._growth_of
+    monkeypatch.setattr(growth_budget, "_growth_of", lambda peak: {**real(peak),
+                                                                   "growth_bytes": real(peak)["growth_bytes"] + 4096})
+    assert growth_budget.plan_for_growth(onnx.ModelProto(), tightest, exact=True).fits
+    # without the slack (the exact edge + 1 B, as before) the same re-plan was refused
+    assert not growth_budget.plan_for_growth(onnx.ModelProto(), tightest - growth_budget.TIGHTEST_SLACK + 1,
+                                             exact=True).fits
+
+
 def test_budget_for_needs_the_budget_planner(small_artifacts: Path, tmp_path: Path, capsys) -> None:  # noqa: ANN001
     assert main(["inspect", str(small_artifacts), "--budget-for", "ort-defaults"]) != 0
     assert "--budget" in capsys.readouterr().err
