@@ -136,11 +136,12 @@ def _verified_transform(args: argparse.Namespace, write: Any, options: dict[str,
     settings = RuntimeSettings(arena=True, mem_pattern=True, mem_reuse=True, execution_order="default") \
         if growth else RuntimeSettings()
     figure = "growth_bytes" if growth else "peak_bytes"
-    first = [True]
+    written = False
 
     def write_at(budget: int) -> Any:
-        result = write(budget, force=args.force or not first[0])    # a retry replaces its own first output
-        first[0] = False
+        nonlocal written
+        result = write(budget, force=args.force or written)    # a retry replaces its own earlier output
+        written = True
         return result
 
     def measured(_result: Any) -> int:

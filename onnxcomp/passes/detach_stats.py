@@ -40,7 +40,7 @@ import numpy as np
 import onnx_ir as ir
 
 from .base import OnnxcompPass, PassOutcome, Skipped
-from .editor import IrGraphEditor, ir_taken_names, unique_name
+from .editor import IrGraphEditor, ir_taken_names, static_shape, unique_name
 from ..metadata import merge_size_hints
 from .records import PassRecord
 
@@ -57,16 +57,11 @@ def _label(bn: ir.Node) -> str:
     return bn.name or bn.outputs[0].name
 
 
-def _static(v: ir.Value | None) -> list[int] | None:
-    if v is None or v.shape is None or not v.shape.is_static():
-        return None
-    return [int(d) for d in v.shape]
-
-
 def _shape_of(analysis: Any, v: ir.Value | None) -> list[int] | None:
     """``v``'s static shape, from the graph or else from the analysis (a graph may declare no intermediate
     shapes)."""
-    shape = _static(v)
+    declared = static_shape(v)
+    shape = list(declared) if declared is not None else None
     if shape is None and v is not None and v.name in analysis.tensors:
         t = analysis.tensors[v.name].type
         shape = [int(d) for d in t.shape] if t.shape is not None and all(isinstance(d, int) for d in t.shape) \
