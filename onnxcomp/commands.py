@@ -95,11 +95,11 @@ def cmd_transform(args: argparse.Namespace) -> int:
     if verify and (args.policy != "auto" or args.budget is None):
         raise OnnxcompError("--verify checks a budget by measurement: add --policy auto --budget SIZE")
 
-    def write(budget: int | None = None, force: bool = args.force) -> Any:
+    def write(budget: int | None = None, accept: Any = None) -> Any:
         opts = options if budget is None else options | {"budget_bytes": budget}
-        return transform(args.path, args.output, args.policy, model=args.model, force=force,
+        return transform(args.path, args.output, args.policy, model=args.model, force=args.force,
                          batch=args.batch, allow_unresolved=args.allow_unresolved, lift_convs=args.lift_convs,
-                         **opts)
+                         accept=accept, **opts)
 
     verified = None
     if verify:
@@ -117,38 +117,47 @@ def cmd_transform(args: argparse.Namespace) -> int:
     return 0
 
 
+class _MeasuredOver(Exception):
+    """A plan's written graph measured over the budget: transform publishes nothing (its ``accept`` raised)."""
+
+
 def _verified_transform(args: argparse.Namespace, write: Any, options: dict[str, Any]) -> Any:
-    """``transform`` under ``--verify`` (planner/budget_verify.py): written, measured in a child process under the
-    budget's own settings, re-planned for a lower internal budget while it measures over the budget."""
+    """``transform`` under ``--verify`` (planner/budget_verify.py): each plan written beside the output, measured
+    there in a child process under the budget's own settings, published only when it measures within the budget;
+    re-planned for a lower internal budget while it measures over. No plan within: exit 2, the output untouched."""
+    from .planner.auto import BudgetError
     from .planner.budget_verify import verify_budget
     from .runtime.measure import measure
     from .runtime.session import RuntimeSettings
 
-    out = Path(args.output)
-    if out.suffix == ".onnx":
-        if not Path(args.path).is_dir():
-            raise OnnxcompError(f"{args.path}: --verify trains the written graph, which needs an artifact directory "
-                                "(checkpoint, optimizer model); give the directory, not a model file")
-        artifact, model = Path(args.path), out
-    else:
-        artifact, model = out, None
+    if Path(args.output).suffix == ".onnx" and not Path(args.path).is_dir():
+        raise OnnxcompError(f"{args.path}: --verify trains the written graph, which needs an artifact directory "
+                            "(checkpoint, optimizer model); give the directory, not a model file")
     growth = options.get("budget_for") == "ort-defaults"
     settings = RuntimeSettings(arena=True, mem_pattern=True, mem_reuse=True, execution_order="default") \
         if growth else RuntimeSettings()
     figure = "growth_bytes" if growth else "peak_bytes"
-    written = False
+    budget = int(options["budget_bytes"])
+    last: dict[str, int] = {}
 
-    def write_at(budget: int) -> Any:
-        nonlocal written
-        result = write(budget, force=args.force or written)    # a retry replaces its own earlier output
-        written = True
-        return result
+    def accept(artifact: Path, model: Path | None) -> None:
+        last["measured"] = int(getattr(measure(artifact, model=model, steps=3, settings=settings), figure))
+        if last["measured"] > budget:
+            raise _MeasuredOver
 
-    def measured(_result: Any) -> int:
-        return int(getattr(measure(artifact, model=model, steps=3, settings=settings), figure))
+    def write_at(internal: int) -> Any:
+        last.clear()
+        try:
+            return write(internal, accept=accept)
+        except _MeasuredOver:
+            return None
 
     say = None if args.json else (lambda m: print(m, file=sys.stderr))
-    return verify_budget(int(options["budget_bytes"]), write_at, measured, figure=figure, say=say)
+    try:
+        return verify_budget(budget, write_at, lambda _result: last["measured"], figure=figure, say=say)
+    except BudgetError as exc:
+        raise BudgetError(f"{exc}; nothing was written to {args.output}", predicted_peak=exc.predicted_peak,
+                          target=exc.target) from None
 
 
 def cmd_train(args: argparse.Namespace) -> int:

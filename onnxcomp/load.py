@@ -154,7 +154,7 @@ def save_model(model: onnx.ModelProto, path: str | Path, *, source_dir: Path | N
     return [target]
 
 
-def _data_file_names(target: Path) -> list[str]:
+def data_file_names(target: Path) -> list[str]:
     """The names onnxcomp gives a graph's data file: NAME.data, then NAME.1.data ... while those are taken."""
     return [f"{target.name}.data"] + [f"{target.name}.{i}.data" for i in range(1, 8)]
 
@@ -162,7 +162,7 @@ def _data_file_names(target: Path) -> list[str]:
 def _retire_data_files(target: Path, unused: set[Path]) -> None:
     """Remove the data files a replaced graph at ``target`` used that onnxcomp named (never anyone else's)."""
     for old in unused:
-        if old.name in _data_file_names(target) and old.parent == target.parent.resolve():
+        if old.name in data_file_names(target) and old.parent == target.parent.resolve():
             old.unlink(missing_ok=True)
 
 
@@ -170,7 +170,7 @@ def _data_file_name(target: Path, keep: set[Path]) -> str:
     """A data file name beside ``target`` that no file uses yet (``NAME.data``, else ``NAME.1.data``, ...), or
     failing that one that neither the model now at ``target`` nor the input (``keep``) references."""
     in_use = {(target.parent / f).resolve() for f in external_data_files(target)} | keep
-    names = _data_file_names(target)
+    names = data_file_names(target)
     for name in names:
         if not (target.parent / name).exists():
             return name

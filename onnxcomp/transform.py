@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,8 +18,8 @@ from .analysis import LOSSLESS, GraphAnalysis
 from .analysis.cached import adopt_snapshot, analysis_of, snapshot_of
 from .errors import OnnxcompError, OutputExistsError
 from .fileio import atomic_output, check_output_path, output_lock, staged_directory
-from .load import (EXTERNAL_DATA_THRESHOLD, TRAINING_MODEL, external_data_files, has_external_data, load_model,
-                   save_model)
+from .load import (EXTERNAL_DATA_THRESHOLD, TRAINING_MODEL, data_file_names, external_data_files, has_external_data,
+                   load_model, save_model)
 from .passes import OPTIONS, get_policy
 from .passes.base import OnnxcompPass, RunLog, run_passes
 from .passes.arena_scratch import ArenaScratchPass
@@ -242,7 +245,8 @@ def _atomic_write_text(path: Path, text: str, replace: bool = True) -> None:
 def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossless", *,
               model: str | None = None, force: bool = False, batch: int | None = None,
               allow_unresolved: bool = False, external_threshold: int = EXTERNAL_DATA_THRESHOLD,
-              lift_convs: bool = True, **options: Any) -> TransformResult:
+              lift_convs: bool = True, accept: Callable[[Path, Path | None], None] | None = None,
+              **options: Any) -> TransformResult:
     """Transform a training graph file or artifact directory.
 
     ``output`` ending in ``.onnx`` is a model file (e.g. inside the artifact directory, next to the
@@ -254,6 +258,10 @@ def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossl
     ``allow_unresolved``. Initializers of ``external_threshold`` bytes or more in all (default: what protobuf's
     2 GiB limit allows) go to a data file beside the graph, written with it as a set (``load.save_model``).
     ``lift_convs``: see ``transform_model``.
+    ``accept(artifact_dir, model_file)``: called with the complete output written but not yet published (a
+    directory: the staged set and None; a ``.onnx``: the input's artifact directory and a temporary copy of the
+    graph beside ``output``); if it raises, nothing is published and what ``output`` held stays (`--verify`
+    measures there).
     """
     from .static_batch import prepare_for_transform
 
@@ -297,10 +305,32 @@ def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossl
         if to_dir:
             with staged_directory(out, replace=True, carry_over=True) as stage:
                 _write_set(result, loaded, stage, out, external_threshold)
+                if accept is not None:
+                    accept(stage, None)
         else:
+            if accept is not None:
+                _accept_model_file(result, loaded, out_model, accept, external_threshold)
             _write_model_and_plan(result, loaded, out_model, out_model, replace=force,
                                   external_threshold=external_threshold)
     return result
+
+
+def _accept_model_file(result: TransformResult, loaded: Any, out_model: Path,
+                       accept: Callable[[Path, Path | None], None], external_threshold: int) -> None:
+    """``accept`` for a ``.onnx`` output: the graph written to a temporary name beside ``out_model`` (where the
+    output lock's clean-up finds it if the run is killed), shown to ``accept``, then removed with its companions."""
+    if loaded.artifact_dir is None:
+        raise OnnxcompError(f"{loaded.path}: checking the written graph needs an artifact directory (checkpoint, "
+                            "optimizer model) as input; give the directory, not a model file")
+    fd, name = tempfile.mkstemp(prefix=f".{out_model.name}.tmp-accept-", suffix=".onnx", dir=out_model.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        _write_model_and_plan(result, loaded, tmp, out_model, replace=True, external_threshold=external_threshold)
+        accept(loaded.artifact_dir, tmp)
+    finally:
+        for f in [tmp, tmp.with_suffix(".plan.json"), *(tmp.parent / n for n in data_file_names(tmp))]:
+            f.unlink(missing_ok=True)
 
 
 def _write_set(result: TransformResult, loaded: Any, stage: Path, out: Path, external_threshold: int) -> None:

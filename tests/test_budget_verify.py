@@ -98,9 +98,9 @@ def test_codec_tables_add_to_the_predicted_growth():
 
 
 # ------------------------------------------------------------------------------------------------ the CLI
-def test_cli_verify_replans_then_fails_in_one_line_when_every_plan_measures_over(small_artifacts: Path,  # noqa: ANN001
-                                                                                tmp_path: Path, monkeypatch,
-                                                                                capsys) -> None:
+def _fake_measure(monkeypatch, figures: list[int]) -> list[dict]:  # noqa: ANN001
+    """runtime.measure.measure replaced: returns ``figures`` in turn (the last repeated) and records each call
+    with what the measured directory / model file held at that moment."""
     from types import SimpleNamespace
 
     import onnxcomp.runtime.measure as measure_mod
@@ -108,19 +108,82 @@ def test_cli_verify_replans_then_fails_in_one_line_when_every_plan_measures_over
     calls: list[dict] = []
 
     def fake_measure(artifact_dir, model=None, steps=5, settings=None, **_kw):  # noqa: ANN001, ANN202
-        calls.append({"dir": Path(artifact_dir), "model": model, "settings": settings.to_dict()})
-        return SimpleNamespace(growth_bytes=100 * MiB, peak_bytes=100 * MiB)
+        got = figures[min(len(calls), len(figures) - 1)]
+        graph = Path(model) if model else Path(artifact_dir) / "training_model.onnx"
+        calls.append({"dir": Path(artifact_dir), "model": model, "settings": settings.to_dict(),
+                      "graph_exists": graph.is_file()})
+        return SimpleNamespace(growth_bytes=got, peak_bytes=got)
 
     monkeypatch.setattr(measure_mod, "measure", fake_measure)
+    return calls
+
+
+def test_cli_verify_replans_then_fails_in_one_line_and_writes_nothing(small_artifacts: Path,  # noqa: ANN001
+                                                                      tmp_path: Path, monkeypatch, capsys) -> None:
+    calls = _fake_measure(monkeypatch, [100 * MiB])
     out = tmp_path / "o"
     code = main(["transform", str(small_artifacts), "-o", str(out), "--policy", "auto", "--exact", "--budget",
                  "64MiB", "--budget-for", "ort-defaults", "--verify"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len([e for e in err if "error" in e]) == 1, err
-    assert "lowest measured is 100.00 MiB" in err[-1]
-    # measured what was written, under ORT's defaults; re-planned lower at least once before giving up
-    assert len(calls) >= 2 and calls[0]["dir"] == out and calls[0]["settings"]["arena"] and calls[0]["settings"]["mem_pattern"]
+    assert "lowest measured is 100.00 MiB" in err[-1] and f"nothing was written to {out}" in err[-1]
+    # measured a complete written set beside the output, under ORT's defaults; re-planned lower at least once
+    assert len(calls) >= 2 and all(c["graph_exists"] for c in calls)
+    assert calls[0]["dir"].parent == tmp_path and calls[0]["dir"] != out
+    assert calls[0]["settings"]["arena"] and calls[0]["settings"]["mem_pattern"]
     assert calls[0]["settings"]["execution_order"] == "default"
+    # no over-budget plan left at the output, and no staged leftovers beside it
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_cli_verify_keeps_the_users_output_when_no_plan_fits(small_artifacts: Path, tmp_path: Path,  # noqa: ANN001
+                                                            monkeypatch, capsys) -> None:
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "training_model.onnx").write_bytes(b"the user's graph")
+    _fake_measure(monkeypatch, [100 * MiB])
+    code = main(["transform", str(small_artifacts), "-o", str(out), "--policy", "auto", "--exact", "--budget",
+                 "64MiB", "--budget-for", "ort-defaults", "--verify", "--force"])
+    assert code == 2 and "nothing was written" in capsys.readouterr().err
+    assert (out / "training_model.onnx").read_bytes() == b"the user's graph"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o"]
+
+
+def test_cli_verify_publishes_the_plan_that_measured_within(small_artifacts: Path, tmp_path: Path,  # noqa: ANN001
+                                                           monkeypatch, capsys) -> None:
+    calls = _fake_measure(monkeypatch, [100 * MiB, 10 * MiB])
+    out = tmp_path / "o"
+    code = main(["transform", str(small_artifacts), "-o", str(out), "--policy", "auto", "--exact", "--budget",
+                 "64MiB", "--budget-for", "ort-defaults", "--verify", "--json"])
+    assert code == 0, capsys.readouterr().err
+    v = json.loads(capsys.readouterr().out)
+    assert v["output"] == str(out / "training_model.onnx") and v["verify"]["fits"]
+    assert [a["measured_bytes"] for a in v["verify"]["attempts"]] == [100 * MiB, 10 * MiB] and len(calls) == 2
+    plan = json.loads((out / "training_model.plan.json").read_text())
+    assert plan["output"] == str(out / "training_model.onnx")      # the final path, not the staged one
+    assert (out / "checkpoint").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["o"]
+
+
+def test_cli_verify_of_a_model_file_measures_a_temporary_copy(small_artifacts: Path, tmp_path: Path,  # noqa: ANN001
+                                                             monkeypatch, capsys) -> None:
+    import shutil
+
+    art = tmp_path / "art"
+    shutil.copytree(small_artifacts, art)
+    before = sorted(p.name for p in art.iterdir())
+    calls = _fake_measure(monkeypatch, [100 * MiB])
+    out = art / "planned.onnx"
+    code = main(["transform", str(art), "-o", str(out), "--policy", "auto", "--exact", "--budget", "64MiB",
+                 "--budget-for", "ort-defaults", "--verify"])
+    assert code == 2 and "nothing was written" in capsys.readouterr().err
+    assert calls and all(c["dir"] == art and c["graph_exists"] and Path(c["model"]).parent == art
+                         and Path(c["model"]).name.startswith(".planned.onnx.tmp-") for c in calls)
+    assert sorted(p.name for p in art.iterdir()) == before        # temporary copies removed, nothing published
+    calls = _fake_measure(monkeypatch, [1 * MiB])
+    assert main(["transform", str(art), "-o", str(out), "--policy", "auto", "--exact", "--budget", "64MiB",
+                 "--budget-for", "ort-defaults", "--verify"]) == 0
+    assert out.is_file() and sorted(p.name for p in art.iterdir()) == sorted(before + ["planned.onnx",
+                                                                                      "planned.plan.json"])
 
 
 @pytest.mark.slow

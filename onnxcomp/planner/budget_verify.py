@@ -8,7 +8,9 @@ written graph is trained for a few steps in a child process under the budget's o
 measure` reports: ``growth_bytes`` under ORT's defaults for ``--budget-for ort-defaults``, ``peak_bytes`` under
 onnxcomp's settings for the step peak); while it measures over the budget, the plan is made again for an internal
 budget lowered by the miss (the model's error is mostly additive: bytes it does not see), at most ``MAX_TRIES``
-times. No plan measured within the budget: ``BudgetError`` (exit 2), one line naming the lowest measured figure.
+times. No plan measured within the budget: ``BudgetError`` (exit 2), one line naming the lowest measured figure;
+at the command line each plan is measured before it is published (``transform(accept=...)``), so a plan over the
+budget is never left at the output path.
 
 ``verify_budget`` holds the loop and takes the two steps as functions, so a test can drive it without ORT.
 """
@@ -98,5 +100,5 @@ def verify_budget(budget: int, write: Callable[[int], Any], measure: Callable[[A
     raise BudgetError(
         f"--verify: no plan measured within the budget {budget / MiB:.2f} MiB ({figure}) in {len(measured)} "
         f"measured plan(s){why}; the lowest measured is {best.measured / MiB:.2f} MiB (internal budget "
-        f"{best.internal_budget / MiB:.2f} MiB), the written one measures {last.measured / MiB:.2f} MiB: raise the "
-        f"budget to at least {best.measured / MiB:.2f} MiB", predicted_peak=best.measured, target=budget)
+        f"{best.internal_budget / MiB:.2f} MiB), the last {last.measured / MiB:.2f} MiB: raise the budget to at "
+        f"least {best.measured / MiB:.2f} MiB", predicted_peak=best.measured, target=budget)
