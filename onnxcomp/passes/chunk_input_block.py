@@ -42,7 +42,7 @@ import numpy as np
 import onnx_ir as ir
 
 from .base import OnnxcompPass, PassOutcome, Skipped, even_bounds
-from .editor import IrGraphEditor, ir_taken_names
+from .editor import IrGraphEditor, ir_taken_names, static_shape
 from .records import PassRecord
 
 PATTERN = "Conv(graph input) [→ BatchNorm] [→ ReLU] [→ MaxPool]"
@@ -89,9 +89,9 @@ InputBlock = ConvLayer  # the first layer alone, its activation a ReLU
 
 
 def _static(value: ir.Value | None) -> list[int] | None:
-    if value is None or value.shape is None or not value.shape.is_static():
-        return None
-    return [int(d) for d in value.shape]
+    """``editor.static_shape`` as a list (these passes build shapes by list unpacking)."""
+    shape = static_shape(value)
+    return None if shape is None else list(shape)
 
 
 def _only_reader(value: ir.Value, op: str, slot: int, domain: str | None = None) -> ir.Node | None:
