@@ -275,12 +275,12 @@ def growth_failure_line(plan: AutoPlan) -> str:
     if best is None:
         return (f"ORT-defaults {what} budget {g.get('growth_budget_bytes', 0) / MiB:.1f} MiB cannot be met with "
                 f"{mode}: no plan could be priced")
-    added = (f"set-up added {g.get('predicted_set_up_added_bytes', 0) / MiB:.1f} MiB, " if total else "")
+    added = (f", set-up added {g.get('predicted_set_up_added_bytes', 0) / MiB:.1f} MiB" if total else "")
     return (f"ORT-defaults {what} budget {g['growth_budget_bytes'] / MiB:.1f} MiB cannot be met with {mode}: the "
             f"lowest predicted {what} over {len(g['candidates'])} plan(s) is {best / MiB:.1f} MiB (a plan must predict "
             f"≤ {g['growth_target_bytes'] / MiB:.1f} MiB), made of ORT's pattern block {parts.get('pattern_bytes', 0) / MiB:.1f}"
             f" MiB held {parts.get('pattern_copies', 1)}×, arena {parts.get('arena_bytes', 0) / MiB:.1f} MiB, nodes "
-            f"{parts.get('node_bytes', 0) / MiB:.1f} MiB, PyOp copies {parts.get('heap_bytes', 0) / MiB:.1f} MiB, {added}the "
+            f"{parts.get('node_bytes', 0) / MiB:.1f} MiB, PyOp copies {parts.get('heap_bytes', 0) / MiB:.1f} MiB{added}; the "
             f"tightest budget it accepts is {g['tightest_growth_budget_bytes'] / MiB:.1f} MiB")
 
 
