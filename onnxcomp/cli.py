@@ -221,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--budget", type=_bytes_arg, metavar="SIZE", help="preview the plan `transform --policy auto "
                    "--budget SIZE` would write (nothing is written; exit 2 when the budget cannot be met)")
     s.add_argument("--exact", action="store_true", help="with --budget: only bit-identical techniques")
-    s.add_argument("--budget-for", choices=["step-peak", "ort-defaults"], default="step-peak",
+    s.add_argument("--budget-for", choices=["step-peak", "ort-defaults", "ort-defaults-total"], default="step-peak",
                    help="with --budget: what it limits, as `transform --budget-for` (default step-peak)")
     s.add_argument("--ort-pattern", action="store_true",
                    help="also predict ORT's memory-pattern block under its default session settings (arena, mem "

@@ -212,3 +212,46 @@ def test_codec_tables_are_measured_without_emptying_the_planners_caches(monkeypa
     monkeypatch.undo()
     assert measure_codec_resident([("encode", "maxpool_index", enc.attribute[0].s.decode(), (8, 32, 7, 7))]) == \
         pytest.approx(codec_resident_bytes([enc], full), abs=16 * KiB)
+
+
+def test_cli_verify_of_a_total_budget_counts_the_set_up_the_plan_adds(small_artifacts: Path, tmp_path: Path,  # noqa: ANN001
+                                                                      monkeypatch, capsys) -> None:
+    # --budget-for ort-defaults-total: the figure checked is the plan's growth plus its set-up RSS less the input
+    # graph's (measured once, in its own process, under the same settings)
+    from types import SimpleNamespace
+
+    import onnxcomp.runtime.measure as measure_mod
+
+    out = tmp_path / "o"
+    calls: list[Path] = []
+
+    def fake_measure(artifact_dir, model=None, steps=5, settings=None, **_kw):  # noqa: ANN001, ANN202
+        calls.append(Path(artifact_dir))
+        assert steps == 3              # the set-up RSS holds the steps' batches: the same count on both sides
+        assert settings.to_dict()["arena"] and settings.to_dict()["execution_order"] == "default"
+        set_up = 80 * MiB if Path(artifact_dir) == small_artifacts else 85 * MiB
+        return SimpleNamespace(growth_bytes=10 * MiB, peak_bytes=10 * MiB, rss_setup_bytes=set_up)
+
+    monkeypatch.setattr(measure_mod, "measure", fake_measure)
+    code = main(["transform", str(small_artifacts), "-o", str(out), "--policy", "auto", "--exact", "--budget",
+                 "64MiB", "--budget-for", "ort-defaults-total", "--verify", "--json"])
+    assert code == 0
+    v = json.loads(capsys.readouterr().out)["verify"]
+    assert v["fits"] and v["figure"] == "growth_bytes + set-up added" and v["measured_bytes"] == 15 * MiB
+    # the plan measured where it was staged beside the output, then the input graph
+    assert len(calls) == 2 and calls[0].parent == tmp_path and calls[1] == small_artifacts
+
+
+def test_measurement_children_parse_with_the_users_protobuf_not_the_one_an_import_set(monkeypatch) -> None:
+    # importing onnxruntime_extensions sets PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python in os.environ; a child
+    # started after that parsed its graph with pure-Python protobuf (+2.2 MiB set-up RSS on a 304-node graph)
+    import onnxcomp
+    from onnxcomp.runtime.measure import MALLOC_ENV, child_env
+
+    monkeypatch.setenv("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "python")
+    monkeypatch.setattr(onnxcomp, "USER_PROTOBUF_IMPLEMENTATION", None)
+    env = child_env()
+    assert "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION" not in env and env["MALLOC_MMAP_THRESHOLD_"] == \
+        MALLOC_ENV["MALLOC_MMAP_THRESHOLD_"]
+    monkeypatch.setattr(onnxcomp, "USER_PROTOBUF_IMPLEMENTATION", "python")      # the user asked for it: kept
+    assert child_env()["PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"] == "python"

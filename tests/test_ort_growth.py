@@ -199,7 +199,7 @@ def fake_planner(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(growth_budget, "plan_auto", plan_auto)
     monkeypatch.setattr(growth_budget, "tightest_budget_for", lambda peak, margin=0: peak)
     monkeypatch.setattr(growth_budget, "finished_graph", lambda plan: plan.predicted_peak)
-    monkeypatch.setattr(growth_budget, "_growth_of", lambda peak: {
+    monkeypatch.setattr(growth_budget, "_growth_of", lambda peak, base_nodes=0: {
         "growth_bytes": 2 * peak if peak > 60 * MiB else peak + 10 * MiB, "pattern_bytes": peak,
         "pattern_copies": 2 if peak > 60 * MiB else 1})
     return calls
@@ -229,8 +229,8 @@ def test_the_reported_tightest_budget_survives_a_prediction_a_few_bytes_higher(f
     tightest = first.growth["tightest_growth_budget_bytes"]
     # another process predicts the floor plan's growth 4 KiB higher (docs/notes/budgetguard.md §2): still accepted
     real = growth_budget._growth_of
-    monkeypatch.setattr(growth_budget, "_growth_of", lambda peak: {**real(peak),
-                                                                   "growth_bytes": real(peak)["growth_bytes"] + 4096})
+    monkeypatch.setattr(growth_budget, "_growth_of", lambda peak, base_nodes=0: {
+        **real(peak), "growth_bytes": real(peak)["growth_bytes"] + 4096})
     assert growth_budget.plan_for_growth(onnx.ModelProto(), tightest, exact=True).fits
     # without the slack (the exact edge + 1 B, as before) the same re-plan was refused
     assert not growth_budget.plan_for_growth(onnx.ModelProto(), tightest - growth_budget.TIGHTEST_SLACK + 1,
@@ -356,3 +356,148 @@ def test_a_graph_ort_cannot_set_up_fails_the_mode_in_one_line(small_artifacts: P
     assert code == 2 and len(err.splitlines()) == 1, err
     assert "--budget-for ort-defaults" in err and "external data" in err
     assert not out.exists()
+
+
+# ------------------------------------------------------------------------- set-up counted (docs/notes/setupfree.md)
+def _open_only_ladder(buffers: list[int], need: int) -> list[int]:
+    """The first spacer rule: each spacer one allocation unit over the largest free chunk, until the room."""
+    from onnxcomp.passes.grad_buffer_order import setup_free_chunks
+
+    sizes: list[int] = []
+    while max(setup_free_chunks([*buffers, *sizes]), default=0) < need:
+        sizes.append((max(setup_free_chunks([*buffers, *sizes]), default=0) // 256 + 1) * 256)
+    return sizes
+
+
+def test_spacers_take_the_fewest_bytes_that_leave_the_room():
+    # densenet_s-like set-up: 83 small buffers (~411 KB) in the first 1 MiB region, a 2.83 MB chunk asked. Opening
+    # region after region (2, 4, 8 MiB) with spacers each just over the largest chunk holds 4.8 MB; opening the
+    # 2 MiB region with a spacer that leaves the first region's rest there too, then the 4 MiB one with a spacer just
+    # over that rest, holds 2 MiB + 256 B.
+    from onnxcomp.passes.arena_spacer import spacer_sizes
+    from onnxcomp.passes.grad_buffer_order import setup_arena, setup_free_chunks
+
+    buffers = [4952] * 83
+    need = 2_830_336
+    ladder = _open_only_ladder(buffers, need)
+    sizes = spacer_sizes(buffers, need)
+    assert max(setup_free_chunks([*buffers, *sizes])) >= need
+    assert len(ladder) == 3 and sum(sizes) < 0.6 * sum(ladder)
+    rest = max(setup_free_chunks(buffers))
+    # the 2 MiB region opened with a rest no larger than the first region's, then the smallest opener of 4 MiB
+    assert sizes == [2 * MiB - rest, rest + 256]
+    assert sum(sizes) < sum([2 * MiB, rest + 256])     # less than filling the 2 MiB region whole
+    assert setup_arena([*buffers, *sizes])[1] == 8 * MiB
+    # one spacer alone does not do it, whatever it is
+    assert max(setup_free_chunks([*buffers, 2 * MiB - rest])) < need and max(setup_free_chunks([*buffers, rest + 256])) < need
+
+
+def test_set_up_added_counts_spacers_and_each_added_node():
+    from onnxcomp.planner.ort_growth import SET_UP_NODE_BYTES, _predict, set_up_added_bytes, with_spacers
+
+    events = [StepEvent("im2col", 300 * KiB, 2, 2)]
+    gm = GrowthModel([], 8 * MiB, None, events, nodes=120)
+    plain = _predict(gm)
+    assert set_up_added_bytes(plain, 100) == 20 * SET_UP_NODE_BYTES
+    assert set_up_added_bytes(plain, 500) == 0                       # fewer nodes than the input: nothing added
+    spaced = with_spacers(gm, plain)
+    assert spaced.spacers and spaced.nodes == 120 + 2 * len(spaced.spacers)
+    assert set_up_added_bytes(spaced, 100) == spaced.spacer_set_up + (20 + 2 * len(spaced.spacers)) * SET_UP_NODE_BYTES
+
+
+@pytest.fixture
+def noded_planner(monkeypatch: pytest.MonkeyPatch):
+    """As fake_planner, with a node count that grows as the step target falls (1 node per 10 KiB under 100 MiB) and
+    the set-up each node adds priced at 16 KiB: the floor plan (40 MiB) has the lowest growth (50 MiB), the 52 MiB
+    plan the lowest growth + set-up (62 + 77 MiB against 50 + 96)."""
+    def plan_auto(model, budget, exact=False, min_bytes=0, pyops=True):  # noqa: ANN001, ANN202
+        peak = min(budget, 100 * MiB)
+        return _fake_plan(max(peak, 40 * MiB), (100 * MiB - peak) / MiB, fits=budget >= 40 * MiB)
+
+    def growth_of(peak, base_nodes=0):  # noqa: ANN001, ANN202
+        nodes = (100 * MiB - peak) // (10 * KiB)
+        growth = 2 * peak if peak > 60 * MiB else peak + 10 * MiB
+        added = 16 * KiB * nodes
+        return {"growth_bytes": growth, "pattern_bytes": peak, "pattern_copies": 2 if peak > 60 * MiB else 1,
+                "nodes": nodes, "set_up_added_bytes": added, "total_bytes": growth + added}
+
+    monkeypatch.setattr(growth_budget, "plan_auto", plan_auto)
+    monkeypatch.setattr(growth_budget, "tightest_budget_for", lambda peak, margin=0: peak)
+    monkeypatch.setattr(growth_budget, "finished_graph", lambda plan: plan.predicted_peak)
+    monkeypatch.setattr(growth_budget, "_growth_of", growth_of)
+
+
+def test_total_mode_budgets_growth_plus_the_set_up_a_plan_adds(noded_planner):
+    budget = 150 * MiB
+    growth_only = growth_budget.plan_for_growth(onnx.ModelProto(), budget, exact=True, stop_at_first=False)
+    total = growth_budget.plan_for_growth(onnx.ModelProto(), budget, exact=True, stop_at_first=False,
+                                          budget_for="ort-defaults-total")
+    g, t = growth_only.growth, total.growth
+    assert t["budget_for"] == "ort-defaults-total" and g["budget_for"] == "ort-defaults"
+    assert t["predicted_total_bytes"] == t["predicted_growth_bytes"] + t["predicted_set_up_added_bytes"]
+    assert t["predicted_total_bytes"] <= growth_budget.growth_target(budget)
+    # from the top, the growth mode stops at the 61 MiB plan (growth 123 MiB), the total mode goes on to the 52 MiB
+    # one (its total 139 MiB; the 61 MiB plan's is 184)
+    assert growth_only.predicted_peak > total.predicted_peak > 50 * MiB
+    # the same candidates, a different edge: the growth mode's tightest budget is on growth, the total mode's on
+    # growth + set-up; the plan at the growth mode's edge would not fit the total mode at that budget
+    assert t["tightest_growth_budget_bytes"] > g["tightest_growth_budget_bytes"]
+    edge = g["tightest_growth_budget_bytes"]
+    assert growth_budget.plan_for_growth(onnx.ModelProto(), edge, exact=True).fits
+    assert not growth_budget.plan_for_growth(onnx.ModelProto(), edge, exact=True,
+                                             budget_for="ort-defaults-total").fits
+    low = growth_budget.plan_for_growth(onnx.ModelProto(), 30 * MiB, exact=True, budget_for="ort-defaults-total")
+    with pytest.raises(BudgetError, match="growth \\+ set-up added budget 30.0 MiB .* set-up added") as e:
+        growth_budget.raise_if_unfit(low)
+    assert "\n" not in str(e.value)
+    with pytest.raises(Exception, match="budget_for"):
+        growth_budget.plan_for_growth(onnx.ModelProto(), budget, budget_for="step-peak")
+
+
+def test_growth_of_adds_the_set_up_to_the_prediction(small_artifacts: Path) -> None:
+    from onnxcomp.planner.ort_growth import SET_UP_NODE_BYTES
+
+    m = onnx.load(str(small_artifacts / "training_model.onnx"))
+    n = len(m.graph.node)
+    g = growth_budget._growth_of(m, base_nodes=n - 10)
+    assert g["set_up_added_bytes"] == g["spacer_set_up_bytes"] + 10 * SET_UP_NODE_BYTES
+    assert g["total_bytes"] == g["growth_bytes"] - g["spacer_set_up_bytes"] + g["set_up_added_bytes"]
+
+
+def test_cli_total_budget_failure_exits_2_with_one_line(small_artifacts: Path, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    out = tmp_path / "o"
+    code = main(["transform", str(small_artifacts), "-o", str(out), "--policy", "auto", "--budget", "64KiB",
+                 "--exact", "--budget-for", "ort-defaults-total"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "growth + set-up added budget" in err and "lowest predicted growth + set-up added" in err
+    assert not out.exists()
+    assert main(["inspect", str(small_artifacts), "--budget", "64KiB", "--exact", "--budget-for",
+                 "ort-defaults-total"]) == 2
+    with pytest.raises(SystemExit):
+        main(["transform", "--help"])
+    assert "ort-defaults-total" in capsys.readouterr().out
+
+
+def test_the_total_mode_also_prices_plans_without_codec_pyops(monkeypatch: pytest.MonkeyPatch) -> None:
+    # --budget-for ort-defaults-total plans a second descent without PyOps (their heap and set-up); the growth mode
+    # keeps one descent
+    import onnx_ir as ir
+
+    from onnxcomp.passes.auto import AutoPass
+
+    seen: list[dict] = []
+
+    class Stop(Exception):
+        pass
+
+    def plan_for_growth(model, budget, **kw):  # noqa: ANN001, ANN003, ANN202
+        seen.append(kw)
+        raise Stop
+
+    monkeypatch.setattr(growth_budget, "plan_for_growth", plan_for_growth)
+    graph = ir.Graph([], [], nodes=[], name="g")
+    for mode, pyops in (("ort-defaults-total", None), ("ort-defaults", True)):
+        with pytest.raises(Stop):
+            AutoPass(budget_bytes=MiB, exact=True, budget_for=mode).call(ir.Model(graph, ir_version=10))
+        assert seen[-1]["budget_for"] == mode and seen[-1]["pyops"] is pyops

@@ -10,10 +10,13 @@ This pass adds trainable parameters nothing reads ("spacers", zeros; gradient ``
 every gradient is) listed after the others, so their gradient buffers are allocated last at set-up. Each is one
 allocation unit over the largest free chunk the set-up leaves so far, so it opens the arena's next region (its
 size doubling) and leaves the rest of that region free (``spacer_sizes``); the last leaves a chunk of at least
-the largest scratch request. Measured (docs/notes/growthplan.md part 4, `auto --exact` plans, ORT defaults):
-leaky_vgg, one spacer of 473,600 B: growth 69.5 → 41.4 MiB; densenet_s, three (4.6 MiB): 70.7 → 42.1 MiB; losses
-bit-identical. The cost is at set-up: each spacer byte is held ~4 times (the parameter, its gradient buffer, two
-Adam moments): +1.8 and +19.7 MiB of set-up RSS there.
+the largest scratch request; ``spacer_sizes`` searches for the fewest bytes that do it. Measured
+(docs/notes/growthplan.md part 4, `auto --exact` plans, ORT defaults): leaky_vgg, one spacer of 473,600 B: growth
+69.5 → 41.4 MiB; densenet_s, three (4.6 MiB): 70.7 → 42.1 MiB; losses bit-identical. The cost is at set-up: each
+spacer byte is held ~4 times (the parameter, its gradient buffer, two Adam moments; 4.35× measured on densenet_s,
+docs/notes/setupfree.md): +1.8 and +19.7 MiB of set-up RSS there. densenet_s with the cheapest set (two spacers,
+2.7 MB: a 2 MiB region filled whole, then a small opener of the 4 MiB one): growth 45.6 MiB, set-up +13.2 MiB
+(nodes included) instead of +21.9.
 
 The graph alone is rewritten here; the checkpoint and the eval model need the parameters too
 (``write_spacer_artifacts``), so `transform` applies it only where it writes the whole artifact directory, and only
@@ -30,7 +33,7 @@ import onnx
 import onnx_ir as ir
 
 from .base import OnnxcompPass, PassOutcome
-from .grad_buffer_order import ACCUMULATION_SUFFIX, _MIN_ALLOCATION, parameters, setup_free_chunks
+from .grad_buffer_order import _MIN_ALLOCATION, ACCUMULATION_SUFFIX, parameters, setup_arena, setup_free_chunks
 from .records import PassRecord
 
 SPACER_PREFIX = "onnxcomp_arena_spacer"
@@ -40,16 +43,47 @@ SET_UP_COPIES = 4        # a spacer byte at set-up: parameter, gradient buffer, 
 
 def spacer_sizes(buffer_sizes: Sequence[int], need: int, max_spacers: int = MAX_SPACERS) -> list[int]:
     """Bytes of the spacers (in order) after which the set-up of ``buffer_sizes`` leaves a free chunk of at least
-    ``need`` bytes, each one allocation unit over the largest free chunk so far (so it opens the next region);
-    [] when the set-up already does, or when ``max_spacers`` do not reach it."""
-    sizes: list[int] = []
-    while True:
-        free = max(setup_free_chunks([*buffer_sizes, *sizes]), default=0)
-        if free >= need:
-            return sizes
+    ``need`` bytes, the fewest bytes found (each spacer byte is held ~``SET_UP_COPIES`` times at set-up); [] when
+    the set-up already does, or when ``max_spacers`` do not reach it.
+
+    A new region opens only for a request larger than every free chunk, and its size is the arena's growth size
+    (doubled at each opening), so the room comes from a region opened while the free chunks are small. Four moves
+    are searched (every sequence of at most ``max_spacers``, ``setup_arena`` replaying each):
+    - *open*: one allocation unit over the largest free chunk (opens the next region, leaves its rest free);
+    - *fill*: exactly the largest free chunk (best fit takes that chunk whole: the next *open* can be small);
+    - *whole*: exactly the growth size (opens the next region and fills it);
+    - *match*: the growth size less the largest free chunk (opens the next region and leaves a rest no larger than
+      what is already free, so the next *open* is as small as it can be).
+    densenet_s's set-up (83 buffers, 411 KB, 630,784 B free; need 2.83 MB): *open* three times holds 4.83 MB (the first
+    version of this function: 19.3 MB at set-up); *whole* then *open* 2.73 MB; *match* then *open* (1,466,368 +
+    631,040 B) 2.10 MB."""
+    if max(setup_free_chunks(buffer_sizes), default=0) >= need:
+        return []
+    best: list[int] | None = None
+
+    def search(sizes: list[int], total: int) -> None:
+        nonlocal best
+        if best is not None and (total, len(sizes)) >= (sum(best), len(best)):
+            return                      # fewest bytes, then fewest spacers (each adds two nodes)
+        free, grow = setup_arena([*buffer_sizes, *sizes])
+        largest = max(free, default=0)
+        if sizes and largest >= need:
+            best = list(sizes)
+            return
         if len(sizes) == max_spacers:
-            return []
-        sizes.append((free // _MIN_ALLOCATION + 1) * _MIN_ALLOCATION)
+            return
+        moves = [(largest // _MIN_ALLOCATION + 1) * _MIN_ALLOCATION]                  # open
+        if grow > largest:
+            moves.append(grow)                                                         # whole
+        if grow - largest > largest:
+            moves.append(grow - largest)                                               # match
+        if largest >= _MIN_ALLOCATION:
+            moves.append(largest)                                                      # fill
+        for size in moves:
+            search([*sizes, size], total + size)
+
+    search([], 0)
+    return best or []
 
 
 def is_spacer(name: str) -> bool:

@@ -16,7 +16,8 @@ from .records import PassRecord
 
 class AutoPass(OnnxcompPass):
     """budget_bytes: the training step's peak to fit (as `onnxcomp measure` reports it by default), or with
-    budget_for="ort-defaults" the process's growth under ORT's default session settings (planner/growth_budget.py);
+    budget_for="ort-defaults" the process's growth under ORT's default session settings (planner/growth_budget.py),
+    "ort-defaults-total" that growth plus the set-up the transform adds over the untouched graph's;
     exact: only bit-identical techniques; min_bytes: smallest stash worth an encoder."""
 
     name = "auto"
@@ -40,10 +41,13 @@ class AutoPass(OnnxcompPass):
         from ..analysis.cached import adopt_snapshot, snapshot_of, state_of
         from ..planner.auto import BudgetError, plan_auto
 
-        if self.budget_for == "ort-defaults":
+        from ..planner.growth_budget import GROWTH_MODES, default_pyops
+
+        if self.budget_for in GROWTH_MODES:
             from ..planner.growth_budget import plan_for_growth
 
-            plan = plan_for_growth(snapshot_of(model), self.budget_bytes, exact=self.exact, min_bytes=self.min_bytes)
+            plan = plan_for_growth(snapshot_of(model), self.budget_bytes, exact=self.exact, min_bytes=self.min_bytes,
+                                   budget_for=self.budget_for, pyops=default_pyops(self.budget_for))
         else:
             plan = plan_auto(snapshot_of(model), self.budget_bytes, exact=self.exact, min_bytes=self.min_bytes)
         if not plan.fits:

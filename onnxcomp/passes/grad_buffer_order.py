@@ -76,6 +76,11 @@ def setup_free_chunks(sizes: Sequence[int]) -> list[int]:
     after allocating ``sizes`` bytes in order and freeing nothing: best fit over the free chunks, a chunk split
     only when the rest is at least the request (or 128 MiB), a new region of the current growth size when nothing fits (the
     growth size doubles until the request fits, and doubles after a region whose opening did not need that)."""
+    return setup_arena(sizes)[0]
+
+
+def setup_arena(sizes: Sequence[int]) -> tuple[list[int], int]:
+    """``setup_free_chunks`` and the arena's growth size after it (the size of the next region it opens)."""
     free: list[int] = []
     grow = _INITIAL_REGION
     for size in sizes:
@@ -94,7 +99,7 @@ def setup_free_chunks(sizes: Sequence[int]) -> list[int]:
                 grow *= 2
         if chunk - need >= need or chunk - need >= _MAX_DEAD:
             free.append(chunk - need)
-    return sorted(free, reverse=True)
+    return sorted(free, reverse=True), grow
 
 
 def largest_scratch(graph: ir.Graph) -> int:

@@ -29,7 +29,8 @@ OPTIONS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "checkpoints": ((int, str), "segments per conv chain, or 'auto'"),
     "budget_bytes": (int, "memory budget: the training step's peak for policy 'auto', rows='auto''s too"),
     "budget_for": (str, "policy 'auto': what the budget is: 'step-peak' (default: the step's peak under onnxcomp's "
-                        "settings) or 'ort-defaults' (the growth under ORT's default session settings)"),
+                        "settings), 'ort-defaults' (the growth under ORT's default session settings) or 'ort-defaults-total' "
+                        "(that growth plus the set-up the transform adds)"),
     "exact": (bool, "policy 'auto': only bit-identical techniques (recomputation, lossless encodings, scheduling)"),
 }
 

@@ -1725,7 +1725,12 @@ def render_plan(summary: dict[str, Any], console: Any = None) -> None:
     console.print(f"predicted step peak {summary['baseline_predicted_peak_bytes'] / MiB:.1f} → "
                   f"{summary['predicted_peak_bytes'] / MiB:.1f} MiB ({planned}); predicted extra step time "
                   f"{1000 * summary['predicted_extra_seconds']:.0f} ms ({summary['cost_source']})")
-    if g and g.get("predicted_growth_bytes") is not None:
+    if g and g.get("predicted_growth_bytes") is not None and g.get("budget_for") == "ort-defaults-total":
+        console.print(f"ORT defaults: predicted growth {g['predicted_growth_bytes'] / MiB:.1f} MiB + set-up added "
+                      f"{g.get('predicted_set_up_added_bytes', 0) / MiB:.1f} MiB = {g['predicted_total_bytes'] / MiB:.1f}"
+                      f" MiB against a budget of {g['growth_budget_bytes'] / MiB:.1f} MiB (planned to "
+                      f"{g['growth_target_bytes'] / MiB:.1f}); {len(g['candidates'])} step-peak target(s) priced")
+    elif g and g.get("predicted_growth_bytes") is not None:
         console.print(f"ORT defaults: predicted growth {g['predicted_growth_bytes'] / MiB:.1f} MiB against a budget "
                       f"of {g['growth_budget_bytes'] / MiB:.1f} MiB (planned to {g['growth_target_bytes'] / MiB:.1f}); "
                       f"{len(g['candidates'])} step-peak target(s) priced")
@@ -1745,10 +1750,12 @@ def preview_auto(model: onnx.ModelProto, budget: int, *, exact: bool = False, as
     from ..static_batch import prepare_for_transform
 
     model = prepare_for_transform(model, where, batch=batch)
-    if budget_for == "ort-defaults":
+    from .growth_budget import GROWTH_MODES, default_pyops
+
+    if budget_for in GROWTH_MODES:
         from .growth_budget import plan_for_growth
 
-        plan = plan_for_growth(model, budget, exact=exact)
+        plan = plan_for_growth(model, budget, exact=exact, budget_for=budget_for, pyops=default_pyops(budget_for))
     else:
         plan = plan_auto(model, budget, exact=exact)
     summary = plan.summary()

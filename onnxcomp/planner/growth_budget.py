@@ -30,7 +30,30 @@ GROWTH_MARGIN = 0.05
 # Step between the step-peak targets priced (a ratio of the previous target).
 STEP_FACTOR = 0.85
 MAX_CANDIDATES = 12
-BUDGET_FOR = ("step-peak", "ort-defaults")
+BUDGET_FOR = ("step-peak", "ort-defaults", "ort-defaults-total")
+# The modes this module plans for. "ort-defaults": the growth over set-up (with what spacers hold at set-up, which
+# only moves bytes into the set-up); "ort-defaults-total": the growth plus every byte of set-up the plan adds over
+# the untouched graph's (its spacers and ``ort_growth.SET_UP_NODE_BYTES`` per added node): what a user pays, since
+# a process holds its set-up and its growth (docs/notes/setupfree.md).
+GROWTH_MODES = ("ort-defaults", "ort-defaults-total")
+
+
+def objective_key(budget_for: str) -> str:
+    """The key of a candidate's priced dict (``_growth_of``) that ``budget_for``'s budget limits."""
+    return "total_bytes" if budget_for == "ort-defaults-total" else "growth_bytes"
+
+
+def default_pyops(budget_for: str) -> bool | None:
+    """``plan_for_growth``'s ``pyops`` for a CLI mode. "ort-defaults-total" also prices a descent without codec
+    PyOps where the first holds some (None): a PyOp plan's bridge copies sit on the heap beside the arena and its
+    codec modules add set-up the model does not price, and the native descent is a few plans more (densenet_s exact:
+    its floor plan held 6 sparse PyOps, 10 MiB of heap; the native floor predicts 51.4 MiB of growth against 56.6,
+    the tightest search 92 s instead of ~45; docs/notes/setupfree.md). "ort-defaults" keeps one descent (True)."""
+    return None if budget_for == "ort-defaults-total" else True
+
+
+def _figure(g: dict[str, Any], key: str) -> int:
+    return _total(g) if key == "total_bytes" else int(g[key])
 
 
 def growth_target(budget: int, margin: float = GROWTH_MARGIN) -> int:
@@ -81,15 +104,26 @@ class Candidate:
         return {"step_budget_bytes": self.step_budget, "step_plan_fits": self.fits_step, "pyops": self.pyops,
                 "predicted_peak_bytes": self.predicted_peak, "predicted_seconds": round(self.predicted_seconds, 6),
                 "predicted_growth_bytes": None if self.growth is None else self.growth["growth_bytes"],
+                "predicted_total_bytes": None if self.growth is None else _total(self.growth),
                 "growth_parts": self.growth}
 
 
-def _growth_of(graph: onnx.ModelProto) -> dict[str, Any]:
-    from .ort_growth import predict_growth_of
+def _total(g: dict[str, Any]) -> int:
+    """A priced dict's growth + set-up added (its growth where it was priced without the set-up)."""
+    return int(g.get("total_bytes", g["growth_bytes"]))
+
+
+def _growth_of(graph: onnx.ModelProto, base_nodes: int = 0) -> dict[str, Any]:
+    """The growth prediction's parts, plus ``set_up_added_bytes`` (over an untouched graph of ``base_nodes``
+    nodes) and ``total_bytes`` (growth + set-up added: ``--budget-for ort-defaults-total``'s figure)."""
+    from .ort_growth import predict_growth_of, set_up_added_bytes
 
     # spacers (passes/arena_spacer.py) are priced too: transform adds them when it writes an artifact directory
     try:
-        return predict_growth_of(graph, reorder=True, spacers=True).to_dict()
+        p = predict_growth_of(graph, reorder=True, spacers=True)
+        added = set_up_added_bytes(p, base_nodes)
+        # ``p.total`` holds the spacers' set-up already (ort_growth.with_spacers)
+        return p.to_dict() | {"set_up_added_bytes": added, "total_bytes": p.total - p.spacer_set_up + added}
     except Exception as exc:  # noqa: BLE001  (ORT's set-up raises its own types): one line, not a traceback
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         raise OnnxcompError(
@@ -100,7 +134,8 @@ def _growth_of(graph: onnx.ModelProto) -> dict[str, Any]:
 
 def plan_for_growth(model: onnx.ModelProto, budget: int, *, exact: bool = False, min_bytes: int = 64 * 1024,
                     margin: float = GROWTH_MARGIN, progress: Any = None, step_budgets: list[int] | None = None,
-                    stop_at_first: bool = True, pyops: bool | None = True) -> AutoPlan:
+                    stop_at_first: bool = True, pyops: bool | None = True,
+                    budget_for: str = "ort-defaults") -> AutoPlan:
     """The plan (from planner/auto.plan_auto at some step-peak budget) that fits the ORT-defaults growth
     ``budget`` at the least cost; ``plan.fits`` False and the lowest predicted growth when none does.
     ``step_budgets``: the step-peak budgets to price instead of the default descent (the untouched graph is
@@ -111,11 +146,19 @@ def plan_for_growth(model: onnx.ModelProto, budget: int, *, exact: bool = False,
     priced plan holds codec PyOps, the second: under ORT's defaults a codec PyOp's bridge copies and NumPy
     temporaries (and ~30 KB of small blocks each) come on top of the arena, which can outweigh what its payload
     saves against a native encoding. Not the default: on ResNet-18 (10 classes, 64x64) the native descent priced
-    no plan below the floor of the first and doubles a failing search's time (docs/notes/r18lossy10.md)."""
+    no plan below the floor of the first and doubles a failing search's time (docs/notes/r18lossy10.md).
+
+    ``budget_for``: "ort-defaults" (``budget`` limits the predicted growth) or "ort-defaults-total" (the predicted
+    growth plus the set-up the plan adds, ``_growth_of``'s ``total_bytes``)."""
     from . import memo
 
     if budget <= 0:
         raise OnnxcompError(f"budget {budget} bytes: must be positive", options=("budget_bytes",))
+    if budget_for not in GROWTH_MODES:
+        raise OnnxcompError(f"budget_for {budget_for!r}: the growth planner takes one of {', '.join(GROWTH_MODES)}",
+                            options=("budget_for",))
+    key = objective_key(budget_for)
+    base_nodes = len(model.graph.node)
     say = progress or (lambda _m: None)
     target = growth_target(budget, margin)
     candidates: list[tuple[Candidate, AutoPlan]] = []
@@ -130,39 +173,42 @@ def plan_for_growth(model: onnx.ModelProto, budget: int, *, exact: bool = False,
                     break       # no priced plan held a PyOp: the same plans again
                 say("auto (ORT defaults): again with options that run as ORT ops only (no codec PyOps)")
             found = _descend(model, target, exact, min_bytes, step_budgets, stop_at_first, not native_only,
-                             candidates, say, first=not candidates)
+                             candidates, say, first=not candidates, key=key, base_nodes=base_nodes)
             if chosen is None:
                 chosen = found
     priced = [(c, p) for c, p in candidates if c.growth is not None]
     records = [c.record() for c, _ in candidates]
     if chosen is None:
-        best_c, best_p = min(priced, key=lambda cp: cp[0].growth["growth_bytes"]) if priced else candidates[0]
-        plan = _with_growth(best_p, budget, target, best_c, records, fits=False)
+        best_c, best_p = min(priced, key=lambda cp: _figure(cp[0].growth, key)) if priced else candidates[0]
+        plan = _with_growth(best_p, budget, target, best_c, records, fits=False, budget_for=budget_for)
         return plan
-    return _with_growth(chosen[1], budget, target, chosen[0], records, fits=True)
+    return _with_growth(chosen[1], budget, target, chosen[0], records, fits=True, budget_for=budget_for)
 
 
 def _descend(model: onnx.ModelProto, target: int, exact: bool, min_bytes: int, step_budgets: list[int] | None,
              stop_at_first: bool, pyops: bool, candidates: list[tuple["Candidate", AutoPlan]], say: Any,
-             first: bool = True) -> tuple["Candidate", AutoPlan] | None:
+             first: bool = True, key: str = "growth_bytes", base_nodes: int = 0
+             ) -> tuple["Candidate", AutoPlan] | None:
     """One descent of step targets (the untouched graph first where ``first``), each plan priced and appended
-    to ``candidates``; the first whose predicted growth is within ``target``, or None."""
+    to ``candidates``; the first whose predicted ``key`` (growth, or growth + set-up added) is within ``target``,
+    or None."""
     def price(step_budget: int | None) -> tuple[Candidate, AutoPlan]:
         plan = plan_auto(model, step_budget if step_budget is not None else 1 << 50, exact=exact,
                          min_bytes=min_bytes, pyops=pyops)
         growth = None
         if plan.fits:
-            growth = _growth_of(finished_graph(plan))
+            growth = _growth_of(finished_graph(plan), base_nodes)
         c = Candidate(step_budget, plan.fits, plan.predicted_peak, plan.predicted_seconds, growth, pyops)
         candidates.append((c, plan))
-        g = "—" if growth is None else f"{growth['growth_bytes'] / MiB:.1f} MiB"
+        g = "—" if growth is None else f"{growth['growth_bytes'] / MiB:.1f} MiB" + (
+            f" (+ set-up {growth.get('set_up_added_bytes', 0) / MiB:.1f} MiB)" if key == "total_bytes" else "")
         say(f"auto (ORT defaults): step target {'none' if step_budget is None else f'{step_budget / MiB:.1f} MiB'}"
             f"{'' if pyops else ' (no PyOps)'}: step peak {plan.predicted_peak / MiB:.1f} MiB, predicted growth {g}"
             f" (target {target / MiB:.1f} MiB)")
         return c, plan
 
     def within(c: Candidate) -> bool:
-        return c.fits_step and c.growth is not None and c.growth["growth_bytes"] <= target
+        return c.fits_step and c.growth is not None and _figure(c.growth, key) <= target
 
     chosen: tuple[Candidate, AutoPlan] | None = None
     if first:
@@ -203,16 +249,19 @@ def _descend(model: onnx.ModelProto, target: int, exact: bool, min_bytes: int, s
 
 
 def _with_growth(plan: AutoPlan, budget: int, target: int, c: Candidate, records: list[dict[str, Any]],
-                 fits: bool) -> AutoPlan:
+                 fits: bool, budget_for: str = "ort-defaults") -> AutoPlan:
     from dataclasses import replace
 
-    growth = {"budget_for": "ort-defaults", "growth_budget_bytes": budget, "growth_target_bytes": target,
+    rkey = "predicted_total_bytes" if budget_for == "ort-defaults-total" else "predicted_growth_bytes"
+    growth = {"budget_for": budget_for, "growth_budget_bytes": budget, "growth_target_bytes": target,
               "predicted_growth_bytes": None if c.growth is None else c.growth["growth_bytes"],
+              "predicted_set_up_added_bytes": None if c.growth is None else c.growth.get("set_up_added_bytes", 0),
+              "predicted_total_bytes": None if c.growth is None else _total(c.growth),
               "step_budget_bytes": c.step_budget, "parts": c.growth, "candidates": records,
               "spacers": (c.growth or {}).get("spacers") or [],
-              "tightest_growth_budget_bytes": min((tightest_growth_budget(r["predicted_growth_bytes"])
-                                                   for r in records if r["predicted_growth_bytes"] is not None),
-                                                  default=None)}
+              # in either mode: the smallest budget of that mode's figure a priced plan is accepted for
+              "tightest_growth_budget_bytes": min((tightest_growth_budget(r[rkey])
+                                                   for r in records if r[rkey] is not None), default=None)}
     return replace(plan, fits=fits, growth=growth)
 
 
@@ -220,19 +269,24 @@ def growth_failure_line(plan: AutoPlan) -> str:
     g = plan.growth or {}
     mode = "exact techniques only (--exact)" if plan.exact else "every technique"
     parts = g.get("parts") or {}
-    best = g.get("predicted_growth_bytes")
+    total = g.get("budget_for") == "ort-defaults-total"
+    best = g.get("predicted_total_bytes" if total else "predicted_growth_bytes")
+    what = "growth + set-up added" if total else "growth"
     if best is None:
-        return (f"ORT-defaults growth budget {g.get('growth_budget_bytes', 0) / MiB:.1f} MiB cannot be met with "
+        return (f"ORT-defaults {what} budget {g.get('growth_budget_bytes', 0) / MiB:.1f} MiB cannot be met with "
                 f"{mode}: no plan could be priced")
-    return (f"ORT-defaults growth budget {g['growth_budget_bytes'] / MiB:.1f} MiB cannot be met with {mode}: the "
-            f"lowest predicted growth over {len(g['candidates'])} plan(s) is {best / MiB:.1f} MiB (a plan must predict "
+    added = (f", set-up added {g.get('predicted_set_up_added_bytes', 0) / MiB:.1f} MiB" if total else "")
+    return (f"ORT-defaults {what} budget {g['growth_budget_bytes'] / MiB:.1f} MiB cannot be met with {mode}: the "
+            f"lowest predicted {what} over {len(g['candidates'])} plan(s) is {best / MiB:.1f} MiB (a plan must predict "
             f"≤ {g['growth_target_bytes'] / MiB:.1f} MiB), made of ORT's pattern block {parts.get('pattern_bytes', 0) / MiB:.1f}"
             f" MiB held {parts.get('pattern_copies', 1)}×, arena {parts.get('arena_bytes', 0) / MiB:.1f} MiB, nodes "
-            f"{parts.get('node_bytes', 0) / MiB:.1f} MiB, PyOp copies {parts.get('heap_bytes', 0) / MiB:.1f} MiB; the "
+            f"{parts.get('node_bytes', 0) / MiB:.1f} MiB, PyOp copies {parts.get('heap_bytes', 0) / MiB:.1f} MiB{added}; the "
             f"tightest budget it accepts is {g['tightest_growth_budget_bytes'] / MiB:.1f} MiB")
 
 
 def raise_if_unfit(plan: AutoPlan) -> None:
     if not plan.fits:
-        raise BudgetError(growth_failure_line(plan), predicted_peak=(plan.growth or {}).get("predicted_growth_bytes"),
+        raise BudgetError(growth_failure_line(plan), predicted_peak=(plan.growth or {}).get(
+            "predicted_total_bytes" if (plan.growth or {}).get("budget_for") == "ort-defaults-total"
+            else "predicted_growth_bytes"),
                           target=(plan.growth or {}).get("growth_target_bytes"))

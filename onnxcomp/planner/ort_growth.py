@@ -601,6 +601,21 @@ def predict_growth_of(model: onnx.ModelProto, reorder: bool = False, steps: int 
     return with_spacers(gm, plain, steps) if spacers else plain
 
 
+# Set-up RSS a transform adds per node of the written graph over the untouched graph's (ORT's session state,
+# kernels and optimised graph per node; what `measure` reads as ``rss_setup_bytes``, process against process).
+# Fitted (least squares through 0) on 8 suite plans without codec PyOps or spacers (5 exact, 3 lossy; +76 to +3,004
+# nodes; docs/notes/setupfree.md, budgetguard's measurements): 4.9-9.3 KB per node each, 5.5 KB fitted (exact plans
+# alone: 6.7 KB). The spacers' set-up (``spacer_set_up``) comes on top.
+SET_UP_NODE_BYTES = 5500
+
+
+def set_up_added_bytes(p: "GrowthPrediction", base_nodes: int) -> int:
+    """Set-up RSS the graph behind ``p`` adds over an untouched graph of ``base_nodes`` nodes: what its spacers
+    hold at set-up plus ``SET_UP_NODE_BYTES`` per added node. Not counted: the codec modules a graph with PyOps
+    imports at set-up (one-off, codec-dependent: 1-5 MiB measured on lossy suite plans); `--verify` measures it."""
+    return p.spacer_set_up + SET_UP_NODE_BYTES * max(0, p.nodes - int(base_nodes))
+
+
 # Room asked of the spacers beside the largest request outside the pattern (ConvGrad's bias row is taken while
 # its im2col buffer is held).
 SPACER_ROOM = 64 << 10
