@@ -198,6 +198,18 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
             ir_model, last, pool_gate = finish_graph(ir_model, log.records, lift_convs, external_dir)
             log.records += last.records
             log.modified_by += last.modified_by
+            # Kernel scratch bounded where the ORT-defaults budget mode priced the plan with it
+            # (planner/growth_budget.bound_scratch, the same passes on the same finished graph).
+            limit = _planned_scratch_limit(log.records)
+            if limit:
+                from .passes.conv_transpose_as_conv import ConvTransposeAsConvPass
+                from .passes.split_conv_grad import SplitConvGradPass
+
+                bounded = run_passes(ir_model, [SplitConvGradPass(limit, dx_by_conv=True),
+                                                ConvTransposeAsConvPass(limit)])
+                log.records += bounded.records
+                log.skipped += bounded.skipped
+                log.modified_by += bounded.modified_by
             # Then BatchNorm statistics that fragment ORT's pattern block are held outside it, where the replayed
             # block drops (passes/detach_stats.py). After finish_graph, not in it: the budget planner's ORT-defaults
             # mode predicts each candidate through finish_graph, and its candidate search is path-dependent: with
@@ -345,6 +357,12 @@ def _order_parameters(result: TransformResult, stage: Path) -> None:
     result.model = ordered.model
     result.all_records += ordered.records
     result.modified_by.append(GradBufferOrderPass.name)
+
+
+def _planned_scratch_limit(records: list) -> int | None:
+    """The kernel scratch limit the budget planner's ORT-defaults mode priced its plan with (None: none)."""
+    return next((r.detail["ort_defaults"].get("scratch_limit_bytes") for r in records
+                 if r.pass_name == "auto" and isinstance(r.detail, dict) and r.detail.get("ort_defaults")), None)
 
 
 def _planned_spacers(result: TransformResult) -> list[int]:

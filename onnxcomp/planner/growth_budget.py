@@ -84,12 +84,53 @@ class Candidate:
                 "growth_parts": self.growth}
 
 
-def _growth_of(graph: onnx.ModelProto) -> dict[str, Any]:
+# Kernel scratch limits priced for lossy plans (``bound_scratch``): under ORT's defaults ConvGrad's one-image im2col
+# buffer and ConvTranspose's col buffer are arena requests outside the pattern block — pages of their own
+# (2.5-3.5 MiB on the suite's chunked lossy plans) or, where the set-up leaves no room for them, a second copy of
+# the block (lossy densenet_s: 16 MiB). MLAS's segmented Conv buffer is 128 KiB; three limits above it are priced
+# (densenet_s's floor plan predicts lowest at 256 KiB, wide_resnet_s's and leaky_vgg's at 1 MiB).
+SCRATCH_LIMITS = (256 << 10, 512 << 10, 1 << 20)
+
+
+def bound_scratch(graph: onnx.ModelProto, limit: int) -> tuple[onnx.ModelProto, list[Any]] | None:
+    """``graph`` with every ConvGrad whose im2col buffer exceeds ``limit`` run as input-channel blocks making dW
+    (dX by one Conv over flipped weights where the conv has stride 1: passes/split_conv_grad.py ``dx_by_conv``)
+    and every stride-1 ConvTranspose whose col buffer exceeds it run as a Conv (passes/conv_transpose_as_conv.py),
+    with the passes' records; None when neither applies. Not bit-identical: lossy plans only. `transform` runs the
+    same passes after its last ones where the plan's record names a limit (``scratch_limit_bytes``)."""
+    import onnx_ir as ir
+
+    from ..passes.base import run_passes
+    from ..passes.conv_transpose_as_conv import ConvTransposeAsConvPass
+    from ..passes.split_conv_grad import SplitConvGradPass
+
+    model = ir.serde.deserialize_model(graph)
+    log = run_passes(model, [SplitConvGradPass(limit, dx_by_conv=True), ConvTransposeAsConvPass(limit)])
+    if not log.records:
+        return None
+    return ir.serde.serialize_model(model), list(log.records)
+
+
+def _growth_of(graph: onnx.ModelProto, bound: bool = False) -> dict[str, Any]:
+    """The predicted growth parts of ``graph``; with ``bound`` (lossy plans) also of ``bound_scratch(graph, L)`` for
+    each of ``SCRATCH_LIMITS`` where the plain graph asks for scratch above it, the lowest kept (its limit in
+    ``scratch_limit_bytes``)."""
     from .ort_growth import predict_growth_of
 
     # spacers (passes/arena_spacer.py) are priced too: transform adds them when it writes an artifact directory
     try:
-        return predict_growth_of(graph, reorder=True, spacers=True).to_dict()
+        best = predict_growth_of(graph, reorder=True, spacers=True).to_dict()
+        best["scratch_limit_bytes"] = None
+        for limit in SCRATCH_LIMITS if bound else ():
+            if best["largest_outside_bytes"] <= limit:
+                continue
+            bounded = bound_scratch(graph, limit)
+            if bounded is None:
+                continue
+            p = predict_growth_of(bounded[0], reorder=True, spacers=True).to_dict()
+            if p["growth_bytes"] < best["growth_bytes"]:
+                best = {**p, "scratch_limit_bytes": limit}
+        return best
     except Exception as exc:  # noqa: BLE001  (ORT's set-up raises its own types): one line, not a traceback
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         raise OnnxcompError(
@@ -152,7 +193,7 @@ def _descend(model: onnx.ModelProto, target: int, exact: bool, min_bytes: int, s
                          min_bytes=min_bytes, pyops=pyops)
         growth = None
         if plan.fits:
-            growth = _growth_of(finished_graph(plan))
+            growth = _growth_of(finished_graph(plan), bound=not exact)
         c = Candidate(step_budget, plan.fits, plan.predicted_peak, plan.predicted_seconds, growth, pyops)
         candidates.append((c, plan))
         g = "—" if growth is None else f"{growth['growth_bytes'] / MiB:.1f} MiB"
@@ -210,6 +251,7 @@ def _with_growth(plan: AutoPlan, budget: int, target: int, c: Candidate, records
               "predicted_growth_bytes": None if c.growth is None else c.growth["growth_bytes"],
               "step_budget_bytes": c.step_budget, "parts": c.growth, "candidates": records,
               "spacers": (c.growth or {}).get("spacers") or [],
+              "scratch_limit_bytes": (c.growth or {}).get("scratch_limit_bytes"),
               "tightest_growth_budget_bytes": min((tightest_growth_budget(r["predicted_growth_bytes"])
                                                    for r in records if r["predicted_growth_bytes"] is not None),
                                                   default=None)}
