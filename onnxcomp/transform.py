@@ -195,21 +195,19 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
             # (passes/planar_pool.py); last, the static shapes
             # ORT's inference misses declared, so it plans those tensors in its pattern (passes/declare_shapes.py)
             # The lift is judged on the finished graph (what will be saved): both pipelines run where it applies.
-            ir_model, last, pool_gate = finish_graph(ir_model, log.records, lift_convs, external_dir)
-            log.records += last.records
-            log.modified_by += last.modified_by
-            # Kernel scratch bounded where the ORT-defaults budget mode priced the plan with it
-            # (planner/growth_budget.bound_scratch, the same passes on the same finished graph).
+            # Kernel scratch bounded where the ORT-defaults budget mode priced the plan with it, before the last
+            # passes, as that mode's prediction does (planner/growth_budget.scratch_passes / finished_graph).
             limit = _planned_scratch_limit(log.records)
             if limit:
-                from .passes.conv_transpose_as_conv import ConvTransposeAsConvPass
-                from .passes.split_conv_grad import SplitConvGradPass
+                from .planner.growth_budget import scratch_passes
 
-                bounded = run_passes(ir_model, [SplitConvGradPass(limit, dx_by_conv=True),
-                                                ConvTransposeAsConvPass(limit)])
+                bounded = run_passes(ir_model, scratch_passes(limit))
                 log.records += bounded.records
                 log.skipped += bounded.skipped
                 log.modified_by += bounded.modified_by
+            ir_model, last, pool_gate = finish_graph(ir_model, log.records, lift_convs, external_dir)
+            log.records += last.records
+            log.modified_by += last.modified_by
             # Then BatchNorm statistics that fragment ORT's pattern block are held outside it, where the replayed
             # block drops (passes/detach_stats.py). After finish_graph, not in it: the budget planner's ORT-defaults
             # mode predicts each candidate through finish_graph, and its candidate search is path-dependent: with

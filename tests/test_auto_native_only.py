@@ -63,7 +63,7 @@ def _fake_pricing(monkeypatch: pytest.MonkeyPatch, original: onnx.ModelProto) ->
         state["pyops"] = kw.get("pyops", True)
         return real(*args, **kw)
 
-    def growth(graph: onnx.ModelProto, bound: bool = False) -> dict[str, Any]:
+    def growth(graph: onnx.ModelProto) -> dict[str, Any]:
         untouched = len(graph.graph.node) == base
         g = 50 * MiB if untouched else (20 * MiB if state["pyops"] else 10 * MiB)
         n = 0 if untouched or not state["pyops"] else 3

@@ -199,7 +199,7 @@ def fake_planner(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(growth_budget, "plan_auto", plan_auto)
     monkeypatch.setattr(growth_budget, "tightest_budget_for", lambda peak, margin=0: peak)
     monkeypatch.setattr(growth_budget, "finished_graph", lambda plan: plan.predicted_peak)
-    monkeypatch.setattr(growth_budget, "_growth_of", lambda peak, bound=False: {
+    monkeypatch.setattr(growth_budget, "_growth_of", lambda peak: {
         "growth_bytes": 2 * peak if peak > 60 * MiB else peak + 10 * MiB, "pattern_bytes": peak,
         "pattern_copies": 2 if peak > 60 * MiB else 1})
     return calls
@@ -229,8 +229,8 @@ def test_the_reported_tightest_budget_survives_a_prediction_a_few_bytes_higher(f
     tightest = first.growth["tightest_growth_budget_bytes"]
     # another process predicts the floor plan's growth 4 KiB higher (docs/notes/budgetguard.md §2): still accepted
     real = growth_budget._growth_of
-    monkeypatch.setattr(growth_budget, "_growth_of", lambda peak, bound=False: {
-        **real(peak), "growth_bytes": real(peak)["growth_bytes"] + 4096})
+    monkeypatch.setattr(growth_budget, "_growth_of", lambda peak: {**real(peak),
+                                                                   "growth_bytes": real(peak)["growth_bytes"] + 4096})
     assert growth_budget.plan_for_growth(onnx.ModelProto(), tightest, exact=True).fits
     # without the slack (the exact edge + 1 B, as before) the same re-plan was refused
     assert not growth_budget.plan_for_growth(onnx.ModelProto(), tightest - growth_budget.TIGHTEST_SLACK + 1,

@@ -51,11 +51,14 @@ def tightest_growth_budget(predicted_growth: int, margin: float = GROWTH_MARGIN)
     return int(predicted_growth / (1 - margin)) + TIGHTEST_SLACK
 
 
-def finished_graph(plan: AutoPlan) -> onnx.ModelProto:
-    """The graph `transform` writes for ``plan``: its pipeline's graph after transform's last passes."""
+def finished_graph(plan: AutoPlan, scratch_limit: int | None = None) -> onnx.ModelProto | None:
+    """The graph `transform` writes for ``plan``: its pipeline's graph after transform's last passes; with
+    ``scratch_limit``, after ``scratch_passes(scratch_limit)`` and then the last passes (None where they change
+    nothing, or the plan rewrote nothing: transform runs neither on an untouched graph)."""
     import onnx_ir as ir
 
     from ..analysis.cached import adopt_snapshot, snapshot_of
+    from ..passes.base import run_passes
     from ..transform import finish_graph
 
     assert plan.model is not None
@@ -63,7 +66,12 @@ def finished_graph(plan: AutoPlan) -> onnx.ModelProto:
     loaded = ir.serde.deserialize_model(plan.model)
     adopt_snapshot(loaded, plan.model, checked=True)
     if plan.applied is not None and not plan.applied.log.modified_by:
-        return plan.model
+        return plan.model if scratch_limit is None else None
+    if scratch_limit:
+        bounded = run_passes(loaded, scratch_passes(scratch_limit))
+        if not bounded.records:
+            return None
+        records += bounded.records
     finished, _, _ = finish_graph(loaded, records)
     return snapshot_of(finished)
 
@@ -84,53 +92,49 @@ class Candidate:
                 "growth_parts": self.growth}
 
 
-# Kernel scratch limits priced for lossy plans (``bound_scratch``): under ORT's defaults ConvGrad's one-image im2col
+# Kernel scratch limits priced for lossy plans (``bounded_growth``): under ORT's defaults ConvGrad's one-image im2col
 # buffer and ConvTranspose's col buffer are arena requests outside the pattern block — pages of their own
 # (2.5-3.5 MiB on the suite's chunked lossy plans) or, where the set-up leaves no room for them, a second copy of
-# the block (lossy densenet_s: 16 MiB). MLAS's segmented Conv buffer is 128 KiB; three limits above it are priced
-# (densenet_s's floor plan predicts lowest at 256 KiB, wide_resnet_s's and leaky_vgg's at 1 MiB).
+# the block (lossy densenet_s: 16 MiB). MLAS's segmented Conv buffer is 128 KiB; three limits above it are priced.
 SCRATCH_LIMITS = (256 << 10, 512 << 10, 1 << 20)
 
 
-def bound_scratch(graph: onnx.ModelProto, limit: int) -> tuple[onnx.ModelProto, list[Any]] | None:
-    """``graph`` with every ConvGrad whose im2col buffer exceeds ``limit`` run as input-channel blocks making dW
-    (dX by one Conv over flipped weights where the conv has stride 1: passes/split_conv_grad.py ``dx_by_conv``)
-    and every stride-1 ConvTranspose whose col buffer exceeds it run as a Conv (passes/conv_transpose_as_conv.py),
-    with the passes' records; None when neither applies. Not bit-identical: lossy plans only. `transform` runs the
-    same passes after its last ones where the plan's record names a limit (``scratch_limit_bytes``)."""
-    import onnx_ir as ir
-
-    from ..passes.base import run_passes
+def scratch_passes(limit: int) -> list[Any]:
+    """The passes that bound kernel scratch at ``limit`` bytes: every ConvGrad whose im2col buffer exceeds it run as
+    input-channel blocks making dW, dX by one Conv over flipped weights where the conv has stride 1
+    (passes/split_conv_grad.py ``dx_by_conv``), and every stride-1 ConvTranspose whose col buffer exceeds it run as
+    a Conv (passes/conv_transpose_as_conv.py). Not bit-identical: lossy plans only. `transform` runs them before its
+    last passes where the plan's record names a limit (``scratch_limit_bytes``), as ``finished_graph`` does here."""
     from ..passes.conv_transpose_as_conv import ConvTransposeAsConvPass
     from ..passes.split_conv_grad import SplitConvGradPass
 
-    model = ir.serde.deserialize_model(graph)
-    log = run_passes(model, [SplitConvGradPass(limit, dx_by_conv=True), ConvTransposeAsConvPass(limit)])
-    if not log.records:
-        return None
-    return ir.serde.serialize_model(model), list(log.records)
+    return [SplitConvGradPass(limit, dx_by_conv=True), ConvTransposeAsConvPass(limit)]
 
 
-def _growth_of(graph: onnx.ModelProto, bound: bool = False) -> dict[str, Any]:
-    """The predicted growth parts of ``graph``; with ``bound`` (lossy plans) also of ``bound_scratch(graph, L)`` for
-    each of ``SCRATCH_LIMITS`` where the plain graph asks for scratch above it, the lowest kept (its limit in
-    ``scratch_limit_bytes``)."""
+def bounded_growth(plan: AutoPlan, plain: dict[str, Any]) -> dict[str, Any]:
+    """``plain`` (the growth parts of ``plan``'s finished graph, ``scratch_limit_bytes`` None), or the parts of the
+    graph finished with ``scratch_passes(L)`` for the ``SCRATCH_LIMITS`` entry L predicting the least growth where
+    that is less (``scratch_limit_bytes`` L). Only limits under the plain graph's largest request outside the
+    pattern block are tried."""
+    best = {**plain, "scratch_limit_bytes": None}
+    for limit in SCRATCH_LIMITS:
+        if plain.get("largest_outside_bytes", 0) <= limit:
+            continue
+        graph = finished_graph(plan, limit)
+        if graph is None:
+            continue
+        p = _growth_of(graph)
+        if p["growth_bytes"] < best["growth_bytes"]:
+            best = {**p, "scratch_limit_bytes": limit}
+    return best
+
+
+def _growth_of(graph: onnx.ModelProto) -> dict[str, Any]:
     from .ort_growth import predict_growth_of
 
     # spacers (passes/arena_spacer.py) are priced too: transform adds them when it writes an artifact directory
     try:
-        best = predict_growth_of(graph, reorder=True, spacers=True).to_dict()
-        best["scratch_limit_bytes"] = None
-        for limit in SCRATCH_LIMITS if bound else ():
-            if best["largest_outside_bytes"] <= limit:
-                continue
-            bounded = bound_scratch(graph, limit)
-            if bounded is None:
-                continue
-            p = predict_growth_of(bounded[0], reorder=True, spacers=True).to_dict()
-            if p["growth_bytes"] < best["growth_bytes"]:
-                best = {**p, "scratch_limit_bytes": limit}
-        return best
+        return predict_growth_of(graph, reorder=True, spacers=True).to_dict()
     except Exception as exc:  # noqa: BLE001  (ORT's set-up raises its own types): one line, not a traceback
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         raise OnnxcompError(
@@ -193,7 +197,9 @@ def _descend(model: onnx.ModelProto, target: int, exact: bool, min_bytes: int, s
                          min_bytes=min_bytes, pyops=pyops)
         growth = None
         if plan.fits:
-            growth = _growth_of(finished_graph(plan), bound=not exact)
+            growth = _growth_of(finished_graph(plan))
+            if not exact:
+                growth = bounded_growth(plan, growth)
         c = Candidate(step_budget, plan.fits, plan.predicted_peak, plan.predicted_seconds, growth, pyops)
         candidates.append((c, plan))
         g = "—" if growth is None else f"{growth['growth_bytes'] / MiB:.1f} MiB"
