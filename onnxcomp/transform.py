@@ -195,7 +195,10 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
             # (passes/planar_pool.py); last, the static shapes
             # ORT's inference misses declared, so it plans those tensors in its pattern (passes/declare_shapes.py)
             # The lift is judged on the finished graph (what will be saved): both pipelines run where it applies.
-            # Kernel scratch bounded where the ORT-defaults budget mode priced the plan with it, before the last
+            ir_model, last, pool_gate = finish_graph(ir_model, log.records, lift_convs, external_dir)
+            log.records += last.records
+            log.modified_by += last.modified_by
+            # Kernel scratch bounded where the ORT-defaults budget mode priced the plan with it, after the last
             # passes, as that mode's prediction does (planner/growth_budget.scratch_passes / finished_graph).
             limit = _planned_scratch_limit(log.records)
             if limit:
@@ -205,9 +208,6 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
                 log.records += bounded.records
                 log.skipped += bounded.skipped
                 log.modified_by += bounded.modified_by
-            ir_model, last, pool_gate = finish_graph(ir_model, log.records, lift_convs, external_dir)
-            log.records += last.records
-            log.modified_by += last.modified_by
             # Then BatchNorm statistics that fragment ORT's pattern block are held outside it, where the replayed
             # block drops (passes/detach_stats.py). After finish_graph, not in it: the budget planner's ORT-defaults
             # mode predicts each candidate through finish_graph, and its candidate search is path-dependent: with
