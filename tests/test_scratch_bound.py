@@ -22,8 +22,11 @@ def _fake(monkeypatch: Any, growth_at: dict[int | None, int | None]) -> list[int
         return None if growth_at.get(limit, 0) is None else SimpleNamespace(limit=limit)
 
     monkeypatch.setattr(growth_budget, "finished_graph", finished)
-    monkeypatch.setattr(growth_budget, "_growth_of", lambda g: {"growth_bytes": growth_at[g.limit],
-                                                                "largest_outside_bytes": 0})
+    def growth_of(g: Any, headroom: float = 1.0) -> dict[str, Any]:
+        assert headroom == growth_budget.SCRATCH_HEADROOM       # bounded graphs are priced with the headroom
+        return {"growth_bytes": growth_at[g.limit], "largest_outside_bytes": 0}
+
+    monkeypatch.setattr(growth_budget, "_growth_of", growth_of)
     return asked
 
 
@@ -65,3 +68,16 @@ def test_scratch_passes_bound_both_kernels() -> None:
     assert names == ["split_conv_grad", "conv_transpose_as_conv"]
     split = growth_budget.scratch_passes(256 * KiB)[0]
     assert split.dx_by_conv and split.max_workspace_bytes == 256 * KiB
+
+
+def test_headroom_doubles_the_requests_outside_the_block() -> None:
+    from onnxcomp.planner.ort_growth import GrowthModel, StepEvent, with_headroom
+
+    # 256 KiB of set-up leaves 768 KiB beside the gradient buffer: a 300 KiB request fits there; three times
+    # that does not, and its pages come on top of the block's
+    gm = GrowthModel(setup=[256 * KiB], pattern=3 * 1024 * KiB // 2, pattern_touched=None,
+                     events=[StepEvent("im2col", 300 * KiB, 2, 2)])
+    once = gm.simulate(steps=3)[0]
+    twice = with_headroom(gm, 3.0).simulate(steps=3)[0]
+    assert once == 3 * 1024 * KiB // 2 + 300 * KiB and twice == 3 * 1024 * KiB // 2 + 900 * KiB
+    assert with_headroom(gm, 1.0) is gm and gm.events[0].nbytes == 300 * KiB

@@ -99,6 +99,12 @@ class Candidate:
 # (2.5-3.5 MiB on the suite's chunked lossy plans) or, where the set-up leaves no room for them, a second copy of
 # the block (lossy densenet_s: 16 MiB). MLAS's segmented Conv buffer is 128 KiB; three limits above it are priced.
 SCRATCH_LIMITS = (256 << 10, 512 << 10, 1 << 20)
+# A bounded graph is priced with every request outside the pattern block at twice its modelled size. Stopgap for a
+# miss not found: two bounded lossy densenet_s plans measured the block held twice (49.8 / 56.9 MiB) where the
+# replay held it once (30.9 / 34.6 predicted): their block fills its region and the step's requests outside it must
+# fit in the ~600 KB the set-up leaves. With requests doubled the replay predicts 50.1 / 57.3 MiB for them, and
+# 35.8 for the bounded plan that measured 33.7 (docs/notes/lossyfloor.md).
+SCRATCH_HEADROOM = 2.0
 
 
 def scratch_passes(limit: int) -> list[Any]:
@@ -116,8 +122,8 @@ def scratch_passes(limit: int) -> list[Any]:
 def bounded_growth(plan: AutoPlan, plain: dict[str, Any]) -> dict[str, Any]:
     """``plain`` (the growth parts of ``plan``'s finished graph, ``scratch_limit_bytes`` None), or the parts of the
     graph finished with ``scratch_passes(L)`` for the ``SCRATCH_LIMITS`` entry L predicting the least growth where
-    that is less (``scratch_limit_bytes`` L). Only limits under the plain graph's largest request outside the
-    pattern block are tried."""
+    that is less (``scratch_limit_bytes`` L), priced with ``SCRATCH_HEADROOM``. Only limits under the plain graph's
+    largest request outside the pattern block are tried."""
     best = {**plain, "scratch_limit_bytes": None}
     for limit in SCRATCH_LIMITS:
         if plain.get("largest_outside_bytes", 0) <= limit:
@@ -125,18 +131,18 @@ def bounded_growth(plan: AutoPlan, plain: dict[str, Any]) -> dict[str, Any]:
         graph = finished_graph(plan, limit)
         if graph is None:
             continue
-        p = _growth_of(graph)
+        p = _growth_of(graph, SCRATCH_HEADROOM)
         if p["growth_bytes"] < best["growth_bytes"]:
             best = {**p, "scratch_limit_bytes": limit}
     return best
 
 
-def _growth_of(graph: onnx.ModelProto) -> dict[str, Any]:
+def _growth_of(graph: onnx.ModelProto, headroom: float = 1.0) -> dict[str, Any]:
     from .ort_growth import predict_growth_of
 
     # spacers (passes/arena_spacer.py) are priced too: transform adds them when it writes an artifact directory
     try:
-        return predict_growth_of(graph, reorder=True, spacers=True).to_dict()
+        return predict_growth_of(graph, reorder=True, spacers=True, headroom=headroom).to_dict()
     except Exception as exc:  # noqa: BLE001  (ORT's set-up raises its own types): one line, not a traceback
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         raise OnnxcompError(
