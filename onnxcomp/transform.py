@@ -79,7 +79,7 @@ class TransformResult:
                 "skipped": self.skipped, "left_alone": self.left_alone, "deferred": sections["deferred"],
                 "chunked": sections["chunked"], "split_weights": sections["split_weights"],
                 "moved": sections["moved"], "commuted": sections["commuted"],
-                "blocked": sections["blocked"], "modified_by": self.modified_by,
+                "blocked": sections["blocked"], "scratch": sections["scratch"], "modified_by": self.modified_by,
                 **({"planar_pool_gate": self.pool_gate} if self.pool_gate is not None else {}),
                 **({"auto": sections["auto"][0]} if sections["auto"] else {})}
 
