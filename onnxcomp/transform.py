@@ -82,7 +82,7 @@ class TransformResult:
                 "skipped": self.skipped, "left_alone": self.left_alone, "deferred": sections["deferred"],
                 "chunked": sections["chunked"], "split_weights": sections["split_weights"],
                 "moved": sections["moved"], "commuted": sections["commuted"],
-                "blocked": sections["blocked"], "modified_by": self.modified_by,
+                "blocked": sections["blocked"], "scratch": sections["scratch"], "modified_by": self.modified_by,
                 **({"planar_pool_gate": self.pool_gate} if self.pool_gate is not None else {}),
                 **({"auto": sections["auto"][0]} if sections["auto"] else {})}
 
@@ -201,6 +201,16 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
             ir_model, last, pool_gate = finish_graph(ir_model, log.records, lift_convs, external_dir)
             log.records += last.records
             log.modified_by += last.modified_by
+            # Kernel scratch bounded where the ORT-defaults budget mode priced the plan with it, after the last
+            # passes, as that mode's prediction does (planner/growth_budget.scratch_passes / finished_graph).
+            limit = _planned_scratch_limit(log.records)
+            if limit:
+                from .planner.growth_budget import scratch_passes
+
+                bounded = run_passes(ir_model, scratch_passes(limit))
+                log.records += bounded.records
+                log.skipped += bounded.skipped
+                log.modified_by += bounded.modified_by
             # Then BatchNorm statistics that fragment ORT's pattern block are held outside it, where the replayed
             # block drops (passes/detach_stats.py). After finish_graph, not in it: the budget planner's ORT-defaults
             # mode predicts each candidate through finish_graph, and its candidate search is path-dependent: with
@@ -375,6 +385,12 @@ def _order_parameters(result: TransformResult, stage: Path) -> None:
     result.model = ordered.model
     result.all_records += ordered.records
     result.modified_by.append(GradBufferOrderPass.name)
+
+
+def _planned_scratch_limit(records: list) -> int | None:
+    """The kernel scratch limit the budget planner's ORT-defaults mode priced its plan with (None: none)."""
+    return next((r.detail["ort_defaults"].get("scratch_limit_bytes") for r in records
+                 if r.pass_name == "auto" and isinstance(r.detail, dict) and r.detail.get("ort_defaults")), None)
 
 
 def _planned_spacers(result: TransformResult) -> list[int]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Kind = Literal["encoded", "recomputed", "row_split", "deferred", "chunked", "split_weight", "moved", "commuted",
-               "blocked", "planned"]
+               "blocked", "scratch", "planned"]
 
 # Plan-JSON section of each kind ("tensors": a stash held differently, the plan's main list).
 SECTIONS: dict[str, str] = {
@@ -22,6 +22,7 @@ SECTIONS: dict[str, str] = {
     "moved": "moved",                  # accumulators moved behind their gradient
     "commuted": "commuted",            # 1x1 conv + average pool swapped (passes/commute_pool.py)
     "blocked": "blocked",              # ConvGrads run as input-channel blocks (passes/split_conv_grad.py)
+    "scratch": "scratch",              # kernels rewritten to ask less scratch (passes/conv_transpose_as_conv.py)
     "planned": "auto",                 # the auto planner's decisions (planner/auto.py)
 }
 

@@ -17,6 +17,12 @@ where the workspace saved is larger (batch-chunked ConvGrads, whose maps are sma
 buffer). The blocks run in order (each X
 slice waits on the previous block's dW), so one workspace is alive at a time under either execution order.
 
+With ``dx_by_conv`` (the budget planner's ORT-defaults mode prices it, planner/growth_budget.py): the blocks compute
+dW only, and dX is one Conv over the flipped, transposed weights (passes/conv_transpose_as_conv.py: stride 1,
+group 1) — no dX blocks and no dX Concat, so what the split adds is one X block at a time and the dW blocks;
+the split is made wherever the workspace is above the limit (under ORT's defaults the workspace is arena
+growth outside the pattern block, and on lossy densenet_s it made the arena hold the block twice).
+
 Every output element is the same reduction as before (over output pixels for dW, over output channels for
 dX); whether MLAS blocks those sums the same way for a narrower matrix is not guaranteed, so the planner uses
 it for lossy plans only. Grouped convs are left alone.
@@ -71,15 +77,17 @@ class SplitConvGradPass(OnnxcompPass):
 
     name = "split_conv_grad"
 
-    def __init__(self, max_workspace_bytes: int) -> None:
+    def __init__(self, max_workspace_bytes: int, dx_by_conv: bool = False) -> None:
         if max_workspace_bytes <= 0:
             raise OnnxcompError(f"max_workspace_bytes must be > 0 (got {max_workspace_bytes})")
         self.max_workspace_bytes = max_workspace_bytes
+        self.dx_by_conv = dx_by_conv
 
     def call(self, model: ir.Model) -> PassOutcome:
         outcome = PassOutcome(model, False)
         graph = model.graph
         taken = ir_taken_names(graph)
+        flipped: dict[ir.Value, ir.Value] = {}      # one flipped weight per W (dx_by_conv)
         for grad in [n for n in graph if n.op_type == "ConvGrad"]:
             ws = conv_grad_workspace_bytes(grad)
             if ws <= self.max_workspace_bytes:
@@ -90,9 +98,15 @@ class SplitConvGradPass(OnnxcompPass):
             if why is not None:
                 outcome.skipped.append(Skipped(grad.name, PATTERN, why))
                 continue
-            parts = blocks_that_pay(tuple(_static(grad.inputs[0])), tuple(_static(grad.inputs[1])),
-                                    tuple(_static(grad.inputs[2])), bool(grad.outputs[0].name),
-                                    self.max_workspace_bytes)
+            dx_pads = _conv_dx_pads(grad) if self.dx_by_conv else None
+            if dx_pads is not None:
+                # dX by one Conv: the blocks add one X block and the dW blocks; the caller priced that.
+                parts = min(int(_static(grad.inputs[1])[1]), math.ceil(ws / self.max_workspace_bytes))
+                parts = parts if parts > 1 else 0
+            else:
+                parts = blocks_that_pay(tuple(_static(grad.inputs[0])), tuple(_static(grad.inputs[1])),
+                                        tuple(_static(grad.inputs[2])), bool(grad.outputs[0].name),
+                                        self.max_workspace_bytes)
             if not parts:
                 # A full-batch ConvGrad: its dX blocks and their Concat (one more dX) outweigh the workspace
                 # saved. Batch-chunked ones (the chunked input chain's) are where it pays.
@@ -100,11 +114,11 @@ class SplitConvGradPass(OnnxcompPass):
                                                                    "saved"))
                 continue
             label = grad.name or grad.outputs[1].name      # unnamed nodes: the weight gradient names it
-            _split(graph, grad, even_bounds(_static(grad.inputs[1])[1], parts), taken)
+            _split(graph, grad, even_bounds(_static(grad.inputs[1])[1], parts), taken, dx_pads, flipped)
             outcome.records.append(PassRecord(
                 "blocked", self.name, label,
                 {"conv_grad": label, "input_channel_blocks": parts, "workspace_bytes": ws,
-                 "block_workspace_bytes": ws // parts, "exact": False}))
+                 "block_workspace_bytes": ws // parts, "dx_by_conv": dx_pads is not None, "exact": False}))
         outcome.modified = bool(outcome.records)
         return outcome
 
@@ -120,13 +134,39 @@ def _unsupported(grad: ir.Node) -> str | None:
     return None
 
 
-def _split(graph: ir.Graph, grad: ir.Node, bounds: list[int], taken: set[str]) -> None:
+def _conv_dx_pads(grad: ir.Node) -> list[int] | None:
+    """The pads of a Conv computing this ConvGrad's dX over flipped weights, or None where that does not apply
+    (no dX wanted, strided, dilated-and-padded beyond the kernel, auto_pad; grouped ones are never split)."""
+    from .conv_transpose_as_conv import conv_pads
+
+    if not grad.outputs[0].name or _static(grad.inputs[0]) is None:
+        return None
+    a = grad.attributes
+    if a.get_string("auto_pad", "NOTSET") not in ("NOTSET", "") or any(s != 1 for s in a.get_ints("strides", [1, 1])):
+        return None
+    w = _static(grad.inputs[2])
+    return conv_pads(list(w[2:]), list(a.get_ints("pads", [0, 0, 0, 0])), list(a.get_ints("dilations", [1, 1])))
+
+
+def _split(graph: ir.Graph, grad: ir.Node, bounds: list[int], taken: set[str],
+           dx_pads: list[int] | None = None, flipped: dict[ir.Value, ir.Value] | None = None) -> None:
+    from .conv_transpose_as_conv import flipped_weights
+
     dy, x, w = grad.inputs[:3]
     xs, ws = _static(x), _static(w)
     outs = list(grad.outputs) + [None] * (3 - len(grad.outputs))
     dx, dw, db = (o if o is not None and o.name else None for o in outs[:3])
     ed = IrGraphEditor(graph, taken, prefix=f"{grad.name or dw.name}_cin", sep="/")
     f32 = ir.DataType.FLOAT
+    whole_dx = None
+    if dx is not None and dx_pads is not None:
+        # dX = Conv(dY, flip(W)ᵀ) once, before the blocks (MLAS's small segmented im2col, not ConvGrad's)
+        a = grad.attributes
+        whole_dx = ed.node("Conv", [dy, flipped_weights(ed, w, list(ws), flipped if flipped is not None else {})],
+                           [(ed.name("dx_conv"), f32, list(xs))], name=ed.name("dx_Conv"), pads=dx_pads,
+                           dilations=list(a.get_ints("dilations", [1, 1])), strides=[1, 1],
+                           kernel_shape=list(ws[2:]), group=1).outputs[0]
+        dx = None
     # Block j's slices of X and W wait on block j-1's dW (block 0's on dY): the copies are made when their
     # ConvGrad can run, not hoisted, and one block's workspace is alive at a time.
     dxs, dws, after = [], [], dy
@@ -152,6 +192,8 @@ def _split(graph: ir.Graph, grad: ir.Node, bounds: list[int], taken: set[str]) -
     if dx is not None:
         total = ed.op("Concat", dxs, "dx", f32, list(xs), axis=1)
         _take_over(dx, total)
+    if whole_dx is not None:
+        _take_over(outs[0], whole_dx)
     total_w = ed.op("Concat", dws, "dw", f32, list(ws), axis=1)
     _take_over(dw, total_w)
     graph.insert_before(grad, ed.nodes)

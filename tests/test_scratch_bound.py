@@ -1,0 +1,84 @@
+"""The ORT-defaults growth mode's kernel-scratch bound (planner/growth_budget.bounded_growth, scratch_passes) and
+transform's reading of it: the bounded graph is priced at each limit under the plain graph's largest request
+outside the pattern block, kept only where it predicts less, and its limit is what transform applies."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from onnxcomp.passes.records import PassRecord
+from onnxcomp.planner import growth_budget
+from onnxcomp.transform import _planned_scratch_limit
+
+KiB = 1024
+
+
+def _fake(monkeypatch: Any, growth_at: dict[int | None, int | None]) -> list[int | None]:
+    """finished_graph(plan, L) → L (None: the passes changed nothing); _growth_of(L) → growth_at[L]."""
+    asked: list[int | None] = []
+
+    def finished(plan: Any, limit: int | None = None) -> Any:
+        asked.append(limit)
+        return None if growth_at.get(limit, 0) is None else SimpleNamespace(limit=limit)
+
+    monkeypatch.setattr(growth_budget, "finished_graph", finished)
+
+    def growth_of(g: Any, base_nodes: int = 0, headroom: float = 1.0) -> dict[str, Any]:
+        assert headroom == growth_budget.SCRATCH_HEADROOM       # bounded graphs are priced with the headroom
+        return {"growth_bytes": growth_at[g.limit], "largest_outside_bytes": 0}
+
+    monkeypatch.setattr(growth_budget, "_growth_of", growth_of)
+    return asked
+
+
+def test_the_lowest_bounded_prediction_is_kept_with_its_limit(monkeypatch: Any) -> None:
+    asked = _fake(monkeypatch, {256 * KiB: 30, 512 * KiB: 25, 1024 * KiB: 28})
+    plain = {"growth_bytes": 40, "largest_outside_bytes": 3000 * KiB}
+    got = growth_budget.bounded_growth(SimpleNamespace(), plain)
+    assert asked == [256 * KiB, 512 * KiB, 1024 * KiB]
+    assert got["growth_bytes"] == 25 and got["scratch_limit_bytes"] == 512 * KiB
+
+
+def test_the_plain_graph_is_kept_where_bounding_costs_more(monkeypatch: Any) -> None:
+    _fake(monkeypatch, {256 * KiB: 50, 512 * KiB: 41, 1024 * KiB: None})
+    plain = {"growth_bytes": 40, "largest_outside_bytes": 3000 * KiB}
+    got = growth_budget.bounded_growth(SimpleNamespace(), plain)
+    assert got["growth_bytes"] == 40 and got["scratch_limit_bytes"] is None
+
+
+def test_only_limits_under_the_largest_outside_request_are_tried(monkeypatch: Any) -> None:
+    asked = _fake(monkeypatch, {256 * KiB: 30, 512 * KiB: 20, 1024 * KiB: 10})
+    growth_budget.bounded_growth(SimpleNamespace(), {"growth_bytes": 40, "largest_outside_bytes": 600 * KiB})
+    assert asked == [256 * KiB, 512 * KiB]
+    asked.clear()
+    got = growth_budget.bounded_growth(SimpleNamespace(), {"growth_bytes": 40, "largest_outside_bytes": 100 * KiB})
+    assert asked == [] and got["scratch_limit_bytes"] is None
+
+
+def test_transform_reads_the_limit_from_the_auto_record() -> None:
+    auto = PassRecord("planned", "auto", "plan", {"ort_defaults": {"scratch_limit_bytes": 256 * KiB, "spacers": []}})
+    other = PassRecord("blocked", "split_conv_grad", "g", {"conv_grad": "g"})
+    assert _planned_scratch_limit([other, auto]) == 256 * KiB
+    assert _planned_scratch_limit([other]) is None
+    step = PassRecord("planned", "auto", "plan", {"ort_defaults": None})
+    assert _planned_scratch_limit([step]) is None
+
+
+def test_scratch_passes_bound_both_kernels() -> None:
+    names = [p.name for p in growth_budget.scratch_passes(256 * KiB)]
+    assert names == ["split_conv_grad", "conv_transpose_as_conv"]
+    split = growth_budget.scratch_passes(256 * KiB)[0]
+    assert split.dx_by_conv and split.max_workspace_bytes == 256 * KiB
+
+
+def test_headroom_doubles_the_requests_outside_the_block() -> None:
+    from onnxcomp.planner.ort_growth import GrowthModel, StepEvent, with_headroom
+
+    # 256 KiB of set-up leaves 768 KiB beside the gradient buffer: a 300 KiB request fits there; three times
+    # that does not, and its pages come on top of the block's
+    gm = GrowthModel(setup=[256 * KiB], pattern=3 * 1024 * KiB // 2, pattern_touched=None,
+                     events=[StepEvent("im2col", 300 * KiB, 2, 2)])
+    once = gm.simulate(steps=3)[0]
+    twice = with_headroom(gm, 3.0).simulate(steps=3)[0]
+    assert once == 3 * 1024 * KiB // 2 + 300 * KiB and twice == 3 * 1024 * KiB // 2 + 900 * KiB
+    assert with_headroom(gm, 1.0) is gm and gm.events[0].nbytes == 300 * KiB
