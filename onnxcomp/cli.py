@@ -166,7 +166,7 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
     res = max_batch(args.model, args.image, parse_size(args.budget), policies, classes=args.classes,
                     steps=args.steps, settings=_settings(args), figure=args.figure, limit=args.max_batch,
                     start=args.start, tolerance=args.tolerance, work_dir=args.work, starts=starts, reuse=reuse,
-                    replans=args.replans, plan_fraction=args.plan_fraction,
+                    replans=args.replans, plan_fraction=args.plan_fraction, budget_for=args.budget_for,
                     progress=(lambda m: print(m, file=sys.stderr, flush=True)) if args.json else print)
     if args.json:
         _print_json(res)
@@ -265,6 +265,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--replans", type=int, default=2, metavar="N",
                    help="auto policies: a plan measured over the budget is planned again for proportionally "
                    "less, at most N times per probe (default 2)")
+    s.add_argument("--budget-for", choices=["step-peak", "ort-defaults"], default=None,
+                   help="auto policies: plan for the step peak under onnxcomp's settings (then --plan-fraction) or "
+                   "for the growth under ORT's defaults (transform --budget-for ort-defaults; re-planned lower by "
+                   "the measured miss, as transform --verify). Default: ort-defaults when the probes measure "
+                   "growth under --arena --mem-pattern --mem-reuse --order default, step-peak otherwise")
     s.add_argument("--max-batch", type=_positive, default=4096)
     s.add_argument("--start", type=_positive, default=1, help="first batch probed (the search doubles from it)")
     s.add_argument("--start-at", action="append", default=[], metavar="POLICY=BATCH",

@@ -38,6 +38,18 @@ def default_figure(settings: RuntimeSettings) -> str:
     return "growth" if settings.arena else "peak"
 
 
+def is_ort_defaults(settings: RuntimeSettings) -> bool:
+    """Are ``settings`` ORT's default session settings (arena, memory pattern, buffer reuse, DEFAULT order)? The
+    growth-mode planner (planner/growth_budget.py) predicts the growth over set-up under exactly these."""
+    return settings.arena and settings.mem_pattern and settings.mem_reuse and settings.execution_order == "default"
+
+
+def default_budget_for(settings: RuntimeSettings, figure: str) -> str:
+    """What an auto probe's plan is budgeted for: the growth under ORT's defaults where the probe measures that
+    (`transform --budget-for ort-defaults`), the step peak under onnxcomp's settings otherwise."""
+    return "ort-defaults" if figure == "growth" and is_ort_defaults(settings) else "step-peak"
+
+
 def check_measurement(settings: RuntimeSettings, figure: str, steps: int, warmup: int = 1) -> None:
     """Refuse a figure or a step count that under-reports under ``settings`` (OnnxcompError)."""
     if figure not in FIGURES:
@@ -162,7 +174,7 @@ def max_batch(model: str, image: int, budget: int, policies: list[str], *, class
               limit: int = 4096, work_dir: str | Path | None = None,
               progress: Callable[[str], None] | None = None, tolerance: float = 0.0,
               starts: dict[str, int] | None = None, reuse: dict[str, Any] | None = None,
-              replans: int = 2, plan_fraction: float = 1.0) -> dict[str, Any]:
+              replans: int = 2, plan_fraction: float = 1.0, budget_for: str | None = None) -> dict[str, Any]:
     """Max batch within ``budget`` for the baseline and each policy ("baseline" needs no listing), measured.
     Policy "auto" is the budget planner planned at each probed batch for ``budget`` itself, "auto-exact" the
     same with bit-identical techniques only (`transform --policy auto --exact`); their probes also carry the
@@ -180,7 +192,16 @@ def max_batch(model: str, image: int, budget: int, policies: list[str], *, class
     probe therefore plans for a *planning budget*: ``plan_fraction`` x ``budget`` at first, then as the
     earlier probes of the policy measured (the last measured plan's planning budget x budget / its figure,
     less 2 %), and when a plan measures over ``budget`` it is planned again for a proportionally lower
-    planning budget, at most ``replans`` times. Every attempt is recorded in the probe (``attempts``)."""
+    planning budget, at most ``replans`` times. Every attempt is recorded in the probe (``attempts``).
+
+    ``budget_for``: what an auto probe's plan is budgeted for — "ort-defaults" (`transform --budget-for
+    ort-defaults`: the planner predicts the growth under ORT's defaults, planner/growth_budget.py) or
+    "step-peak" (the step peak under onnxcomp's settings, with the planning budget above). Default
+    (``default_budget_for``): "ort-defaults" where the probe measures the growth under exactly ORT's defaults.
+    There the planning budget starts at the budget itself (the prediction is of the measured figure) and a plan
+    measured over it is planned again as `transform --verify` does: for an internal budget lowered by the miss
+    plus 1 % of the budget (planner/budget_verify.next_internal_budget); a plan that fit lets the next probe's
+    internal budget rise by what it left unused."""
     from ..models.artifacts import generate_artifacts
     from ..models.zoo import canonical_name
     from ..planner.auto import BudgetError
@@ -193,6 +214,15 @@ def max_batch(model: str, image: int, budget: int, policies: list[str], *, class
     if not 0 < plan_fraction <= 1 or replans < 0:
         raise OnnxcompError(f"maxbatch: need 0 < plan fraction <= 1 and replans >= 0 (got {plan_fraction}, "
                             f"{replans})")
+    budget_for = budget_for or default_budget_for(settings, figure)
+    from ..planner.growth_budget import BUDGET_FOR
+
+    if budget_for not in BUDGET_FOR:
+        raise OnnxcompError(f"maxbatch: budget_for {budget_for!r}: use one of {', '.join(BUDGET_FOR)}")
+    growth_mode = budget_for == "ort-defaults"
+    if growth_mode and not (figure == "growth" and is_ort_defaults(settings)):
+        raise OnnxcompError("maxbatch: --budget-for ort-defaults plans for the growth under ORT's default settings; "
+                            "measure it that way: --arena --mem-pattern --mem-reuse --order default (figure growth)")
     name = canonical_name(model)
     policies = ["baseline", *[p for p in policies if p != "baseline"]]
     key = "peak_bytes" if figure == "peak" else "growth_bytes"
@@ -226,7 +256,8 @@ def max_batch(model: str, image: int, budget: int, policies: list[str], *, class
             def plan(art: Path, batch: int, planned_budget: int, policy: str) -> tuple[Path | None, dict[str, Any]]:
                 """The plan for ``planned_budget`` at this batch (kept per planning budget in the work dir, and
                 so are budgets the planner could not meet): its directory, or None and why."""
-                run_dir = art / f"{policy}-{planned_budget}B"
+                # growth-mode plans are kept apart from step-peak plans of the same budget
+                run_dir = art / f"{policy}{'-growth' if growth_mode else ''}-{planned_budget}B"
                 failed = run_dir.with_name(run_dir.name + ".budget-error.json")
                 info: dict[str, Any] = {"planned_budget_bytes": planned_budget}
                 if failed.exists():
@@ -238,7 +269,7 @@ def max_batch(model: str, image: int, budget: int, policies: list[str], *, class
                     t0 = time.perf_counter()
                     try:
                         transform(art, run_dir, "auto", budget_bytes=planned_budget, exact=AUTO_POLICIES[policy],
-                                  force=True)
+                                  force=True, **({"budget_for": "ort-defaults"} if growth_mode else {}))
                     except BudgetError as exc:
                         # its best reachable peak, scaled to the measured budget, as the probe's figure
                         info.update({"planned": False, "error": str(exc),
@@ -277,7 +308,10 @@ def max_batch(model: str, image: int, budget: int, policies: list[str], *, class
                     say(f"{policy}: batch {batch}: planned for {planned_budget / _MiB:.1f} MiB, {figure} "
                         f"{got['bytes'] / _MiB:.1f} MiB ({'fits' if got['bytes'] <= budget else 'over'} "
                         f"{budget / _MiB:.0f} MiB)")
-                    learned["fraction"] = min(1.0, planned_budget * _AIM / got["bytes"])
+                    if growth_mode:     # the growth model's miss is mostly additive (budget_verify.py)
+                        learned["fraction"] = _next_growth_fraction(planned_budget, got["bytes"], budget)
+                    else:
+                        learned["fraction"] = min(1.0, planned_budget * _AIM / got["bytes"])
                     lower = _planning_budget(budget, learned["fraction"])
                     if got["bytes"] <= budget or len(attempts) > replans or lower >= planned_budget:
                         break
@@ -298,7 +332,7 @@ def max_batch(model: str, image: int, budget: int, policies: list[str], *, class
             tmp.cleanup()
     base = searches["baseline"].max_batch
     return {"model": name, "image": image, "classes": classes, "budget_bytes": budget, "figure": figure,
-            "settings": settings.to_dict(), "steps": steps, "tolerance": tolerance,
+            "settings": settings.to_dict(), "steps": steps, "tolerance": tolerance, "budget_for": budget_for,
             "results": {p: {**s.to_dict(), "vs_baseline": (s.max_batch / base) if base else None}
                         for p, s in searches.items()}}
 
@@ -308,6 +342,19 @@ def max_batch(model: str, image: int, budget: int, policies: list[str], *, class
 _AIM = 0.98
 _PER_STEP = ("peak_bytes_per_step", "growth_bytes_per_step", "warmup_peak_bytes", "step_times_s", "rss_setup_bytes",
              "process_peak_bytes")
+
+
+def _next_growth_fraction(planned: int, measured: int, budget: int) -> float:
+    """Growth mode: the next internal (planning) budget as a fraction of ``budget``. Over the budget: lowered
+    by the miss plus 1 % of the budget (`transform --verify`'s rule); within it: kept, so that later probes start
+    from the internal budget that fit. Not raised by what a fitting plan left unused: the growth planner plans to
+    95 % of its budget, so a raise by the unused bytes overshoots and costs a re-plan at the next probe (one plan
+    at ResNet-18 b1872 is ~10 min) — the search may stop up to the model's miss short of the true largest batch."""
+    from ..planner.budget_verify import next_internal_budget
+
+    if measured > budget:
+        return max(0.0, next_internal_budget(planned, measured, budget) / budget)
+    return min(1.0, planned / budget)
 
 
 def _planning_budget(budget: int, fraction: float) -> int:
@@ -327,7 +374,10 @@ def _plan_figures(plan_path: Path) -> dict[str, Any]:
         return {}
     detail = auto.get("detail", auto)
     step = detail.get("predicted_step_seconds") or {}
+    growth = detail.get("ort_defaults") or {}
     return {"planned": True, "predicted_peak_bytes": detail.get("predicted_peak_bytes"),
+            **({"predicted_growth_bytes": growth.get("predicted_growth_bytes"),
+                "step_budget_bytes": growth.get("step_budget_bytes")} if growth else {}),
             "target_bytes": detail.get("target_bytes"), "predicted_step_s": step.get("plan"),
             "predicted_baseline_step_s": step.get("baseline")}
 
