@@ -200,8 +200,8 @@ def max_batch(model: str, image: int, budget: int, policies: list[str], *, class
     (``default_budget_for``): "ort-defaults" where the probe measures the growth under exactly ORT's defaults.
     There the planning budget starts at the budget itself (the prediction is of the measured figure) and a plan
     measured over it is planned again as `transform --verify` does: for an internal budget lowered by the miss
-    plus 1 % of the budget (planner/budget_verify.next_internal_budget); a plan that fit lets the next probe's
-    internal budget rise by what it left unused."""
+    plus 1 % of the budget (planner/budget_verify.next_internal_budget); a plan that fit keeps the next probe's
+    internal budget where it was (``_next_growth_fraction``)."""
     from ..models.artifacts import generate_artifacts
     from ..models.zoo import canonical_name
     from ..planner.auto import BudgetError
