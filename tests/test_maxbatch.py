@@ -392,3 +392,14 @@ def test_maxbatch_auto_plans_for_growth_under_ort_defaults(
     assert main(["maxbatch", "--model", "resnet18", "--budget", str(budget), "--policy", "auto", "--start", "500",
                  "--work", str(tmp_path), "--json", "--budget-for", "ort-defaults", "--arena", "--mem-pattern"]) != 0
     assert "--order default" in capsys.readouterr().err
+
+
+def test_maxbatch_refuses_a_budget_mode_its_probes_do_not_measure(tmp_path: Path) -> None:
+    # a probe measures growth or the step peak; "ort-defaults-total" (growth + set-up added) is transform's only
+    from onnxcomp.runtime.maxbatch import max_batch
+    from onnxcomp.runtime.session import RuntimeSettings
+
+    settings = RuntimeSettings(arena=True, mem_pattern=True, mem_reuse=True, execution_order="default")
+    with pytest.raises(OnnxcompError, match="use step-peak or ort-defaults"):
+        max_batch("resnet18", 32, 1 << 30, ["auto"], settings=settings, figure="growth", steps=3,
+                  work_dir=tmp_path, budget_for="ort-defaults-total")
