@@ -44,12 +44,13 @@ def objective_key(budget_for: str) -> str:
 
 
 def default_pyops(budget_for: str) -> bool | None:
-    """``plan_for_growth``'s ``pyops`` for a CLI mode. "ort-defaults-total" also prices a descent without codec
-    PyOps where the first holds some (None): a PyOp plan's bridge copies sit on the heap beside the arena and its
-    codec modules add set-up the model does not price, and the native descent is a few plans more (densenet_s exact:
-    its floor plan held 6 sparse PyOps, 10 MiB of heap; the native floor predicts 51.4 MiB of growth against 56.6,
-    the tightest search 92 s instead of ~45; docs/notes/setupfree.md). "ort-defaults" keeps one descent (True)."""
-    return None if budget_for == "ort-defaults-total" else True
+    """``plan_for_growth``'s ``pyops`` for a CLI growth mode: None, i.e. where the first descent finds no plan within
+    the budget (or prices every target, as `inspect`'s tightest-budget scan does) and a priced plan holds codec
+    PyOps, a second descent without them. A PyOp plan's bridge copies and codec tables sit on the heap beside the
+    arena and its codec modules add set-up: lossy squeezenet_s's tightest plan 7.25 MiB (2.29x) with PyOps, 6.15-6.24
+    MiB (2.66x) without (stop 39, docs/auto/stop39/); densenet_s exact's native floor 51.4 against 56.6 MiB
+    (docs/notes/setupfree.md). A budget the first descent meets costs nothing more; a failing search ~2x the time."""
+    return None if budget_for in GROWTH_MODES else True
 
 
 def _figure(g: dict[str, Any], key: str) -> int:
@@ -200,8 +201,9 @@ def plan_for_growth(model: onnx.ModelProto, budget: int, *, exact: bool = False,
     only (``auto.Regions.pyops``); None — the first, then, where no plan fits (or every target is priced) and a
     priced plan holds codec PyOps, the second: under ORT's defaults a codec PyOp's bridge copies and NumPy
     temporaries (and ~30 KB of small blocks each) come on top of the arena, which can outweigh what its payload
-    saves against a native encoding. Not the default: on ResNet-18 (10 classes, 64x64) the native descent priced
-    no plan below the floor of the first and doubles a failing search's time (docs/notes/r18lossy10.md).
+    saves against a native encoding. The CLI's growth modes use None (``default_pyops``); on ResNet-18 (10 classes,
+    64x64) the native descent priced no plan below the floor of the first and doubles a failing search's time
+    (docs/notes/r18lossy10.md).
 
     ``budget_for``: "ort-defaults" (``budget`` limits the predicted growth) or "ort-defaults-total" (the predicted
     growth plus the set-up the plan adds, ``_growth_of``'s ``total_bytes``)."""
