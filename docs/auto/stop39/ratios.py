@@ -5,7 +5,10 @@ for d in sys.argv[1:]:
         if ".base." in f: continue
         tag = os.path.basename(f)[:-len(".ortdef.json")]
         net = tag.split("_lossy")[0].split("_exact")[0]
-        b = json.load(open(f"{d}/{net}.base.ortdef.json")); p = json.load(open(f))
+        try:
+            b = json.load(open(f"{d}/{net}.base.ortdef.json")); p = json.load(open(f))
+        except ValueError:
+            print(f"{tag:45s} no measurement (nothing written)"); continue
         added = p["rss_setup_bytes"] - b["rss_setup_bytes"]
         tr = json.load(open(f"{d}/{tag}.transform.json")) if os.path.getsize(f"{d}/{tag}.transform.json") else {}
         v = tr.get("verify", {})
