@@ -370,8 +370,8 @@ def add_subcommands(sub: Any) -> None:
                       help="with --budget: train the written graph for 3 steps in a child process under the budget's "
                       "settings (ORT's defaults for --budget-for ort-defaults[-total]; -total also measures the input "
                       "graph's set-up once) and plan again for a lower internal "
-                      "budget while it measures over the budget; exit 2 with the lowest measured figure when no plan "
-                      "fits (planner/budget_verify.py)")
+                      "budget while it measures over the budget; each plan is measured before it is published: exit 2 "
+                      "with the lowest measured figure, and nothing written, when no plan fits (planner/budget_verify.py)")
     s.add_argument("--lift-convs", action=argparse.BooleanOptionalAction, default=True,
                    help="let the last pass run 2-D convolutions as 3-D ones (a spatial axis of 1 in front) where "
                    "that stops ORT's buffer reuse holding dead buffers: less memory under ORT's default session "
