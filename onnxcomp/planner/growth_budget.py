@@ -307,11 +307,16 @@ def _descend(model: onnx.ModelProto, target: int, exact: bool, min_bytes: int, s
     return chosen
 
 
+def _predicted_key(budget_for: str | None) -> str:
+    """The plan record's predicted figure that a ``budget_for`` budget is checked against."""
+    return "predicted_total_bytes" if budget_for == "ort-defaults-total" else "predicted_growth_bytes"
+
+
 def _with_growth(plan: AutoPlan, budget: int, target: int, c: Candidate, records: list[dict[str, Any]],
                  fits: bool, budget_for: str = "ort-defaults") -> AutoPlan:
     from dataclasses import replace
 
-    rkey = "predicted_total_bytes" if budget_for == "ort-defaults-total" else "predicted_growth_bytes"
+    rkey = _predicted_key(budget_for)
     growth = {"budget_for": budget_for, "growth_budget_bytes": budget, "growth_target_bytes": target,
               "predicted_growth_bytes": None if c.growth is None else c.growth["growth_bytes"],
               "predicted_set_up_added_bytes": None if c.growth is None else c.growth.get("set_up_added_bytes", 0),
@@ -330,7 +335,7 @@ def growth_failure_line(plan: AutoPlan) -> str:
     mode = "exact techniques only (--exact)" if plan.exact else "every technique"
     parts = g.get("parts") or {}
     total = g.get("budget_for") == "ort-defaults-total"
-    best = g.get("predicted_total_bytes" if total else "predicted_growth_bytes")
+    best = g.get(_predicted_key(g.get("budget_for")))
     what = "growth + set-up added" if total else "growth"
     if best is None:
         return (f"ORT-defaults {what} budget {g.get('growth_budget_bytes', 0) / MiB:.1f} MiB cannot be met with "
@@ -346,7 +351,6 @@ def growth_failure_line(plan: AutoPlan) -> str:
 
 def raise_if_unfit(plan: AutoPlan) -> None:
     if not plan.fits:
-        raise BudgetError(growth_failure_line(plan), predicted_peak=(plan.growth or {}).get(
-            "predicted_total_bytes" if (plan.growth or {}).get("budget_for") == "ort-defaults-total"
-            else "predicted_growth_bytes"),
-                          target=(plan.growth or {}).get("growth_target_bytes"))
+        g = plan.growth or {}
+        raise BudgetError(growth_failure_line(plan), predicted_peak=g.get(_predicted_key(g.get("budget_for"))),
+                          target=g.get("growth_target_bytes"))
