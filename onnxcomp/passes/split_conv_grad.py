@@ -191,6 +191,16 @@ def _split(graph: ir.Graph, grad: ir.Node, bounds: list[int], taken: set[str],
                            dilations=list(a.get_ints("dilations", [1, 1])), strides=[1, 1],
                            kernel_shape=list(ws[2:]), group=1).outputs[0]
         dx = None
+    # dX as declared: where the reuse pass lifted it (passes/reuse_signature.py: the same elements under another
+    # declared shape, e.g. [N, C, H, W, 1], that steers ORT's buffer reuse), the blocks and their Concat are
+    # declared lifted the same way; a 4-D Concat under the lifted declaration made ORT fall back to a lenient shape
+    # merge (warning "Error merging shape info") and drop the lift.
+    dx_decl = list(xs)
+    if dx is not None:
+        declared = _static(dx)
+        if (declared is not None and declared != list(xs) and len(declared) >= 2 and declared[:2] == list(xs[:2])
+                and math.prod(declared) == math.prod(xs)):
+            dx_decl = declared
     # Block j's slices of X and W wait on block j-1's dW (block 0's on dY): the copies are made when their
     # ConvGrad can run, not hoisted, and one block's workspace is alive at a time.
     dxs, dws, after = [], [], dy
@@ -201,7 +211,7 @@ def _split(graph: ir.Graph, grad: ir.Node, bounds: list[int], taken: set[str],
         x_j.shape = ir.Shape([xs[0], hi - lo, *xs[2:]])
         w_j = _slice(ed, ed.gate(w, after=after, shape=list(ws), zero=zero), lo, hi, 1, f"w{j}")
         w_j.shape = ir.Shape([ws[0], hi - lo, *ws[2:]])
-        spec = [(ed.name(f"dx{j}"), f32, [xs[0], hi - lo, *xs[2:]]) if dx is not None else None,
+        spec = [(ed.name(f"dx{j}"), f32, [dx_decl[0], hi - lo, *dx_decl[2:]]) if dx is not None else None,
                 (ed.name(f"dw{j}"), f32, [ws[0], hi - lo, *ws[2:]]),
                 (ed.name("db"), f32, [ws[0]]) if db is not None and j == 0 else None]
         while spec and spec[-1] is None:
@@ -214,7 +224,7 @@ def _split(graph: ir.Graph, grad: ir.Node, bounds: list[int], taken: set[str],
             _take_over(db, part.outputs[2])
         after = part.outputs[1]
     if dx is not None:
-        total = ed.op("Concat", dxs, "dx", f32, list(xs), axis=1)
+        total = ed.op("Concat", dxs, "dx", f32, dx_decl, axis=1)
         _take_over(dx, total)
     if whole_dx is not None:
         _take_over(outs[0], whole_dx)
