@@ -207,7 +207,7 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
             if limit:
                 from .planner.growth_budget import scratch_passes
 
-                bounded = run_passes(ir_model, scratch_passes(limit))
+                bounded = run_passes(ir_model, scratch_passes(limit, _planned_scratch_exact(log.records)))
                 log.records += bounded.records
                 log.skipped += bounded.skipped
                 log.modified_by += bounded.modified_by
@@ -391,6 +391,12 @@ def _planned_scratch_limit(records: list) -> int | None:
     """The kernel scratch limit the budget planner's ORT-defaults mode priced its plan with (None: none)."""
     return next((r.detail["ort_defaults"].get("scratch_limit_bytes") for r in records
                  if r.pass_name == "auto" and isinstance(r.detail, dict) and r.detail.get("ort_defaults")), None)
+
+
+def _planned_scratch_exact(records: list) -> bool:
+    """Whether that limit was priced with the bit-identical scratch passes (an `--exact` plan)."""
+    return next((bool(r.detail["ort_defaults"].get("scratch_exact")) for r in records
+                 if r.pass_name == "auto" and isinstance(r.detail, dict) and r.detail.get("ort_defaults")), False)
 
 
 def _planned_spacers(result: TransformResult) -> list[int]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from onnxcomp.passes.records import PassRecord
 from onnxcomp.planner import growth_budget
-from onnxcomp.transform import _planned_scratch_limit
+from onnxcomp.transform import _planned_scratch_exact, _planned_scratch_limit
 
 KiB = 1024
 
@@ -17,7 +17,8 @@ def _fake(monkeypatch: Any, growth_at: dict[int | None, int | None]) -> list[int
     """finished_graph(plan, L) → L (None: the passes changed nothing); _growth_of(L) → growth_at[L]."""
     asked: list[int | None] = []
 
-    def finished(plan: Any, limit: int | None = None) -> Any:
+    def finished(plan: Any, limit: int | None = None, exact: bool = False) -> Any:
+        assert not exact
         asked.append(limit)
         return None if growth_at.get(limit, 0) is None else SimpleNamespace(limit=limit)
 
@@ -82,3 +83,43 @@ def test_headroom_doubles_the_requests_outside_the_block() -> None:
     twice = with_headroom(gm, 3.0).simulate(steps=3)[0]
     assert once == 3 * 1024 * KiB // 2 + 300 * KiB and twice == 3 * 1024 * KiB // 2 + 900 * KiB
     assert with_headroom(gm, 1.0) is gm and gm.events[0].nbytes == 300 * KiB
+
+
+# --exact plans: the bit-identical blocks only, at the largest request outside the block halved / quartered,
+# priced without the headroom (docs/notes/setupcount.md)
+def test_exact_plans_price_halving_the_largest_request_with_the_exact_passes(monkeypatch: Any) -> None:
+    asked: list[tuple[int | None, bool]] = []
+
+    def finished(plan: Any, limit: int | None = None, exact: bool = False) -> Any:
+        asked.append((limit, exact))
+        return SimpleNamespace(limit=limit)
+
+    def growth_of(g: Any, base_nodes: int = 0, headroom: float = 1.0) -> dict[str, Any]:
+        assert headroom == 1.0
+        return {"growth_bytes": {1800 * KiB: 25, 900 * KiB: 27}[g.limit], "largest_outside_bytes": 0}
+
+    monkeypatch.setattr(growth_budget, "finished_graph", finished)
+    monkeypatch.setattr(growth_budget, "_growth_of", growth_of)
+    plain = {"growth_bytes": 26, "largest_outside_bytes": 3600 * KiB}
+    got = growth_budget.bounded_growth(SimpleNamespace(), plain, exact=True)
+    assert asked == [(1800 * KiB, True), (900 * KiB, True)]
+    assert got["growth_bytes"] == 25 and got["scratch_limit_bytes"] == 1800 * KiB and got["scratch_exact"]
+    # nothing under 128 KiB is asked for; the plain graph is kept (and says it was an exact pricing)
+    asked.clear()
+    got = growth_budget.bounded_growth(SimpleNamespace(), {"growth_bytes": 26, "largest_outside_bytes": 200 * KiB},
+                                       exact=True)
+    assert asked == [] and got["scratch_limit_bytes"] is None and got["scratch_exact"]
+
+
+def test_exact_scratch_passes_split_convgrads_only_bit_identically() -> None:
+    passes = growth_budget.scratch_passes(256 * KiB, exact=True)
+    assert [p.name for p in passes] == ["split_conv_grad"]
+    assert passes[0].exact and not passes[0].dx_by_conv
+
+
+def test_transform_reads_whether_the_limit_is_exact() -> None:
+    auto = PassRecord("planned", "auto", "plan", {"ort_defaults": {"scratch_limit_bytes": 256 * KiB,
+                                                                   "scratch_exact": True}})
+    assert _planned_scratch_exact([auto])
+    lossy = PassRecord("planned", "auto", "plan", {"ort_defaults": {"scratch_limit_bytes": 256 * KiB}})
+    assert not _planned_scratch_exact([lossy]) and not _planned_scratch_exact([])

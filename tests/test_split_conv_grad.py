@@ -183,3 +183,107 @@ def test_dx_by_conv_splits_where_blocks_would_not_pay() -> None:
     assert blocks_that_pay((2, 6, 8, 8), (64, 4, 8, 8), (6, 4, 3, 3), True, 9216 // 2) == 0
     result = SplitConvGradPass(9216 // 2, dx_by_conv=True).run(_graph())
     assert any(r["workspace_bytes"] == 9216 for r in result.records)
+
+
+# exact (the ORT-defaults growth mode prices it for --exact plans): blocks only where they probe bit-identical
+def _one_convgrad(n: int, c: int, m: int, h: int) -> onnx.ModelProto:
+    text = f"""
+<ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
+g (float[{n},{m},{h},{h}] dz, float[{n},{c},{h},{h}] x, float[{m},{c},3,3] w)
+  => (float[{n},{c},{h},{h}] dx, float[{m},{c},3,3] dw, float[{m}] db)
+{{
+  dx, dw, db = com.microsoft.ConvGrad <{_C3.format(g=1)}> (dz, x, w)
+}}
+"""
+    return onnx.shape_inference.infer_shapes(onnx.parser.parse_model(text))
+
+
+def _run_one(model: onnx.ModelProto, n: int, c: int, m: int, h: int, threads: int = 1) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(3)
+    feeds = {"dz": rng.standard_normal((n, m, h, h)), "x": rng.standard_normal((n, c, h, h)),
+             "w": rng.standard_normal((m, c, 3, 3))}
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads       # MLAS's K slices depend on the thread count: the test fixes it
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(["dx", "dw", "db"], {k: v.astype(np.float32) for k, v in feeds.items()})
+
+
+def test_exact_blocks_give_bit_identical_gradients(monkeypatch: pytest.MonkeyPatch) -> None:
+    import onnxcomp.passes.split_conv_grad as scg
+
+    # the probe's thread counts fixed (1 and 2, whatever this machine has), the comparison run at both
+    monkeypatch.setattr(scg, "probe_thread_counts", lambda: (1, 2))
+    scg.blocks_bit_identical.cache_clear()
+    # 48 input channels, 16x16: a 432 KiB workspace; at half of it two blocks of 24 channels (dW's 216 columns per
+    # block keep MLAS's K slices at 1 and 2 threads)
+    n, c, m, h = 2, 48, 8, 16
+    ws = c * 9 * h * h * 4
+    result = SplitConvGradPass(ws // 2, exact=True).run(_one_convgrad(n, c, m, h))
+    assert [(r["input_channel_blocks"], r["exact"]) for r in result.records] == [(2, True)]
+    assert sum(1 for node in result.model.graph.node if node.op_type == "ConvGrad") == 2
+    for threads in (1, 2):
+        whole, blocks = (_run_one(g, n, c, m, h, threads) for g in (_one_convgrad(n, c, m, h), result.model))
+        assert all(np.array_equal(a, b) for a, b in zip(whole, blocks))
+    scg.blocks_bit_identical.cache_clear()
+
+
+def test_exact_leaves_a_convgrad_whose_blocks_would_round_dw_otherwise() -> None:
+    from onnxcomp.passes.split_conv_grad import blocks_bit_identical
+
+    # one channel a block: 9 dW columns a block against 144 whole, so MLAS sums the 256 output pixels in one
+    # 256-long slice instead of two of 128: dW differs in the last bits
+    n, c, m, h = 2, 16, 8, 16
+    attrs = ((1, 1, 1, 1), (1, 1), (1, 1), (3, 3), "NOTSET")
+    assert not blocks_bit_identical((n, m, h, h), (n, c, h, h), (m, c, 3, 3), attrs, (True, True, True),
+                                    tuple(range(c + 1)))
+    split = SplitConvGradPass(1, dx_by_conv=False).run(_one_convgrad(n, c, m, h))     # 16 blocks: differs
+    dw_whole, dw_blocks = _run_one(_one_convgrad(n, c, m, h), n, c, m, h)[1], _run_one(split.model, n, c, m, h)[1]
+    assert not np.array_equal(dw_whole, dw_blocks)
+    np.testing.assert_allclose(dw_blocks, dw_whole, rtol=1e-4, atol=1e-4)
+    result = SplitConvGradPass(c * 9 * h * h * 4 // 16, exact=True).run(_one_convgrad(n, c, m, h))
+    assert not result.modified and any("bit-identical" in s.reason for s in result.skipped)
+
+
+def test_exact_and_dx_by_conv_exclude_each_other() -> None:
+    from onnxcomp.errors import OnnxcompError
+
+    with pytest.raises(OnnxcompError, match="exact"):
+        SplitConvGradPass(1024, dx_by_conv=True, exact=True)
+
+
+def test_exact_blocks_keep_a_lifted_dx_declaration(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reuse pass declares some ConvGrad outputs lifted ([N, C, H, W, 1]: same elements, another signature for
+    ORT's reuse plan). The blocks and their Concat must be declared the same way: a 4-D Concat under the 5-D
+    declaration is a shape conflict ORT merges leniently (and the measured set-up of wide_resnet_s's exact plan rose
+    0.94 MiB with it)."""
+    import onnxcomp.passes.split_conv_grad as scg
+
+    monkeypatch.setattr(scg, "probe_thread_counts", lambda: (1, 2))
+    scg.blocks_bit_identical.cache_clear()
+    n, c, m, h = 2, 48, 8, 16
+    text = f"""
+<ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
+g (float[{n},{m},{h},{h}] dz, float[{n},{c},{h},{h}] x, float[{m},{c},3,3] w)
+  => (float[{n},{c},{h},{h}] dx, float[{m},{c},3,3] dw, float[{m}] db)
+<float[{n},{c},{h},{h},1] dxl, int64[4] s4>
+{{
+  dxl, dw, db = com.microsoft.ConvGrad <{_C3.format(g=1)}> (dz, x, w)
+  s4 = Constant <value = int64[4] {{{n}, {c}, {h}, {h}}}> ()
+  dx = Reshape (dxl, s4)
+}}
+"""
+    model = onnx.parser.parse_model(text)
+    result = SplitConvGradPass(c * 9 * h * h * 4 // 2, exact=True).run(model)
+    assert [r["input_channel_blocks"] for r in result.records] == [2]
+    out = result.model
+    declared = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in out.graph.value_info}
+    concat = next(node for node in out.graph.node if node.op_type == "Concat" and node.output[0] == "dxl")
+    assert declared["dxl"] == [n, c, h, h, 1]
+    assert all(declared[i] == [n, c // 2, h, h, 1] for i in concat.input)
+    onnx.shape_inference.infer_shapes(out, strict_mode=True)     # no conflict between inferred and declared
+    for threads in (1, 2):
+        whole, blocks = (_run_one(g, n, c, m, h, threads) for g in (model, out))
+        assert all(np.array_equal(a, b) for a, b in zip(whole, blocks))
+    scg.blocks_bit_identical.cache_clear()

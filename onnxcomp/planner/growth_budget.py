@@ -75,10 +75,11 @@ def tightest_growth_budget(predicted_growth: int, margin: float = GROWTH_MARGIN)
     return int(predicted_growth / (1 - margin)) + TIGHTEST_SLACK
 
 
-def finished_graph(plan: AutoPlan, scratch_limit: int | None = None) -> onnx.ModelProto | None:
+def finished_graph(plan: AutoPlan, scratch_limit: int | None = None,
+                   scratch_exact: bool = False) -> onnx.ModelProto | None:
     """The graph `transform` writes for ``plan``: its pipeline's graph after transform's last passes; with
-    ``scratch_limit``, then after ``scratch_passes(scratch_limit)`` (None where they change nothing, or where the
-    plan rewrote nothing: transform runs neither on an untouched graph)."""
+    ``scratch_limit``, then after ``scratch_passes(scratch_limit, scratch_exact)`` (None where they change nothing,
+    or where the plan rewrote nothing: transform runs neither on an untouched graph)."""
     import onnx_ir as ir
 
     from ..analysis.cached import adopt_snapshot, snapshot_of
@@ -96,7 +97,7 @@ def finished_graph(plan: AutoPlan, scratch_limit: int | None = None) -> onnx.Mod
         # After the last passes, as transform does: run before them (so that DefaultOrderPass and the reuse pass
         # see the new nodes) lossy densenet_s's plan predicted 30.9 MiB and measured 49.8 (not found why); after
         # them it predicted 35.5 and measured 33.7 (docs/notes/lossyfloor.md).
-        bounded = run_passes(finished, scratch_passes(scratch_limit))
+        bounded = run_passes(finished, scratch_passes(scratch_limit, scratch_exact))
         if not bounded.records:
             return None
     return snapshot_of(finished)
@@ -135,36 +136,52 @@ SCRATCH_LIMITS = (256 << 10, 512 << 10, 1 << 20)
 # fit in the ~600 KB the set-up leaves. With requests doubled the replay predicts 50.1 / 57.3 MiB for them, and
 # 35.8 for the bounded plan that measured 33.7 (docs/notes/lossyfloor.md).
 SCRATCH_HEADROOM = 2.0
+# For exact plans (``bounded_growth(exact=True)``): the limits priced are the largest request outside the block over
+# these divisors, so the ConvGrad that sets it is halved / quartered; SCRATCH_LIMITS' fixed ones would ask for block
+# counts that rarely probe bit-identical (passes/split_conv_grad.py ``exact_blocks``). Priced without the headroom:
+# exact wide_resnet_s's plan with its largest ConvGrad in 2 blocks predicted 25.11 MiB plain (26.87 with it) and
+# measured 25.25 (docs/notes/setupcount.md); the headroom is a stopgap for a lossy miss, kept there.
+EXACT_SCRATCH_DIVISORS = (2, 4)
 
 
-def scratch_passes(limit: int) -> list[Any]:
+def scratch_passes(limit: int, exact: bool = False) -> list[Any]:
     """The passes that bound kernel scratch at ``limit`` bytes: every ConvGrad whose im2col buffer exceeds it run as
     input-channel blocks making dW, dX by one Conv over flipped weights where the conv has stride 1
     (passes/split_conv_grad.py ``dx_by_conv``), and every stride-1 ConvTranspose whose col buffer exceeds it run as
-    a Conv (passes/conv_transpose_as_conv.py). Not bit-identical: lossy plans only. `transform` runs them after its
-    last passes where the plan's record names a limit (``scratch_limit_bytes``), as ``finished_graph`` does here."""
+    a Conv (passes/conv_transpose_as_conv.py). Not bit-identical: lossy plans only. ``exact``: only ConvGrads split
+    into input-channel blocks computing dX and dW, where the blocks probe bit-identical (``SplitConvGradPass(exact=
+    True)``); the Conv over flipped weights and ConvTransposeAsConv sum in another order and are left out.
+    `transform` runs them after its last passes where the plan's record names a limit (``scratch_limit_bytes``,
+    ``scratch_exact``), as ``finished_graph`` does here."""
     from ..passes.conv_transpose_as_conv import ConvTransposeAsConvPass
     from ..passes.split_conv_grad import SplitConvGradPass
 
+    if exact:
+        return [SplitConvGradPass(limit, exact=True)]
     return [SplitConvGradPass(limit, dx_by_conv=True), ConvTransposeAsConvPass(limit)]
 
 
 def bounded_growth(plan: AutoPlan, plain: dict[str, Any], base_nodes: int = 0,
-                   key: str = "growth_bytes") -> dict[str, Any]:
+                   key: str = "growth_bytes", exact: bool = False) -> dict[str, Any]:
     """``plain`` (the growth parts of ``plan``'s finished graph, ``scratch_limit_bytes`` None), or the parts of the
     graph finished with ``scratch_passes(L)`` for the ``SCRATCH_LIMITS`` entry L predicting the least ``key``
     (growth, or growth + set-up added) where that is less (``scratch_limit_bytes`` L), priced with
-    ``SCRATCH_HEADROOM``. Only limits under the plain graph's largest request outside the pattern block are tried."""
-    best = {**plain, "scratch_limit_bytes": None}
-    for limit in SCRATCH_LIMITS:
-        if plain.get("largest_outside_bytes", 0) <= limit:
+    ``SCRATCH_HEADROOM``. Only limits under the plain graph's largest request outside the pattern block are tried.
+    ``exact``: the limits are that largest request over ``EXACT_SCRATCH_DIVISORS``, the passes the bit-identical
+    ones (``scratch_passes(L, exact=True)``), priced without the headroom; ``scratch_exact`` records which."""
+    best = {**plain, "scratch_limit_bytes": None, "scratch_exact": exact}
+    largest = int(plain.get("largest_outside_bytes", 0))
+    limits = sorted({largest // d for d in EXACT_SCRATCH_DIVISORS if largest // d > SCRATCH_LIMITS[0] // 2},
+                    reverse=True) if exact else SCRATCH_LIMITS
+    for limit in limits:
+        if largest <= limit:
             continue
-        graph = finished_graph(plan, limit)
+        graph = finished_graph(plan, limit, exact)
         if graph is None:
             continue
-        p = _growth_of(graph, base_nodes, SCRATCH_HEADROOM)
+        p = _growth_of(graph, base_nodes, 1.0 if exact else SCRATCH_HEADROOM)
         if _figure(p, key) < _figure(best, key):
-            best = {**p, "scratch_limit_bytes": limit}
+            best = {**p, "scratch_limit_bytes": limit, "scratch_exact": exact}
     return best
 
 
@@ -254,9 +271,7 @@ def _descend(model: onnx.ModelProto, target: int, exact: bool, min_bytes: int, s
                          min_bytes=min_bytes, pyops=pyops)
         growth = None
         if plan.fits:
-            growth = _growth_of(finished_graph(plan), base_nodes)
-            if not exact:
-                growth = bounded_growth(plan, growth, base_nodes, key)
+            growth = bounded_growth(plan, _growth_of(finished_graph(plan), base_nodes), base_nodes, key, exact)
         c = Candidate(step_budget, plan.fits, plan.predicted_peak, plan.predicted_seconds, growth, pyops)
         candidates.append((c, plan))
         g = "—" if growth is None else f"{growth['growth_bytes'] / MiB:.1f} MiB" + (
@@ -324,6 +339,7 @@ def _with_growth(plan: AutoPlan, budget: int, target: int, c: Candidate, records
               "step_budget_bytes": c.step_budget, "parts": c.growth, "candidates": records,
               "spacers": (c.growth or {}).get("spacers") or [],
               "scratch_limit_bytes": (c.growth or {}).get("scratch_limit_bytes"),
+              "scratch_exact": bool((c.growth or {}).get("scratch_exact")),
               # in either mode: the smallest budget of that mode's figure a priced plan is accepted for
               "tightest_growth_budget_bytes": min((tightest_growth_budget(r[rkey])
                                                    for r in records if r[rkey] is not None), default=None)}
