@@ -228,9 +228,10 @@ def _renameat2(src: Path, dst: Path, flags: int) -> bool:
     raise OSError(err, os.strerror(err), str(dst))
 
 
-def _carry_over(old: Path, new: Path) -> None:
+def carry_over_entries(old: Path, new: Path) -> None:
     """Hard-link the entries of ``old`` that the new set does not have into ``new`` (``old`` is about to be
-    deleted, so nothing is shared afterwards)."""
+    deleted, so nothing is shared afterwards; a set checked before it is published — `transform --verify` — is
+    completed the same way first, so that what is measured is what will be published)."""
     for e in old.iterdir():
         dst = new / e.name
         if os.path.lexists(dst) or e.name.startswith(".") and e.name.endswith((".tmp", ".lock")):
@@ -256,7 +257,7 @@ def publish_directory(stage: Path, target: Path, *, replace: bool, carry_over: b
     if not replace:
         raise OutputExistsError(target)
     if carry_over:
-        _carry_over(target, stage)
+        carry_over_entries(target, stage)
     if _renameat2(stage, target, _RENAME_EXCHANGE):
         shutil.rmtree(stage, ignore_errors=True)  # now the old set; a kill here leaves it for clean_stale
         return

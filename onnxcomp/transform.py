@@ -17,7 +17,7 @@ import onnx_ir as ir
 from .analysis import LOSSLESS, GraphAnalysis
 from .analysis.cached import adopt_snapshot, analysis_of, snapshot_of
 from .errors import OnnxcompError, OutputExistsError
-from .fileio import atomic_output, check_output_path, output_lock, staged_directory
+from .fileio import atomic_output, carry_over_entries, check_output_path, output_lock, staged_directory
 from .load import (EXTERNAL_DATA_THRESHOLD, TRAINING_MODEL, data_file_names, external_data_files, has_external_data,
                    load_model, save_model)
 from .passes import OPTIONS, get_policy
@@ -316,6 +316,10 @@ def transform(model_or_dir: str | Path, output: str | Path, policy: str = "lossl
             with staged_directory(out, replace=True, carry_over=True) as stage:
                 _write_set(result, loaded, stage, out, external_threshold)
                 if accept is not None:
+                    if out.is_dir():
+                        # The files the new set keeps from the old one (carried over when published) are
+                        # linked in now: a staged set without them (e.g. no checkpoint) cannot be measured.
+                        carry_over_entries(out, stage)
                     accept(stage, None)
         else:
             if accept is not None:

@@ -111,7 +111,7 @@ def _fake_measure(monkeypatch, figures: list[int]) -> list[dict]:  # noqa: ANN00
         got = figures[min(len(calls), len(figures) - 1)]
         graph = Path(model) if model else Path(artifact_dir) / "training_model.onnx"
         calls.append({"dir": Path(artifact_dir), "model": model, "settings": settings.to_dict(),
-                      "graph_exists": graph.is_file()})
+                      "graph_exists": graph.is_file(), "checkpoint_exists": (Path(artifact_dir) / "checkpoint").exists()})
         return SimpleNamespace(growth_bytes=got, peak_bytes=got)
 
     monkeypatch.setattr(measure_mod, "measure", fake_measure)
@@ -161,6 +161,21 @@ def test_cli_verify_publishes_the_plan_that_measured_within(small_artifacts: Pat
     assert [a["measured_bytes"] for a in v["verify"]["attempts"]] == [100 * MiB, 10 * MiB] and len(calls) == 2
     plan = json.loads((out / "training_model.plan.json").read_text())
     assert plan["output"] == str(out / "training_model.onnx")      # the final path, not the staged one
+    assert (out / "checkpoint").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["o"]
+
+
+def test_cli_verify_over_an_existing_output_measures_a_complete_set(small_artifacts: Path, tmp_path: Path,  # noqa: ANN001
+                                                                   monkeypatch, capsys) -> None:
+    # The staged set leaves out the files the old output already has (they are carried over when it is
+    # published); the set measured before publishing must hold them, or ORT finds no checkpoint.
+    out = tmp_path / "o"
+    _fake_measure(monkeypatch, [10 * MiB])
+    args = ["transform", str(small_artifacts), "-o", str(out), "--policy", "auto", "--exact", "--budget", "64MiB",
+            "--budget-for", "ort-defaults", "--verify"]
+    assert main(args) == 0, capsys.readouterr().err
+    calls = _fake_measure(monkeypatch, [10 * MiB])
+    assert main([*args, "--force"]) == 0, capsys.readouterr().err
+    assert calls and all(c["graph_exists"] and c["checkpoint_exists"] for c in calls)
     assert (out / "checkpoint").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["o"]
 
 
