@@ -167,6 +167,7 @@ def cmd_maxbatch(args: argparse.Namespace) -> int:
                     steps=args.steps, settings=_settings(args), figure=args.figure, limit=args.max_batch,
                     start=args.start, tolerance=args.tolerance, work_dir=args.work, starts=starts, reuse=reuse,
                     replans=args.replans, plan_fraction=args.plan_fraction, budget_for=args.budget_for,
+                    margin=args.margin,
                     progress=(lambda m: print(m, file=sys.stderr, flush=True)) if args.json else print)
     if args.json:
         _print_json(res)
@@ -270,6 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "for the growth under ORT's defaults (transform --budget-for ort-defaults; re-planned lower by "
                    "the measured miss, as transform --verify). Default: ort-defaults when the probes measure "
                    "growth under --arena --mem-pattern --mem-reuse --order default, step-peak otherwise")
+    s.add_argument("--margin", type=float, default=None, metavar="F",
+                   help="auto policies: plan this share of the planning budget under it (transform --margin). "
+                   "Default: 0.02 with --budget-for ort-defaults (each probe is measured and re-planned when over, "
+                   "as transform --verify), the planner's 0.05 for the step peak")
     s.add_argument("--max-batch", type=_positive, default=4096)
     s.add_argument("--start", type=_positive, default=1, help="first batch probed (the search doubles from it)")
     s.add_argument("--start-at", action="append", default=[], metavar="POLICY=BATCH",

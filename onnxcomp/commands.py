@@ -72,6 +72,7 @@ def print_transform_summary(summary: dict[str, Any]) -> None:
 
 
 def cmd_transform(args: argparse.Namespace) -> int:
+    from .planner.growth_budget import GROWTH_MODES, VERIFIED_GROWTH_MARGIN
     from .transform import transform
 
     from .transform import load_policy_config
@@ -94,6 +95,16 @@ def cmd_transform(args: argparse.Namespace) -> int:
     verify = getattr(args, "verify", False)
     if verify and (args.policy != "auto" or args.budget is None):
         raise OnnxcompError("--verify checks a budget by measurement: add --policy auto --budget SIZE")
+    margin = getattr(args, "margin", None)
+    if margin is not None:
+        if args.policy != "auto" or args.budget is None:
+            raise OnnxcompError("--margin applies to the budget planner: add --policy auto --budget SIZE",
+                                options=("margin",))
+        options["margin"] = margin
+    elif verify and options.get("budget_for") in GROWTH_MODES:
+        # A measurement checks the plan and re-plans it lower when it is over: the growth planner's margin need
+        # not guard the budget too (planner/growth_budget.VERIFIED_GROWTH_MARGIN).
+        options["margin"] = VERIFIED_GROWTH_MARGIN
 
     def write(budget: int | None = None, accept: Any = None) -> Any:
         opts = options if budget is None else options | {"budget_bytes": budget}
@@ -304,6 +315,17 @@ def _bytes_arg(text: str) -> int:
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
+def _margin_arg(text: str) -> float:
+    """A share of the budget in [0, 1): 0.02 or 2%."""
+    try:
+        value = float(text[:-1]) / 100 if text.strip().endswith("%") else float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a share of the budget in [0, 1), e.g. 0.02 or 2%")
+    return value
+
+
 class _WholeNames(argparse.HelpFormatter):
     """Help wrapped at spaces only: a policy name (dpr-fp16, rows+lossless) is never cut at its hyphen."""
 
@@ -372,6 +394,11 @@ def add_subcommands(sub: Any) -> None:
                       "graph's set-up once) and plan again for a lower internal "
                       "budget while it measures over the budget; each plan is measured before it is published: exit 2 "
                       "with the lowest measured figure, and nothing written, when no plan fits (planner/budget_verify.py)")
+    auto.add_argument("--margin", type=_margin_arg, default=None, metavar="F",
+                      help="plan this share of --budget under it, e.g. 0.02: room for the prediction's error. "
+                      "Default 0.05 (planner/auto.py, planner/growth_budget.py); with --verify and --budget-for "
+                      "ort-defaults[-total] 0.02, since the measurement re-plans a plan that is over (the margin "
+                      "then trades a re-plan against a looser plan; it does not guard the budget)")
     s.add_argument("--lift-convs", action=argparse.BooleanOptionalAction, default=True,
                    help="let the last pass run 2-D convolutions as 3-D ones (a spatial axis of 1 in front) where "
                    "that stops ORT's buffer reuse holding dead buffers: less memory under ORT's default session "

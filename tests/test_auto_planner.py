@@ -406,3 +406,114 @@ def test_planner_prices_a_cast_by_its_type_pair() -> None:
     costs.model = CostModel({}, {"*": LinearFit((0.0, 1e-9, 0.0)), "Cast": LinearFit((0.0, 1e-9, 0.0)),
                                  "Cast:bool->float32": LinearFit((0.0, 1e-10, 0.0))})
     assert costs.ops(analysis, [cast]) == pytest.approx(1e-10 * 5 * 64 * 1024)
+
+
+def _recomputable_by_runs(model: onnx.ModelProto, alone: bool = True, extend: bool = True) -> dict:
+    """The recompute tables as they were made before ``RecomputePass.plan_table``: one whole ``RecomputePass.run``
+    (load, rewrite, check, serialise) per question, read from its records. Kept here as the reference."""
+    from onnxcomp.passes import RecomputePass
+    from onnxcomp.passes.recompute import CHEAP_OPS, PINNED_REASON
+    from onnxcomp.planner.auto import EXTEND_FRACTION, RECOMPUTE_CONV, _deepen
+
+    def table(res):
+        return {r.subject: (list(r.detail.get("cloned_ops", [])), list(r.detail.get("inputs_kept", [])),
+                            list(r.detail.get("inputs_extended", [])))
+                for r in res.records if r.kind == "recomputed"}
+
+    out = {}
+    fraction = EXTEND_FRACTION if extend else 0.0
+    for technique, ops in (("recompute", CHEAP_OPS), (RECOMPUTE_CONV, CHEAP_OPS | {"Conv"})):
+        run = lambda names=None, ops=ops: RecomputePass(tensors=names, ops=ops,  # noqa: E731
+                                                        extend_fraction=fraction).run(model)
+        res = run()
+        joint = table(res)
+        if alone:
+            for s in res.skipped:
+                if s.name not in joint and s.reason.startswith(PINNED_REASON):
+                    own = table(run([s.name])).get(s.name)
+                    if own is not None:
+                        joint[s.name] = own
+        for subject in [k for k, (cloned, _, _) in joint.items() if not cloned and alone]:
+            own = table(run([subject])).get(subject)
+            if own is None:
+                joint.pop(subject)
+            else:
+                joint[subject] = own
+        if alone and extend and technique == RECOMPUTE_CONV:
+            _deepen(model, joint, lambda names, run=run: table(run(names)))
+        out[technique] = joint
+    return out
+
+
+# A dense block (ConcatTraining of the block input and a new conv's features) under BN-ReLU, then MaxPool:
+# recomputation through convolutions, kept-alive forward tensors (extension), _deepen and a MaxPool's indices
+# rebuilt beside its output all occur.
+_DENSE = f"""
+<ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
+train (float[2,3,8,8] input, float[4,3,3,3] w0, float[2,4,3,3] w1, float[6] scale, float[6] bias, float[6] mean,
+       float[6] var, float[4,6,3,3] w2, bool lazy_reset_grad, float loss_grad, float[4,3,3,3] w0_buf,
+       float[2,4,3,3] w1_buf, float[4,6,3,3] w2_buf) => (bool w0_out, bool w1_out, bool w2_out)
+      <float[2,6,8,8] c, int64[2] lens, float[2,6,8,8] bn, float[2,6,8,8] y, float[2,6,4,4] p, int64[2,6,4,4] idx>
+{{
+  a = Conv <pads=[1,1,1,1]> (input, w0)
+  r = Relu (a)
+  n = Conv <pads=[1,1,1,1]> (r, w1)
+  c, lens = com.microsoft.ConcatTraining <axis=1> (r, n)
+  bn, rm, rv, sm, sis = com.microsoft.BatchNormInternal <epsilon=0.00001, momentum=0.9> (c, scale, bias, mean, var)
+  y = Relu (bn)
+  p, idx = MaxPool <kernel_shape=[2,2], strides=[2,2]> (y)
+  z = Conv <pads=[1,1,1,1]> (p, w2)
+  loss = ReduceSum <keepdims=0> (z)
+  z_shape = Shape (z)
+  dz = Expand (loss_grad, z_shape)
+  dp, w2_grad, db2 = com.microsoft.ConvGrad <{_CONV}> (dz, p, w2)
+  dy = MaxPoolGrad (dp, idx)
+  dbn = com.microsoft.ReluGrad (dy, y)
+  dc, dscale, dbias = com.microsoft.BatchNormalizationGrad <epsilon=0.00001> (dbn, c, scale, sm, sis)
+  dr1, dn = com.microsoft.SplitTraining <axis=1> (dc, lens)
+  dr2, w1_grad, db1 = com.microsoft.ConvGrad <{_CONV}> (dn, r, w1)
+  dr = Add (dr1, dr2)
+  da = com.microsoft.ReluGrad (dr, r)
+  dinput, w0_grad, db0 = com.microsoft.ConvGrad <{_CONV}> (da, input, w0)
+  w2_out = com.microsoft.InPlaceAccumulatorV2 (w2_buf, w2_grad, lazy_reset_grad)
+  w1_out = com.microsoft.InPlaceAccumulatorV2 (w1_buf, w1_grad, lazy_reset_grad)
+  w0_out = com.microsoft.InPlaceAccumulatorV2 (w0_buf, w0_grad, lazy_reset_grad)
+}}
+"""
+
+
+@pytest.mark.parametrize("text", ["pinned", "dense", "two_conv", "conv_pool"])
+def test_recompute_tables_from_one_analysis_equal_the_runs_records(text: str) -> None:
+    """``_recomputable`` answers every question with ``RecomputePass.plan_table`` on one analysis: the same
+    tables as one whole ``RecomputePass.run`` per question (the way it was made before), in every variant."""
+    from graphs import CONV_POOL
+    from onnxcomp.planner import memo
+    from onnxcomp.planner.auto import _recomputable
+
+    model = parse({"pinned": _PINNED, "dense": _DENSE, "two_conv": TWO_CONV, "conv_pool": CONV_POOL}[text])
+    for alone, extend in ((True, True), (True, False), (False, True), (False, False)):
+        with memo.planning_session():
+            new = _recomputable(model, alone=alone, extend=extend)
+        old = _recomputable_by_runs(model, alone=alone, extend=extend)
+        assert {t: {k: tuple(v) for k, v in d.items()} for t, d in new.items()} == \
+            {t: {k: tuple(v) for k, v in d.items()} for t, d in old.items()}
+        assert any(new.values()), "the graph offers no recomputation: the comparison would test nothing"
+
+
+def test_plan_table_answers_each_stash_alone_as_the_pass_records_it() -> None:
+    """The primitive: per stash asked for alone (and all together), the table and skips are the run's."""
+    from onnxcomp.analysis import analyze_model
+    from onnxcomp.passes import RecomputePass
+    from onnxcomp.passes.recompute import CHEAP_OPS
+
+    model = parse(_DENSE)
+    analysis = analyze_model(model)
+    names = [s.name for s in analysis.stashed]
+    for tensors in [None, *([n] for n in names), names]:
+        for fraction in (0.0, 0.5):
+            p = RecomputePass(tensors=tensors, ops=CHEAP_OPS | {"Conv"}, extend_fraction=fraction)
+            table, skipped = p.plan_table(analysis)
+            res = p.run(model)
+            assert table == {r.subject: (r.detail["cloned_ops"], r.detail["inputs_kept"], r.detail["inputs_extended"])
+                             for r in res.records if r.kind == "recomputed"}
+            assert [(s.name, s.reason) for s in skipped] == [(s.name, s.reason) for s in res.skipped]

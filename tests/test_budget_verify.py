@@ -66,6 +66,43 @@ def test_verify_needs_the_budget_planner(tmp_path: Path, capsys) -> None:  # noq
     assert "--verify" in capsys.readouterr().err and not out.exists()
 
 
+@pytest.mark.parametrize("args, margin", [
+    (["--budget-for", "ort-defaults", "--verify"], 0.02),         # a measurement follows: VERIFIED_GROWTH_MARGIN
+    (["--budget-for", "ort-defaults-total", "--verify"], 0.02),
+    (["--budget-for", "ort-defaults"], None),                      # plain transform: the planner's default (5 %)
+    (["--verify"], None),                                          # the step peak under --verify: unchanged
+    (["--budget-for", "ort-defaults", "--verify", "--margin", "0.1"], 0.1),   # the user's, with or without verify
+    (["--budget-for", "ort-defaults", "--margin", "3%"], 0.03),
+    (["--margin", "0"], 0.0),
+])
+def test_cli_margin_for_the_planner(tmp_path: Path, monkeypatch, capsys, args, margin) -> None:  # noqa: ANN001
+    import onnxcomp.transform as transform_mod
+    from onnxcomp.errors import OnnxcompError
+
+    seen: list[dict] = []
+
+    def fake_transform(*_a, **kw):  # noqa: ANN002, ANN003, ANN202
+        seen.append(kw)
+        raise OnnxcompError("stop here")
+
+    monkeypatch.setattr(transform_mod, "transform", fake_transform)
+    (tmp_path / "art").mkdir()
+    main(["transform", str(tmp_path / "art"), "-o", str(tmp_path / "o"), "--policy", "auto", "--budget", "64MiB",
+          *args])
+    assert "stop here" in capsys.readouterr().err
+    assert seen and seen[0].get("margin") == margin
+
+
+def test_cli_margin_needs_the_budget_planner_and_a_share(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    out = tmp_path / "o"
+    assert main(["transform", str(tmp_path), "-o", str(out), "--policy", "lossless", "--margin", "0.02"]) != 0
+    assert "--margin" in capsys.readouterr().err and not out.exists()
+    for bad in ("1", "-0.1", "abc", "150%"):
+        with pytest.raises(SystemExit):
+            main(["transform", str(tmp_path), "-o", str(out), "--policy", "auto", "--budget", "64MiB", "--margin", bad])
+        assert "share of the budget" in capsys.readouterr().err
+
+
 # ----------------------------------------------------------------------------------- codec tables (ort_growth)
 def _pool_index_op(name: str, direction: str, n: int, c: int, hw: int, out_hw: int) -> tuple:
     params = json.dumps({"auto_pad": "NOTSET", "ceil_mode": 1, "dilations": [1, 1], "input_shape": [n, c, hw, hw],

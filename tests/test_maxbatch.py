@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from onnxcomp.errors import OnnxcompError
+from onnxcomp.planner.growth_budget import VERIFIED_GROWTH_MARGIN
 from onnxcomp.runtime.maxbatch import parse_size, search_max_batch
 
 
@@ -241,7 +242,7 @@ def test_interpolated_search_needs_few_probes_on_a_linear_peak() -> None:
 
 
 def _arena_pipeline(monkeypatch: pytest.MonkeyPatch, per_sample: int, overhead: float, seen: list,
-                    growth_miss: int = 0, modes: list | None = None) -> None:
+                    growth_miss: int = 0, modes: list | None = None, margins: list | None = None) -> None:
     """A model of ResNet-18 under ORT's defaults: the arena keeps the previous step's memory, so a step's peak
     over its pre-step RSS reads 0 while the growth over set-up is ``per_sample`` x batch (baseline); the
     planner meets any planning budget down to 30 % of the baseline's figure, predicting 95 % of it, and a
@@ -249,8 +250,9 @@ def _arena_pipeline(monkeypatch: pytest.MonkeyPatch, per_sample: int, overhead: 
     the planner does not model). ``seen``: (batch, planning budget) of every plan made.
 
     A plan made with budget_for="ort-defaults" (the growth planner) predicts the growth itself: it is planned to
-    95 % of its budget and measures that prediction plus ``growth_miss`` bytes (an additive miss, what the growth
-    model leaves out); its floor is the same. ``modes``: the budget_for of every plan made."""
+    its budget less its margin (95 % where transform gets none) and measures that prediction plus ``growth_miss``
+    bytes (an additive miss, what the growth model leaves out); its floor is the same. ``modes``: the budget_for of
+    every plan made; ``margins``: (margin given to transform, plan directory name) of every plan made."""
     import onnxcomp.models.artifacts as artifacts_mod
     import onnxcomp.runtime.measure as measure_mod
     import onnxcomp.transform as transform_mod
@@ -260,20 +262,24 @@ def _arena_pipeline(monkeypatch: pytest.MonkeyPatch, per_sample: int, overhead: 
         name = next(q.name for q in (path, *path.parents) if q.name.startswith("resnet18_b"))
         return int(name.split("_")[1][1:])
 
-    def fake_transform(src, out, policy, *, budget_bytes, exact, force, budget_for="step-peak"):  # noqa: ANN001, ANN202
+    def fake_transform(src, out, policy, *, budget_bytes, exact, force, budget_for="step-peak",  # noqa: ANN001, ANN202
+                       margin=None):
         batch = batch_of(Path(src))
         seen.append((batch, budget_bytes))
         if modes is not None:
             modes.append(budget_for)
+        if margins is not None:
+            margins.append((margin, Path(out).name))
+        aim = 1 - (0.05 if margin is None else margin)       # planned to the budget less the margin
         floor = 0.3 * per_sample * batch
-        if floor > 0.95 * budget_bytes:
-            raise BudgetError("no plan", predicted_peak=int(floor), target=int(0.95 * budget_bytes))
+        if floor > aim * budget_bytes:
+            raise BudgetError("no plan", predicted_peak=int(floor), target=int(aim * budget_bytes))
         Path(out).mkdir(parents=True)
         (Path(out) / "training_model.onnx").write_text("graph")
-        auto = {"predicted_peak_bytes": int(0.95 * budget_bytes), "target_bytes": int(0.95 * budget_bytes),
+        auto = {"predicted_peak_bytes": int(aim * budget_bytes), "target_bytes": int(aim * budget_bytes),
                 "predicted_step_seconds": {"baseline": 1.0, "plan": 1.5}}
         if budget_for == "ort-defaults":
-            auto["ort_defaults"] = {"predicted_growth_bytes": int(0.95 * budget_bytes), "step_budget_bytes": 1}
+            auto["ort_defaults"] = {"predicted_growth_bytes": int(aim * budget_bytes), "step_budget_bytes": 1}
         (Path(out) / "training_model.plan.json").write_text(json.dumps({"auto": auto}))
 
     class Measured:
@@ -373,17 +379,19 @@ def test_maxbatch_auto_plans_for_growth_under_ort_defaults(
     auto = res["results"]["auto"]
     assert seen[0] == (500, budget)                 # planned for the budget itself: the prediction is the growth
     first = auto["probes"][0]["extras"]["attempts"]
-    assert len(first) == 2 and first[0]["bytes"] == int(0.95 * budget) + miss > budget
+    aim = 1 - VERIFIED_GROWTH_MARGIN      # a measurement follows each plan: planned 2 %, not 5 %, under its budget
+    assert res["margin"] == VERIFIED_GROWTH_MARGIN
+    assert len(first) == 2 and first[0]["bytes"] == int(aim * budget) + miss > budget
     lowered = budget - (first[0]["bytes"] - budget) - budget // 100
     assert abs(first[1]["planned_budget_bytes"] - lowered) <= 1 << 20   # whole MiB (here: below 1 MiB, exact)
     assert first[1]["bytes"] <= budget
-    assert first[1]["predicted_growth_bytes"] == int(0.95 * first[1]["planned_budget_bytes"])
-    # later probes start from the lowered budget (one plan each), so the floor there (0.3 x 1000 x b <= 0.95 x
+    assert first[1]["predicted_growth_bytes"] == int(aim * first[1]["planned_budget_bytes"])
+    # later probes start from the lowered budget (one plan each), so the floor there (0.3 x 1000 x b <= 0.98 x
     # planning budget) is the largest batch; the step-peak mode's proportional rule would have planned for
     # budget x 0.98 / 1.03 (about 3 % lower) and reached fewer
     assert all(p["extras"]["attempts"][0]["planned_budget_bytes"] == first[1]["planned_budget_bytes"]
                and len(p["extras"]["attempts"]) == 1 for p in auto["probes"][1:])
-    reach = int(0.95 * first[1]["planned_budget_bytes"] / 300)
+    reach = int(aim * first[1]["planned_budget_bytes"] / 300)
     assert auto["max_batch"] == reach
     assert reach > int(0.95 * budget * 0.98 / ((0.95 * budget + miss) / budget) / 300)
     for p in auto["probes"]:
@@ -392,6 +400,35 @@ def test_maxbatch_auto_plans_for_growth_under_ort_defaults(
     assert main(["maxbatch", "--model", "resnet18", "--budget", str(budget), "--policy", "auto", "--start", "500",
                  "--work", str(tmp_path), "--json", "--budget-for", "ort-defaults", "--arena", "--mem-pattern"]) != 0
     assert "--order default" in capsys.readouterr().err
+
+
+def test_maxbatch_growth_probes_take_the_margin_given_and_keep_its_plans_apart(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A growth-mode probe is planned with VERIFIED_GROWTH_MARGIN unless --margin says otherwise (0.05: the
+    planner's default, as before); plans of another margin go to their own directories, so a budget refused at one
+    margin is not taken as refused at another. The smaller margin reaches a larger batch where nothing is missed."""
+    from onnxcomp.cli import main
+
+    budget = 1_000_000
+    reached = {}
+    for margin, tag in ((None, "-m0.02"), ("0.05", ""), ("0.1", "-m0.1")):
+        margins: list = []
+        _arena_pipeline(monkeypatch, per_sample=1000, overhead=1.0, seen=[], margins=margins)
+        work = tmp_path / f"w{margin}"
+        assert main(["maxbatch", "--model", "resnet18", "--budget", str(budget), "--policy", "auto", "--start", "500",
+                     "--max-batch", "8192", "--work", str(work), "--json", *ORT_DEFAULTS,
+                     *(["--margin", margin] if margin else [])]) == 0
+        res = json.loads(capsys.readouterr().out)
+        want = VERIFIED_GROWTH_MARGIN if margin is None else float(margin)
+        assert res["margin"] == want and margins and all(m == want for m, _ in margins)
+        assert all(name.startswith(f"auto-growth{tag}-") for _, name in margins)
+        reached[want] = res["results"]["auto"]["max_batch"]
+        # the floor (0.3 x 1000 x b) must be within the margin's aim (1 - margin) x budget: no miss here
+        assert reached[want] == int((1 - want) * budget / 300)
+    assert reached[0.02] > reached[0.05] > reached[0.1]
+    assert main(["maxbatch", "--model", "resnet18", "--budget", str(budget), "--policy", "auto", "--work",
+                 str(tmp_path / "bad"), "--json", *ORT_DEFAULTS, "--margin", "1.5"]) != 0
+    assert "margin" in capsys.readouterr().err
 
 
 def test_maxbatch_refuses_a_budget_mode_its_probes_do_not_measure(tmp_path: Path) -> None:

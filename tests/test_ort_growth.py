@@ -11,6 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from onnxcomp.cli import main
+from onnxcomp.errors import OnnxcompError
 from onnxcomp.planner import growth_budget
 from onnxcomp.planner.auto import AutoPlan, BudgetError, Regions
 from onnxcomp.planner.ort_growth import (PAGE, Arena, GrowthModel, StepEvent, codec_run_bytes, conv_scratch,
@@ -501,3 +502,52 @@ def test_the_growth_modes_also_price_plans_without_codec_pyops(monkeypatch: pyte
         with pytest.raises(Stop):
             AutoPass(budget_bytes=MiB, exact=True, budget_for=mode).call(ir.Model(graph, ir_version=10))
         assert seen[-1]["budget_for"] == mode and seen[-1]["pyops"] is pyops
+
+
+def test_a_smaller_margin_takes_a_looser_plan_the_default_margin_refuses(fake_planner):
+    # 64 MiB: the 52.2-MiB step-peak plan predicts 62.2 MiB growth, over the default target (0.95 x 64 = 60.8 MiB) but
+    # within 0.98 x 64 = 62.7 MiB (growth_budget.VERIFIED_GROWTH_MARGIN, where a measurement follows)
+    default = growth_budget.plan_for_growth(onnx.ModelProto(), 64 * MiB, exact=True)
+    small = growth_budget.plan_for_growth(onnx.ModelProto(), 64 * MiB, exact=True,
+                                          margin=growth_budget.VERIFIED_GROWTH_MARGIN)
+    assert default.fits and small.fits
+    assert len(small.growth["candidates"]) == 5 and len(default.growth["candidates"]) == 6
+    assert small.growth["predicted_growth_bytes"] == int(int(int(int(100 * MiB * 0.85) * 0.85) * 0.85) * 0.85) + 10 * MiB
+    assert default.growth["predicted_growth_bytes"] <= growth_budget.growth_target(64 * MiB) \
+        < small.growth["predicted_growth_bytes"]
+    assert small.growth["margin"] == pytest.approx(0.02, abs=1e-6)
+    assert default.growth["margin"] == pytest.approx(growth_budget.GROWTH_MARGIN, abs=1e-6)
+    assert small.growth["growth_target_bytes"] == growth_budget.growth_target(64 * MiB, 0.02)
+    for bad in (-0.01, 1.0):
+        with pytest.raises(OnnxcompError, match="margin"):
+            growth_budget.plan_for_growth(onnx.ModelProto(), 64 * MiB, exact=True, margin=bad)
+
+
+def test_the_auto_pass_hands_its_margin_to_the_planner_of_its_figure(monkeypatch: pytest.MonkeyPatch) -> None:
+    import onnx_ir as ir
+
+    import onnxcomp.planner.auto as auto_mod
+    from onnxcomp.passes.auto import AutoPass
+
+    seen: list[tuple[str, dict]] = []
+
+    class Stop(Exception):
+        pass
+
+    def spy(which):  # noqa: ANN001, ANN202
+        def f(model, budget, **kw):  # noqa: ANN001, ANN003, ANN202
+            seen.append((which, kw))
+            raise Stop
+        return f
+
+    monkeypatch.setattr(growth_budget, "plan_for_growth", spy("growth"))
+    monkeypatch.setattr(auto_mod, "plan_auto", spy("step"))
+    graph = ir.Graph([], [], nodes=[], name="g")
+    for mode, margin, which in (("ort-defaults", 0.02, "growth"), ("ort-defaults", None, "growth"),
+                                ("step-peak", 0.01, "step"), ("step-peak", None, "step")):
+        with pytest.raises(Stop):
+            AutoPass(budget_bytes=MiB, budget_for=mode, margin=margin).call(ir.Model(graph, ir_version=10))
+        assert seen[-1][0] == which
+        assert seen[-1][1].get("margin") == margin       # None: not passed, the planner's own default
+    with pytest.raises(OnnxcompError, match="margin"):
+        AutoPass(budget_bytes=MiB, margin=1.5)

@@ -137,7 +137,7 @@ from .auto import AutoPass  # noqa: E402
 
 _POLICIES.append(policy("auto", "per stash and backward region, the cheapest technique (exact ones first) "
                         "whose predicted step peak fits --budget; --exact: bit-identical ones only", AutoPass,
-                        options=("budget_bytes", "exact", "min_bytes", "budget_for")))
+                        options=("budget_bytes", "exact", "min_bytes", "budget_for", "margin")))
 POLICIES: dict[str, Policy] = {p.name: p for p in _POLICIES}
 
 

@@ -18,12 +18,15 @@ class AutoPass(OnnxcompPass):
     """budget_bytes: the training step's peak to fit (as `onnxcomp measure` reports it by default), or with
     budget_for="ort-defaults" the process's growth under ORT's default session settings (planner/growth_budget.py),
     "ort-defaults-total" that growth plus the set-up the transform adds over the untouched graph's;
-    exact: only bit-identical techniques; min_bytes: smallest stash worth an encoder."""
+    exact: only bit-identical techniques; min_bytes: smallest stash worth an encoder;
+    margin: the share of the budget a plan is planned under it (None: the planner's default for the figure,
+    planner/auto.DEFAULT_MARGIN for the step peak, planner/growth_budget.GROWTH_MARGIN for the growth modes; a
+    smaller one where a measurement checks the plan, `transform --verify`)."""
 
     name = "auto"
 
     def __init__(self, budget_bytes: int | None = None, exact: bool = False, min_bytes: int = 64 * 1024,
-                 budget_for: str = "step-peak") -> None:
+                 budget_for: str = "step-peak", margin: float | None = None) -> None:
         if not budget_bytes:
             raise OnnxcompError("policy 'auto' needs a memory budget ({budget_bytes}), e.g. 64MiB",
                                 options=("budget_bytes",))
@@ -36,6 +39,9 @@ class AutoPass(OnnxcompPass):
             raise OnnxcompError(f"budget_for {budget_for!r}: use one of {', '.join(BUDGET_FOR)}",
                                 options=("budget_for",))
         self.budget_for = budget_for
+        from ..planner.growth_budget import check_margin
+
+        self.margin = None if margin is None else check_margin(margin)
 
     def call(self, model: ir.Model) -> PassOutcome:
         from ..analysis.cached import adopt_snapshot, snapshot_of, state_of
@@ -47,9 +53,11 @@ class AutoPass(OnnxcompPass):
             from ..planner.growth_budget import plan_for_growth
 
             plan = plan_for_growth(snapshot_of(model), self.budget_bytes, exact=self.exact, min_bytes=self.min_bytes,
-                                   budget_for=self.budget_for, pyops=default_pyops(self.budget_for))
+                                   budget_for=self.budget_for, pyops=default_pyops(self.budget_for),
+                                   **({} if self.margin is None else {"margin": self.margin}))
         else:
-            plan = plan_auto(snapshot_of(model), self.budget_bytes, exact=self.exact, min_bytes=self.min_bytes)
+            plan = plan_auto(snapshot_of(model), self.budget_bytes, exact=self.exact, min_bytes=self.min_bytes,
+                             **({} if self.margin is None else {"margin": self.margin}))
         if not plan.fits:
             raise BudgetError(plan.failure_line(), predicted_peak=plan.predicted_peak, target=plan.target)
         assert plan.applied is not None

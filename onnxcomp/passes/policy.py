@@ -32,6 +32,8 @@ OPTIONS: dict[str, tuple[type | tuple[type, ...], str]] = {
                         "settings), 'ort-defaults' (the growth under ORT's default session settings) or 'ort-defaults-total' "
                         "(that growth plus the set-up the transform adds)"),
     "exact": (bool, "policy 'auto': only bit-identical techniques (recomputation, lossless encodings, scheduling)"),
+    "margin": ((float, int), "policy 'auto': the share of the budget a plan is planned under it (default 0.05; "
+                             "`transform --verify` with a growth budget: 0.02)"),
 }
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import onnx
 import onnx_ir as ir
@@ -82,6 +82,13 @@ class _Encoded:
     decoder: int
     decoded: str                        # what the backward readers read now
     payload_bytes: int
+
+
+class RecomputeEntry(NamedTuple):
+    """How ``RecomputePass`` rebuilds one stash, as its record's detail says (``RecomputePass.plan_table``)."""
+    cloned_ops: list[str]              # op types of the cloned chain, producers first
+    inputs_kept: list[str]             # stashes read as they are
+    inputs_extended: list[str]         # forward tensors (no stashes) kept alive until the reader
 
 
 @dataclass
@@ -151,6 +158,22 @@ class RecomputePass(OnnxcompPass):
             outcome.records = _rewrite(model.graph, analysis, plans, wanted)
             outcome.modified = True
         return outcome
+
+    def plan_table(self, analysis: GraphAnalysis) -> tuple[dict[str, RecomputeEntry], list[Skipped]]:
+        """What ``call`` would rebuild on ``analysis``'s graph, without rewriting it: per stash it rebuilds, the
+        op types cloned, the stashes read whole and the forward tensors kept alive (its record's ``cloned_ops``,
+        ``inputs_kept``, ``inputs_extended``), and the stashes it skips with why. The same selection and plans as
+        ``call`` (``_candidates``, ``_plans``): only the rewrite is left out. For callers that ask many questions
+        of one graph (the auto planner's recompute tables ask one per stash): one analysis answers them all, where
+        ``run`` loads, rewrites, checks and serialises the whole graph each time (~75k nodes on ResNet-18 at batch
+        1872 once chunked: docs/notes/maxbatch8.md section 3)."""
+        skipped: list[Skipped] = []
+        candidates, replacing = self._candidates(analysis, skipped)
+        plans, _ = self._plans(analysis, candidates, replacing, skipped)
+        graph = analysis.model.graph
+        table = {p.stash.name: RecomputeEntry([graph.node[i].op_type for i in p.nodes], _kept(analysis, p),
+                                              list(p.extended)) for p in plans}
+        return table, skipped
 
     # -- selection -------------------------------------------------------------------------------------
     def _candidates(self, analysis: GraphAnalysis,
@@ -637,9 +660,14 @@ def _scratch(rw: _Rewrite, plan: _Plan, grad: ir.Value, value: ir.Value, like: s
     return copy
 
 
+def _kept(analysis: GraphAnalysis, plan: _Plan) -> list[str]:
+    """The stashes ``plan`` reads as they are (its record's ``inputs_kept``)."""
+    return [leaf for leaf in plan.leaves if analysis.tensors[leaf].cls is TensorClass.STASHED]
+
+
 def _detail(rw: _Rewrite, plan: _Plan, source: ir.Value, cloned_ops: list[str]) -> dict[str, Any]:
     reader = rw.nodes[plan.consumer]
-    kept = [leaf for leaf in plan.leaves if rw.analysis.tensors[leaf].cls is TensorClass.STASHED]
+    kept = _kept(rw.analysis, plan)
     parts = [f"rebuilt from {', '.join(kept) or 'weights and inputs'}"] if plan.nodes else []
     if plan.reused:
         parts.append(f"reuses {', '.join(sorted(plan.reused))} recomputed for an earlier reader")

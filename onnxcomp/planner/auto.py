@@ -962,41 +962,43 @@ def _recomputable(model: onnx.ModelProto, alone: bool = True, extend: bool = Tru
     through convolutions ("recompute-conv": a Conv clone is the same kernel on the same inputs, so exact, but
     it costs a forward conv; the first layer's, reading the image, is the cheap case). Per stash: the op
     types cloned, the stashes read whole, the forward tensors kept alive for it (``EXTEND_FRACTION``; none and
-    no ``_deepen`` without ``extend``)."""
+    no ``_deepen`` without ``extend``).
+
+    Every question (the joint run, each stash alone, each ``_deepen`` group) is answered by
+    ``RecomputePass.plan_table`` on the one cached analysis of ``model``: the pass's own selection and plans,
+    without its rewrite. (Each used to be a whole ``RecomputePass.run``, i.e. load, rewrite, check and serialise
+    the graph per stash: 76 % of the growth planner's 62 min on ResNet-18 at batch 1872, docs/notes/
+    maxbatch8.md section 3. Same tables: tests/test_auto_planner.py compares them with the runs' records.)"""
     from ..passes import RecomputePass
     from ..passes.recompute import CHEAP_OPS, PINNED_REASON
 
-    def table(res: Any) -> dict[str, tuple[list[str], list[str], list[str]]]:
-        return {r.subject: (list(r.detail.get("cloned_ops", [])), list(r.detail.get("inputs_kept", [])),
-                            list(r.detail.get("inputs_extended", [])))
-                for r in res.records if r.kind == "recomputed"}
-
+    analysis = memo.analysis(model)
     out = {}
     fraction = EXTEND_FRACTION if extend else 0.0
     for technique, ops in (("recompute", CHEAP_OPS), (RECOMPUTE_CONV, CHEAP_OPS | {"Conv"})):
-        res = RecomputePass(ops=ops, extend_fraction=fraction).run(model)
-        joint = table(res)
+        def table(tensors: list[str] | None = None, ops: frozenset[str] = ops
+                  ) -> tuple[dict[str, tuple[list[str], list[str], list[str]]], list[Any]]:
+            return RecomputePass(tensors=tensors, ops=ops, extend_fraction=fraction).plan_table(analysis)
+
+        joint, skipped = table()
         if alone:
             # Kept whole in the joint run because another recomputation reads it (a BN input under its
             # LeakyRelu's rebuilt output): the greedy may prefer the other stash's encoding, so offer it too.
-            for s in res.skipped:
+            for s in skipped:
                 if s.name not in joint and s.reason.startswith(PINNED_REASON):
-                    own = table(RecomputePass(tensors=[s.name], ops=ops, extend_fraction=fraction)
-                                .run(model)).get(s.name)
+                    own = table([s.name])[0].get(s.name)
                     if own is not None:
                         joint[s.name] = own
         for subject in [k for k, (cloned, _, _) in joint.items() if not cloned and alone]:
             # Rebuilt as a by-product of another stash's clones (a MaxPool's mask beside its output): chosen
             # alone it clones that chain itself and reads its inputs; ask for it alone.
-            own = table(RecomputePass(tensors=[subject], ops=ops, extend_fraction=fraction)
-                        .run(model)).get(subject)
+            own = table([subject])[0].get(subject)
             if own is None:
                 joint.pop(subject)
             else:
                 joint[subject] = own
         if alone and extend and technique == RECOMPUTE_CONV:
-            _deepen(model, joint, lambda names: table(RecomputePass(tensors=names, ops=ops,
-                                                                    extend_fraction=fraction).run(model)))
+            _deepen(model, joint, lambda names, table=table: table(names)[0])
         out[technique] = joint
     return out
 
@@ -1004,7 +1006,7 @@ def _recomputable(model: onnx.ModelProto, alone: bool = True, extend: bool = Tru
 def _deepen(model: onnx.ModelProto, joint: dict[str, tuple[list[str], list[str], list[str]]], rebuild: Any) -> None:
     """A recomputation that reads stashes which are themselves recomputable pins them whole (a dense layer's
     bottleneck conv output read from its rebuilt ReLU input): rebuild it through them instead, down to
-    what they are rebuilt from, where that keeps fewer bytes (one RecomputePass run asked for the stash and
+    what they are rebuilt from, where that keeps fewer bytes (one RecomputePass plan asked for the stash and
     those inputs: it plans the stash first, through its still undecided inputs). The real rewrite does the same
     when those inputs are chosen too, and reads them as they are otherwise."""
     tensors = memo.analysis(model).tensors

@@ -174,7 +174,8 @@ def max_batch(model: str, image: int, budget: int, policies: list[str], *, class
               limit: int = 4096, work_dir: str | Path | None = None,
               progress: Callable[[str], None] | None = None, tolerance: float = 0.0,
               starts: dict[str, int] | None = None, reuse: dict[str, Any] | None = None,
-              replans: int = 2, plan_fraction: float = 1.0, budget_for: str | None = None) -> dict[str, Any]:
+              replans: int = 2, plan_fraction: float = 1.0, budget_for: str | None = None,
+              margin: float | None = None) -> dict[str, Any]:
     """Max batch within ``budget`` for the baseline and each policy ("baseline" needs no listing), measured.
     Policy "auto" is the budget planner planned at each probed batch for ``budget`` itself, "auto-exact" the
     same with bit-identical techniques only (`transform --policy auto --exact`); their probes also carry the
@@ -201,7 +202,11 @@ def max_batch(model: str, image: int, budget: int, policies: list[str], *, class
     There the planning budget starts at the budget itself (the prediction is of the measured figure) and a plan
     measured over it is planned again as `transform --verify` does: for an internal budget lowered by the miss
     plus 1 % of the budget (planner/budget_verify.next_internal_budget); a plan that fit keeps the next probe's
-    internal budget where it was (``_next_growth_fraction``)."""
+    internal budget where it was (``_next_growth_fraction``).
+
+    ``margin``: the share of the planning budget an auto plan is planned under it (`transform --margin`). Default:
+    in growth mode ``growth_budget.VERIFIED_GROWTH_MARGIN`` (each probe measures its plan and re-plans one that is
+    over, as `transform --verify` does), else the step-peak planner's own (planner/auto.DEFAULT_MARGIN)."""
     from ..models.artifacts import generate_artifacts
     from ..models.zoo import canonical_name
     from ..planner.auto import BudgetError
@@ -218,6 +223,14 @@ def max_batch(model: str, image: int, budget: int, policies: list[str], *, class
     if budget_for not in ("step-peak", "ort-defaults"):     # a probe measures growth or the step peak, not set-up
         raise OnnxcompError(f"maxbatch: budget_for {budget_for!r}: use step-peak or ort-defaults")
     growth_mode = budget_for == "ort-defaults"
+    from ..planner.growth_budget import GROWTH_MARGIN, VERIFIED_GROWTH_MARGIN, check_margin
+
+    if margin is None and growth_mode:
+        margin = VERIFIED_GROWTH_MARGIN
+    margin = None if margin is None else check_margin(margin)
+    # plans (and budgets found unreachable) for another margin are other plans: kept apart in the work dir
+    default_margin = GROWTH_MARGIN if growth_mode else None
+    margin_tag = "" if margin is None or margin == default_margin else f"-m{margin:g}"
     if growth_mode and not (figure == "growth" and is_ort_defaults(settings)):
         raise OnnxcompError("maxbatch: --budget-for ort-defaults plans for the growth under ORT's default settings; "
                             "measure it that way: --arena --mem-pattern --mem-reuse --order default (figure growth)")
@@ -255,7 +268,7 @@ def max_batch(model: str, image: int, budget: int, policies: list[str], *, class
                 """The plan for ``planned_budget`` at this batch (kept per planning budget in the work dir, and
                 so are budgets the planner could not meet): its directory, or None and why."""
                 # growth-mode plans are kept apart from step-peak plans of the same budget
-                run_dir = art / f"{policy}{'-growth' if growth_mode else ''}-{planned_budget}B"
+                run_dir = art / f"{policy}{'-growth' if growth_mode else ''}{margin_tag}-{planned_budget}B"
                 failed = run_dir.with_name(run_dir.name + ".budget-error.json")
                 info: dict[str, Any] = {"planned_budget_bytes": planned_budget}
                 if failed.exists():
@@ -267,7 +280,8 @@ def max_batch(model: str, image: int, budget: int, policies: list[str], *, class
                     t0 = time.perf_counter()
                     try:
                         transform(art, run_dir, "auto", budget_bytes=planned_budget, exact=AUTO_POLICIES[policy],
-                                  force=True, **({"budget_for": "ort-defaults"} if growth_mode else {}))
+                                  force=True, **({"budget_for": "ort-defaults"} if growth_mode else {}),
+                                  **({} if margin is None else {"margin": margin}))
                     except BudgetError as exc:
                         # its best reachable peak, scaled to the measured budget, as the probe's figure
                         info.update({"planned": False, "error": str(exc),
@@ -331,6 +345,7 @@ def max_batch(model: str, image: int, budget: int, policies: list[str], *, class
     base = searches["baseline"].max_batch
     return {"model": name, "image": image, "classes": classes, "budget_bytes": budget, "figure": figure,
             "settings": settings.to_dict(), "steps": steps, "tolerance": tolerance, "budget_for": budget_for,
+            "margin": margin,
             "results": {p: {**s.to_dict(), "vs_baseline": (s.max_batch / base) if base else None}
                         for p, s in searches.items()}}
 
