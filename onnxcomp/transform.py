@@ -211,6 +211,15 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
                 log.records += bounded.records
                 log.skipped += bounded.skipped
                 log.modified_by += bounded.modified_by
+            # Native fp16 encoders cast first where that mode priced the plan so (after the scratch passes, as
+            # growth_budget.finished_graph does; passes/fp16_cast_first.py).
+            if _planned_fp16_cast_first(log.records):
+                from .passes.fp16_cast_first import Fp16CastFirstPass
+
+                recast = run_passes(ir_model, [Fp16CastFirstPass()])
+                log.records += recast.records
+                log.skipped += recast.skipped
+                log.modified_by += recast.modified_by
             # Then BatchNorm statistics that fragment ORT's pattern block are held outside it, where the replayed
             # block drops (passes/detach_stats.py). After finish_graph, not in it: the budget planner's ORT-defaults
             # mode predicts each candidate through finish_graph, and its candidate search is path-dependent: with
@@ -391,6 +400,12 @@ def _planned_scratch_limit(records: list) -> int | None:
     """The kernel scratch limit the budget planner's ORT-defaults mode priced its plan with (None: none)."""
     return next((r.detail["ort_defaults"].get("scratch_limit_bytes") for r in records
                  if r.pass_name == "auto" and isinstance(r.detail, dict) and r.detail.get("ort_defaults")), None)
+
+
+def _planned_fp16_cast_first(records: list) -> bool:
+    """Whether the budget planner's ORT-defaults mode priced its plan with native fp16 encoders cast first."""
+    return bool(next((r.detail["ort_defaults"].get("fp16_cast_first") for r in records
+                      if r.pass_name == "auto" and isinstance(r.detail, dict) and r.detail.get("ort_defaults")), False))
 
 
 def _planned_spacers(result: TransformResult) -> list[int]:

@@ -122,33 +122,6 @@ def test_native_fp16_uses_onnx_ops_only() -> None:
                                                                                onnx.TensorProto.FLOAT}
 
 
-def test_native_fp16_encoder_holds_no_float32_copy() -> None:
-    """The encoder is Cast to float16 reading the stash, then a Clip in float16 (ORT computes it in place over
-    the Cast's output): no float32 Clip output beside the stash, the reason the encoder once set squeezenet_s's
-    pattern block. Fails with the old Clip-then-Cast order."""
-    import numpy as np
-    import onnx.numpy_helper
-
-    from onnxcomp.planner.ort_pattern import MAY_INPLACE
-
-    result = DprPass(min_bytes=0).run(two_conv())
-    out = result.model
-    (rec,) = [r for r in result.records if r["tensor"] == "y"]
-    enc = _node(out, rec["encoder"])
-    assert enc.op_type == "Cast" and enc.input[0] == "y"
-    assert onnx.helper.get_attribute_value(enc.attribute[0]) == onnx.TensorProto.FLOAT16
-    (clip,) = [n for n in out.graph.node if enc.output[0] in n.input]
-    assert clip.op_type == "Clip" and clip.input[0] == enc.output[0]
-    assert list(clip.output) == list(rec["payload"])           # the Clip writes the payload
-    bounds = {i.name: onnx.numpy_helper.to_array(i) for i in out.graph.initializer if i.name in clip.input[1:]}
-    assert {b.dtype for b in bounds.values()} == {np.dtype(np.float16)}
-    assert sorted(float(b) for b in bounds.values()) == [-65504.0, 65504.0]
-    assert (0, 0) in MAY_INPLACE[("Clip", "")]                 # the reuse plan shares the Cast's buffer
-    # no float32 tensor made from the stash by the encoder
-    f32_from_y = [n for n in out.graph.node if "y" in n.input and n.op_type == "Clip"]
-    assert not f32_from_y
-
-
 def test_recompute_clones_the_relu_gated_by_the_gradient() -> None:
     result = RecomputePass(min_bytes=0).run(two_conv())
     out = result.model

@@ -4,7 +4,7 @@ Only the stashed copy is reduced: the encoder reads the FP32 tensor after its fo
 with it (they still read the FP32 original), and the decoder widens it back to FP32 just before the
 backward consumer. Applies to float stashes no lossless encoding took (run it after the lossless passes).
 
-fp16 is held by ONNX's own ops by default (``native``): Cast, then Clip to ±65504 in float16, and Cast back. That is
+fp16 is held by ONNX's own ops by default (``native``): Clip to ±65504 then Cast, and Cast back. That is
 bit-identical to the ``dpr_fp16`` codec (round to nearest even, finite values saturate, subnormals and NaN
 kept) except that ±Inf saturates as well, and it skips the PyOp bridge, which copies every input and
 output (ResNet-18 stem: the float32 decode of conv1's output existed twice, +13 MiB at the step's peak).
@@ -38,7 +38,7 @@ class DprPass(EncodeStashPass):
         self.dpr_source_format = dpr_source_format
         self.min_bytes = min_bytes
         self.consumers = consumers  # None: any backward reader; else only stashes read solely by these ops
-        # fp16 with ONNX's own Cast + Clip: the same values (±Inf aside), no PyOp bridge copies.
+        # fp16 with ONNX's own Clip + Cast: the same values (±Inf aside), no PyOp bridge copies.
         self.native = native
 
     @property
@@ -65,7 +65,7 @@ class DprPass(EncodeStashPass):
         if self.native and fmt == "fp16":
             n = 2 * numel(shape)
             return Encoding(stash.name, stash.name, stash.name, "dpr_fp16", {}, [n], [list(shape)],
-                            f"fp16: 16 bits/value (ONNX Cast + Clip){why}", native="fp16")
+                            f"fp16: 16 bits/value (ONNX Clip + Cast){why}", native="fp16")
         codec = get_codec(f"dpr_{fmt}")
         packed = codec.predicted_nbytes(shape) - 8 * len(shape)
         # The int64 shape payload is declared with a symbolic length (docs/coverage.md: static int64[ndim]

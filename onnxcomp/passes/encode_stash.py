@@ -49,7 +49,7 @@ class Encoding:
     # Backward readers (op types) rewired to the decoded copy; None: all. The others keep reading the
     # stash, which a later pass may encode differently (e.g. sign bits for ReluGrad, sz for ConvGrad).
     readers: tuple[str, ...] | None = None
-    # Held by standard ONNX ops instead of PyOps (no bridge copies): "fp16" = Cast then Clip to ±65504 (in float16),
+    # Held by standard ONNX ops instead of PyOps (no bridge copies): "fp16" = Clip to ±65504 then Cast,
     # bit-identical to the dpr_fp16 codec except that ±Inf saturates too; "bits" = a boolean tensor (or
     # Greater(target, 0) with ``sign_test``) packed 8 per byte by MatMulInteger and unpacked by a Gather from
     # a 256-row table: the ``bitmask`` codec's bits byte for byte and the same bool decode (_encode_native_bits).
@@ -585,7 +585,7 @@ def _encode_native_bits(site: _Site, stash: StashedTensor, enc: Encoding, pass_:
 
 
 def _encode_native_fp16(site: _Site, stash: StashedTensor, enc: Encoding, pass_: EncodeStashPass) -> dict[str, Any]:
-    """Cast to float16 + Clip (in float16) after the producer; Cast back just before the first backward reader.
+    """Clip + Cast to float16 after the producer; Cast back just before the first backward reader.
 
     Same timing guarantees as the PyOp path, with standard ops: the gate's forward readers read
     ``Reshape(gate, shape + zero(payload))`` and the decoding Cast reads ``Reshape(payload, shape +
@@ -597,20 +597,16 @@ def _encode_native_fp16(site: _Site, stash: StashedTensor, enc: Encoding, pass_:
     base = enc.source.replace("/", "_").strip("_")
     shape = list(stash.shape)
     shape_c = ed.shared_const(f"onnxcomp_shape_{'x'.join(map(str, shape)) or 'scalar'}", shape, [len(shape)])
-    # Cast first, then Clip in float16: the clamp of the float16 values to ±65504 (Cast's overflow to ±Inf is
-    # all it changes) gives Clip-then-Cast's values bit for bit, and ORT computes the Clip in place over the Cast's
-    # output (MayInplace), so the encoder never holds a float32 copy of its input beside it: a Clip before the
-    # Cast held one (squeezenet_s's fire-3 Concat, 0.95 MiB, set its ORT pattern block; docs/notes/lossyp.md).
-    lo = ed.shared_tensor("onnxcomp_fp16_min_h", np.array(-_FP16_MAX, dtype=np.float16))
-    hi = ed.shared_tensor("onnxcomp_fp16_max_h", np.array(_FP16_MAX, dtype=np.float16))
-    cast_name, payload_name = (site.name(f"{base}__fp16_{s}") for s in ("cast", "p0"))
+    lo = ed.shared_tensor("onnxcomp_fp16_min", np.array(-_FP16_MAX, dtype=np.float32))
+    hi = ed.shared_tensor("onnxcomp_fp16_max", np.array(_FP16_MAX, dtype=np.float32))
+    clipped_name, payload_name = (site.name(f"{base}__fp16_{s}") for s in ("clipped", "p0"))
     gate = values[enc.gate]
     readers = site.forward_readers(gate)     # before the encoder exists (it may read the gate itself)
     since = len(ed.nodes)
-    cast = ed.node("Cast", [values[enc.target]], [(cast_name, f16, shape)], to=ir.DataType.FLOAT16,
+    clip = ed.node("Clip", [values[enc.target], lo, hi], [(clipped_name, f32, shape)],
                    name=site.name(f"{base}{NATIVE_ENCODER_SUFFIX}"))
-    payload = ed.node("Clip", [cast.outputs[0], lo, hi], [(payload_name, f16, shape)],
-                      name=site.name(f"{base}__encode_fp16_clip")).outputs[0]
+    payload = ed.node("Cast", [clip.outputs[0]], [(payload_name, f16, shape)], to=ir.DataType.FLOAT16,
+                      name=site.name(f"{base}__encode_fp16_cast")).outputs[0]
     zero = ed.zero_after(payload, f16, base=f"{base}__fp16_anchor")
     anchor_name = site.name(f"{base}__fp16_anchor")
     anchor = ed.node("Add", [shape_c, zero], [(anchor_name, i64, [len(shape)])],
@@ -635,7 +631,7 @@ def _encode_native_fp16(site: _Site, stash: StashedTensor, enc: Encoding, pass_:
         "tensor": enc.source, "encoded_tensor": enc.target, "pattern": stash.pattern,
         "encoding": pass_.encoding, "codec": enc.codec, "native": enc.native, "params": enc.params,
         "shape": shape, "original_bytes": stash.nbytes, "predicted_bytes": nbytes,
-        "payload": {payload_name: nbytes}, "encoder": cast.name, "decoder": decoder.name, "note": enc.note,
+        "payload": {payload_name: nbytes}, "encoder": clip.name, "decoder": decoder.name, "note": enc.note,
     }
 
 

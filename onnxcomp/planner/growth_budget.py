@@ -75,10 +75,12 @@ def tightest_growth_budget(predicted_growth: int, margin: float = GROWTH_MARGIN)
     return int(predicted_growth / (1 - margin)) + TIGHTEST_SLACK
 
 
-def finished_graph(plan: AutoPlan, scratch_limit: int | None = None) -> onnx.ModelProto | None:
+def finished_graph(plan: AutoPlan, scratch_limit: int | None = None,
+                   cast_first: bool = False) -> onnx.ModelProto | None:
     """The graph `transform` writes for ``plan``: its pipeline's graph after transform's last passes; with
-    ``scratch_limit``, then after ``scratch_passes(scratch_limit)`` (None where they change nothing, or where the
-    plan rewrote nothing: transform runs neither on an untouched graph)."""
+    ``scratch_limit``, then after ``scratch_passes(scratch_limit)``; with ``cast_first``, then with its native fp16
+    encoders cast first (passes/fp16_cast_first.py). None where those change nothing, or where the plan rewrote
+    nothing: transform runs none of them on an untouched graph."""
     import onnx_ir as ir
 
     from ..analysis.cached import adopt_snapshot, snapshot_of
@@ -90,7 +92,7 @@ def finished_graph(plan: AutoPlan, scratch_limit: int | None = None) -> onnx.Mod
     loaded = ir.serde.deserialize_model(plan.model)
     adopt_snapshot(loaded, plan.model, checked=True)
     if plan.applied is not None and not plan.applied.log.modified_by:
-        return plan.model if scratch_limit is None else None
+        return plan.model if scratch_limit is None and not cast_first else None
     finished, last, _ = finish_graph(loaded, records)
     if scratch_limit:
         # After the last passes, as transform does: run before them (so that DefaultOrderPass and the reuse pass
@@ -98,6 +100,11 @@ def finished_graph(plan: AutoPlan, scratch_limit: int | None = None) -> onnx.Mod
         # them it predicted 35.5 and measured 33.7 (docs/notes/lossyfloor.md).
         bounded = run_passes(finished, scratch_passes(scratch_limit))
         if not bounded.records:
+            return None
+    if cast_first:
+        from ..passes.fp16_cast_first import Fp16CastFirstPass
+
+        if not run_passes(finished, [Fp16CastFirstPass()]).records:
             return None
     return snapshot_of(finished)
 
@@ -155,7 +162,7 @@ def bounded_growth(plan: AutoPlan, plain: dict[str, Any], base_nodes: int = 0,
     graph finished with ``scratch_passes(L)`` for the ``SCRATCH_LIMITS`` entry L predicting the least ``key``
     (growth, or growth + set-up added) where that is less (``scratch_limit_bytes`` L), priced with
     ``SCRATCH_HEADROOM``. Only limits under the plain graph's largest request outside the pattern block are tried."""
-    best = {**plain, "scratch_limit_bytes": None}
+    best = {**plain, "scratch_limit_bytes": None, "fp16_cast_first": False}
     for limit in SCRATCH_LIMITS:
         if plain.get("largest_outside_bytes", 0) <= limit:
             continue
@@ -164,7 +171,16 @@ def bounded_growth(plan: AutoPlan, plain: dict[str, Any], base_nodes: int = 0,
             continue
         p = _growth_of(graph, base_nodes, SCRATCH_HEADROOM)
         if _figure(p, key) < _figure(best, key):
-            best = {**p, "scratch_limit_bytes": limit}
+            best = {**p, "scratch_limit_bytes": limit, "fp16_cast_first": False}
+    # Then the native fp16 encoders cast first (no float32 clip copy beside the stash; passes/fp16_cast_first.py),
+    # on the best graph so far: not the default form, because the other buffer sizes can move ORT's best-fit
+    # layout either way (lossy squeezenet_s's P 4.25 -> 3.87 MiB, leaky_vgg's 10.6 -> 11.8, docs/notes/lossyp.md).
+    limit = best["scratch_limit_bytes"]
+    graph = finished_graph(plan, limit, cast_first=True)
+    if graph is not None:
+        p = _growth_of(graph, base_nodes, SCRATCH_HEADROOM if limit else 1.0)
+        if _figure(p, key) < _figure(best, key):
+            best = {**p, "scratch_limit_bytes": limit, "fp16_cast_first": True}
     return best
 
 
@@ -324,6 +340,7 @@ def _with_growth(plan: AutoPlan, budget: int, target: int, c: Candidate, records
               "step_budget_bytes": c.step_budget, "parts": c.growth, "candidates": records,
               "spacers": (c.growth or {}).get("spacers") or [],
               "scratch_limit_bytes": (c.growth or {}).get("scratch_limit_bytes"),
+              "fp16_cast_first": bool((c.growth or {}).get("fp16_cast_first")),
               # in either mode: the smallest budget of that mode's figure a priced plan is accepted for
               "tightest_growth_budget_bytes": min((tightest_growth_budget(r[rkey])
                                                    for r in records if r[rkey] is not None), default=None)}

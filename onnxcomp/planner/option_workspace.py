@@ -20,9 +20,8 @@ _CANONICAL = (16, 16, 64, 64)
 
 def workspace_bytes(codec: str, params: dict[str, Any], nbytes: int, native: str | None = None) -> tuple[int, int]:
     """(encode, decode) bytes an option's codec ops hold beyond their graph inputs and outputs, for a stash
-    of ``nbytes`` float32 bytes. Native fp16 (Cast + Clip in float16, ONNX ops) holds the Cast's float16 output
-    beside the Clip's while it encodes (half the float32 bytes; ORT's defaults compute the Clip in place, onnxcomp's
-    settings, memory reuse off, do not); the graph shows it once rewritten, the virtual curve does not. Native bits (a sign mask packed by
+    of ``nbytes`` float32 bytes. Native fp16 (Clip + Cast, ONNX ops) holds Clip's float32 output while it
+    encodes; the graph shows it once rewritten, the virtual curve does not. Native bits (a sign mask packed by
     MatMulInteger, unpacked by Gather) hold the mask as uint8 and the int32 byte sums while they encode (n + n/2
     bytes for n elements, 3/8 of the float32 bytes) and the int32 table indices while they decode (n/2). Native
     maxpool (``nbytes`` of int64 indices) holds one more int64 copy while it encodes and while it decodes."""
@@ -34,7 +33,7 @@ def workspace_bytes(codec: str, params: dict[str, Any], nbytes: int, native: str
         # output; passes/maxpool_index.encode_native_pool)
         return nbytes, nbytes
     if native:
-        return nbytes // 2, 0
+        return nbytes, 0
     key = json.dumps({k: v for k, v in params.items()}, sort_keys=True, default=str)
     return (int(nbytes * _ratio("encode", codec, key)), int(nbytes * _ratio("decode", codec, key)))
 
