@@ -36,26 +36,14 @@ def _packs(taps: int, n: int) -> bool:
     return taps < 16 and n % 2 == 0
 
 
-def _every_window_reaches_the_input(g: Any) -> bool:
-    """Whether every output window of the pool geometry ``g`` holds at least one input element: rows and columns
-    independently, window k starting at k·stride − pad_begin and covering start + i·dilation, i < kernel. With
-    ceil_mode an extra last window may lie wholly past the input (ORT then stores a sentinel index); where the
-    geometry has none, ceil_mode changes nothing the native codes cannot hold (SqueezeNet's 3×3/2 pools)."""
-    def reaches(n_out: int, size: int, k: int, s: int, d: int, pad: int) -> bool:
-        return all(any(0 <= o * s - pad + i * d < size for i in range(k)) for o in range(n_out))
-
-    return (reaches(g.OH, g.H, g.kh, g.sh, g.dh, g.pt) and reaches(g.OW, g.W, g.kw, g.sw, g.dw, g.pl))
-
-
 def native_pool_problem(params: dict[str, Any]) -> str | None:
     """Why the native ops cannot hold this pool's indices, or None. They need every window to hold at least one
-    input element (ORT's index for a window wholly in the padding is a sentinel outside any window: with ceil_mode
-    1, checked window by window, ``_every_window_reaches_the_input``)
+    input element (ceil_mode 0: ORT's index for a window wholly in the padding is a sentinel outside any window)
     and at most 255 taps (uint8 codes, one value kept for "not in the window")."""
     from ..custom_ops.maxpool_index import cached_geometry
 
     g = cached_geometry(params)
-    if g.ceil_mode and not _every_window_reaches_the_input(g):
+    if g.ceil_mode:
         return "ceil_mode=1: windows wholly in the padding carry ORT's sentinel index"
     if g.kh * g.kw >= _INVALID:
         return f"{g.kh * g.kw} taps per window: above a uint8 code"
