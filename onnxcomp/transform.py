@@ -211,6 +211,15 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
                 log.records += bounded.records
                 log.skipped += bounded.skipped
                 log.modified_by += bounded.modified_by
+            # Native fp16 encoders cast first where that mode priced the plan so (after the scratch passes, as
+            # growth_budget.finished_graph does; passes/fp16_cast_first.py).
+            if _planned_fp16_cast_first(log.records):
+                from .passes.fp16_cast_first import Fp16CastFirstPass
+
+                recast = run_passes(ir_model, [Fp16CastFirstPass()])
+                log.records += recast.records
+                log.skipped += recast.skipped
+                log.modified_by += recast.modified_by
             # Then BatchNorm statistics that fragment ORT's pattern block are held outside it, where the replayed
             # block drops (passes/detach_stats.py). After finish_graph, not in it: the budget planner's ORT-defaults
             # mode predicts each candidate through finish_graph, and its candidate search is path-dependent: with
@@ -393,14 +402,23 @@ def _order_parameters(result: TransformResult, stage: Path) -> None:
 
 def _planned_scratch_limit(records: list) -> int | None:
     """The kernel scratch limit the budget planner's ORT-defaults mode priced its plan with (None: none)."""
-    return next((r.detail["ort_defaults"].get("scratch_limit_bytes") for r in records
-                 if r.pass_name == "auto" and isinstance(r.detail, dict) and r.detail.get("ort_defaults")), None)
+    return _ort_defaults_plan(records).get("scratch_limit_bytes")
 
 
 def _planned_scratch_exact(records: list) -> bool:
     """Whether that limit was priced with the bit-identical scratch passes (an `--exact` plan)."""
-    return next((bool(r.detail["ort_defaults"].get("scratch_exact")) for r in records
-                 if r.pass_name == "auto" and isinstance(r.detail, dict) and r.detail.get("ort_defaults")), False)
+    return bool(_ort_defaults_plan(records).get("scratch_exact"))
+
+
+def _planned_fp16_cast_first(records: list) -> bool:
+    """Whether the budget planner's ORT-defaults mode priced its plan with native fp16 encoders cast first."""
+    return bool(_ort_defaults_plan(records).get("fp16_cast_first"))
+
+
+def _ort_defaults_plan(records: list) -> dict:
+    """The ORT-defaults section of the budget planner's record ({} where there is none)."""
+    return next((r.detail["ort_defaults"] for r in records
+                 if r.pass_name == "auto" and isinstance(r.detail, dict) and r.detail.get("ort_defaults")), {})
 
 
 def _planned_spacers(result: TransformResult) -> list[int]:

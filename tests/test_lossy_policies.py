@@ -226,7 +226,7 @@ def test_bad_pass_option_is_a_clear_error(small_artifacts: Path, tmp_path: Path)
     assert not out.exists()
 
 
-# -- native fp16 (ONNX Clip + Cast instead of PyOps) ------------------------------------------------------
+# -- native fp16 (ONNX Cast + Clip instead of PyOps) ------------------------------------------------------
 
 @pytest.mark.parametrize("order", ["priority", "default"])
 def test_native_fp16_matches_the_codec_and_keeps_its_timing(small_artifacts: Path, tmp_path: Path,
@@ -272,15 +272,15 @@ def test_native_fp16_values_match_the_codec_bit_for_bit() -> None:
 
     from onnxcomp.custom_ops import get_codec
 
-    # The same three ops the pass emits, on random, extreme and special values.
+    # The same three ops the pass emits (Cast, Clip in float16, Cast back), on random, extreme and special values.
     g = helper.make_graph(
-        [helper.make_node("Clip", ["x", "lo", "hi"], ["c"]),
-         helper.make_node("Cast", ["c"], ["h"], to=TensorProto.FLOAT16),
+        [helper.make_node("Cast", ["x"], ["c"], to=TensorProto.FLOAT16),
+         helper.make_node("Clip", ["c", "lo", "hi"], ["h"]),
          helper.make_node("Cast", ["h"], ["y"], to=TensorProto.FLOAT)], "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None])],
-        [helper.make_tensor("lo", TensorProto.FLOAT, [], [-65504.0]),
-         helper.make_tensor("hi", TensorProto.FLOAT, [], [65504.0])])
+        [helper.make_tensor("lo", TensorProto.FLOAT16, [], [np.float16(-65504.0)]),
+         helper.make_tensor("hi", TensorProto.FLOAT16, [], [np.float16(65504.0)])])
     sess = ort.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString(),
                                 providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(0)

@@ -13,19 +13,27 @@ from onnxcomp.transform import _planned_scratch_exact, _planned_scratch_limit
 KiB = 1024
 
 
-def _fake(monkeypatch: Any, growth_at: dict[int | None, int | None]) -> list[int | None]:
-    """finished_graph(plan, L) → L (None: the passes changed nothing); _growth_of(L) → growth_at[L]."""
+def _fake(monkeypatch: Any, growth_at: dict[Any, int | None],
+          cast_first_asked: list[int | None] | None = None) -> list[int | None]:
+    """finished_graph(plan, L) → L (None: the passes changed nothing); _growth_of(L) → growth_at[L]; with
+    ``cast_first`` the key is ("cast-first", L) (absent: the plan has no native fp16 encoder, None)."""
     asked: list[int | None] = []
 
-    def finished(plan: Any, limit: int | None = None, exact: bool = False) -> Any:
+    def finished(plan: Any, limit: int | None = None, exact: bool = False, cast_first: bool = False) -> Any:
         assert not exact
+        if cast_first:
+            if cast_first_asked is not None:
+                cast_first_asked.append(limit)
+            key = ("cast-first", limit)
+            return None if growth_at.get(key) is None else SimpleNamespace(limit=key, bounded=limit is not None)
         asked.append(limit)
-        return None if growth_at.get(limit, 0) is None else SimpleNamespace(limit=limit)
+        return None if growth_at.get(limit, 0) is None else SimpleNamespace(limit=limit, bounded=True)
 
     monkeypatch.setattr(growth_budget, "finished_graph", finished)
 
     def growth_of(g: Any, base_nodes: int = 0, headroom: float = 1.0) -> dict[str, Any]:
-        assert headroom == growth_budget.SCRATCH_HEADROOM       # bounded graphs are priced with the headroom
+        # bounded graphs are priced with the headroom, a plain graph cast first without it
+        assert headroom == (growth_budget.SCRATCH_HEADROOM if g.bounded else 1.0)
         return {"growth_bytes": growth_at[g.limit], "largest_outside_bytes": 0}
 
     monkeypatch.setattr(growth_budget, "_growth_of", growth_of)
@@ -123,3 +131,33 @@ def test_transform_reads_whether_the_limit_is_exact() -> None:
     assert _planned_scratch_exact([auto])
     lossy = PassRecord("planned", "auto", "plan", {"ort_defaults": {"scratch_limit_bytes": 256 * KiB}})
     assert not _planned_scratch_exact([lossy]) and not _planned_scratch_exact([])
+
+
+def test_fp16_cast_first_is_priced_on_the_best_bounded_graph_and_kept_where_lower(monkeypatch: Any) -> None:
+    tried: list[int | None] = []
+    _fake(monkeypatch, {256 * KiB: 30, 512 * KiB: 25, 1024 * KiB: 28, ("cast-first", 512 * KiB): 22}, tried)
+    got = growth_budget.bounded_growth(SimpleNamespace(), {"growth_bytes": 40, "largest_outside_bytes": 3000 * KiB})
+    assert tried == [512 * KiB]
+    assert got["growth_bytes"] == 22 and got["scratch_limit_bytes"] == 512 * KiB and got["fp16_cast_first"] is True
+
+
+def test_fp16_cast_first_priced_on_the_plain_graph_and_dropped_where_higher(monkeypatch: Any) -> None:
+    tried: list[int | None] = []
+    _fake(monkeypatch, {("cast-first", None): 35}, tried)
+    got = growth_budget.bounded_growth(SimpleNamespace(), {"growth_bytes": 40, "largest_outside_bytes": 100 * KiB})
+    assert tried == [None] and got["growth_bytes"] == 35 and got["fp16_cast_first"] is True
+    _fake(monkeypatch, {("cast-first", None): 45})
+    got = growth_budget.bounded_growth(SimpleNamespace(), {"growth_bytes": 40, "largest_outside_bytes": 100 * KiB})
+    assert got["growth_bytes"] == 40 and got["fp16_cast_first"] is False
+    _fake(monkeypatch, {})            # no native fp16 encoder: nothing to price
+    got = growth_budget.bounded_growth(SimpleNamespace(), {"growth_bytes": 40, "largest_outside_bytes": 100 * KiB})
+    assert got["fp16_cast_first"] is False
+
+
+def test_transform_reads_cast_first_from_the_auto_record() -> None:
+    from onnxcomp.transform import _planned_fp16_cast_first
+
+    auto = PassRecord("planned", "auto", "plan", {"ort_defaults": {"fp16_cast_first": True, "spacers": []}})
+    assert _planned_fp16_cast_first([auto])
+    assert not _planned_fp16_cast_first([PassRecord("planned", "auto", "plan", {"ort_defaults": {"spacers": []}})])
+    assert not _planned_fp16_cast_first([PassRecord("planned", "auto", "plan", {"ort_defaults": None})])

@@ -91,10 +91,11 @@ def tightest_growth_budget(predicted_growth: int, margin: float = GROWTH_MARGIN)
 
 
 def finished_graph(plan: AutoPlan, scratch_limit: int | None = None,
-                   scratch_exact: bool = False) -> onnx.ModelProto | None:
+                   scratch_exact: bool = False, cast_first: bool = False) -> onnx.ModelProto | None:
     """The graph `transform` writes for ``plan``: its pipeline's graph after transform's last passes; with
-    ``scratch_limit``, then after ``scratch_passes(scratch_limit, scratch_exact)`` (None where they change nothing,
-    or where the plan rewrote nothing: transform runs neither on an untouched graph)."""
+    ``scratch_limit``, then after ``scratch_passes(scratch_limit, scratch_exact)``; with ``cast_first``, then with
+    its native fp16 encoders cast first (passes/fp16_cast_first.py). None where those change nothing, or where the
+    plan rewrote nothing: transform runs none of them on an untouched graph."""
     import onnx_ir as ir
 
     from ..analysis.cached import adopt_snapshot, snapshot_of
@@ -106,7 +107,7 @@ def finished_graph(plan: AutoPlan, scratch_limit: int | None = None,
     loaded = ir.serde.deserialize_model(plan.model)
     adopt_snapshot(loaded, plan.model, checked=True)
     if plan.applied is not None and not plan.applied.log.modified_by:
-        return plan.model if scratch_limit is None else None
+        return plan.model if scratch_limit is None and not cast_first else None
     finished, last, _ = finish_graph(loaded, records)
     if scratch_limit:
         # After the last passes, as transform does: run before them (so that DefaultOrderPass and the reuse pass
@@ -114,6 +115,11 @@ def finished_graph(plan: AutoPlan, scratch_limit: int | None = None,
         # them it predicted 35.5 and measured 33.7 (docs/notes/lossyfloor.md).
         bounded = run_passes(finished, scratch_passes(scratch_limit, scratch_exact))
         if not bounded.records:
+            return None
+    if cast_first:
+        from ..passes.fp16_cast_first import Fp16CastFirstPass
+
+        if not run_passes(finished, [Fp16CastFirstPass()]).records:
             return None
     return snapshot_of(finished)
 
@@ -183,8 +189,9 @@ def bounded_growth(plan: AutoPlan, plain: dict[str, Any], base_nodes: int = 0,
     (growth, or growth + set-up added) where that is less (``scratch_limit_bytes`` L), priced with
     ``SCRATCH_HEADROOM``. Only limits under the plain graph's largest request outside the pattern block are tried.
     ``exact``: the limits are that largest request over ``EXACT_SCRATCH_DIVISORS``, the passes the bit-identical
-    ones (``scratch_passes(L, exact=True)``), priced without the headroom; ``scratch_exact`` records which."""
-    best = {**plain, "scratch_limit_bytes": None, "scratch_exact": exact}
+    ones (``scratch_passes(L, exact=True)``), priced without the headroom; ``scratch_exact`` records which.
+    Lossy plans are then priced with their native fp16 encoders cast first (``fp16_cast_first``)."""
+    best = {**plain, "scratch_limit_bytes": None, "scratch_exact": exact, "fp16_cast_first": False}
     largest = int(plain.get("largest_outside_bytes", 0))
     limits = sorted({largest // d for d in EXACT_SCRATCH_DIVISORS if largest // d > SCRATCH_LIMITS[0] // 2},
                     reverse=True) if exact else SCRATCH_LIMITS
@@ -196,7 +203,18 @@ def bounded_growth(plan: AutoPlan, plain: dict[str, Any], base_nodes: int = 0,
             continue
         p = _growth_of(graph, base_nodes, 1.0 if exact else SCRATCH_HEADROOM)
         if _figure(p, key) < _figure(best, key):
-            best = {**p, "scratch_limit_bytes": limit, "scratch_exact": exact}
+            best = {**p, "scratch_limit_bytes": limit, "scratch_exact": exact, "fp16_cast_first": False}
+    if exact:
+        return best         # no fp16 encoders in an exact plan
+    # Then the native fp16 encoders cast first (no float32 clip copy beside the stash; passes/fp16_cast_first.py),
+    # on the best graph so far: not the default form, because the other buffer sizes can move ORT's best-fit
+    # layout either way (lossy squeezenet_s's P 4.25 -> 3.87 MiB, leaky_vgg's 10.6 -> 11.8, docs/notes/lossyp.md).
+    limit = best["scratch_limit_bytes"]
+    graph = finished_graph(plan, limit, cast_first=True)
+    if graph is not None:
+        p = _growth_of(graph, base_nodes, SCRATCH_HEADROOM if limit else 1.0)
+        if _figure(p, key) < _figure(best, key):
+            best = {**p, "scratch_limit_bytes": limit, "scratch_exact": False, "fp16_cast_first": True}
     return best
 
 
@@ -357,6 +375,7 @@ def _with_growth(plan: AutoPlan, budget: int, target: int, c: Candidate, records
               "spacers": (c.growth or {}).get("spacers") or [],
               "scratch_limit_bytes": (c.growth or {}).get("scratch_limit_bytes"),
               "scratch_exact": bool((c.growth or {}).get("scratch_exact")),
+              "fp16_cast_first": bool((c.growth or {}).get("fp16_cast_first")),
               # in either mode: the smallest budget of that mode's figure a priced plan is accepted for
               "tightest_growth_budget_bytes": min((tightest_growth_budget(r[rkey])
                                                    for r in records if r[rkey] is not None), default=None)}
