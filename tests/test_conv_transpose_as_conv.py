@@ -67,3 +67,21 @@ def test_conv_pads() -> None:
     assert conv_pads([3, 3], [1, 1, 1, 1], [1, 1]) == [1, 1, 1, 1]
     assert conv_pads([3, 3], [0, 0, 0, 0], [2, 2]) == [4, 4, 4, 4]
     assert conv_pads([3, 3], [3, 0, 0, 0], [1, 1]) is None
+
+
+def test_keeps_a_lifted_output_declaration_on_a_view() -> None:
+    """A ConvTranspose output declared with trailing axes of 1 (a lifted declaration: same elements): the Conv is
+    declared as ORT infers it (4-D) and a Reshape view keeps the declaration under the old name; a Conv declared
+    lifted is a shape conflict (ORT: "Error merging shape info ... lenient merge")."""
+    g = _graph()
+    for v in g.graph.value_info:
+        if v.name == "t":
+            v.type.tensor_type.shape.dim.add().dim_value = 1
+    result = ConvTransposeAsConvPass().run(g)
+    out = result.model
+    declared = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in out.graph.value_info}
+    conv = next(n for n in out.graph.node if n.op_type == "Conv")
+    assert declared[conv.output[0]] == [2, 4, 8, 8]
+    view = next(n for n in out.graph.node if n.output[0] == "t")
+    assert view.op_type == "Reshape" and declared["t"] == [2, 4, 8, 8, 1]
+    onnx.shape_inference.infer_shapes(out, strict_mode=True)

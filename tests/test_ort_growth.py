@@ -74,6 +74,9 @@ def test_conv_grad_scratch_is_one_images_im2col_and_a_bias_row():
     node = helper.make_node("ConvGrad", ["dY", "X", "W"], ["dX", "dW", "dB"], domain="com.microsoft")
     shapes = {"dY": (1, (8, 16, 10, 10)), "X": (1, (8, 4, 10, 10)), "W": (1, (16, 4, 3, 3))}
     assert conv_scratch(node, shapes) == [4 * 4 * 9 * 100, 4 * 100]
+    # conv_grad.cc takes the bias row whether or not dB is wanted (a bias-free conv's ConvGrad too)
+    no_db = helper.make_node("ConvGrad", ["dY", "X", "W"], ["dX", "dW"], domain="com.microsoft")
+    assert conv_scratch(no_db, shapes) == [4 * 4 * 9 * 100, 4 * 100]
     conv = helper.make_node("Conv", ["X", "W"], ["Y"], pads=[1, 1, 1, 1])
     # 16 filters against 100 output pixels: MLAS's segmented buffer, capped
     assert conv_scratch(conv, {**shapes, "Y": (1, (8, 16, 10, 10))}) == [min(4 * 4 * 9 * 100, 128 * KiB)]
@@ -551,3 +554,19 @@ def test_the_auto_pass_hands_its_margin_to_the_planner_of_its_figure(monkeypatch
         assert seen[-1][1].get("margin") == margin       # None: not passed, the planner's own default
     with pytest.raises(OnnxcompError, match="margin"):
         AutoPass(budget_bytes=MiB, margin=1.5)
+
+
+def test_a_bias_free_convgrads_row_opens_a_second_region_when_its_im2col_took_the_set_up_room():
+    """Lossy densenet_s's bounded plan (docs/notes/lossyfloor.md §2, NOTES-headroom.md): set-up leaves one free
+    chunk of 630,784 B; a 460,800-B im2col takes all of it (the rest is smaller than the request: not split); the
+    1,600-B bias row the same ConvGrad asks next has no room and opens a second region the size of P's: P twice.
+    Without the row (the old model of a ConvGrad with no dB) the replay held P once."""
+    setup = [1048576 - 630784]
+    p = 22 << 20
+    im2col = StepEvent("g/scratch0", 460800, 5, 5)
+    row = StepEvent("g/scratch1", 1600, 5, 5)
+    with_row, arena = GrowthModel(setup, p, None, [im2col, row]).simulate(steps=3)
+    without, _ = GrowthModel(setup, p, None, [im2col]).simulate(steps=3)
+    assert without < p + (1 << 20)
+    assert with_row >= 2 * p
+    assert [size for kind, _, size in arena.log if kind == "extend"].count(32 << 20) == 2

@@ -17,6 +17,7 @@ lossy graphs only (the chunked input chain, the only ConvTranspose onnxcomp emit
 """
 from __future__ import annotations
 
+import numpy as np
 import onnx_ir as ir
 
 from .base import OnnxcompPass, PassOutcome, Skipped
@@ -54,12 +55,40 @@ def flipped_weights(ed: IrGraphEditor, w: ir.Value, shape: list[int], cache: dic
     return out
 
 
+def take_over_as_declared(ed: IrGraphEditor, old: ir.Value, new: ir.Value) -> list[ir.Node]:
+    """``new`` (a Conv's output, declared with the shape ORT infers for it) replaces ``old``. Where ``old`` is
+    declared with another shape of the same elements — the reuse pass's lifted declarations (passes/
+    reuse_signature.py: a ConvGrad dX declared ``[N, C, H, W, 1, ...]``) — the readers get a zero-copy
+    ``Reshape`` view of ``new`` under ``old``'s name and declaration: a Conv output declared lifted made ORT log
+    "Error merging shape info ... Falling back to lenient merge" (docs/notes/setupcount.md §3, NOTES-headroom.md).
+    Returns the nodes made (to insert after ``new``'s producer)."""
+    declared = _static(old)
+    own = _static(new)
+    if declared is None or own is None or list(declared) == list(own) or \
+            int(np.prod(declared)) != int(np.prod(own)):
+        _take_over(old, new)
+        return []
+    start = len(ed.nodes)
+    shape = ed.shared_const("onnxcomp_shape_" + "x".join(str(int(d)) for d in declared), [int(d) for d in declared])
+    view = ed.op("Reshape", [new, shape], "declared", new.dtype, [int(d) for d in declared])
+    _take_over(old, view)
+    return ed.nodes[start:]
+
+
 def conv_pads(kernel: list[int], pads: list[int], dilations: list[int]) -> list[int] | None:
     """The Conv pads that give a stride-1 ConvTranspose's (or conv input gradient's) output, or None where one
     would be negative."""
     rank = len(kernel)
     out = [dilations[d % rank] * (kernel[d % rank] - 1) - pads[d] for d in range(2 * rank)]
     return out if all(p >= 0 for p in out) else None
+
+
+def _conv_out_shape(x: list[int], w: list[int], pads: list[int], dil: list[int]) -> list[int]:
+    """A stride-1 Conv's output shape (what ORT infers) for dY ``x`` over the flipped weights of ConvTranspose
+    weight ``w`` (C_in, C_out, k...)."""
+    rank = len(x) - 2
+    return [int(x[0]), int(w[1])] + [int(x[2 + d]) + pads[d] + pads[d + rank] - dil[d] * (int(w[2 + d]) - 1)
+                                     for d in range(rank)]
 
 
 def _why_not(node: ir.Node) -> str | None:
@@ -116,9 +145,12 @@ class ConvTransposeAsConvPass(OnnxcompPass):
             conv = ed.node("Conv", [node.inputs[0], w_t], [(ed.name("dx"), ir.DataType.FLOAT, _static(y))],
                            name=ed.name("Conv"), pads=pads, dilations=dil, strides=[1, 1],
                            kernel_shape=list(kernel), group=1)
-            graph.insert_before(node, ed.nodes)
             label = node.name or y.name
-            _take_over(y, conv.outputs[0])      # the Conv's output takes the name, type and readers
+            # the Conv's output (declared as ORT infers it) takes the name, type and readers; a lifted
+            # declaration of y is kept on a view
+            conv.outputs[0].shape = ir.Shape(_conv_out_shape(x, w, pads, dil))
+            take_over_as_declared(ed, y, conv.outputs[0])
+            graph.insert_before(node, ed.nodes)
             graph.remove(node, safe=True)
             outcome.records.append(PassRecord(
                 "scratch", self.name, label,

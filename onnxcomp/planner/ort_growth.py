@@ -231,7 +231,7 @@ def _attr(node: onnx.NodeProto, name: str, default: Any) -> Any:
 def conv_scratch(node: onnx.NodeProto, shapes: dict[str, Any]) -> list[int]:
     """The arena requests ORT 1.19's CPU kernel of ``node`` makes beside its outputs (bytes), per
     grad_buffer_order.largest_scratch and planner/auto.conv_workspace: ConvGrad's one-image im2col buffer
-    (C/group·∏kernel·∏output floats) and its bias row (∏output floats); Conv's / FusedConv's expansion buffer
+    (C/group·∏kernel·∏output floats) and its bias row (∏output floats, with or without dB); Conv's / FusedConv's expansion buffer
     (whole where a group's filters outnumber the output pixels, else MLAS's small segmented one; none for a 1×1
     stride-1 unpadded conv); ConvTranspose's col buffer (C_out/group·∏kernel·∏input pixels, one image, always);
     BiasGelu's / FastGelu's scratch of its input's size."""
@@ -241,10 +241,11 @@ def conv_scratch(node: onnx.NodeProto, shapes: dict[str, Any]) -> list[int]:
         if dy is None or w is None or len(w[1]) < 3:
             return []
         pix = math.prod(dy[1][2:])
-        out = [4 * math.prod(w[1][1:]) * pix]
-        if len(node.output) > 2 and node.output[2]:
-            out.append(4 * pix)
-        return out
+        # conv_grad.cc allocates the bias row (bias_multiplier, ∏output floats) right after the im2col buffer and
+        # whether or not dB is an output. Counting it only with dB missed lossy densenet_s's "2P": a 460,800-B
+        # im2col took the set-up's whole 630,784-B free chunk (the rest too small to split off), and the bias-free
+        # ConvGrad's 1,600-B row opened a second 32 MiB region (docs/notes/lossyfloor.md §2; NOTES-headroom.md).
+        return [4 * math.prod(w[1][1:]) * pix, 4 * pix]
     if key in ("Conv", "FusedConv"):
         w = _shape_of(shapes, node.input[1]) if len(node.input) > 1 else None
         y = _shape_of(shapes, node.output[0])
