@@ -557,7 +557,7 @@ def test_the_auto_pass_hands_its_margin_to_the_planner_of_its_figure(monkeypatch
 
 
 def test_a_bias_free_convgrads_row_opens_a_second_region_when_its_im2col_took_the_set_up_room():
-    """Lossy densenet_s's bounded plan (docs/notes/lossyfloor.md §2, NOTES-headroom.md): set-up leaves one free
+    """Lossy densenet_s's bounded plan (docs/notes/lossyfloor.md §2, docs/notes/headroom.md): set-up leaves one free
     chunk of 630,784 B; a 460,800-B im2col takes all of it (the rest is smaller than the request: not split); the
     1,600-B bias row the same ConvGrad asks next has no room and opens a second region the size of P's: P twice.
     Without the row (the old model of a ConvGrad with no dB) the replay held P once."""

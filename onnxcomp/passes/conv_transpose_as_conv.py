@@ -60,7 +60,7 @@ def take_over_as_declared(ed: IrGraphEditor, old: ir.Value, new: ir.Value) -> li
     declared with another shape of the same elements — the reuse pass's lifted declarations (passes/
     reuse_signature.py: a ConvGrad dX declared ``[N, C, H, W, 1, ...]``) — the readers get a zero-copy
     ``Reshape`` view of ``new`` under ``old``'s name and declaration: a Conv output declared lifted made ORT log
-    "Error merging shape info ... Falling back to lenient merge" (docs/notes/setupcount.md §3, NOTES-headroom.md).
+    "Error merging shape info ... Falling back to lenient merge" (docs/notes/setupcount.md §3, docs/notes/headroom.md).
     Returns the nodes made (to insert after ``new``'s producer)."""
     declared = _static(old)
     own = _static(new)

@@ -153,7 +153,7 @@ def _total(g: dict[str, Any]) -> int:
 SCRATCH_LIMITS = (256 << 10, 512 << 10, 1 << 20)
 # Headroom on the requests outside the pattern block when a bounded graph is priced (``ort_growth.with_headroom``).
 # Was 2.0, a stopgap for two bounded lossy densenet_s plans that measured the block held twice (49.8 / 56.9 MiB)
-# where the replay held it once. Cause found (NOTES-headroom.md): ConvGrad asks its bias row whether or not
+# where the replay held it once. Cause found (docs/notes/headroom.md): ConvGrad asks its bias row whether or not
 # dB is an output, and the replay counted it only with dB; a bias-free ConvGrad's row, asked while its im2col held
 # the set-up's whole free chunk, opened the second region. With the row counted the replay predicts 57.19 MiB
 # (measured 56.98) and 35.55 for the plan that measured 33.51, both at 1.0; doubling would now call that one 2P.

@@ -244,7 +244,7 @@ def conv_scratch(node: onnx.NodeProto, shapes: dict[str, Any]) -> list[int]:
         # conv_grad.cc allocates the bias row (bias_multiplier, ∏output floats) right after the im2col buffer and
         # whether or not dB is an output. Counting it only with dB missed lossy densenet_s's "2P": a 460,800-B
         # im2col took the set-up's whole 630,784-B free chunk (the rest too small to split off), and the bias-free
-        # ConvGrad's 1,600-B row opened a second 32 MiB region (docs/notes/lossyfloor.md §2; NOTES-headroom.md).
+        # ConvGrad's 1,600-B row opened a second 32 MiB region (docs/notes/lossyfloor.md §2; docs/notes/headroom.md).
         return [4 * math.prod(w[1][1:]) * pix, 4 * pix]
     if key in ("Conv", "FusedConv"):
         w = _shape_of(shapes, node.input[1]) if len(node.input) > 1 else None
