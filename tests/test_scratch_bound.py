@@ -31,9 +31,7 @@ def _fake(monkeypatch: Any, growth_at: dict[Any, int | None],
 
     monkeypatch.setattr(growth_budget, "finished_graph", finished)
 
-    def growth_of(g: Any, base_nodes: int = 0, headroom: float = 1.0) -> dict[str, Any]:
-        # bounded graphs are priced with the headroom, a plain graph cast first without it
-        assert headroom == (growth_budget.SCRATCH_HEADROOM if g.bounded else 1.0)
+    def growth_of(g: Any, base_nodes: int = 0) -> dict[str, Any]:
         return {"growth_bytes": growth_at[g.limit], "largest_outside_bytes": 0}
 
     monkeypatch.setattr(growth_budget, "_growth_of", growth_of)
@@ -80,21 +78,8 @@ def test_scratch_passes_bound_both_kernels() -> None:
     assert split.dx_by_conv and split.max_workspace_bytes == 256 * KiB
 
 
-def test_headroom_doubles_the_requests_outside_the_block() -> None:
-    from onnxcomp.planner.ort_growth import GrowthModel, StepEvent, with_headroom
-
-    # 256 KiB of set-up leaves 768 KiB beside the gradient buffer: a 300 KiB request fits there; three times
-    # that does not, and its pages come on top of the block's
-    gm = GrowthModel(setup=[256 * KiB], pattern=3 * 1024 * KiB // 2, pattern_touched=None,
-                     events=[StepEvent("im2col", 300 * KiB, 2, 2)])
-    once = gm.simulate(steps=3)[0]
-    twice = with_headroom(gm, 3.0).simulate(steps=3)[0]
-    assert once == 3 * 1024 * KiB // 2 + 300 * KiB and twice == 3 * 1024 * KiB // 2 + 900 * KiB
-    assert with_headroom(gm, 1.0) is gm and gm.events[0].nbytes == 300 * KiB
-
-
 # --exact plans: the bit-identical blocks only, at the largest request outside the block halved / quartered,
-# priced without the headroom (docs/notes/setupcount.md)
+# (docs/notes/setupcount.md)
 def test_exact_plans_price_halving_the_largest_request_with_the_exact_passes(monkeypatch: Any) -> None:
     asked: list[tuple[int | None, bool]] = []
 
@@ -102,8 +87,7 @@ def test_exact_plans_price_halving_the_largest_request_with_the_exact_passes(mon
         asked.append((limit, exact))
         return SimpleNamespace(limit=limit)
 
-    def growth_of(g: Any, base_nodes: int = 0, headroom: float = 1.0) -> dict[str, Any]:
-        assert headroom == 1.0
+    def growth_of(g: Any, base_nodes: int = 0) -> dict[str, Any]:
         return {"growth_bytes": {1800 * KiB: 25, 900 * KiB: 27}[g.limit], "largest_outside_bytes": 0}
 
     monkeypatch.setattr(growth_budget, "finished_graph", finished)

@@ -151,18 +151,14 @@ def _total(g: dict[str, Any]) -> int:
 # (2.5-3.5 MiB on the suite's chunked lossy plans) or, where the set-up leaves no room for them, a second copy of
 # the block (lossy densenet_s: 16 MiB). MLAS's segmented Conv buffer is 128 KiB; three limits above it are priced.
 SCRATCH_LIMITS = (256 << 10, 512 << 10, 1 << 20)
-# Headroom on the requests outside the pattern block when a bounded graph is priced (``ort_growth.with_headroom``).
-# Was 2.0, a stopgap for two bounded lossy densenet_s plans that measured the block held twice (49.8 / 56.9 MiB)
-# where the replay held it once. Cause found (docs/notes/headroom.md): ConvGrad asks its bias row whether or not
-# dB is an output, and the replay counted it only with dB; a bias-free ConvGrad's row, asked while its im2col held
-# the set-up's whole free chunk, opened the second region. With the row counted the replay predicts 57.19 MiB
-# (measured 56.98) and 35.55 for the plan that measured 33.51, both at 1.0; doubling would now call that one 2P.
-SCRATCH_HEADROOM = 1.0
+# Bounded graphs are priced as they are. (Until stop 40 with every request outside the block doubled, a stopgap for
+# two bounded lossy densenet_s plans that measured the block twice where the replay held it once; the cause was
+# ConvGrad's bias row, asked whether or not dB is an output and counted by the replay only with dB:
+# docs/notes/headroom.md.)
 # For exact plans (``bounded_growth(exact=True)``): the limits priced are the largest request outside the block over
 # these divisors, so the ConvGrad that sets it is halved / quartered; SCRATCH_LIMITS' fixed ones would ask for block
-# counts that rarely probe bit-identical (passes/split_conv_grad.py ``exact_blocks``). Priced without the headroom:
-# exact wide_resnet_s's plan with its largest ConvGrad in 2 blocks predicted 25.11 MiB plain (26.87 with it) and
-# measured 25.25 (docs/notes/setupcount.md).
+# counts that rarely probe bit-identical (passes/split_conv_grad.py ``exact_blocks``). Exact wide_resnet_s's plan with
+# its largest ConvGrad in 2 blocks predicted 25.11 MiB and measured 25.25 (docs/notes/setupcount.md).
 EXACT_SCRATCH_DIVISORS = (2, 4)
 
 
@@ -187,10 +183,9 @@ def bounded_growth(plan: AutoPlan, plain: dict[str, Any], base_nodes: int = 0,
                    key: str = "growth_bytes", exact: bool = False) -> dict[str, Any]:
     """``plain`` (the growth parts of ``plan``'s finished graph, ``scratch_limit_bytes`` None), or the parts of the
     graph finished with ``scratch_passes(L)`` for the ``SCRATCH_LIMITS`` entry L predicting the least ``key``
-    (growth, or growth + set-up added) where that is less (``scratch_limit_bytes`` L), priced with
-    ``SCRATCH_HEADROOM``. Only limits under the plain graph's largest request outside the pattern block are tried.
+    (growth, or growth + set-up added) where that is less (``scratch_limit_bytes`` L). Only limits under the plain graph's largest request outside the pattern block are tried.
     ``exact``: the limits are that largest request over ``EXACT_SCRATCH_DIVISORS``, the passes the bit-identical
-    ones (``scratch_passes(L, exact=True)``), priced without the headroom; ``scratch_exact`` records which.
+    ones (``scratch_passes(L, exact=True)``); ``scratch_exact`` records which.
     Lossy plans are then priced with their native fp16 encoders cast first (``fp16_cast_first``)."""
     best = {**plain, "scratch_limit_bytes": None, "scratch_exact": exact, "fp16_cast_first": False}
     largest = int(plain.get("largest_outside_bytes", 0))
@@ -202,7 +197,7 @@ def bounded_growth(plan: AutoPlan, plain: dict[str, Any], base_nodes: int = 0,
         graph = finished_graph(plan, limit, exact)
         if graph is None:
             continue
-        p = _growth_of(graph, base_nodes, 1.0 if exact else SCRATCH_HEADROOM)
+        p = _growth_of(graph, base_nodes)
         if _figure(p, key) < _figure(best, key):
             best = {**p, "scratch_limit_bytes": limit, "scratch_exact": exact, "fp16_cast_first": False}
     if exact:
@@ -213,21 +208,20 @@ def bounded_growth(plan: AutoPlan, plain: dict[str, Any], base_nodes: int = 0,
     limit = best["scratch_limit_bytes"]
     graph = finished_graph(plan, limit, cast_first=True)
     if graph is not None:
-        p = _growth_of(graph, base_nodes, SCRATCH_HEADROOM if limit else 1.0)
+        p = _growth_of(graph, base_nodes)
         if _figure(p, key) < _figure(best, key):
             best = {**p, "scratch_limit_bytes": limit, "scratch_exact": False, "fp16_cast_first": True}
     return best
 
 
-def _growth_of(graph: onnx.ModelProto, base_nodes: int = 0, headroom: float = 1.0) -> dict[str, Any]:
+def _growth_of(graph: onnx.ModelProto, base_nodes: int = 0) -> dict[str, Any]:
     """The growth prediction's parts, plus ``set_up_added_bytes`` (over an untouched graph of ``base_nodes``
-    nodes) and ``total_bytes`` (growth + set-up added: ``--budget-for ort-defaults-total``'s figure); ``headroom``:
-    see ``ort_growth.predict_growth_of``."""
+    nodes) and ``total_bytes`` (growth + set-up added: ``--budget-for ort-defaults-total``'s figure)."""
     from .ort_growth import predict_growth_of, set_up_added_bytes
 
     # spacers (passes/arena_spacer.py) are priced too: transform adds them when it writes an artifact directory
     try:
-        p = predict_growth_of(graph, reorder=True, spacers=True, headroom=headroom)
+        p = predict_growth_of(graph, reorder=True, spacers=True)
         added = set_up_added_bytes(p, base_nodes)
         # ``p.total`` holds the spacers' set-up already (ort_growth.with_spacers)
         return p.to_dict() | {"set_up_added_bytes": added, "total_bytes": p.total - p.spacer_set_up + added}

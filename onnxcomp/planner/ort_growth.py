@@ -591,15 +591,13 @@ def growth_model(optimized: onnx.ModelProto, original: onnx.ModelProto, reorder:
 
 
 def predict_growth_of(model: onnx.ModelProto, reorder: bool = False, steps: int = 3,
-                      spacers: bool = False, headroom: float = 1.0) -> GrowthPrediction:
+                      spacers: bool = False) -> GrowthPrediction:
     """``predict_growth`` for a graph in memory (initializers inline). ``spacers``: also price the graph with
     passes/arena_spacer's spacer parameters and return that prediction (``.spacers`` set) where its saving exceeds
-    their set-up cost (``with_spacers``). ``headroom``: every request outside the pattern block replayed that many
-    times its modelled size (a robustness check of a prediction that holds the block once only thanks to the
-    set-up's leftover room)."""
+    their set-up cost (``with_spacers``)."""
     from .ort_pattern import ort_optimized_model_of
 
-    gm = with_headroom(growth_model(ort_optimized_model_of(model), model, reorder), headroom)
+    gm = growth_model(ort_optimized_model_of(model), model, reorder)
     plain = _predict(gm, steps)
     return with_spacers(gm, plain, steps) if spacers else plain
 
@@ -617,16 +615,6 @@ def set_up_added_bytes(p: "GrowthPrediction", base_nodes: int) -> int:
     hold at set-up plus ``SET_UP_NODE_BYTES`` per added node. Not counted: the codec modules a graph with PyOps
     imports at set-up (one-off, codec-dependent: 1-5 MiB measured on lossy suite plans); `--verify` measures it."""
     return p.spacer_set_up + SET_UP_NODE_BYTES * max(0, p.nodes - int(base_nodes))
-
-
-def with_headroom(gm: GrowthModel, factor: float) -> GrowthModel:
-    """``gm`` with every step request outside the pattern block ``factor`` times its size (``predict_growth_of``'s
-    ``headroom``)."""
-    from dataclasses import replace
-
-    if factor == 1.0:
-        return gm
-    return replace(gm, events=[replace(e, nbytes=int(e.nbytes * factor)) for e in gm.events])
 
 
 # Room asked of the spacers beside the largest request outside the pattern (ConvGrad's bias row is taken while
