@@ -241,6 +241,24 @@ def test_the_reported_tightest_budget_survives_a_prediction_a_few_bytes_higher(f
                                              exact=True).fits
 
 
+def test_the_tightest_budget_is_reported_at_the_plans_margin_and_at_verifys(fake_planner):
+    # a plan made at --verify's 2 % margin is accepted at a lower budget than at the default 5 %: the record says
+    # the tightest budget at its own margin, and both report what `transform --verify` would accept
+    default = growth_budget.plan_for_growth(onnx.ModelProto(), 30 * MiB, exact=True)
+    small = growth_budget.plan_for_growth(onnx.ModelProto(), 30 * MiB, exact=True,
+                                          margin=growth_budget.VERIFIED_GROWTH_MARGIN)
+    floor = default.growth["predicted_growth_bytes"]
+    assert small.growth["predicted_growth_bytes"] == floor
+    assert default.growth["tightest_growth_budget_bytes"] == growth_budget.tightest_growth_budget(floor)
+    verified = growth_budget.tightest_growth_budget(floor, growth_budget.VERIFIED_GROWTH_MARGIN)
+    assert small.growth["tightest_growth_budget_bytes"] == verified < default.growth["tightest_growth_budget_bytes"]
+    assert default.growth["tightest_verified_growth_budget_bytes"] == verified
+    assert small.growth["margin"] == growth_budget.VERIFIED_GROWTH_MARGIN
+    assert "tightest budget it accepts is %.1f MiB" % (verified / MiB) in growth_budget.growth_failure_line(small)
+    assert growth_budget.plan_for_growth(onnx.ModelProto(), verified, exact=True,
+                                         margin=growth_budget.VERIFIED_GROWTH_MARGIN).fits
+
+
 def test_budget_for_needs_the_budget_planner(small_artifacts: Path, tmp_path: Path, capsys) -> None:  # noqa: ANN001
     assert main(["inspect", str(small_artifacts), "--budget-for", "ort-defaults"]) != 0
     assert "--budget" in capsys.readouterr().err

@@ -283,9 +283,10 @@ def plan_for_growth(model: onnx.ModelProto, budget: int, *, exact: bool = False,
     records = [c.record() for c, _ in candidates]
     if chosen is None:
         best_c, best_p = min(priced, key=lambda cp: _figure(cp[0].growth, key)) if priced else candidates[0]
-        plan = _with_growth(best_p, budget, target, best_c, records, fits=False, budget_for=budget_for)
+        plan = _with_growth(best_p, budget, target, best_c, records, fits=False, budget_for=budget_for, margin=margin)
         return plan
-    return _with_growth(chosen[1], budget, target, chosen[0], records, fits=True, budget_for=budget_for)
+    return _with_growth(chosen[1], budget, target, chosen[0], records, fits=True, budget_for=budget_for,
+                        margin=margin)
 
 
 def _descend(model: onnx.ModelProto, target: int, exact: bool, min_bytes: int, step_budgets: list[int] | None,
@@ -357,12 +358,12 @@ def _predicted_key(budget_for: str | None) -> str:
 
 
 def _with_growth(plan: AutoPlan, budget: int, target: int, c: Candidate, records: list[dict[str, Any]],
-                 fits: bool, budget_for: str = "ort-defaults") -> AutoPlan:
+                 fits: bool, budget_for: str = "ort-defaults", margin: float = GROWTH_MARGIN) -> AutoPlan:
     from dataclasses import replace
 
     rkey = _predicted_key(budget_for)
     growth = {"budget_for": budget_for, "growth_budget_bytes": budget, "growth_target_bytes": target,
-              "margin": round(1 - target / budget, 6) if budget else None,
+              "margin": margin,
               "predicted_growth_bytes": None if c.growth is None else c.growth["growth_bytes"],
               "predicted_set_up_added_bytes": None if c.growth is None else c.growth.get("set_up_added_bytes", 0),
               "predicted_total_bytes": None if c.growth is None else _total(c.growth),
@@ -371,9 +372,12 @@ def _with_growth(plan: AutoPlan, budget: int, target: int, c: Candidate, records
               "scratch_limit_bytes": (c.growth or {}).get("scratch_limit_bytes"),
               "scratch_exact": bool((c.growth or {}).get("scratch_exact")),
               "fp16_cast_first": bool((c.growth or {}).get("fp16_cast_first")),
-              # in either mode: the smallest budget of that mode's figure a priced plan is accepted for
-              "tightest_growth_budget_bytes": min((tightest_growth_budget(r[rkey])
-                                                   for r in records if r[rkey] is not None), default=None)}
+              # in either mode: the smallest budget of that mode's figure a priced plan is accepted for, at this
+              # plan's margin, and at the margin `transform --verify` plans with (a measurement follows)
+              "tightest_growth_budget_bytes": min((tightest_growth_budget(r[rkey], margin)
+                                                   for r in records if r[rkey] is not None), default=None),
+              "tightest_verified_growth_budget_bytes": min((tightest_growth_budget(r[rkey], VERIFIED_GROWTH_MARGIN)
+                                                            for r in records if r[rkey] is not None), default=None)}
     return replace(plan, fits=fits, growth=growth)
 
 
