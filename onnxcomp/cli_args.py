@@ -20,6 +20,17 @@ def print_json(obj: Any) -> None:
     sys.stdout.write("\n")
 
 
+def margin_share(text: str) -> float:
+    """``--margin``: a share of the budget in [0, 1), as 0.02 or 2%."""
+    try:
+        value = float(text[:-1]) / 100 if text.strip().endswith("%") else float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a share of the budget in [0, 1), e.g. 0.02 or 2%")
+    return value
+
+
 def positive(value: str) -> int:
     try:
         n = int(value)

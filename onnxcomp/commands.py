@@ -315,17 +315,6 @@ def _bytes_arg(text: str) -> int:
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
-def _margin_arg(text: str) -> float:
-    """A share of the budget in [0, 1): 0.02 or 2%."""
-    try:
-        value = float(text[:-1]) / 100 if text.strip().endswith("%") else float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a share of the budget in [0, 1), e.g. 0.02 or 2%")
-    return value
-
-
 class _WholeNames(argparse.HelpFormatter):
     """Help wrapped at spaces only: a policy name (dpr-fp16, rows+lossless) is never cut at its hyphen."""
 
@@ -394,7 +383,7 @@ def add_subcommands(sub: Any) -> None:
                       "graph's set-up once) and plan again for a lower internal "
                       "budget while it measures over the budget; each plan is measured before it is published: exit 2 "
                       "with the lowest measured figure, and nothing written, when no plan fits (planner/budget_verify.py)")
-    auto.add_argument("--margin", type=_margin_arg, default=None, metavar="F",
+    auto.add_argument("--margin", type=cli_args.margin_share, default=None, metavar="F",
                       help="plan this share of --budget under it, e.g. 0.02: room for the prediction's error. "
                       "Default 0.05 (planner/auto.py, planner/growth_budget.py); with --verify and --budget-for "
                       "ort-defaults[-total] 0.02, since the measurement re-plans a plan that is over (the margin "

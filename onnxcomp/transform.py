@@ -201,35 +201,20 @@ def transform_model(model: onnx.ModelProto, policy: str = "lossless", where: str
             ir_model, last, pool_gate = finish_graph(ir_model, log.records, lift_convs, external_dir)
             log.records += last.records
             log.modified_by += last.modified_by
-            # Kernel scratch bounded where the ORT-defaults budget mode priced the plan with it, after the last
-            # passes, as that mode's prediction does (planner/growth_budget.scratch_passes / finished_graph).
-            limit = _planned_scratch_limit(log.records)
-            if limit:
-                from .planner.growth_budget import scratch_passes
+            # Kernel scratch bounded and native fp16 encoders cast first where the ORT-defaults budget mode priced
+            # the plan so, after the last passes, the stages its prediction ran (planner/growth_budget.planned_stages).
+            from .planner.growth_budget import planned_stages
 
-                bounded = run_passes(ir_model, scratch_passes(limit, _planned_scratch_exact(log.records)))
-                log.records += bounded.records
-                log.skipped += bounded.skipped
-                log.modified_by += bounded.modified_by
-            # Native fp16 encoders cast first where that mode priced the plan so (after the scratch passes, as
-            # growth_budget.finished_graph does; passes/fp16_cast_first.py).
-            if _planned_fp16_cast_first(log.records):
-                from .passes.fp16_cast_first import Fp16CastFirstPass
-
-                recast = run_passes(ir_model, [Fp16CastFirstPass()])
-                log.records += recast.records
-                log.skipped += recast.skipped
-                log.modified_by += recast.modified_by
+            for stage in planned_stages(_planned_scratch_limit(log.records), _planned_scratch_exact(log.records),
+                                        _planned_fp16_cast_first(log.records)):
+                log.extend(run_passes(ir_model, stage))
             # Then BatchNorm statistics that fragment ORT's pattern block are held outside it, where the replayed
             # block drops (passes/detach_stats.py). After finish_graph, not in it: the budget planner's ORT-defaults
             # mode predicts each candidate through finish_graph, and its candidate search is path-dependent: with
             # the pass inside, MobileNetV2's search took other step budgets and ended on a plan measured 1.7 MiB
             # worse (docs/notes/r18exact2.md). Here it only lowers the chosen plan's block; the plan's predicted growth
             # stays the planner's (an over-estimate by what the pass saves).
-            detach = run_passes(ir_model, [DetachStatsPass()])
-            log.records += detach.records
-            log.skipped += detach.skipped
-            log.modified_by += detach.modified_by
+            log.extend(run_passes(ir_model, [DetachStatsPass()]))
         current = snapshot_of(ir_model)
         if current is model:            # nothing modified it: still hand back a model of its own, as before
             current = onnx.ModelProto()

@@ -114,6 +114,12 @@ class RunLog:
     skipped: list[dict[str, str]] = field(default_factory=list)
     modified_by: list[str] = field(default_factory=list)
 
+    def extend(self, other: "RunLog") -> None:
+        """Append a later run's records (passes run apart from this run, after it)."""
+        self.records += other.records
+        self.skipped += other.skipped
+        self.modified_by += other.modified_by
+
     def collect(self, name: str, outcome: PassOutcome) -> None:
         self.records += outcome.records
         self.skipped += [s.to_dict() | {"pass": name} for s in outcome.skipped]

@@ -42,7 +42,7 @@ import numpy as np
 import onnx_ir as ir
 
 from .base import OnnxcompPass, PassOutcome, Skipped, even_bounds
-from .editor import IrGraphEditor, ir_taken_names, static_shape
+from .editor import IrGraphEditor, ir_taken_names, static_shape, take_over
 from .records import PassRecord
 
 PATTERN = "Conv(graph input) [→ BatchNorm] [→ ReLU] [→ MaxPool]"
@@ -430,10 +430,4 @@ def _update_running_statistics(em: _Emitter, mean: ir.Value, var: ir.Value) -> i
     return update.outputs[0]
 
 
-def _take_over(old: ir.Value, new: ir.Value) -> None:
-    """``new`` replaces ``old`` everywhere (graph outputs too) and takes its name and type."""
-    name = old.name
-    new.type, new.shape = old.type, old.shape
-    old.replace_all_uses_with(new, replace_graph_outputs=True)
-    old.name = None
-    new.name = name
+_take_over = take_over      # the editor's; the chunking passes import it from here

@@ -17,11 +17,10 @@ lossy graphs only (the chunked input chain, the only ConvTranspose onnxcomp emit
 """
 from __future__ import annotations
 
-import numpy as np
 import onnx_ir as ir
 
 from .base import OnnxcompPass, PassOutcome, Skipped
-from .chunk_input_block import _static, _take_over
+from .chunk_input_block import _static
 from .editor import IrGraphEditor, ir_taken_names
 from .records import PassRecord
 
@@ -53,26 +52,6 @@ def flipped_weights(ed: IrGraphEditor, w: ir.Value, shape: list[int], cache: dic
                 [shape[1], shape[0], *shape[2:]], perm=[1, 0, 2, 3])
     cache[w] = out
     return out
-
-
-def take_over_as_declared(ed: IrGraphEditor, old: ir.Value, new: ir.Value) -> list[ir.Node]:
-    """``new`` (a Conv's output, declared with the shape ORT infers for it) replaces ``old``. Where ``old`` is
-    declared with another shape of the same elements — the reuse pass's lifted declarations (passes/
-    reuse_signature.py: a ConvGrad dX declared ``[N, C, H, W, 1, ...]``) — the readers get a zero-copy
-    ``Reshape`` view of ``new`` under ``old``'s name and declaration: a Conv output declared lifted made ORT log
-    "Error merging shape info ... Falling back to lenient merge" (docs/notes/setupcount.md §3, docs/notes/headroom.md).
-    Returns the nodes made (to insert after ``new``'s producer)."""
-    declared = _static(old)
-    own = _static(new)
-    if declared is None or own is None or list(declared) == list(own) or \
-            int(np.prod(declared)) != int(np.prod(own)):
-        _take_over(old, new)
-        return []
-    start = len(ed.nodes)
-    shape = ed.shared_const("onnxcomp_shape_" + "x".join(str(int(d)) for d in declared), [int(d) for d in declared])
-    view = ed.op("Reshape", [new, shape], "declared", new.dtype, [int(d) for d in declared])
-    _take_over(old, view)
-    return ed.nodes[start:]
 
 
 def conv_pads(kernel: list[int], pads: list[int], dilations: list[int]) -> list[int] | None:
@@ -149,7 +128,7 @@ class ConvTransposeAsConvPass(OnnxcompPass):
             # the Conv's output (declared as ORT infers it) takes the name, type and readers; a lifted
             # declaration of y is kept on a view
             conv.outputs[0].shape = ir.Shape(_conv_out_shape(x, w, pads, dil))
-            take_over_as_declared(ed, y, conv.outputs[0])
+            ed.take_over_as_declared(y, conv.outputs[0])
             graph.insert_before(node, ed.nodes)
             graph.remove(node, safe=True)
             outcome.records.append(PassRecord(

@@ -55,6 +55,15 @@ def static_shape(value: ir.Value | None) -> tuple[int, ...] | None:
     return tuple(int(d) for d in value.shape)
 
 
+def take_over(old: ir.Value, new: ir.Value) -> None:
+    """``new`` replaces ``old`` everywhere (graph outputs too) and takes its name and type."""
+    name = old.name
+    new.type, new.shape = old.type, old.shape
+    old.replace_all_uses_with(new, replace_graph_outputs=True)
+    old.name = None
+    new.name = name
+
+
 def ir_taken_names(graph: ir.Graph) -> set[str]:
     """Every value and node name in use in the onnx-ir ``graph`` (what unique_name must avoid)."""
     names = {n.name for n in graph if n.name} | {v.name for n in graph for v in n.outputs if v.name}
@@ -101,6 +110,22 @@ class IrGraphEditor:
                          domain=domain, **attrs).outputs[0]
 
     # -- constants ---------------------------------------------------------------------------------------
+    def take_over_as_declared(self, old: ir.Value, new: ir.Value) -> list[ir.Node]:
+        """``new`` (an op's output, declared with the shape ORT infers for it) replaces ``old``. Where ``old`` is
+        declared with another shape of the same elements — the reuse pass's lifted declarations (passes/
+        reuse_signature.py: a ConvGrad dX declared ``[N, C, H, W, 1, ...]``) — the readers get a zero-copy
+        ``Reshape`` view of ``new`` under ``old``'s name and declaration: a Conv output declared lifted made ORT log
+        "Error merging shape info ... Falling back to lenient merge" (docs/notes/setupcount.md §3,
+        docs/notes/headroom.md). Returns the nodes made (to insert after ``new``'s producer)."""
+        declared, own = static_shape(old), static_shape(new)
+        if declared is None or own is None or declared == own or int(np.prod(declared)) != int(np.prod(own)):
+            take_over(old, new)
+            return []
+        start = len(self.nodes)
+        shape = self.shared_const("onnxcomp_shape_" + "x".join(str(d) for d in declared), list(declared))
+        take_over(old, self.op("Reshape", [new, shape], "declared", new.dtype, list(declared)))
+        return self.nodes[start:]
+
     def shared_const(self, name: str, values: list[int], dims: list[int] | None = None) -> ir.Value:
         """An int64 initializer called exactly ``name``, added once however often it is asked for."""
         return self.shared_tensor(name, np.array(values, dtype=np.int64).reshape(dims if dims is not None

@@ -174,7 +174,7 @@ def _conv_dx_pads(grad: ir.Node) -> list[int] | None:
 
 def _split(graph: ir.Graph, grad: ir.Node, bounds: list[int], taken: set[str],
            dx_pads: list[int] | None = None, flipped: dict[ir.Value, ir.Value] | None = None) -> None:
-    from .conv_transpose_as_conv import flipped_weights, take_over_as_declared
+    from .conv_transpose_as_conv import flipped_weights
 
     dy, x, w = grad.inputs[:3]
     xs, ws = _static(x), _static(w)
@@ -229,7 +229,7 @@ def _split(graph: ir.Graph, grad: ir.Node, bounds: list[int], taken: set[str],
     if whole_dx is not None:
         # the Conv's output is declared 4-D (what ORT infers for a Conv); a lifted dX declaration stays on a
         # Reshape view under dX's name (else ORT's lenient shape merge, as for the Concat above)
-        take_over_as_declared(ed, outs[0], whole_dx)
+        ed.take_over_as_declared(outs[0], whole_dx)
     total_w = ed.op("Concat", dws, "dw", f32, list(ws), axis=1)
     _take_over(dw, total_w)
     graph.insert_before(grad, ed.nodes)

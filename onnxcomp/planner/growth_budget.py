@@ -45,7 +45,7 @@ BUDGET_FOR = ("step-peak", "ort-defaults", "ort-defaults-total")
 GROWTH_MODES = ("ort-defaults", "ort-defaults-total")
 
 
-def objective_key(budget_for: str) -> str:
+def objective_key(budget_for: str | None) -> str:
     """The key of a candidate's priced dict (``_growth_of``) that ``budget_for``'s budget limits."""
     return "total_bytes" if budget_for == "ort-defaults-total" else "growth_bytes"
 
@@ -103,25 +103,33 @@ def finished_graph(plan: AutoPlan, scratch_limit: int | None = None,
     from ..transform import finish_graph
 
     assert plan.model is not None
+    stages = planned_stages(scratch_limit, scratch_exact, cast_first)
     records = list(plan.applied.log.records) if plan.applied is not None else []
     loaded = ir.serde.deserialize_model(plan.model)
     adopt_snapshot(loaded, plan.model, checked=True)
     if plan.applied is not None and not plan.applied.log.modified_by:
-        return plan.model if scratch_limit is None and not cast_first else None
+        return None if stages else plan.model
     finished, last, _ = finish_graph(loaded, records)
-    if scratch_limit:
-        # After the last passes, as transform does: run before them (so that DefaultOrderPass and the reuse pass
-        # see the new nodes) lossy densenet_s's plan predicted 30.9 MiB and measured 49.8 (not found why); after
-        # them it predicted 35.5 and measured 33.7 (docs/notes/lossyfloor.md).
-        bounded = run_passes(finished, scratch_passes(scratch_limit, scratch_exact))
-        if not bounded.records:
+    # After the last passes, as transform does: run before them (so that DefaultOrderPass and the reuse pass see
+    # the new nodes) lossy densenet_s's bounded plan predicted 30.9 MiB and measured 49.8; after them it predicted
+    # 35.5 and measured 33.7 (docs/notes/lossyfloor.md).
+    for stage in stages:
+        if not run_passes(finished, stage).records:
             return None
+    return snapshot_of(finished)
+
+
+def planned_stages(scratch_limit: int | None, scratch_exact: bool = False, cast_first: bool = False
+                   ) -> list[list[Any]]:
+    """The pass stages run after transform's last passes on a plan priced with these (its record's
+    ``scratch_limit_bytes``, ``scratch_exact``, ``fp16_cast_first``), in order: ``scratch_passes``, then the native
+    fp16 encoders cast first (passes/fp16_cast_first.py). `transform` writes what ``finished_graph`` priced."""
+    stages = [scratch_passes(scratch_limit, scratch_exact)] if scratch_limit else []
     if cast_first:
         from ..passes.fp16_cast_first import Fp16CastFirstPass
 
-        if not run_passes(finished, [Fp16CastFirstPass()]).records:
-            return None
-    return snapshot_of(finished)
+        stages.append([Fp16CastFirstPass()])
+    return stages
 
 
 @dataclass
@@ -354,7 +362,7 @@ def _descend(model: onnx.ModelProto, target: int, exact: bool, min_bytes: int, s
 
 def _predicted_key(budget_for: str | None) -> str:
     """The plan record's predicted figure that a ``budget_for`` budget is checked against."""
-    return "predicted_total_bytes" if budget_for == "ort-defaults-total" else "predicted_growth_bytes"
+    return f"predicted_{objective_key(budget_for)}"
 
 
 def _with_growth(plan: AutoPlan, budget: int, target: int, c: Candidate, records: list[dict[str, Any]],
